@@ -1,0 +1,277 @@
+//! Wire types of the Starbridge HTTP API (`/api/v1`), shared by the server, the CLI and the
+//! worker SDK so the three cannot drift apart. Times are RFC 3339 strings; ids are prefixed
+//! strings (`job_…`, `tsk_…`).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use jiff::Timestamp;
+
+/// The namespace used when a request names none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Converts milliseconds since the epoch to an API time.
+pub fn timestamp_from_millis(millis: i64) -> Timestamp {
+    Timestamp::from_millisecond(millis).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+/// `?namespace=` on every endpoint; `default` when absent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NamespaceQuery {
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AppliedWorkflow {
+    pub namespace: String,
+    pub name: String,
+    pub version: u32,
+    /// False when the body matched the latest version, which is returned unchanged.
+    pub created: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowSummary {
+    pub namespace: String,
+    pub name: String,
+    pub version: u32,
+    pub description: Option<String>,
+    pub steps: usize,
+    pub created_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowDetail {
+    #[serde(flatten)]
+    pub summary: WorkflowSummary,
+    pub definition: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkflowList {
+    pub items: Vec<WorkflowSummary>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitJob {
+    /// Name of an applied workflow (or give `definition` inline).
+    pub workflow: Option<String>,
+    /// A version of `workflow`; the latest when absent.
+    pub version: Option<u32>,
+    /// An inline definition, applied (as a new version when changed) and run.
+    pub definition: Option<Value>,
+    #[serde(default)]
+    pub params: Option<Value>,
+    /// Client key: a second submit with the same key returns the first job.
+    pub key: Option<String>,
+    pub priority: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskError {
+    pub message: String,
+    pub retryable: bool,
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskView {
+    pub id: String,
+    pub step: String,
+    pub kind: String,
+    pub item: Option<u32>,
+    pub compensates: Option<String>,
+    pub queue: String,
+    pub command: String,
+    pub status: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub priority: i32,
+    pub input: Option<Value>,
+    pub output: Option<Value>,
+    pub error: Option<TaskError>,
+    pub progress: Option<Value>,
+    pub logs: Option<Value>,
+    pub worker_id: Option<String>,
+    pub created_at: Timestamp,
+    pub ready_at: Option<Timestamp>,
+    pub available_at: Option<Timestamp>,
+    pub started_at: Option<Timestamp>,
+    pub ended_at: Option<Timestamp>,
+    pub lease_expires_at: Option<Timestamp>,
+    pub deadline_at: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobSummary {
+    pub id: String,
+    pub namespace: String,
+    pub workflow: String,
+    pub version: u32,
+    pub status: String,
+    pub key: Option<String>,
+    pub priority: i32,
+    pub created_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub ended_at: Option<Timestamp>,
+    pub deadline_at: Option<Timestamp>,
+    /// Why the job failed or is compensating.
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobView {
+    #[serde(flatten)]
+    pub summary: JobSummary,
+    pub params: Value,
+    pub tasks: Vec<TaskView>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JobListQuery {
+    pub namespace: Option<String>,
+    pub status: Option<String>,
+    pub workflow: Option<String>,
+    pub limit: Option<u32>,
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobList {
+    pub items: Vec<JobSummary>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventView {
+    pub seq: i64,
+    pub at: Timestamp,
+    pub kind: String,
+    pub task_id: Option<String>,
+    pub step: Option<String>,
+    pub attempt: Option<u32>,
+    pub worker_id: Option<String>,
+    pub detail: Value,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EventList {
+    pub items: Vec<EventView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PollRequest {
+    pub worker_id: String,
+    pub queues: Vec<String>,
+    pub max_tasks: Option<u32>,
+    pub wait_ms: Option<u64>,
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeasedTask {
+    pub id: String,
+    pub lease_token: String,
+    pub job_id: String,
+    pub step: String,
+    pub kind: String,
+    pub item: Option<u32>,
+    pub queue: String,
+    pub command: String,
+    pub input: Value,
+    pub attempt: u32,
+    pub idempotency_key: String,
+    pub lease_expires_at: Timestamp,
+    /// How long a lease lasts; heartbeat well within it.
+    pub lease_ms: u64,
+    /// Progress recorded by an earlier "check later" of this attempt.
+    pub progress: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PollResponse {
+    pub tasks: Vec<LeasedTask>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatRequest {
+    pub lease_token: String,
+    pub progress: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HeartbeatResponse {
+    pub lease_expires_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteRequest {
+    pub lease_token: String,
+    #[serde(default)]
+    pub output: Value,
+    pub logs: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportedError {
+    pub message: String,
+    #[serde(default = "default_true")]
+    pub retryable: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailRequest {
+    pub lease_token: String,
+    pub error: ReportedError,
+    pub logs: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckLaterRequest {
+    pub lease_token: String,
+    pub after_ms: u64,
+    pub progress: Option<Value>,
+}
+
+/// What a report (complete, fail, check-later) changed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReportResponse {
+    pub task_status: String,
+    pub job_status: String,
+}
+
+/// One field-level problem inside a problem document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FieldProblem {
+    pub field: String,
+    pub message: String,
+}
+
+/// An RFC 9457 problem document (`application/problem+json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<FieldProblem>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+    pub database: String,
+}

@@ -1,0 +1,996 @@
+//! Workflow definitions: parsing (YAML or JSON), validation with the step and field named, and the
+//! compiled form the state machine runs on. Every expression is compiled here, at apply time.
+
+use std::collections::{BTreeSet, HashMap};
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::expr::{self, Expr, Template};
+use crate::time::Duration;
+
+/// Per-attempt timeout (and lease) of a handler that names none.
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(300);
+/// First retry delay of a policy that names none.
+pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_secs(1);
+/// Longest exponential retry delay of a policy that names none.
+pub const DEFAULT_RETRY_MAX_INTERVAL: Duration = Duration::from_secs(3600);
+/// Largest number of steps in one workflow.
+pub const MAX_STEPS: usize = 1000;
+
+/// A validated, compiled workflow definition.
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    pub name: String,
+    pub description: Option<String>,
+    /// JSON Schema the job params must satisfy (checked by the engine at submit).
+    pub params_schema: Option<Value>,
+    pub timeout: Option<Duration>,
+    pub priority: i32,
+    pub steps: Vec<Step>,
+    /// The normalized JSON form, stored and compared to decide whether an apply is a new version.
+    pub source: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub id: String,
+    pub handler: Handler,
+    /// Indices (into `Workflow::steps`) of the steps this one waits for.
+    pub depends_on: Vec<usize>,
+    pub when: Option<Expr>,
+    pub for_each: Option<Expr>,
+    /// At most this many fan-out items ready or running at once.
+    pub concurrency: Option<u32>,
+    pub priority: i32,
+    /// Bound on the whole step: every attempt, backoff and check-later together.
+    pub step_timeout: Option<Duration>,
+    pub compensate: Option<Handler>,
+}
+
+/// What executes a task: a queue, a command, and how to run it.
+#[derive(Debug, Clone)]
+pub struct Handler {
+    pub queue: String,
+    pub command: String,
+    pub input: Option<Template>,
+    /// Per attempt: the lease a worker holds and extends by heartbeats.
+    pub timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backoff {
+    Fixed,
+    Exponential,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total tries, at least 1.
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    pub initial: Duration,
+    pub max_interval: Duration,
+    pub jitter: bool,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 1,
+            backoff: Backoff::Fixed,
+            initial: DEFAULT_RETRY_INITIAL,
+            max_interval: DEFAULT_RETRY_MAX_INTERVAL,
+            jitter: false,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before the retry that follows failed attempt number `failed_attempt` (1-based).
+    /// Exponential backoff is `min(initial * 2^(n-1), max_interval)`. With jitter the delay is
+    /// drawn from `[d/2, d]` using `jitter_seed`, which the caller derives from the task and
+    /// attempt so the core stays deterministic.
+    pub fn delay(&self, failed_attempt: u32, jitter_seed: u64) -> Duration {
+        let base = match self.backoff {
+            Backoff::Fixed => self.initial.as_millis(),
+            Backoff::Exponential => {
+                let shift = failed_attempt.saturating_sub(1).min(63);
+                let factor = 1u64 << shift;
+                self.initial
+                    .as_millis()
+                    .saturating_mul(factor)
+                    .min(self.max_interval.as_millis())
+            }
+        };
+        if !self.jitter || base < 2 {
+            return Duration::from_millis(base);
+        }
+        let half = base / 2;
+        Duration::from_millis(half + jitter_seed % (base - half + 1))
+    }
+}
+
+/// One problem in a definition: where it is and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Problem {
+    /// Location such as `steps[1] (init_instance).retry.initial`, or `line 3 column 5` for syntax.
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Every problem found in a definition (validation does not stop at the first).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct Error {
+    pub problems: Vec<Problem>,
+}
+
+impl Error {
+    fn single(field: impl Into<String>, message: impl Into<String>) -> Error {
+        Error {
+            problems: vec![Problem {
+                field: field.into(),
+                message: message.into(),
+            }],
+        }
+    }
+}
+
+/// Parses a definition given as YAML (JSON is YAML too, but is tried first for its precise errors).
+pub fn parse_document(text: &str) -> Result<Value, Error> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') {
+        return serde_json::from_str(text).map_err(|error| {
+            Error::single(
+                format!("line {} column {}", error.line(), error.column()),
+                format!("malformed JSON: {error}"),
+            )
+        });
+    }
+    serde_saphyr::from_str::<Value>(text).map_err(|error| {
+        let field = error
+            .location()
+            .map(|at| format!("line {} column {}", at.line(), at.column()))
+            .unwrap_or_else(|| "document".to_owned());
+        let message = error.to_string();
+        let message = message.lines().next().unwrap_or("malformed YAML").to_owned();
+        Error::single(field, format!("malformed YAML: {message}"))
+    })
+}
+
+/// Validates a workflow name: `[a-z0-9_.-]`, 1 to 128 characters.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let valid = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{name}' is not a valid name: use 1 to 128 characters of a-z, 0-9, '_', '.' and '-'"
+        ))
+    }
+}
+
+/// Validates a queue or command name: printable, no spaces, 1 to 128 characters.
+fn check_identifier(text: &str, what: &str) -> Result<(), String> {
+    let valid = !text.is_empty()
+        && text.len() <= 128
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':' | '/'));
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{text}' is not a valid {what}: use 1 to 128 characters of letters, digits, '_', '.', '-', ':' and '/'"
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWorkflow {
+    /// Checked against the applied name before deserializing.
+    #[allow(dead_code)]
+    name: Option<String>,
+    description: Option<String>,
+    params: Option<Value>,
+    timeout: Option<Value>,
+    priority: Option<i32>,
+    lock: Option<Value>,
+    steps: Vec<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    id: String,
+    queue: Option<String>,
+    command: Option<String>,
+    input: Option<Value>,
+    depends_on: Option<Vec<String>>,
+    when: Option<String>,
+    for_each: Option<String>,
+    concurrency: Option<u32>,
+    priority: Option<i32>,
+    timeout: Option<Value>,
+    step_timeout: Option<Value>,
+    retry: Option<Value>,
+    compensate: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHandler {
+    queue: Option<String>,
+    command: Option<String>,
+    input: Option<Value>,
+    timeout: Option<Value>,
+    retry: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    max_attempts: Option<u32>,
+    backoff: Option<String>,
+    initial: Option<Value>,
+    max_interval: Option<Value>,
+    jitter: Option<bool>,
+}
+
+/// Root names an expression may read, by where it stands.
+#[derive(Clone, Copy)]
+enum Scope {
+    /// A step's `when` and `for_each`.
+    Step,
+    /// A fan-out step's `input`: `item` and `index` too.
+    FanOutInput,
+    /// A compensation's `input`: `task` (the undone task) too.
+    Compensation,
+}
+
+impl Scope {
+    fn roots(self) -> &'static [&'static str] {
+        match self {
+            Scope::Step => &["params", "steps", "job"],
+            Scope::FanOutInput => &["params", "steps", "job", "item", "index"],
+            Scope::Compensation => &["params", "steps", "job", "task"],
+        }
+    }
+}
+
+struct Checker {
+    problems: Vec<Problem>,
+}
+
+impl Checker {
+    fn problem(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+
+    fn duration(&mut self, field: String, value: Option<&Value>) -> Option<Duration> {
+        let value = value?;
+        match Duration::from_json(value) {
+            Ok(duration) if duration.as_millis() > 0 => Some(duration),
+            Ok(_) => {
+                self.problem(field, "must be longer than zero");
+                None
+            }
+            Err(error) => {
+                self.problem(field, error.to_string());
+                None
+            }
+        }
+    }
+
+    fn retry(&mut self, field: &str, value: Option<&Value>) -> RetryPolicy {
+        let Some(value) = value else {
+            return RetryPolicy::default();
+        };
+        let raw: RawRetry = match serde_json::from_value(value.clone()) {
+            Ok(raw) => raw,
+            Err(error) => {
+                self.problem(field, error.to_string());
+                return RetryPolicy::default();
+            }
+        };
+        let mut policy = RetryPolicy::default();
+        if let Some(max_attempts) = raw.max_attempts {
+            if max_attempts == 0 {
+                self.problem(
+                    format!("{field}.max_attempts"),
+                    "must be at least 1 (it counts the first try)",
+                );
+            } else {
+                policy.max_attempts = max_attempts;
+            }
+        }
+        match raw.backoff.as_deref() {
+            None | Some("fixed") => {}
+            Some("exponential") => policy.backoff = Backoff::Exponential,
+            Some(other) => self.problem(
+                format!("{field}.backoff"),
+                format!("unknown backoff '{other}': use fixed or exponential"),
+            ),
+        }
+        if let Some(initial) = self.duration(format!("{field}.initial"), raw.initial.as_ref()) {
+            policy.initial = initial;
+        }
+        if let Some(max) = self.duration(format!("{field}.max_interval"), raw.max_interval.as_ref())
+        {
+            policy.max_interval = max;
+        }
+        if policy.max_interval < policy.initial {
+            self.problem(
+                format!("{field}.max_interval"),
+                format!(
+                    "{} is shorter than initial {}",
+                    policy.max_interval, policy.initial
+                ),
+            );
+        }
+        policy.jitter = raw.jitter.unwrap_or(false);
+        policy
+    }
+
+    fn template(&mut self, field: &str, value: Option<&Value>) -> Option<Template> {
+        let value = value?;
+        match Template::compile(value) {
+            Ok(template) => Some(template),
+            Err(error) => {
+                self.problem(field, error.to_string());
+                None
+            }
+        }
+    }
+
+    fn handler(&mut self, field: &str, raw: RawHandler) -> Handler {
+        let queue = self.required_identifier(&format!("{field}.queue"), raw.queue, "queue");
+        let command = self.required_identifier(&format!("{field}.command"), raw.command, "command");
+        Handler {
+            queue,
+            command,
+            input: self.template(&format!("{field}.input"), raw.input.as_ref()),
+            timeout: self
+                .duration(format!("{field}.timeout"), raw.timeout.as_ref())
+                .unwrap_or(DEFAULT_ATTEMPT_TIMEOUT),
+            retry: self.retry(&format!("{field}.retry"), raw.retry.as_ref()),
+        }
+    }
+
+    fn required_identifier(&mut self, field: &str, value: Option<String>, what: &str) -> String {
+        match value {
+            None => {
+                self.problem(field, format!("missing: every step needs a {what}"));
+                String::new()
+            }
+            Some(text) => {
+                if let Err(message) = check_identifier(&text, what) {
+                    self.problem(field, message);
+                }
+                text
+            }
+        }
+    }
+}
+
+impl Workflow {
+    /// Parses and validates a definition document. `name` is the name the definition is applied
+    /// under (the URL's); a `name` inside the document must agree with it.
+    pub fn from_document(name: &str, text: &str) -> Result<Workflow, Error> {
+        let value = parse_document(text)?;
+        Workflow::from_value(name, value)
+    }
+
+    /// Validates a definition already parsed to JSON.
+    pub fn from_value(name: &str, mut value: Value) -> Result<Workflow, Error> {
+        if let Err(message) = check_name(name) {
+            return Err(Error::single("name", message));
+        }
+        let Value::Object(map) = &mut value else {
+            return Err(Error::single(
+                "document",
+                "a workflow definition must be an object with `steps`",
+            ));
+        };
+        match map.get("name") {
+            None => {
+                map.insert("name".to_owned(), Value::String(name.to_owned()));
+            }
+            Some(Value::String(inner)) if inner == name => {}
+            Some(other) => {
+                return Err(Error::single(
+                    "name",
+                    format!("the document names {other} but is applied as '{name}': make them agree or drop `name`"),
+                ));
+            }
+        }
+        let raw: RawWorkflow = serde_json::from_value(value.clone())
+            .map_err(|error| Error::single("document", error.to_string()))?;
+        let mut checker = Checker {
+            problems: Vec::new(),
+        };
+        if raw.lock.is_some() {
+            checker.problem(
+                "lock",
+                "workflow locks are not supported by this server version yet: remove `lock`",
+            );
+        }
+        if let Some(schema) = &raw.params
+            && !schema.is_object()
+            && !schema.is_boolean()
+        {
+            checker.problem("params", "must be a JSON Schema (an object)");
+        }
+        let timeout = checker.duration("timeout".to_owned(), raw.timeout.as_ref());
+        if raw.steps.is_empty() {
+            checker.problem("steps", "a workflow needs at least one step");
+        }
+        if raw.steps.len() > MAX_STEPS {
+            checker.problem(
+                "steps",
+                format!("{} steps is more than the limit of {MAX_STEPS}", raw.steps.len()),
+            );
+        }
+
+        // First pass: ids, so dependencies can be resolved in any order.
+        let mut parsed: Vec<(String, Option<RawStep>)> = Vec::with_capacity(raw.steps.len());
+        let mut index_of: HashMap<String, usize> = HashMap::new();
+        for (position, step_value) in raw.steps.into_iter().enumerate() {
+            let label = step_label(position, step_value.get("id").and_then(Value::as_str));
+            match serde_json::from_value::<RawStep>(step_value) {
+                Ok(step) => {
+                    if let Err(message) = check_step_id(&step.id) {
+                        checker.problem(format!("{label}.id"), message);
+                    } else if index_of.insert(step.id.clone(), position).is_some() {
+                        checker.problem(
+                            format!("{label}.id"),
+                            format!("duplicate step id '{}': step ids must be unique", step.id),
+                        );
+                    }
+                    parsed.push((label, Some(step)));
+                }
+                Err(error) => {
+                    checker.problem(label.clone(), error.to_string());
+                    parsed.push((label, None));
+                }
+            }
+        }
+
+        let mut steps = Vec::with_capacity(parsed.len());
+        for (position, (label, raw_step)) in parsed.into_iter().enumerate() {
+            let Some(raw_step) = raw_step else { continue };
+            let depends_on = match &raw_step.depends_on {
+                None if position == 0 => Vec::new(),
+                None => vec![position - 1],
+                Some(ids) => {
+                    let mut resolved = Vec::with_capacity(ids.len());
+                    for id in ids {
+                        match index_of.get(id) {
+                            Some(&index) if index == position => checker.problem(
+                                format!("{label}.depends_on"),
+                                format!("step '{id}' depends on itself"),
+                            ),
+                            Some(&index) => {
+                                if !resolved.contains(&index) {
+                                    resolved.push(index);
+                                }
+                            }
+                            None => checker.problem(
+                                format!("{label}.depends_on"),
+                                format!("unknown step id '{id}'"),
+                            ),
+                        }
+                    }
+                    resolved
+                }
+            };
+            let handler = checker.handler(
+                &label,
+                RawHandler {
+                    queue: raw_step.queue,
+                    command: raw_step.command,
+                    input: raw_step.input,
+                    timeout: raw_step.timeout,
+                    retry: raw_step.retry,
+                },
+            );
+            let when = raw_step.when.as_deref().and_then(|source| {
+                expr::compile_condition(source)
+                    .map_err(|error| checker.problem(format!("{label}.when"), error.to_string()))
+                    .ok()
+            });
+            let for_each = raw_step.for_each.as_deref().and_then(|source| {
+                expr::compile_condition(source)
+                    .map_err(|error| {
+                        checker.problem(format!("{label}.for_each"), error.to_string())
+                    })
+                    .ok()
+            });
+            if raw_step.concurrency == Some(0) {
+                checker.problem(format!("{label}.concurrency"), "must be at least 1");
+            }
+            if raw_step.concurrency.is_some() && for_each.is_none() {
+                checker.problem(
+                    format!("{label}.concurrency"),
+                    "only a fan-out step (with `for_each`) takes a concurrency",
+                );
+            }
+            let step_timeout =
+                checker.duration(format!("{label}.step_timeout"), raw_step.step_timeout.as_ref());
+            let compensate = match raw_step.compensate {
+                None => None,
+                Some(value) => match serde_json::from_value::<RawHandler>(value) {
+                    Ok(raw) => Some(checker.handler(&format!("{label}.compensate"), raw)),
+                    Err(error) => {
+                        checker.problem(format!("{label}.compensate"), error.to_string());
+                        None
+                    }
+                },
+            };
+            steps.push((
+                label,
+                Step {
+                    id: raw_step.id,
+                    handler,
+                    depends_on,
+                    when,
+                    for_each,
+                    concurrency: raw_step.concurrency,
+                    priority: raw_step.priority.unwrap_or(0),
+                    step_timeout,
+                    compensate,
+                },
+            ));
+        }
+
+        if checker.problems.is_empty() {
+            let dependencies: Vec<Vec<usize>> =
+                steps.iter().map(|(_, step)| step.depends_on.clone()).collect();
+            if let Some(cycle) = find_cycle(&dependencies) {
+                let names: Vec<&str> = cycle.iter().map(|&i| steps[i].1.id.as_str()).collect();
+                checker.problem(
+                    format!("{}.depends_on", steps[cycle[0]].0),
+                    format!("dependency cycle: {}", names.join(" -> ")),
+                );
+            } else {
+                let upstream = transitive_upstream(&dependencies);
+                for (index, (label, step)) in steps.iter().enumerate() {
+                    check_references(&mut checker, label, step, &upstream[index], &index_of);
+                }
+            }
+        }
+
+        if !checker.problems.is_empty() {
+            return Err(Error {
+                problems: checker.problems,
+            });
+        }
+        Ok(Workflow {
+            name: name.to_owned(),
+            description: raw.description,
+            params_schema: raw.params,
+            timeout,
+            priority: raw.priority.unwrap_or(0),
+            steps: steps.into_iter().map(|(_, step)| step).collect(),
+            source: normalize(&value),
+        })
+    }
+
+    pub fn step_index(&self, id: &str) -> Option<usize> {
+        self.steps.iter().position(|step| step.id == id)
+    }
+}
+
+fn step_label(position: usize, id: Option<&str>) -> String {
+    match id {
+        Some(id) => format!("steps[{position}] ({id})"),
+        None => format!("steps[{position}]"),
+    }
+}
+
+fn check_step_id(id: &str) -> Result<(), String> {
+    let mut chars = id.chars();
+    let valid = id.len() <= 128
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if valid {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{id}' is not a valid step id: start with a letter or '_', then letters, digits, '_' or '-' (at most 128)"
+        ))
+    }
+}
+
+/// Finds one dependency cycle, returned as the steps along it (first repeated at the end).
+fn find_cycle(dependencies: &[Vec<usize>]) -> Option<Vec<usize>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Open,
+        Done,
+    }
+    let mut marks = vec![Mark::New; dependencies.len()];
+    for start in 0..dependencies.len() {
+        if marks[start] != Mark::New {
+            continue;
+        }
+        // Iterative depth-first search: (node, next dependency to visit).
+        let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+        marks[start] = Mark::Open;
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            if let Some(&dependency) = dependencies[node].get(*next) {
+                *next += 1;
+                match marks[dependency] {
+                    Mark::New => {
+                        marks[dependency] = Mark::Open;
+                        stack.push((dependency, 0));
+                    }
+                    Mark::Open => {
+                        let from = stack.iter().position(|&(n, _)| n == dependency)?;
+                        let mut cycle: Vec<usize> = stack[from..].iter().map(|&(n, _)| n).collect();
+                        cycle.reverse();
+                        cycle.insert(0, dependency);
+                        cycle.pop();
+                        cycle.push(dependency);
+                        return Some(cycle);
+                    }
+                    Mark::Done => {}
+                }
+            } else {
+                marks[node] = Mark::Done;
+                stack.pop();
+            }
+        }
+    }
+    None
+}
+
+/// For each step, the set of steps that finish before it starts (on an acyclic graph).
+fn transitive_upstream(dependencies: &[Vec<usize>]) -> Vec<BTreeSet<usize>> {
+    let mut memo: Vec<Option<BTreeSet<usize>>> = vec![None; dependencies.len()];
+    fn visit(
+        node: usize,
+        dependencies: &[Vec<usize>],
+        memo: &mut Vec<Option<BTreeSet<usize>>>,
+    ) -> BTreeSet<usize> {
+        // Explicit stack to stay safe on long chains.
+        let mut stack = vec![node];
+        while let Some(&top) = stack.last() {
+            if memo[top].is_some() {
+                stack.pop();
+                continue;
+            }
+            let pending: Vec<usize> = dependencies[top]
+                .iter()
+                .copied()
+                .filter(|&d| memo[d].is_none())
+                .collect();
+            if pending.is_empty() {
+                let mut set = BTreeSet::new();
+                for &dependency in &dependencies[top] {
+                    set.insert(dependency);
+                    set.extend(memo[dependency].iter().flatten().copied());
+                }
+                memo[top] = Some(set);
+                stack.pop();
+            } else {
+                stack.extend(pending);
+            }
+        }
+        memo[node].clone().unwrap_or_default()
+    }
+    (0..dependencies.len())
+        .map(|node| visit(node, dependencies, &mut memo))
+        .collect()
+}
+
+fn check_references(
+    checker: &mut Checker,
+    label: &str,
+    step: &Step,
+    upstream: &BTreeSet<usize>,
+    index_of: &HashMap<String, usize>,
+) {
+    let fan_out = step.for_each.is_some();
+    let mut sites: Vec<(String, Vec<Vec<String>>, Scope)> = Vec::new();
+    if let Some(when) = &step.when {
+        sites.push((format!("{label}.when"), when.references(), Scope::Step));
+    }
+    if let Some(for_each) = &step.for_each {
+        sites.push((format!("{label}.for_each"), for_each.references(), Scope::Step));
+    }
+    if let Some(input) = &step.handler.input {
+        let scope = if fan_out { Scope::FanOutInput } else { Scope::Step };
+        sites.push((format!("{label}.input"), input.references(), scope));
+    }
+    if let Some(input) = step.compensate.as_ref().and_then(|c| c.input.as_ref()) {
+        sites.push((
+            format!("{label}.compensate.input"),
+            input.references(),
+            Scope::Compensation,
+        ));
+    }
+    for (field, references, scope) in sites {
+        for path in references {
+            let Some(root) = path.first() else { continue };
+            if !scope.roots().contains(&root.as_str()) {
+                checker.problem(
+                    &field,
+                    format!(
+                        "unknown name '{root}': expressions here may read {}",
+                        scope.roots().join(", ")
+                    ),
+                );
+                continue;
+            }
+            if root != "steps" {
+                continue;
+            }
+            let Some(target) = path.get(1) else {
+                continue;
+            };
+            match index_of.get(target) {
+                None => checker.problem(&field, format!("unknown step '{target}' in steps.{target}")),
+                Some(index) if !upstream.contains(index) => checker.problem(
+                    &field,
+                    format!(
+                        "step '{target}' is not upstream of '{}', so its output may not exist yet: add it to depends_on",
+                        step.id
+                    ),
+                ),
+                Some(_) => {
+                    if let Some(field_name) = path.get(2)
+                        && field_name != "output"
+                        && field_name != "status"
+                    {
+                        checker.problem(
+                            &field,
+                            format!(
+                                "steps.{target}.{field_name} does not exist: a step offers `output` and `status`"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Removes keys whose value is null, so equivalent documents compare equal.
+pub fn normalize(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), normalize(v)))
+                .collect::<Map<_, _>>(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(normalize).collect()),
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<Workflow, Error> {
+        Workflow::from_document("demo", yaml)
+    }
+
+    #[track_caller]
+    fn check_error(yaml: &str, field: &str, message_part: &str) {
+        let error = parse(yaml).expect_err("definition should be rejected");
+        assert!(
+            error
+                .problems
+                .iter()
+                .any(|p| p.field == field && p.message.contains(message_part)),
+            "expected a problem at {field} containing {message_part:?}, got: {error}"
+        );
+    }
+
+    #[test]
+    fn plain_list_is_a_sequence_and_empty_depends_on_is_a_root() {
+        let workflow = parse(
+            "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c}\n- {id: c, queue: q, command: c, depends_on: []}\n",
+        )
+        .unwrap();
+        assert_eq!(workflow.steps[0].depends_on, Vec::<usize>::new());
+        assert_eq!(workflow.steps[1].depends_on, vec![0]);
+        assert_eq!(workflow.steps[2].depends_on, Vec::<usize>::new());
+    }
+
+    #[test]
+    fn api_example_definition_is_accepted() {
+        let workflow = Workflow::from_document(
+            "create_mysql_instance",
+            r#"
+name: create_mysql_instance
+description: Create a MySQL instance and reserve its resources
+params:
+  type: object
+  required: [cpu, memory, storage]
+timeout: 2h
+priority: 0
+steps:
+  - id: check_resource
+    queue: resource
+    command: check_resource
+    timeout: 300s
+    retry: { max_attempts: 1 }
+    compensate: { queue: monitor, command: report_event, timeout: 300s, retry: { max_attempts: 4 } }
+  - id: init_instance
+    queue: mysql
+    command: init_instance
+    input: { size_gb: "${{ params.storage }}" }
+    timeout: 30m
+    retry: { max_attempts: 4, backoff: exponential, initial: 1s, max_interval: 10s }
+    compensate: { queue: mysql, command: clean_instance, timeout: 15m, retry: { max_attempts: 4 } }
+  - id: deduct_resource
+    queue: resource
+    command: deduct_resource
+    depends_on: [init_instance]
+    retry: { max_attempts: 3, backoff: fixed, initial: 2s }
+    compensate: { queue: resource, command: restore_resource }
+"#,
+        )
+        .unwrap();
+        assert_eq!(workflow.timeout, Some(Duration::from_secs(7200)));
+        let init = &workflow.steps[1];
+        assert_eq!(init.handler.retry.max_attempts, 4);
+        assert_eq!(init.handler.retry.backoff, Backoff::Exponential);
+        assert_eq!(init.handler.timeout, Duration::from_secs(1800));
+        assert_eq!(
+            workflow.steps[2].compensate.as_ref().unwrap().timeout,
+            DEFAULT_ATTEMPT_TIMEOUT
+        );
+    }
+
+    #[test]
+    fn duplicate_step_id_is_named() {
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c}\n- {id: a, queue: q, command: c}\n",
+            "steps[1] (a).id",
+            "duplicate step id 'a'",
+        );
+    }
+
+    #[test]
+    fn unknown_dependency_is_named() {
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, depends_on: [nope]}\n",
+            "steps[0] (a).depends_on",
+            "unknown step id 'nope'",
+        );
+    }
+
+    #[test]
+    fn cycle_is_reported_with_its_path() {
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, depends_on: [b]}\n- {id: b, queue: q, command: c, depends_on: [a]}\n",
+            "steps[0] (a).depends_on",
+            "dependency cycle: a -> b -> a",
+        );
+    }
+
+    #[test]
+    fn bad_duration_names_step_and_field() {
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 2, initial: 5x}}\n",
+            "steps[0] (a).retry.initial",
+            "'5x' is not a duration",
+        );
+    }
+
+    #[test]
+    fn missing_queue_and_command_are_named() {
+        check_error("steps:\n- {id: a, command: c}\n", "steps[0] (a).queue", "missing");
+        check_error("steps:\n- {id: a, queue: q}\n", "steps[0] (a).command", "missing");
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, compensate: {queue: q}}\n",
+            "steps[0] (a).compensate.command",
+            "missing",
+        );
+    }
+
+    #[test]
+    fn bad_expression_is_named_with_column() {
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, when: \"${{ params.x == }}\"}\n",
+            "steps[0] (a).when",
+            "column",
+        );
+    }
+
+    #[test]
+    fn expression_reading_a_step_that_is_not_upstream_is_rejected() {
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, depends_on: []}\n- {id: b, queue: q, command: c, depends_on: [], input: {x: '${{ steps.a.output.x }}'}}\n",
+            "steps[1] (b).input",
+            "not upstream",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c, input: {x: '${{ stepz.a }}'}}\n",
+            "steps[1] (b).input",
+            "unknown name 'stepz'",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c, input: {x: '${{ item }}'}}\n",
+            "steps[1] (b).input",
+            "unknown name 'item'",
+        );
+    }
+
+    #[test]
+    fn malformed_yaml_reports_line_and_column() {
+        let error = parse("steps:\n  - id: a\n   queue: [\n").unwrap_err();
+        assert!(
+            error.problems[0].field.starts_with("line "),
+            "got {error}"
+        );
+        assert!(error.problems[0].message.contains("malformed YAML"));
+    }
+
+    #[test]
+    fn unknown_field_is_rejected() {
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, qeue: x}\n",
+            "steps[0] (a)",
+            "unknown field `qeue`",
+        );
+    }
+
+    #[test]
+    fn name_in_document_must_match() {
+        check_error(
+            "name: other\nsteps:\n- {id: a, queue: q, command: c}\n",
+            "name",
+            "make them agree",
+        );
+    }
+
+    #[test]
+    fn exponential_backoff_doubles_and_caps() {
+        let policy = RetryPolicy {
+            max_attempts: 10,
+            backoff: Backoff::Exponential,
+            initial: Duration::from_secs(1),
+            max_interval: Duration::from_secs(10),
+            jitter: false,
+        };
+        let delays: Vec<u64> = (1..=6).map(|n| policy.delay(n, 0).as_millis()).collect();
+        assert_eq!(delays, vec![1000, 2000, 4000, 8000, 10000, 10000]);
+        assert_eq!(policy.delay(500, 0).as_millis(), 10000);
+    }
+
+    #[test]
+    fn jitter_stays_within_half_and_full_delay() {
+        let policy = RetryPolicy {
+            jitter: true,
+            initial: Duration::from_secs(4),
+            ..RetryPolicy::default()
+        };
+        for seed in [0, 1, 999, u64::MAX] {
+            let delay = policy.delay(1, seed).as_millis();
+            assert!((2000..=4000).contains(&delay), "{delay}");
+        }
+    }
+}

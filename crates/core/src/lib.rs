@@ -1,0 +1,17 @@
+//! The pure domain of Starbridge: workflow definitions and their validation, the expression
+//! language, the job and task state machines, and retry arithmetic.
+//!
+//! Architecture invariant: nothing in this crate does I/O, reads the clock or draws random
+//! numbers. Time and fresh ids are passed in (`machine::Ctx`), so every rule is testable as data.
+
+pub mod definition;
+pub mod expr;
+pub mod ids;
+pub mod machine;
+pub mod model;
+pub mod time;
+
+pub use definition::Workflow;
+pub use ids::{JobId, TaskId};
+pub use model::{Job, JobState, JobStatus, Task, TaskStatus};
+pub use time::{Duration, Timestamp};

@@ -1,0 +1,1043 @@
+//! The job state machine: `create_job` and `apply` take a job's state and an input and return the
+//! actions to persist. No I/O and no clock: `now` and fresh ids come in through `Ctx`.
+//!
+//! Rules (see DESIGN.md): a step becomes ready when all its dependencies are done (succeeded or
+//! skipped); a step whose dependencies were all skipped is skipped too; a failed attempt is retried
+//! after its backoff while attempts remain; a terminal failure or the job deadline winds the job
+//! down (nothing new is dispatched, running tasks finish), then compensations run one at a time:
+//! failed or interrupted tasks first, then succeeded ones in reverse order of completion.
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use serde_json::{Map, Value, json};
+
+use crate::definition::{Handler, Workflow};
+use crate::expr::{self, EvalError};
+use crate::ids::{IdSource, JobId};
+use crate::model::{
+    Action, ErrorKind, Event, EventKind, Input, Job, JobState, JobStatus, Rejection, Task,
+    TaskError, TaskKind, TaskStatus, WindDown,
+};
+use crate::time::Timestamp;
+
+/// Largest number of items a `for_each` may expand to.
+pub const MAX_FAN_OUT: usize = 10_000;
+
+/// What the engine passes in with every input.
+pub struct Ctx<'a> {
+    pub now: Timestamp,
+    pub ids: &'a mut dyn IdSource,
+}
+
+/// A job to create.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub id: JobId,
+    pub namespace: String,
+    pub version: u32,
+    pub params: Value,
+    pub key: Option<String>,
+    /// Overrides the workflow's default priority.
+    pub priority: Option<i32>,
+}
+
+/// Creates a job and its tasks and makes its first steps ready.
+pub fn create_job(workflow: &Workflow, new: NewJob, ctx: &mut Ctx<'_>) -> (JobState, Vec<Action>) {
+    let now = ctx.now;
+    let priority = new.priority.unwrap_or(workflow.priority);
+    let job = Job {
+        id: new.id.clone(),
+        namespace: new.namespace,
+        workflow: workflow.name.clone(),
+        version: new.version,
+        status: JobStatus::Running,
+        params: new.params,
+        key: new.key,
+        priority,
+        created_at: now,
+        started_at: Some(now),
+        ended_at: None,
+        deadline_at: workflow.timeout.map(|timeout| now.saturating_add(timeout)),
+        wind_down: None,
+        compensation_planned: false,
+        completions: 0,
+    };
+    let mut state = JobState {
+        job,
+        tasks: Vec::with_capacity(workflow.steps.len()),
+    };
+    for step in &workflow.steps {
+        let kind = if step.for_each.is_some() {
+            TaskKind::FanOut
+        } else {
+            TaskKind::Step
+        };
+        let task = new_task(&state.job, &mut state.tasks, ctx, kind, &step.id, &step.handler, priority + step.priority);
+        state.tasks.push(task);
+    }
+    let mut machine = Machine {
+        workflow,
+        state: &mut state,
+        now,
+        ids: ctx.ids,
+        actions: Vec::new(),
+    };
+    machine.actions.push(Action::SaveJob);
+    for task in &machine.state.tasks {
+        machine.actions.push(Action::SaveTask(task.id.clone()));
+    }
+    machine.record(EventKind::JobCreated, None, json!({"workflow": workflow.name, "version": new.version}));
+    machine.advance();
+    let actions = machine.actions;
+    (state, actions)
+}
+
+fn new_task(
+    job: &Job,
+    tasks: &mut [Task],
+    ctx: &mut Ctx<'_>,
+    kind: TaskKind,
+    step: &str,
+    handler: &Handler,
+    priority: i32,
+) -> Task {
+    Task {
+        id: ctx.ids.task_id(),
+        job_id: job.id.clone(),
+        seq: u32::try_from(tasks.len()).unwrap_or(u32::MAX),
+        kind,
+        step: step.to_owned(),
+        item: None,
+        compensates: None,
+        queue: handler.queue.clone(),
+        command: handler.command.clone(),
+        status: TaskStatus::Waiting,
+        priority,
+        attempt: 0,
+        checking: false,
+        available_at: None,
+        deadline_at: None,
+        lease_token: None,
+        lease_expires_at: None,
+        worker_id: None,
+        input: None,
+        output: None,
+        error: None,
+        progress: None,
+        logs: None,
+        created_at: ctx.now,
+        ready_at: None,
+        started_at: None,
+        ended_at: None,
+        completed_seq: None,
+    }
+}
+
+/// Applies one input to a job. On `Err` nothing changed.
+pub fn apply(
+    workflow: &Workflow,
+    state: &mut JobState,
+    input: Input,
+    ctx: &mut Ctx<'_>,
+) -> Result<Vec<Action>, Rejection> {
+    let mut machine = Machine {
+        workflow,
+        state,
+        now: ctx.now,
+        ids: ctx.ids,
+        actions: Vec::new(),
+    };
+    machine.apply(input)?;
+    machine.advance();
+    Ok(machine.actions)
+}
+
+struct Machine<'a> {
+    workflow: &'a Workflow,
+    state: &'a mut JobState,
+    now: Timestamp,
+    ids: &'a mut dyn IdSource,
+    actions: Vec<Action>,
+}
+
+impl Machine<'_> {
+    fn record(&mut self, kind: EventKind, task: Option<usize>, detail: Value) {
+        let (task_id, attempt, worker) = match task {
+            Some(index) => {
+                let task = &self.state.tasks[index];
+                (
+                    Some(task.id.clone()),
+                    (task.attempt > 0).then_some(task.attempt),
+                    task.worker_id.clone(),
+                )
+            }
+            None => (None, None, None),
+        };
+        self.actions.push(Action::Record(Event {
+            at: self.now,
+            kind,
+            task: task_id,
+            attempt,
+            worker,
+            detail,
+        }));
+    }
+
+    fn save_task(&mut self, index: usize) {
+        self.actions
+            .push(Action::SaveTask(self.state.tasks[index].id.clone()));
+    }
+
+    fn save_job(&mut self) {
+        self.actions.push(Action::SaveJob);
+    }
+
+    fn handler(&self, index: usize) -> &Handler {
+        let task = &self.state.tasks[index];
+        let step = &self.workflow.steps[self
+            .workflow
+            .step_index(&task.step)
+            .expect("tasks are made from the workflow's steps")];
+        match task.kind {
+            TaskKind::Compensation => step
+                .compensate
+                .as_ref()
+                .expect("compensation tasks are made only for steps with `compensate`"),
+            _ => &step.handler,
+        }
+    }
+
+    /// Finds a running task and checks its lease token.
+    fn leased(&self, id: &crate::ids::TaskId, lease_token: &str) -> Result<usize, Rejection> {
+        let index = self
+            .state
+            .position(id)
+            .ok_or_else(|| Rejection::UnknownTask(id.clone()))?;
+        let task = &self.state.tasks[index];
+        if task.status != TaskStatus::Running || task.lease_token.as_deref() != Some(lease_token) {
+            return Err(Rejection::StaleLease {
+                status: task.status,
+            });
+        }
+        Ok(index)
+    }
+
+    fn apply(&mut self, input: Input) -> Result<(), Rejection> {
+        match input {
+            Input::Claim {
+                task,
+                worker,
+                lease_token,
+            } => {
+                let index = self
+                    .state
+                    .position(&task)
+                    .ok_or_else(|| Rejection::UnknownTask(task.clone()))?;
+                let status = self.state.tasks[index].status;
+                let available = self.state.tasks[index]
+                    .available_at
+                    .is_none_or(|at| at <= self.now);
+                if status != TaskStatus::Ready || !available {
+                    return Err(Rejection::NotReady { task, status });
+                }
+                let dispatching = match self.state.tasks[index].kind {
+                    TaskKind::Compensation => self.state.job.status == JobStatus::Compensating,
+                    _ => self.state.job.status == JobStatus::Running,
+                };
+                if !dispatching {
+                    return Err(Rejection::JobNotDispatching(self.state.job.status));
+                }
+                let lease = self.handler(index).timeout;
+                let now = self.now;
+                let task = &mut self.state.tasks[index];
+                if !task.checking {
+                    task.attempt += 1;
+                }
+                task.status = TaskStatus::Running;
+                task.lease_token = Some(lease_token);
+                task.lease_expires_at = Some(now.saturating_add(lease));
+                task.worker_id = Some(worker);
+                task.started_at.get_or_insert(now);
+                let continuing = task.checking;
+                self.save_task(index);
+                self.record(
+                    EventKind::TaskClaimed,
+                    Some(index),
+                    json!({"continues_check": continuing}),
+                );
+            }
+            Input::Heartbeat {
+                task,
+                lease_token,
+                progress,
+            } => {
+                let index = self.leased(&task, &lease_token)?;
+                let lease = self.handler(index).timeout;
+                let task = &mut self.state.tasks[index];
+                task.lease_expires_at = Some(self.now.saturating_add(lease));
+                if progress.is_some() {
+                    task.progress = progress;
+                }
+                self.save_task(index);
+            }
+            Input::Complete {
+                task,
+                lease_token,
+                output,
+                logs,
+            } => {
+                let index = self.leased(&task, &lease_token)?;
+                self.state.tasks[index].logs = logs;
+                self.succeed(index, output);
+            }
+            Input::Fail {
+                task,
+                lease_token,
+                error,
+                logs,
+            } => {
+                let index = self.leased(&task, &lease_token)?;
+                self.state.tasks[index].logs = logs;
+                self.attempt_failed(
+                    index,
+                    TaskError {
+                        message: error.message,
+                        retryable: error.retryable,
+                        kind: ErrorKind::Handler,
+                    },
+                );
+            }
+            Input::CheckLater {
+                task,
+                lease_token,
+                after,
+                progress,
+            } => {
+                let index = self.leased(&task, &lease_token)?;
+                if progress.is_some() {
+                    self.state.tasks[index].progress = progress;
+                }
+                if self.state.tasks[index].kind != TaskKind::Compensation
+                    && self.state.job.status != JobStatus::Running
+                {
+                    self.clear_lease(index);
+                    self.cancel(index, "the job is winding down; the task asked to be checked later");
+                    return Ok(());
+                }
+                let now = self.now;
+                let task = &mut self.state.tasks[index];
+                task.status = TaskStatus::Ready;
+                task.checking = true;
+                task.available_at = Some(now.saturating_add(after));
+                task.lease_token = None;
+                task.lease_expires_at = None;
+                let detail = json!({"after_ms": after.as_millis(), "available_at": task.available_at});
+                self.save_task(index);
+                self.record(EventKind::TaskCheckLater, Some(index), detail);
+                self.wake(index);
+            }
+            Input::Tick => self.tick(),
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self) {
+        let now = self.now;
+        if let Some(deadline) = self.state.job.deadline_at
+            && deadline <= now
+            && self.state.job.status == JobStatus::Running
+        {
+            self.record(EventKind::JobTimedOut, None, json!({"deadline_at": deadline}));
+            self.wind_down(WindDown::TimedOut);
+        }
+        for index in 0..self.state.tasks.len() {
+            let task = &self.state.tasks[index];
+            let active = matches!(task.status, TaskStatus::Ready | TaskStatus::Running);
+            if active
+                && task.kind != TaskKind::Compensation
+                && task.deadline_at.is_some_and(|deadline| deadline <= now)
+            {
+                let message = format!(
+                    "step timeout of {} passed",
+                    self.workflow.steps[self.workflow.step_index(&task.step).unwrap_or(0)]
+                        .step_timeout
+                        .unwrap_or_default()
+                );
+                self.record(EventKind::TaskTimedOut, Some(index), json!({"message": message}));
+                self.fail_terminally(
+                    index,
+                    TaskError {
+                        message,
+                        retryable: false,
+                        kind: ErrorKind::StepTimeout,
+                    },
+                );
+                continue;
+            }
+            let task = &self.state.tasks[index];
+            if task.status == TaskStatus::Running
+                && task.lease_expires_at.is_some_and(|expiry| expiry <= now)
+            {
+                let message = format!(
+                    "lease expired: worker {} sent no heartbeat or result in time",
+                    task.worker_id.as_deref().unwrap_or("?")
+                );
+                self.record(EventKind::TaskLeaseExpired, Some(index), json!({"message": message}));
+                self.attempt_failed(
+                    index,
+                    TaskError {
+                        message,
+                        retryable: true,
+                        kind: ErrorKind::LeaseExpired,
+                    },
+                );
+            }
+        }
+    }
+
+    fn wake(&mut self, index: usize) {
+        let queue = self.state.tasks[index].queue.clone();
+        if !self
+            .actions
+            .iter()
+            .any(|action| matches!(action, Action::Wake { queue: q } if *q == queue))
+        {
+            self.actions.push(Action::Wake { queue });
+        }
+    }
+
+    fn clear_lease(&mut self, index: usize) {
+        let task = &mut self.state.tasks[index];
+        task.lease_token = None;
+        task.lease_expires_at = None;
+    }
+
+    fn succeed(&mut self, index: usize, output: Value) {
+        self.clear_lease(index);
+        let now = self.now;
+        let seq = self.state.job.completions;
+        self.state.job.completions += 1;
+        let task = &mut self.state.tasks[index];
+        task.status = TaskStatus::Succeeded;
+        task.output = Some(output);
+        task.error = None;
+        task.checking = false;
+        task.ended_at = Some(now);
+        task.completed_seq = Some(seq);
+        self.save_task(index);
+        self.save_job();
+        self.record(EventKind::TaskSucceeded, Some(index), json!({}));
+    }
+
+    /// An attempt failed: retry after backoff if allowed, else fail the task for good.
+    fn attempt_failed(&mut self, index: usize, error: TaskError) {
+        self.clear_lease(index);
+        let policy = self.handler(index).retry;
+        let task = &self.state.tasks[index];
+        let moving_on = match task.kind {
+            TaskKind::Compensation => true,
+            _ => self.state.job.status == JobStatus::Running,
+        };
+        if error.retryable && task.attempt < policy.max_attempts && moving_on {
+            let mut hasher = DefaultHasher::new();
+            (task.id.as_str(), task.attempt).hash(&mut hasher);
+            let delay = policy.delay(task.attempt, hasher.finish());
+            let retry_at = self.now.saturating_add(delay);
+            let detail = json!({
+                "message": error.message,
+                "kind": error.kind,
+                "retry_at": retry_at,
+                "attempts_left": policy.max_attempts - task.attempt,
+            });
+            self.record(EventKind::TaskFailed, Some(index), detail);
+            let task = &mut self.state.tasks[index];
+            task.status = TaskStatus::Ready;
+            task.checking = false;
+            task.available_at = Some(retry_at);
+            task.error = Some(error);
+            self.save_task(index);
+            self.record(
+                EventKind::TaskRetryScheduled,
+                Some(index),
+                json!({"retry_at": retry_at, "delay_ms": delay.as_millis()}),
+            );
+            self.wake(index);
+        } else {
+            self.fail_terminally(index, error);
+        }
+    }
+
+    fn fail_terminally(&mut self, index: usize, error: TaskError) {
+        self.clear_lease(index);
+        let now = self.now;
+        let detail = json!({"message": error.message, "kind": error.kind, "terminal": true});
+        let task = &mut self.state.tasks[index];
+        task.status = TaskStatus::Failed;
+        task.checking = false;
+        task.ended_at = Some(now);
+        let message = error.message.clone();
+        task.error = Some(error);
+        let kind = task.kind;
+        let step = task.step.clone();
+        let id = task.id.clone();
+        self.save_task(index);
+        self.record(EventKind::TaskFailed, Some(index), detail);
+        match kind {
+            TaskKind::Compensation => {
+                self.finish_job(
+                    JobStatus::CompensationFailed,
+                    EventKind::JobCompensationFailed,
+                    json!({"task": id, "step": step, "message": message}),
+                );
+            }
+            _ => {
+                if kind == TaskKind::Item
+                    && let Some(parent) = self.fan_out_parent(&step)
+                    && !self.state.tasks[parent].status.is_terminal()
+                {
+                    let parent_error = self.state.tasks[index].error.clone();
+                    let item = self.state.tasks[index].item;
+                    let task = &mut self.state.tasks[parent];
+                    task.status = TaskStatus::Failed;
+                    task.ended_at = Some(now);
+                    task.error = parent_error.map(|mut e| {
+                        e.message = format!("item {} failed: {}", item.unwrap_or(0), e.message);
+                        e
+                    });
+                    self.save_task(parent);
+                }
+                self.wind_down(WindDown::StepFailed {
+                    task: id,
+                    step,
+                    message,
+                });
+            }
+        }
+    }
+
+    fn fan_out_parent(&self, step: &str) -> Option<usize> {
+        self.state
+            .tasks
+            .iter()
+            .position(|task| task.kind == TaskKind::FanOut && task.step == step)
+    }
+
+    /// Stops the job going forward: cancels what has not started; running tasks finish.
+    fn wind_down(&mut self, reason: WindDown) {
+        if self.state.job.wind_down.is_some() || self.state.job.status.is_terminal() {
+            return;
+        }
+        self.state.job.wind_down = Some(reason.clone());
+        self.state.job.status = JobStatus::Compensating;
+        self.save_job();
+        self.record(
+            EventKind::JobCompensating,
+            None,
+            serde_json::to_value(&reason).unwrap_or(Value::Null),
+        );
+        for index in 0..self.state.tasks.len() {
+            let task = &self.state.tasks[index];
+            if task.kind != TaskKind::Compensation
+                && matches!(task.status, TaskStatus::Waiting | TaskStatus::Ready)
+            {
+                self.cancel(index, "the job is winding down");
+            }
+        }
+    }
+
+    fn cancel(&mut self, index: usize, reason: &str) {
+        let now = self.now;
+        let task = &mut self.state.tasks[index];
+        task.status = TaskStatus::Cancelled;
+        task.ended_at = Some(now);
+        task.checking = false;
+        self.save_task(index);
+        self.record(EventKind::TaskCancelled, Some(index), json!({"reason": reason}));
+    }
+
+    fn finish_job(&mut self, status: JobStatus, kind: EventKind, detail: Value) {
+        let job = &mut self.state.job;
+        job.status = status;
+        job.ended_at = Some(self.now);
+        self.save_job();
+        self.record(kind, None, detail);
+    }
+
+    /// Moves the job forward until nothing more changes.
+    fn advance(&mut self) {
+        loop {
+            let changed = match self.state.job.status {
+                JobStatus::Running => self.plan_steps(),
+                JobStatus::Compensating => self.plan_compensation(),
+                _ => false,
+            };
+            if !changed {
+                break;
+            }
+        }
+    }
+
+    fn context(&self) -> Value {
+        let job = &self.state.job;
+        let mut steps = Map::new();
+        for task in &self.state.tasks {
+            if matches!(task.kind, TaskKind::Step | TaskKind::FanOut) && task.status.is_done() {
+                steps.insert(
+                    task.step.clone(),
+                    json!({"status": task.status, "output": task.output.clone().unwrap_or(Value::Null)}),
+                );
+            }
+        }
+        json!({
+            "params": job.params,
+            "job": {
+                "id": job.id,
+                "namespace": job.namespace,
+                "workflow": job.workflow,
+                "version": job.version,
+                "key": job.key,
+                "priority": job.priority,
+            },
+            "steps": steps,
+        })
+    }
+
+    fn expression_failure(&mut self, index: usize, field: &str, error: impl std::fmt::Display) {
+        let message = format!("{field}: {error}");
+        self.fail_terminally(
+            index,
+            TaskError {
+                message,
+                retryable: false,
+                kind: ErrorKind::Expression,
+            },
+        );
+    }
+
+    fn make_ready(&mut self, index: usize, input: Value) {
+        let now = self.now;
+        let task = &mut self.state.tasks[index];
+        task.status = TaskStatus::Ready;
+        task.input = Some(input);
+        task.available_at = Some(now);
+        task.ready_at = Some(now);
+        self.save_task(index);
+        self.record(EventKind::TaskReady, Some(index), json!({}));
+        self.wake(index);
+    }
+
+    fn skip(&mut self, index: usize, reason: &str) {
+        let now = self.now;
+        let task = &mut self.state.tasks[index];
+        task.status = TaskStatus::Skipped;
+        task.ended_at = Some(now);
+        self.save_task(index);
+        self.record(EventKind::TaskSkipped, Some(index), json!({"reason": reason}));
+    }
+
+    /// Readies steps whose dependencies are done, expands fan-outs, finishes the job.
+    /// Returns whether anything changed.
+    fn plan_steps(&mut self) -> bool {
+        let mut changed = false;
+        let by_step: BTreeMap<&str, usize> = self
+            .state
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, task)| matches!(task.kind, TaskKind::Step | TaskKind::FanOut))
+            .map(|(index, task)| (task.step.as_str(), index))
+            .collect();
+        let mut waiting = Vec::new();
+        for (step_index, step) in self.workflow.steps.iter().enumerate() {
+            let Some(&task_index) = by_step.get(step.id.as_str()) else { continue };
+            if self.state.tasks[task_index].status != TaskStatus::Waiting {
+                continue;
+            }
+            let statuses: Vec<TaskStatus> = step
+                .depends_on
+                .iter()
+                .filter_map(|&d| by_step.get(self.workflow.steps[d].id.as_str()))
+                .map(|&d| self.state.tasks[d].status)
+                .collect();
+            if statuses.iter().all(|status| status.is_done()) {
+                let all_skipped =
+                    !statuses.is_empty() && statuses.iter().all(|s| *s == TaskStatus::Skipped);
+                waiting.push((step_index, task_index, all_skipped));
+            }
+        }
+        for (step_index, task_index, all_skipped) in waiting {
+            if self.state.job.status != JobStatus::Running {
+                return true;
+            }
+            changed = true;
+            if all_skipped {
+                self.skip(task_index, "every dependency was skipped");
+                continue;
+            }
+            let step = &self.workflow.steps[step_index];
+            let context = self.context();
+            if let Some(when) = &step.when {
+                match when.eval(&context) {
+                    Ok(value) if !expr::truthy(&value) => {
+                        self.skip(task_index, "condition `when` is false");
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(error) => {
+                        self.expression_failure(task_index, "when", error);
+                        continue;
+                    }
+                }
+            }
+            let deadline = step.step_timeout.map(|timeout| self.now.saturating_add(timeout));
+            self.state.tasks[task_index].deadline_at = deadline;
+            if let Some(for_each) = &step.for_each {
+                let items = match for_each.eval(&context) {
+                    Ok(Value::Array(items)) if items.len() <= MAX_FAN_OUT => items,
+                    Ok(Value::Array(items)) => {
+                        self.expression_failure(
+                            task_index,
+                            "for_each",
+                            format!(
+                                "{} items is more than the limit of {MAX_FAN_OUT}",
+                                items.len()
+                            ),
+                        );
+                        continue;
+                    }
+                    Ok(other) => {
+                        self.expression_failure(
+                            task_index,
+                            "for_each",
+                            format!("expected a list, got {}", type_name(&other)),
+                        );
+                        continue;
+                    }
+                    Err(error) => {
+                        self.expression_failure(task_index, "for_each", error);
+                        continue;
+                    }
+                };
+                self.expand(step_index, task_index, items, context);
+            } else {
+                let input = match &step.handler.input {
+                    Some(template) => template.render(&context),
+                    None => Ok(self.state.job.params.clone()),
+                };
+                match input {
+                    Ok(input) => self.make_ready(task_index, input),
+                    Err(error) => self.expression_failure(task_index, "input", error),
+                }
+            }
+        }
+        changed |= self.progress_fan_outs();
+        if self.state.job.status == JobStatus::Running
+            && self
+                .state
+                .tasks
+                .iter()
+                .filter(|task| matches!(task.kind, TaskKind::Step | TaskKind::FanOut))
+                .all(|task| task.status.is_done())
+        {
+            self.finish_job(JobStatus::Succeeded, EventKind::JobSucceeded, json!({}));
+            changed = true;
+        }
+        changed
+    }
+
+    /// Creates one item task per element; they start waiting and `progress_fan_outs` readies
+    /// them within the step's concurrency.
+    fn expand(&mut self, step_index: usize, parent: usize, items: Vec<Value>, context: Value) {
+        let step = &self.workflow.steps[step_index];
+        let now = self.now;
+        let count = items.len();
+        {
+            let task = &mut self.state.tasks[parent];
+            task.status = TaskStatus::Running;
+            task.ready_at = Some(now);
+            task.started_at = Some(now);
+        }
+        self.save_task(parent);
+        self.record(EventKind::FanOutExpanded, Some(parent), json!({"items": count}));
+        let mut context = context;
+        let priority = self.state.tasks[parent].priority;
+        let deadline = self.state.tasks[parent].deadline_at;
+        for (position, item) in items.into_iter().enumerate() {
+            let position_u32 = u32::try_from(position).unwrap_or(u32::MAX);
+            let input = match &step.handler.input {
+                Some(template) => {
+                    context["item"] = item;
+                    context["index"] = Value::from(position);
+                    template.render(&context)
+                }
+                None => Ok(item),
+            };
+            let mut ctx = Ctx {
+                now,
+                ids: &mut *self.ids,
+            };
+            let mut task = new_task(
+                &self.state.job,
+                &mut self.state.tasks,
+                &mut ctx,
+                TaskKind::Item,
+                &step.id,
+                &step.handler,
+                priority,
+            );
+            task.item = Some(position_u32);
+            task.deadline_at = deadline;
+            self.state.tasks.push(task);
+            let index = self.state.tasks.len() - 1;
+            self.save_task(index);
+            match input {
+                Ok(input) => self.state.tasks[index].input = Some(input),
+                Err(error) => {
+                    self.expression_failure(index, "input", error);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Readies fan-out items within concurrency and finishes fan-outs whose items are all done.
+    fn progress_fan_outs(&mut self) -> bool {
+        let mut changed = false;
+        let parents: Vec<usize> = self
+            .state
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, task)| task.kind == TaskKind::FanOut && task.status == TaskStatus::Running)
+            .map(|(index, _)| index)
+            .collect();
+        for parent in parents {
+            let step = self.state.tasks[parent].step.clone();
+            let limit = self.workflow.steps[self.workflow.step_index(&step).unwrap_or(0)]
+                .concurrency
+                .map_or(usize::MAX, |c| c as usize);
+            let items: Vec<usize> = self
+                .state
+                .tasks
+                .iter()
+                .enumerate()
+                .filter(|(_, task)| task.kind == TaskKind::Item && task.step == step)
+                .map(|(index, _)| index)
+                .collect();
+            let mut active = items
+                .iter()
+                .filter(|&&i| {
+                    matches!(
+                        self.state.tasks[i].status,
+                        TaskStatus::Ready | TaskStatus::Running
+                    )
+                })
+                .count();
+            if self.state.job.status == JobStatus::Running {
+                for &item in &items {
+                    if active >= limit {
+                        break;
+                    }
+                    if self.state.tasks[item].status == TaskStatus::Waiting {
+                        let input = self.state.tasks[item].input.clone().unwrap_or(Value::Null);
+                        self.make_ready(item, input);
+                        active += 1;
+                        changed = true;
+                    }
+                }
+            }
+            let statuses: Vec<TaskStatus> = items.iter().map(|&i| self.state.tasks[i].status).collect();
+            if statuses.iter().all(|s| s.is_terminal()) {
+                let now = self.now;
+                let all_succeeded = statuses.iter().all(|s| *s == TaskStatus::Succeeded);
+                let outputs: Vec<Value> = items
+                    .iter()
+                    .map(|&i| self.state.tasks[i].output.clone().unwrap_or(Value::Null))
+                    .collect();
+                let task = &mut self.state.tasks[parent];
+                task.ended_at = Some(now);
+                if all_succeeded {
+                    task.status = TaskStatus::Succeeded;
+                    task.output = Some(Value::Array(outputs));
+                    self.save_task(parent);
+                    self.record(EventKind::TaskSucceeded, Some(parent), json!({"items": items.len()}));
+                } else {
+                    task.status = if statuses.contains(&TaskStatus::Failed) {
+                        TaskStatus::Failed
+                    } else {
+                        TaskStatus::Cancelled
+                    };
+                    self.save_task(parent);
+                }
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// While compensating: waits for running tasks, plans compensations once, runs them one at a
+    /// time, and ends the job. Returns whether anything changed.
+    fn plan_compensation(&mut self) -> bool {
+        let mut changed = self.progress_fan_outs();
+        let forward_running = self.state.tasks.iter().any(|task| {
+            task.kind != TaskKind::Compensation
+                && matches!(task.status, TaskStatus::Running | TaskStatus::Ready)
+        });
+        if forward_running {
+            return changed;
+        }
+        if !self.state.job.compensation_planned {
+            self.plan_compensation_tasks();
+            changed = true;
+        }
+        let compensations: Vec<usize> = self
+            .state
+            .tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, task)| task.kind == TaskKind::Compensation)
+            .map(|(index, _)| index)
+            .collect();
+        if compensations.iter().any(|&i| {
+            matches!(
+                self.state.tasks[i].status,
+                TaskStatus::Ready | TaskStatus::Running | TaskStatus::Failed
+            )
+        }) {
+            return changed;
+        }
+        match compensations
+            .iter()
+            .copied()
+            .find(|&i| self.state.tasks[i].status == TaskStatus::Waiting)
+        {
+            Some(next) => {
+                match self.compensation_input(next) {
+                    Ok(input) => self.make_ready(next, input),
+                    Err(error) => self.expression_failure(next, "compensate.input", error),
+                }
+                true
+            }
+            None => {
+                let (status, kind) = match self.state.job.wind_down {
+                    Some(WindDown::TimedOut) => (JobStatus::TimedOut, EventKind::JobFailed),
+                    _ => (JobStatus::Failed, EventKind::JobFailed),
+                };
+                let detail = serde_json::to_value(&self.state.job.wind_down).unwrap_or(Value::Null);
+                self.finish_job(status, kind, json!({"status": status, "cause": detail}));
+                true
+            }
+        }
+    }
+
+    /// Creates the compensation tasks in the order they will run: tasks that failed or were
+    /// interrupted after starting (the trigger first), then succeeded tasks in reverse order of
+    /// completion. Steps without `compensate` are passed over.
+    fn plan_compensation_tasks(&mut self) {
+        self.state.job.compensation_planned = true;
+        self.save_job();
+        let trigger = match &self.state.job.wind_down {
+            Some(WindDown::StepFailed { task, .. }) => Some(task.clone()),
+            _ => None,
+        };
+        let has_compensation = |task: &Task| {
+            self.workflow
+                .step_index(&task.step)
+                .is_some_and(|i| self.workflow.steps[i].compensate.is_some())
+        };
+        let mut interrupted: Vec<&Task> = self
+            .state
+            .tasks
+            .iter()
+            .filter(|task| matches!(task.kind, TaskKind::Step | TaskKind::Item))
+            .filter(|task| matches!(task.status, TaskStatus::Failed | TaskStatus::Cancelled))
+            .filter(|task| task.attempt > 0 && has_compensation(task))
+            .collect();
+        interrupted.sort_by_key(|task| {
+            (
+                Some(&task.id) != trigger.as_ref(),
+                std::cmp::Reverse(task.ended_at),
+                std::cmp::Reverse(task.seq),
+            )
+        });
+        let mut succeeded: Vec<&Task> = self
+            .state
+            .tasks
+            .iter()
+            .filter(|task| matches!(task.kind, TaskKind::Step | TaskKind::Item))
+            .filter(|task| task.status == TaskStatus::Succeeded && has_compensation(task))
+            .collect();
+        succeeded.sort_by_key(|task| std::cmp::Reverse(task.completed_seq));
+        let sources: Vec<(String, crate::ids::TaskId, i32)> = interrupted
+            .into_iter()
+            .chain(succeeded)
+            .map(|task| (task.step.clone(), task.id.clone(), task.priority))
+            .collect();
+        let planned: Vec<Value> = sources.iter().map(|(_, id, _)| json!(id)).collect();
+        for (step, source, priority) in sources {
+            let step_index = self.workflow.step_index(&step).unwrap_or(0);
+            let Some(handler) = self.workflow.steps[step_index].compensate.as_ref() else {
+                continue;
+            };
+            let mut ctx = Ctx {
+                now: self.now,
+                ids: &mut *self.ids,
+            };
+            let mut task = new_task(
+                &self.state.job,
+                &mut self.state.tasks,
+                &mut ctx,
+                TaskKind::Compensation,
+                &step,
+                handler,
+                priority,
+            );
+            let source_item = self.state.task(&source).and_then(|t| t.item);
+            task.item = source_item;
+            task.compensates = Some(source);
+            self.state.tasks.push(task);
+            self.save_task(self.state.tasks.len() - 1);
+        }
+        self.record(EventKind::CompensationPlanned, None, json!({"undo": planned}));
+    }
+
+    fn compensation_input(&self, index: usize) -> Result<Value, EvalError> {
+        let task = &self.state.tasks[index];
+        let source = task
+            .compensates
+            .as_ref()
+            .and_then(|id| self.state.task(id));
+        let undone = json!({
+            "id": source.map(|s| s.id.clone()),
+            "step": task.step,
+            "item": source.and_then(|s| s.item),
+            "status": source.map(|s| s.status),
+            "input": source.and_then(|s| s.input.clone()),
+            "output": source.and_then(|s| s.output.clone()),
+            "error": source.and_then(|s| s.error.clone()),
+        });
+        match &self.handler(index).input {
+            Some(template) => {
+                let mut context = self.context();
+                context["task"] = undone;
+                template.render(&context)
+            }
+            None => Ok(undone),
+        }
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,792 @@
+//! State machine tests: scenarios as data, plus property tests over random DAGs.
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::ids::{SequentialIds, TaskId};
+use crate::model::{EventKind, ReportedError};
+use crate::time::Duration;
+
+/// A job driven by hand: claims and reports by step id, with a controllable clock.
+struct Sim {
+    workflow: Workflow,
+    state: JobState,
+    ids: SequentialIds,
+    now: Timestamp,
+    events: Vec<Event>,
+    leases: u32,
+}
+
+impl Sim {
+    fn new(yaml: &str, params: Value) -> Sim {
+        let workflow = Workflow::from_document("test", yaml).expect("valid definition");
+        let mut ids = SequentialIds::default();
+        let now = Timestamp(1_000_000);
+        let (state, actions) = create_job(
+            &workflow,
+            NewJob {
+                id: JobId::from_unique("1"),
+                namespace: "default".into(),
+                version: 1,
+                params,
+                key: None,
+                priority: None,
+            },
+            &mut Ctx { now, ids: &mut ids },
+        );
+        let mut sim = Sim {
+            workflow,
+            state,
+            ids,
+            now,
+            events: Vec::new(),
+            leases: 0,
+        };
+        sim.absorb(actions);
+        sim
+    }
+
+    fn absorb(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            if let Action::Record(event) = action {
+                self.events.push(event);
+            }
+        }
+    }
+
+    fn apply(&mut self, input: Input) -> Result<(), Rejection> {
+        let actions = apply(
+            &self.workflow,
+            &mut self.state,
+            input,
+            &mut Ctx {
+                now: self.now,
+                ids: &mut self.ids,
+            },
+        )?;
+        self.absorb(actions);
+        Ok(())
+    }
+
+    fn advance(&mut self, by: Duration) {
+        self.now = self.now.saturating_add(by);
+        self.apply(Input::Tick).unwrap();
+    }
+
+    fn ready(&self) -> Vec<TaskId> {
+        let mut ready: Vec<&Task> = self
+            .state
+            .tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Ready && t.available_at.is_none_or(|a| a <= self.now))
+            .collect();
+        ready.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.available_at, t.id.clone()));
+        ready.into_iter().map(|t| t.id.clone()).collect()
+    }
+
+    fn find(&self, step: &str, kind: TaskKind) -> &Task {
+        self.state
+            .tasks
+            .iter()
+            .find(|t| t.step == step && t.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} task for step {step}"))
+    }
+
+    fn status(&self, step: &str) -> TaskStatus {
+        self.state
+            .tasks
+            .iter()
+            .find(|t| t.step == step && matches!(t.kind, TaskKind::Step | TaskKind::FanOut))
+            .unwrap()
+            .status
+    }
+
+    /// Claims the ready task of `step` (of any kind but fan-out parents) and returns its token.
+    fn claim_task(&mut self, id: &TaskId) -> String {
+        self.leases += 1;
+        let token = format!("lease-{}", self.leases);
+        self.apply(Input::Claim {
+            task: id.clone(),
+            worker: "w1".into(),
+            lease_token: token.clone(),
+        })
+        .unwrap();
+        token
+    }
+
+    fn claim(&mut self, step: &str) -> (TaskId, String) {
+        let id = self
+            .ready()
+            .into_iter()
+            .find(|id| self.state.task(id).unwrap().step == step)
+            .unwrap_or_else(|| panic!("step {step} is not ready: {:?}", self.summary()));
+        let token = self.claim_task(&id);
+        (id, token)
+    }
+
+    fn complete(&mut self, step: &str, output: Value) {
+        let (task, lease_token) = self.claim(step);
+        self.apply(Input::Complete {
+            task,
+            lease_token,
+            output,
+            logs: None,
+        })
+        .unwrap();
+    }
+
+    fn fail(&mut self, step: &str, retryable: bool) {
+        let (task, lease_token) = self.claim(step);
+        self.apply(Input::Fail {
+            task,
+            lease_token,
+            error: ReportedError {
+                message: format!("{step} broke"),
+                retryable,
+            },
+            logs: None,
+        })
+        .unwrap();
+    }
+
+    fn summary(&self) -> Vec<String> {
+        self.state
+            .tasks
+            .iter()
+            .map(|t| format!("{}/{}/{:?}={}", t.step, t.kind, t.item, t.status))
+            .collect()
+    }
+
+    fn event_kinds(&self) -> Vec<EventKind> {
+        self.events.iter().map(|e| e.kind).collect()
+    }
+
+    /// Steps of compensation tasks in the order they were claimed.
+    fn compensation_order(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .filter(|e| e.kind == EventKind::TaskClaimed)
+            .filter_map(|e| e.task.as_ref().and_then(|id| self.state.task(id)))
+            .filter(|t| t.kind == TaskKind::Compensation)
+            .map(|t| t.step.clone())
+            .collect()
+    }
+}
+
+const SEQUENCE: &str = "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c}\n- {id: c, queue: q, command: c}\n";
+
+#[test]
+fn sequence_runs_one_step_after_another() {
+    let mut sim = Sim::new(SEQUENCE, json!({}));
+    assert_eq!(sim.ready().len(), 1);
+    sim.complete("a", json!({"n": 1}));
+    assert_eq!(sim.status("b"), TaskStatus::Ready);
+    assert_eq!(sim.status("c"), TaskStatus::Waiting);
+    sim.complete("b", json!({}));
+    sim.complete("c", json!({}));
+    assert_eq!(sim.state.job.status, JobStatus::Succeeded);
+    assert_eq!(sim.event_kinds().last(), Some(&EventKind::JobSucceeded));
+}
+
+#[test]
+fn roots_and_dag_branches_are_ready_together() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c, depends_on: [a]}\n- {id: c, queue: q, command: c, depends_on: [a]}\n- {id: d, queue: q, command: c, depends_on: [b, c]}\n- {id: e, queue: q, command: c, depends_on: []}\n",
+        json!({}),
+    );
+    assert_eq!(sim.ready().len(), 2, "a and the root e");
+    sim.complete("a", json!({}));
+    assert_eq!(sim.status("b"), TaskStatus::Ready);
+    assert_eq!(sim.status("c"), TaskStatus::Ready);
+    sim.complete("b", json!({}));
+    assert_eq!(sim.status("d"), TaskStatus::Waiting, "join waits for c");
+    sim.complete("c", json!({}));
+    assert_eq!(sim.status("d"), TaskStatus::Ready);
+}
+
+#[test]
+fn input_template_reads_params_and_upstream_output_keeping_types() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, input: {size: '${{ params.size }}'}}\n- {id: b, queue: q, command: c, input: {path: '${{ steps.a.output.path }}', label: 'job-${{ params.size }}', all: '${{ steps.a.output }}'}}\n",
+        json!({"size": 20}),
+    );
+    assert_eq!(sim.find("a", TaskKind::Step).input, Some(json!({"size": 20})));
+    sim.complete("a", json!({"path": "/data/x", "n": [1, 2]}));
+    assert_eq!(
+        sim.find("b", TaskKind::Step).input,
+        Some(json!({"path": "/data/x", "label": "job-20", "all": {"path": "/data/x", "n": [1, 2]}}))
+    );
+}
+
+#[test]
+fn step_without_input_template_gets_the_job_params() {
+    let sim = Sim::new(SEQUENCE, json!({"x": 1}));
+    assert_eq!(sim.find("a", TaskKind::Step).input, Some(json!({"x": 1})));
+}
+
+#[test]
+fn false_condition_skips_and_all_skipped_dependencies_propagate() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, when: '${{ params.go }}'}\n- {id: b, queue: q, command: c}\n- {id: c, queue: q, command: c, depends_on: []}\n- {id: d, queue: q, command: c, depends_on: [b, c]}\n",
+        json!({"go": false}),
+    );
+    assert_eq!(sim.status("a"), TaskStatus::Skipped);
+    assert_eq!(sim.status("b"), TaskStatus::Skipped, "its only dependency was skipped");
+    assert_eq!(sim.status("d"), TaskStatus::Waiting);
+    sim.complete("c", json!({}));
+    assert_eq!(sim.status("d"), TaskStatus::Ready, "one dependency ran, so the join runs");
+    sim.complete("d", json!({}));
+    assert_eq!(sim.state.job.status, JobStatus::Succeeded);
+}
+
+#[test]
+fn true_condition_runs_the_step() {
+    let sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, when: \"params.env == 'prod'\"}\n",
+        json!({"env": "prod"}),
+    );
+    assert_eq!(sim.status("a"), TaskStatus::Ready);
+}
+
+#[test]
+fn fan_out_makes_one_task_per_item_within_concurrency_and_gathers_outputs() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: list, queue: q, command: c}\n- {id: each, queue: q, command: c, for_each: '${{ steps.list.output.hosts }}', concurrency: 2, input: {host: '${{ item }}', n: '${{ index }}'}}\n- {id: after, queue: q, command: c, input: {all: '${{ steps.each.output }}'}}\n",
+        json!({}),
+    );
+    sim.complete("list", json!({"hosts": ["h0", "h1", "h2"]}));
+    let items: Vec<&Task> = sim.state.tasks.iter().filter(|t| t.kind == TaskKind::Item).collect();
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[2].input, Some(json!({"host": "h2", "n": 2})));
+    assert_eq!(sim.ready().len(), 2, "concurrency 2");
+    for _ in 0..3 {
+        let id = sim.ready()[0].clone();
+        let item = sim.state.task(&id).unwrap().item.unwrap();
+        let token = sim.claim_task(&id);
+        sim.apply(Input::Complete {
+            task: id,
+            lease_token: token,
+            output: json!({"done": item}),
+            logs: None,
+        })
+        .unwrap();
+    }
+    assert_eq!(sim.status("each"), TaskStatus::Succeeded);
+    assert_eq!(
+        sim.find("after", TaskKind::Step).input,
+        Some(json!({"all": [{"done": 0}, {"done": 1}, {"done": 2}]}))
+    );
+}
+
+#[test]
+fn fan_out_over_an_empty_list_succeeds_at_once() {
+    let sim = Sim::new(
+        "steps:\n- {id: each, queue: q, command: c, for_each: '${{ params.items }}'}\n",
+        json!({"items": []}),
+    );
+    assert_eq!(sim.status("each"), TaskStatus::Succeeded);
+    assert_eq!(sim.state.job.status, JobStatus::Succeeded);
+}
+
+#[test]
+fn fan_out_over_a_non_list_fails_the_step_with_a_reason() {
+    let sim = Sim::new(
+        "steps:\n- {id: each, queue: q, command: c, for_each: '${{ params.items }}'}\n",
+        json!({"items": 3}),
+    );
+    assert_eq!(sim.status("each"), TaskStatus::Failed);
+    let error = sim.find("each", TaskKind::FanOut).error.clone().unwrap();
+    assert!(error.message.contains("expected a list"), "{}", error.message);
+    assert_eq!(sim.state.job.status, JobStatus::Failed);
+}
+
+#[test]
+fn retries_follow_exponential_backoff_then_fail() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 3, backoff: exponential, initial: 1s, max_interval: 10s}}\n",
+        json!({}),
+    );
+    sim.fail("a", true);
+    let task = sim.find("a", TaskKind::Step).clone();
+    assert_eq!(task.status, TaskStatus::Ready);
+    assert_eq!(task.available_at, Some(sim.now.saturating_add(Duration::from_secs(1))));
+    assert!(sim.ready().is_empty(), "not before the backoff");
+    sim.advance(Duration::from_secs(1));
+    sim.fail("a", true);
+    assert_eq!(
+        sim.find("a", TaskKind::Step).available_at,
+        Some(sim.now.saturating_add(Duration::from_secs(2)))
+    );
+    sim.advance(Duration::from_secs(2));
+    sim.fail("a", true);
+    assert_eq!(sim.status("a"), TaskStatus::Failed);
+    assert_eq!(sim.find("a", TaskKind::Step).attempt, 3);
+    assert_eq!(sim.state.job.status, JobStatus::Failed);
+}
+
+#[test]
+fn non_retryable_error_fails_at_once() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 5}}\n",
+        json!({}),
+    );
+    sim.fail("a", false);
+    assert_eq!(sim.status("a"), TaskStatus::Failed);
+    assert_eq!(sim.find("a", TaskKind::Step).attempt, 1);
+}
+
+#[test]
+fn lapsed_lease_counts_as_a_failed_attempt_and_fences_the_old_worker() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, timeout: 10s, retry: {max_attempts: 2, initial: 1s}}\n",
+        json!({}),
+    );
+    let (task, stale) = sim.claim("a");
+    sim.advance(Duration::from_secs(5));
+    sim.apply(Input::Heartbeat {
+        task: task.clone(),
+        lease_token: stale.clone(),
+        progress: None,
+    })
+    .unwrap();
+    sim.advance(Duration::from_secs(9));
+    assert_eq!(sim.status("a"), TaskStatus::Running, "heartbeat extended the lease");
+    sim.advance(Duration::from_secs(2));
+    assert_eq!(sim.status("a"), TaskStatus::Ready);
+    assert!(sim.event_kinds().contains(&EventKind::TaskLeaseExpired));
+    let late = sim.apply(Input::Complete {
+        task: task.clone(),
+        lease_token: stale.clone(),
+        output: json!({}),
+        logs: None,
+    });
+    assert!(matches!(late, Err(Rejection::StaleLease { .. })));
+    sim.advance(Duration::from_secs(1));
+    let (_, fresh) = sim.claim("a");
+    assert_ne!(fresh, stale);
+    assert_eq!(sim.find("a", TaskKind::Step).attempt, 2);
+    let late = sim.apply(Input::Complete {
+        task,
+        lease_token: stale,
+        output: json!({}),
+        logs: None,
+    });
+    assert!(matches!(late, Err(Rejection::StaleLease { .. })), "the new attempt owns the task");
+}
+
+#[test]
+fn a_task_cannot_be_claimed_twice() {
+    let mut sim = Sim::new(SEQUENCE, json!({}));
+    let (task, _) = sim.claim("a");
+    let again = sim.apply(Input::Claim {
+        task,
+        worker: "w2".into(),
+        lease_token: "other".into(),
+    });
+    assert!(matches!(again, Err(Rejection::NotReady { .. })));
+}
+
+#[test]
+fn check_later_returns_to_ready_without_using_an_attempt() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 1}}\n",
+        json!({}),
+    );
+    let (task, token) = sim.claim("a");
+    let key = sim.state.task(&task).unwrap().idempotency_key();
+    sim.apply(Input::CheckLater {
+        task: task.clone(),
+        lease_token: token,
+        after: Duration::from_secs(30),
+        progress: Some(json!({"pct": 40})),
+    })
+    .unwrap();
+    assert_eq!(sim.status("a"), TaskStatus::Ready);
+    assert!(sim.ready().is_empty());
+    sim.advance(Duration::from_secs(30));
+    let (_, token) = sim.claim("a");
+    let again = sim.state.task(&task).unwrap();
+    assert_eq!(again.attempt, 1);
+    assert_eq!(again.idempotency_key(), key, "same attempt, same idempotency key");
+    assert_eq!(again.progress, Some(json!({"pct": 40})));
+    sim.apply(Input::Complete {
+        task,
+        lease_token: token,
+        output: json!({}),
+        logs: None,
+    })
+    .unwrap();
+    assert_eq!(sim.state.job.status, JobStatus::Succeeded);
+}
+
+#[test]
+fn check_later_is_bounded_by_the_step_timeout() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, step_timeout: 1m}\n",
+        json!({}),
+    );
+    for _ in 0..2 {
+        let (task, token) = sim.claim("a");
+        sim.apply(Input::CheckLater {
+            task,
+            lease_token: token,
+            after: Duration::from_secs(25),
+            progress: None,
+        })
+        .unwrap();
+        sim.advance(Duration::from_secs(25));
+    }
+    sim.advance(Duration::from_secs(10));
+    assert_eq!(sim.status("a"), TaskStatus::Failed);
+    assert_eq!(
+        sim.find("a", TaskKind::Step).error.as_ref().unwrap().kind,
+        ErrorKind::StepTimeout
+    );
+    assert_eq!(sim.state.job.status, JobStatus::Failed);
+}
+
+#[test]
+fn step_timeout_fails_a_running_task_and_rejects_its_late_report() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, timeout: 1h, step_timeout: 30s}\n",
+        json!({}),
+    );
+    let (task, token) = sim.claim("a");
+    sim.advance(Duration::from_secs(31));
+    assert_eq!(sim.status("a"), TaskStatus::Failed);
+    let late = sim.apply(Input::Complete {
+        task,
+        lease_token: token,
+        output: json!({}),
+        logs: None,
+    });
+    assert!(late.is_err());
+}
+
+const ROLLBACK: &str = "steps:
+- {id: a, queue: q, command: c, compensate: {queue: q, command: undo_a}}
+- {id: b, queue: q, command: c, compensate: {queue: q, command: undo_b}}
+- {id: mid, queue: q, command: c}
+- {id: c, queue: q, command: c, compensate: {queue: q, command: undo_c, retry: {max_attempts: 2}}}
+";
+
+#[test]
+fn failure_compensates_the_failed_step_then_finished_steps_in_reverse() {
+    let mut sim = Sim::new(ROLLBACK, json!({}));
+    sim.complete("a", json!({"id": "A"}));
+    sim.complete("b", json!({"id": "B"}));
+    sim.complete("mid", json!({}));
+    sim.fail("c", false);
+    assert_eq!(sim.state.job.status, JobStatus::Compensating);
+    for step in ["c", "b", "a"] {
+        let ready = sim.ready();
+        assert_eq!(ready.len(), 1, "one compensation at a time");
+        let task = sim.state.task(&ready[0]).unwrap().clone();
+        assert_eq!(task.kind, TaskKind::Compensation);
+        assert_eq!(task.step, step);
+        if step == "b" {
+            assert_eq!(task.input.as_ref().unwrap()["output"], json!({"id": "B"}));
+        }
+        let token = sim.claim_task(&task.id);
+        sim.apply(Input::Complete {
+            task: task.id,
+            lease_token: token,
+            output: json!({}),
+            logs: None,
+        })
+        .unwrap();
+    }
+    assert_eq!(sim.compensation_order(), vec!["c", "b", "a"]);
+    assert_eq!(sim.state.job.status, JobStatus::Failed);
+}
+
+#[test]
+fn compensations_have_their_own_retries_and_a_failing_one_ends_compensation_failed() {
+    let mut sim = Sim::new(ROLLBACK, json!({}));
+    sim.complete("a", json!({}));
+    sim.complete("b", json!({}));
+    sim.complete("mid", json!({}));
+    sim.fail("c", false);
+    for _ in 0..2 {
+        let id = sim.ready()[0].clone();
+        let token = sim.claim_task(&id);
+        sim.apply(Input::Fail {
+            task: id,
+            lease_token: token,
+            error: ReportedError {
+                message: "undo broke".into(),
+                retryable: true,
+            },
+            logs: None,
+        })
+        .unwrap();
+        sim.advance(Duration::from_secs(1));
+    }
+    assert_eq!(sim.state.job.status, JobStatus::CompensationFailed);
+    assert!(sim.ready().is_empty(), "nothing more runs until an operator acts");
+}
+
+#[test]
+fn parallel_branch_finishes_before_compensation_starts_and_is_compensated() {
+    let mut sim = Sim::new(
+        "steps:
+- {id: a, queue: q, command: c, depends_on: [], compensate: {queue: q, command: undo}}
+- {id: b, queue: q, command: c, depends_on: [], compensate: {queue: q, command: undo}}
+- {id: after, queue: q, command: c, depends_on: [a, b]}
+",
+        json!({}),
+    );
+    let (a, a_token) = sim.claim("a");
+    sim.fail("b", false);
+    assert_eq!(sim.state.job.status, JobStatus::Compensating);
+    assert!(sim.ready().is_empty(), "waits for the running branch");
+    assert_eq!(sim.status("after"), TaskStatus::Cancelled);
+    sim.apply(Input::Complete {
+        task: a,
+        lease_token: a_token,
+        output: json!({}),
+        logs: None,
+    })
+    .unwrap();
+    assert_eq!(sim.status("a"), TaskStatus::Succeeded, "a late success is recorded");
+    let order: Vec<String> = sim
+        .state
+        .tasks
+        .iter()
+        .filter(|t| t.kind == TaskKind::Compensation)
+        .map(|t| t.step.clone())
+        .collect();
+    assert_eq!(order, vec!["b", "a"]);
+}
+
+#[test]
+fn job_timeout_stops_dispatch_compensates_and_ends_timed_out() {
+    let mut sim = Sim::new(
+        "timeout: 1m
+steps:
+- {id: a, queue: q, command: c, compensate: {queue: q, command: undo}}
+- {id: b, queue: q, command: c}
+",
+        json!({}),
+    );
+    sim.complete("a", json!({}));
+    let (b, token) = sim.claim("b");
+    sim.advance(Duration::from_secs(61));
+    assert_eq!(sim.state.job.status, JobStatus::Compensating);
+    assert!(sim.ready().is_empty(), "running task may still finish");
+    sim.apply(Input::Complete {
+        task: b,
+        lease_token: token,
+        output: json!({}),
+        logs: None,
+    })
+    .unwrap();
+    let undo = sim.ready()[0].clone();
+    let token = sim.claim_task(&undo);
+    sim.apply(Input::Complete {
+        task: undo,
+        lease_token: token,
+        output: json!({}),
+        logs: None,
+    })
+    .unwrap();
+    assert_eq!(sim.state.job.status, JobStatus::TimedOut);
+}
+
+#[test]
+fn expression_error_at_run_time_fails_the_step_without_retry() {
+    let sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 3}, input: {x: '${{ params.a + params.b }}'}}\n",
+        json!({"a": 1, "b": "x"}),
+    );
+    assert_eq!(sim.status("a"), TaskStatus::Failed);
+    assert_eq!(
+        sim.find("a", TaskKind::Step).error.as_ref().unwrap().kind,
+        ErrorKind::Expression
+    );
+}
+
+#[test]
+fn dispatch_order_prefers_priority_then_age() {
+    let sim = Sim::new(
+        "steps:\n- {id: low, queue: q, command: c, depends_on: []}\n- {id: high, queue: q, command: c, depends_on: [], priority: 5}\n",
+        json!({}),
+    );
+    let ready = sim.ready();
+    assert_eq!(sim.state.task(&ready[0]).unwrap().step, "high");
+}
+
+// Property tests: random DAGs, random outcomes, random interleavings.
+
+#[derive(Debug, Clone)]
+struct DagSpec {
+    /// For each step, the earlier steps it depends on.
+    dependencies: Vec<Vec<usize>>,
+    compensated: Vec<bool>,
+    max_attempts: Vec<u32>,
+}
+
+fn dag_spec() -> impl Strategy<Value = DagSpec> {
+    (1usize..8).prop_flat_map(|n| {
+        let deps = (0..n)
+            .map(|i| proptest::collection::vec(0..i.max(1), 0..=i.min(3)).prop_map(move |d| if i == 0 { vec![] } else { d }))
+            .collect::<Vec<_>>();
+        (
+            deps,
+            proptest::collection::vec(any::<bool>(), n),
+            proptest::collection::vec(1u32..3, n),
+        )
+            .prop_map(|(dependencies, compensated, max_attempts)| DagSpec {
+                dependencies,
+                compensated,
+                max_attempts,
+            })
+    })
+}
+
+fn yaml_of(spec: &DagSpec) -> String {
+    let mut yaml = String::from("steps:\n");
+    for (i, deps) in spec.dependencies.iter().enumerate() {
+        let mut deps: Vec<String> = deps.iter().map(|d| format!("s{d}")).collect();
+        deps.sort();
+        deps.dedup();
+        yaml.push_str(&format!(
+            "- {{id: s{i}, queue: q, command: c, timeout: 10s, depends_on: [{}], retry: {{max_attempts: {}, initial: 1s}}",
+            deps.join(", "),
+            spec.max_attempts[i]
+        ));
+        if spec.compensated[i] {
+            yaml.push_str(", compensate: {queue: q, command: undo}");
+        }
+        yaml.push_str("}\n");
+    }
+    yaml
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Move {
+    Claim(u8),
+    Succeed(u8),
+    Fail(u8, bool),
+    CheckLater(u8),
+    Heartbeat(u8),
+    Advance(u16),
+}
+
+fn moves() -> impl Strategy<Value = Vec<Move>> {
+    proptest::collection::vec(
+        prop_oneof![
+            4 => any::<u8>().prop_map(Move::Claim),
+            4 => any::<u8>().prop_map(Move::Succeed),
+            2 => (any::<u8>(), any::<bool>()).prop_map(|(i, r)| Move::Fail(i, r)),
+            1 => any::<u8>().prop_map(Move::CheckLater),
+            1 => any::<u8>().prop_map(Move::Heartbeat),
+            2 => (0u16..15_000).prop_map(Move::Advance),
+        ],
+        0..120,
+    )
+}
+
+struct Held {
+    task: TaskId,
+    token: String,
+}
+
+fn check_invariants(sim: &Sim) {
+    for task in &sim.state.tasks {
+        let leased = task.lease_token.is_some();
+        assert_eq!(leased, task.status == TaskStatus::Running, "lease iff running: {task:?}");
+    }
+    if sim.state.job.status.is_terminal() {
+        assert!(
+            sim.state.tasks.iter().all(|t| t.status != TaskStatus::Running),
+            "no running task in a finished job"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Any interleaving of outcomes on an acyclic DAG ends in a terminal job state once workers
+    /// keep answering, with at most one live lease per task throughout, and compensations in
+    /// reverse order of completion.
+    #[test]
+    fn every_dag_reaches_a_terminal_state(spec in dag_spec(), moves in moves()) {
+        let mut sim = Sim::new(&yaml_of(&spec), json!({}));
+        let mut held: Vec<Held> = Vec::new();
+        for step in moves {
+            match step {
+                Move::Claim(i) => {
+                    let ready = sim.ready();
+                    if !ready.is_empty() {
+                        let id = ready[i as usize % ready.len()].clone();
+                        let token = sim.claim_task(&id);
+                        held.push(Held { task: id, token });
+                    }
+                }
+                Move::Succeed(i) | Move::Fail(i, _) | Move::CheckLater(i) | Move::Heartbeat(i) if !held.is_empty() => {
+                    let index = i as usize % held.len();
+                    let Held { task, token } = if matches!(step, Move::Heartbeat(_)) {
+                        Held { task: held[index].task.clone(), token: held[index].token.clone() }
+                    } else {
+                        held.swap_remove(index)
+                    };
+                    let input = match step {
+                        Move::Succeed(_) => Input::Complete { task, lease_token: token, output: json!({}), logs: None },
+                        Move::Fail(_, retryable) => Input::Fail { task, lease_token: token, error: ReportedError { message: "x".into(), retryable }, logs: None },
+                        Move::CheckLater(_) => Input::CheckLater { task, lease_token: token, after: Duration::from_secs(2), progress: None },
+                        _ => Input::Heartbeat { task, lease_token: token, progress: None },
+                    };
+                    // Stale reports (the lease lapsed meanwhile) are refused and change nothing.
+                    let before = sim.state.clone();
+                    if sim.apply(input).is_err() {
+                        prop_assert_eq!(&before, &sim.state);
+                    }
+                }
+                Move::Advance(ms) => sim.advance(Duration::from_millis(u64::from(ms))),
+                _ => {}
+            }
+            check_invariants(&sim);
+        }
+        // Drain: answer everything with success until the job ends.
+        for _ in 0..500 {
+            if sim.state.job.status.is_terminal() {
+                break;
+            }
+            for Held { task, token } in held.drain(..) {
+                let _ = sim.apply(Input::Complete { task, lease_token: token, output: json!({}), logs: None });
+            }
+            let ready = sim.ready();
+            if ready.is_empty() {
+                sim.advance(Duration::from_secs(5));
+                continue;
+            }
+            for id in ready {
+                let token = sim.claim_task(&id);
+                sim.apply(Input::Complete { task: id, lease_token: token, output: json!({}), logs: None }).unwrap();
+            }
+            check_invariants(&sim);
+        }
+        prop_assert!(sim.state.job.status.is_terminal(), "job stuck: {:?}", sim.summary());
+        prop_assert!(matches!(sim.state.job.status, JobStatus::Succeeded | JobStatus::Failed | JobStatus::CompensationFailed));
+
+        // Compensations of succeeded tasks ran in reverse order of completion.
+        let completed: Vec<(u64, TaskId)> = sim.state.tasks.iter()
+            .filter(|t| t.kind == TaskKind::Step && t.status == TaskStatus::Succeeded)
+            .filter_map(|t| t.completed_seq.map(|s| (s, t.id.clone())))
+            .collect();
+        let undone: Vec<u64> = sim.state.tasks.iter()
+            .filter(|t| t.kind == TaskKind::Compensation)
+            .filter_map(|t| t.compensates.as_ref())
+            .filter_map(|id| completed.iter().find(|(_, c)| c == id).map(|(s, _)| *s))
+            .collect();
+        let mut expected = undone.clone();
+        expected.sort_by(|a, b| b.cmp(a));
+        prop_assert_eq!(undone, expected);
+        if sim.state.job.status == JobStatus::Succeeded {
+            prop_assert!(sim.state.tasks.iter().all(|t| t.kind != TaskKind::Compensation));
+        }
+    }
+}

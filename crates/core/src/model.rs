@@ -1,0 +1,329 @@
+//! The state of a job and its tasks, the inputs that change it, and the actions the engine must
+//! carry out. These are plain data: the store persists them, the API shows them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::ids::{JobId, TaskId};
+use crate::time::{Duration, Timestamp};
+
+macro_rules! string_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        pub enum $name { $($(#[$vmeta])* $variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+
+            pub fn parse(text: &str) -> Option<$name> {
+                match text { $($text => Some($name::$variant),)+ _ => None }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+string_enum!(
+    /// Where a job is in its life. See ARCHITECTURE.md for the diagram.
+    JobStatus {
+        Queued => "queued",
+        Running => "running",
+        Paused => "paused",
+        Compensating => "compensating",
+        Succeeded => "succeeded",
+        Failed => "failed",
+        CompensationFailed => "compensation_failed",
+        Cancelled => "cancelled",
+        TimedOut => "timed_out",
+    }
+);
+
+impl JobStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Succeeded
+                | JobStatus::Failed
+                | JobStatus::CompensationFailed
+                | JobStatus::Cancelled
+                | JobStatus::TimedOut
+        )
+    }
+}
+
+string_enum!(
+    /// Where a task is in its life.
+    TaskStatus {
+        Waiting => "waiting",
+        Ready => "ready",
+        Running => "running",
+        Succeeded => "succeeded",
+        Failed => "failed",
+        Skipped => "skipped",
+        Cancelled => "cancelled",
+    }
+);
+
+impl TaskStatus {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Skipped | TaskStatus::Cancelled
+        )
+    }
+
+    /// Finished in a way that lets dependants go on.
+    pub fn is_done(self) -> bool {
+        matches!(self, TaskStatus::Succeeded | TaskStatus::Skipped)
+    }
+}
+
+string_enum!(
+    /// What a task stands for.
+    TaskKind {
+        /// A plain step, dispatched to its queue.
+        Step => "step",
+        /// A `for_each` step: not dispatched itself, it gathers its items' outputs.
+        FanOut => "fan_out",
+        /// One item of a fan-out step.
+        Item => "item",
+        /// The rollback of a finished (or failed) task.
+        Compensation => "compensation",
+    }
+);
+
+string_enum!(
+    /// What kind of failure a task error records.
+    ErrorKind {
+        /// The handler reported the failure.
+        Handler => "handler",
+        /// The worker stopped heartbeating and its lease lapsed.
+        LeaseExpired => "lease_expired",
+        /// The step's overall timeout passed.
+        StepTimeout => "step_timeout",
+        /// An expression (`when`, `for_each`, `input`) could not be evaluated.
+        Expression => "expression",
+    }
+);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskError {
+    pub message: String,
+    pub retryable: bool,
+    pub kind: ErrorKind,
+}
+
+/// Why a job stopped going forward and is winding down to compensation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum WindDown {
+    StepFailed {
+        task: TaskId,
+        step: String,
+        message: String,
+    },
+    TimedOut,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    pub namespace: String,
+    pub workflow: String,
+    pub version: u32,
+    pub status: JobStatus,
+    pub params: Value,
+    pub key: Option<String>,
+    pub priority: i32,
+    pub created_at: Timestamp,
+    pub started_at: Option<Timestamp>,
+    pub ended_at: Option<Timestamp>,
+    pub deadline_at: Option<Timestamp>,
+    pub wind_down: Option<WindDown>,
+    /// Whether the compensation tasks have been created.
+    pub compensation_planned: bool,
+    /// How many tasks have succeeded so far; gives each success its completion order.
+    pub completions: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Task {
+    pub id: TaskId,
+    pub job_id: JobId,
+    /// Creation order within the job.
+    pub seq: u32,
+    pub kind: TaskKind,
+    pub step: String,
+    /// The fan-out item index, for `TaskKind::Item`.
+    pub item: Option<u32>,
+    /// The task this compensation undoes.
+    pub compensates: Option<TaskId>,
+    pub queue: String,
+    pub command: String,
+    pub status: TaskStatus,
+    pub priority: i32,
+    /// The current attempt, 1-based; 0 before the first claim.
+    pub attempt: u32,
+    /// Set by "check later": the next claim continues the same attempt.
+    pub checking: bool,
+    /// A ready task is claimable from this time on.
+    pub available_at: Option<Timestamp>,
+    /// The step's overall timeout.
+    pub deadline_at: Option<Timestamp>,
+    pub lease_token: Option<String>,
+    pub lease_expires_at: Option<Timestamp>,
+    pub worker_id: Option<String>,
+    pub input: Option<Value>,
+    pub output: Option<Value>,
+    pub error: Option<TaskError>,
+    pub progress: Option<Value>,
+    /// Size-bounded output of the last attempt (e.g. a shell command's stdout and stderr).
+    pub logs: Option<Value>,
+    pub created_at: Timestamp,
+    pub ready_at: Option<Timestamp>,
+    pub started_at: Option<Timestamp>,
+    pub ended_at: Option<Timestamp>,
+    /// Order of success within the job (compensations run in reverse of it).
+    pub completed_seq: Option<u64>,
+}
+
+impl Task {
+    /// The key a handler uses to make its side effect idempotent: stable across "check later"
+    /// claims of the same attempt, new for each retry.
+    pub fn idempotency_key(&self) -> String {
+        format!("{}:{}", self.id, self.attempt)
+    }
+}
+
+/// A job with all its tasks: what the state machine works on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobState {
+    pub job: Job,
+    pub tasks: Vec<Task>,
+}
+
+impl JobState {
+    pub fn task(&self, id: &TaskId) -> Option<&Task> {
+        self.tasks.iter().find(|task| &task.id == id)
+    }
+
+    pub(crate) fn position(&self, id: &TaskId) -> Option<usize> {
+        self.tasks.iter().position(|task| &task.id == id)
+    }
+}
+
+/// What a worker reports about a failed attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportedError {
+    pub message: String,
+    pub retryable: bool,
+}
+
+/// Something that happened to a job, given to the state machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Input {
+    /// A worker takes a ready task; the engine made the fencing token.
+    Claim {
+        task: TaskId,
+        worker: String,
+        lease_token: String,
+    },
+    Heartbeat {
+        task: TaskId,
+        lease_token: String,
+        progress: Option<Value>,
+    },
+    Complete {
+        task: TaskId,
+        lease_token: String,
+        output: Value,
+        logs: Option<Value>,
+    },
+    Fail {
+        task: TaskId,
+        lease_token: String,
+        error: ReportedError,
+        logs: Option<Value>,
+    },
+    CheckLater {
+        task: TaskId,
+        lease_token: String,
+        after: Duration,
+        progress: Option<Value>,
+    },
+    /// Time passed: handle lapsed leases and passed deadlines.
+    Tick,
+}
+
+/// Why an input was refused. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    #[error("task {0} is not part of this job")]
+    UnknownTask(TaskId),
+    #[error("the lease token does not match the task's current lease: another attempt owns the task now, or it has already finished ({status})")]
+    StaleLease { status: TaskStatus },
+    #[error("task {task} is {status}, not ready")]
+    NotReady { task: TaskId, status: TaskStatus },
+    #[error("job is {0}: it dispatches nothing now")]
+    JobNotDispatching(JobStatus),
+}
+
+string_enum!(
+    /// The kinds of history events.
+    EventKind {
+        JobCreated => "job_created",
+        JobCompensating => "job_compensating",
+        JobSucceeded => "job_succeeded",
+        JobFailed => "job_failed",
+        JobTimedOut => "job_timed_out",
+        JobCompensationFailed => "job_compensation_failed",
+        TaskReady => "task_ready",
+        TaskSkipped => "task_skipped",
+        TaskClaimed => "task_claimed",
+        TaskSucceeded => "task_succeeded",
+        TaskFailed => "task_failed",
+        TaskRetryScheduled => "task_retry_scheduled",
+        TaskCheckLater => "task_check_later",
+        TaskLeaseExpired => "task_lease_expired",
+        TaskTimedOut => "task_timed_out",
+        TaskCancelled => "task_cancelled",
+        FanOutExpanded => "fan_out_expanded",
+        CompensationPlanned => "compensation_planned",
+    }
+);
+
+/// One entry of a job's history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub at: Timestamp,
+    pub kind: EventKind,
+    pub task: Option<TaskId>,
+    pub attempt: Option<u32>,
+    pub worker: Option<String>,
+    /// Kind-specific facts (error message, retry time, reason), an object.
+    pub detail: Value,
+}
+
+/// What the engine must do after an input, in the same transaction as the new state.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Write the job row.
+    SaveJob,
+    /// Insert or update this task's row.
+    SaveTask(TaskId),
+    /// Append a history event.
+    Record(Event),
+    /// A task became ready on this queue: wake the workers polling it (after commit).
+    Wake { queue: String },
+}

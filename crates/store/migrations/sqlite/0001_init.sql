@@ -1,0 +1,95 @@
+-- Every resource belongs to a namespace from the first schema on.
+CREATE TABLE namespaces (
+    name       TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL
+);
+
+CREATE TABLE workflows (
+    namespace   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    definition  TEXT NOT NULL,      -- normalized JSON
+    description TEXT,
+    steps       INTEGER NOT NULL,
+    created_at  INTEGER NOT NULL,
+    PRIMARY KEY (namespace, name, version)
+);
+
+CREATE TABLE queues (
+    namespace  TEXT NOT NULL,
+    name       TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+
+CREATE TABLE jobs (
+    id                   TEXT PRIMARY KEY,
+    namespace            TEXT NOT NULL,
+    workflow             TEXT NOT NULL,
+    version              INTEGER NOT NULL,
+    status               TEXT NOT NULL,
+    params               TEXT NOT NULL,
+    key                  TEXT,
+    priority             INTEGER NOT NULL,
+    created_at           INTEGER NOT NULL,
+    started_at           INTEGER,
+    ended_at             INTEGER,
+    deadline_at          INTEGER,
+    wind_down            TEXT,
+    compensation_planned INTEGER NOT NULL,
+    completions          INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX jobs_key ON jobs (namespace, key) WHERE key IS NOT NULL;
+CREATE INDEX jobs_list ON jobs (namespace, id);
+CREATE INDEX jobs_status ON jobs (namespace, status, id);
+CREATE INDEX jobs_deadline ON jobs (deadline_at) WHERE deadline_at IS NOT NULL AND status = 'running';
+
+CREATE TABLE tasks (
+    id               TEXT PRIMARY KEY,
+    job_id           TEXT NOT NULL REFERENCES jobs (id),
+    namespace        TEXT NOT NULL,
+    seq              INTEGER NOT NULL,
+    kind             TEXT NOT NULL,
+    step             TEXT NOT NULL,
+    item             INTEGER,
+    compensates      TEXT,
+    queue            TEXT NOT NULL,
+    command          TEXT NOT NULL,
+    status           TEXT NOT NULL,
+    priority         INTEGER NOT NULL,
+    attempt          INTEGER NOT NULL,
+    checking         INTEGER NOT NULL,
+    available_at     INTEGER,
+    deadline_at      INTEGER,
+    lease_token      TEXT,
+    lease_expires_at INTEGER,
+    worker_id        TEXT,
+    input            TEXT,
+    output           TEXT,
+    error            TEXT,
+    progress         TEXT,
+    logs             TEXT,
+    created_at       INTEGER NOT NULL,
+    ready_at         INTEGER,
+    started_at       INTEGER,
+    ended_at         INTEGER,
+    completed_seq    INTEGER
+);
+CREATE INDEX tasks_job ON tasks (job_id, seq);
+-- Dispatch order: priority, then age, then id; only ready tasks are in the index.
+CREATE INDEX tasks_dispatch ON tasks (namespace, queue, priority DESC, available_at, id) WHERE status = 'ready';
+CREATE INDEX tasks_lease ON tasks (lease_expires_at) WHERE status = 'running';
+CREATE INDEX tasks_deadline ON tasks (deadline_at) WHERE deadline_at IS NOT NULL AND status IN ('ready', 'running');
+
+CREATE TABLE events (
+    seq       INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id    TEXT NOT NULL REFERENCES jobs (id),
+    task_id   TEXT,
+    step      TEXT,
+    at        INTEGER NOT NULL,
+    kind      TEXT NOT NULL,
+    attempt   INTEGER,
+    worker_id TEXT,
+    detail    TEXT NOT NULL
+);
+CREATE INDEX events_job ON events (job_id, seq);

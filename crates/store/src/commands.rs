@@ -1,0 +1,317 @@
+//! The write operations. Each runs inside the writer's group transaction: it loads the job,
+//! lets the pure state machine decide, and persists the new state, its history events and the
+//! wake-ups in the same transaction.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+use starbridge_core::Workflow;
+use starbridge_core::definition::{Problem, check_name};
+use starbridge_core::ids::{IdSource, JobId, TaskId};
+use starbridge_core::machine::{self, Ctx, NewJob};
+use starbridge_core::model::{Action, Input, JobState, Rejection, Task};
+use starbridge_core::time::Duration;
+
+use crate::cache::Compiled;
+use crate::writer::WriteCtx;
+use crate::{Applied, Claimed, Error, Reported, Result, StoredWorkflow, Submit, Submitted, rows};
+
+/// Fresh ids from UUIDv7 (time-ordered, so indexes append).
+pub(crate) struct UuidIds;
+
+impl IdSource for UuidIds {
+    fn task_id(&mut self) -> TaskId {
+        TaskId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
+    }
+}
+
+pub(crate) fn new_job_id() -> JobId {
+    JobId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> Error {
+    Error::Invalid(vec![Problem {
+        field: field.to_owned(),
+        message: message.into(),
+    }])
+}
+
+pub(crate) fn apply_workflow(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    name: &str,
+    document: Value,
+) -> Result<Applied> {
+    let workflow = Workflow::from_value(name, document).map_err(|e| Error::Invalid(e.problems))?;
+    store_workflow(ctx, namespace, workflow)
+}
+
+fn store_workflow(ctx: &mut WriteCtx<'_>, namespace: &str, workflow: Workflow) -> Result<Applied> {
+    let name = workflow.name.clone();
+    let latest = rows::workflow(ctx.conn, namespace, &name, None)?;
+    if let Some(latest) = &latest
+        && latest.definition == workflow.source
+    {
+        return Ok(Applied {
+            version: latest.version,
+            created: false,
+        });
+    }
+    let version = latest.map_or(1, |latest| latest.version + 1);
+    // Compile the params schema now so a bad schema is refused at apply time.
+    let steps = u32::try_from(workflow.steps.len()).unwrap_or(u32::MAX);
+    let queues: Vec<String> = workflow
+        .steps
+        .iter()
+        .flat_map(|step| {
+            std::iter::once(step.handler.queue.clone())
+                .chain(step.compensate.as_ref().map(|c| c.queue.clone()))
+        })
+        .collect();
+    let stored = StoredWorkflow {
+        namespace: namespace.to_owned(),
+        name: name.clone(),
+        version,
+        definition: workflow.source.clone(),
+        description: workflow.description.clone(),
+        steps,
+        created_at: ctx.now,
+    };
+    Compiled::new(workflow, version)?;
+    rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
+    rows::insert_workflow(ctx.conn, &stored)?;
+    for queue in queues.into_iter().collect::<HashSet<_>>() {
+        rows::ensure_queue(ctx.conn, namespace, &queue, ctx.now)?;
+    }
+    Ok(Applied {
+        version,
+        created: true,
+    })
+}
+
+pub(crate) fn submit(ctx: &mut WriteCtx<'_>, namespace: &str, request: Submit) -> Result<Submitted> {
+    if let Some(key) = &request.key {
+        if key.is_empty() || key.len() > 256 {
+            return Err(invalid("key", "must be 1 to 256 characters"));
+        }
+        if let Some(existing) = rows::job_by_key(ctx.conn, namespace, key)? {
+            let state = rows::load_job_state(ctx.conn, &existing)?
+                .ok_or_else(|| Error::Corrupt(format!("job {existing} of key {key} vanished")))?;
+            if let Some(workflow) = &request.workflow
+                && *workflow != state.job.workflow
+            {
+                return Err(Error::Conflict(format!(
+                    "key '{key}' already names job {} of workflow {}, not {workflow}",
+                    state.job.id, state.job.workflow
+                )));
+            }
+            return Ok(Submitted {
+                state,
+                created: false,
+            });
+        }
+    }
+    let (name, version) = match (&request.definition, &request.workflow) {
+        (Some(definition), workflow) => {
+            let name = workflow
+                .clone()
+                .or_else(|| definition.get("name").and_then(Value::as_str).map(str::to_owned))
+                .ok_or_else(|| invalid("definition.name", "an inline definition needs a name"))?;
+            let applied = apply_workflow(ctx, namespace, &name, definition.clone())?;
+            (name, applied.version)
+        }
+        (None, Some(name)) => {
+            check_name(name).map_err(|message| invalid("workflow", message))?;
+            let version = match request.version {
+                Some(version) => version,
+                None => {
+                    rows::workflow(ctx.conn, namespace, name, None)?
+                        .ok_or_else(|| {
+                            Error::NotFound(format!(
+                                "workflow '{name}' not found in namespace '{namespace}': apply it first"
+                            ))
+                        })?
+                        .version
+                }
+            };
+            (name.clone(), version)
+        }
+        (None, None) => {
+            return Err(invalid(
+                "workflow",
+                "name the workflow to run, or give an inline `definition`",
+            ));
+        }
+    };
+    let compiled = ctx.workflows.get(ctx.conn, namespace, &name, version)?;
+    let params = request.params.unwrap_or_else(|| Value::Object(Default::default()));
+    if !params.is_object() {
+        return Err(invalid("params", "must be a JSON object"));
+    }
+    compiled.check_params(&params)?;
+    let mut ids = UuidIds;
+    let mut machine_ctx = Ctx {
+        now: ctx.now,
+        ids: &mut ids,
+    };
+    let (state, actions) = machine::create_job(
+        &compiled.workflow,
+        NewJob {
+            id: new_job_id(),
+            namespace: namespace.to_owned(),
+            version,
+            params,
+            key: request.key,
+            priority: request.priority,
+        },
+        &mut machine_ctx,
+    );
+    persist(ctx, &state, actions)?;
+    Ok(Submitted {
+        state,
+        created: true,
+    })
+}
+
+/// Claims up to `max` ready tasks of the given queues, in dispatch order.
+pub(crate) fn claim(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    queues: &[String],
+    worker: &str,
+    max: u32,
+) -> Result<Vec<Claimed>> {
+    let candidates = rows::claim_candidates(ctx.conn, namespace, queues, ctx.now, max)?;
+    let mut claimed = Vec::with_capacity(candidates.len());
+    for (job_id, task_id) in candidates {
+        let Some(mut state) = rows::load_job_state(ctx.conn, &job_id)? else {
+            continue;
+        };
+        let compiled = workflow_of(ctx, &state)?;
+        let lease_token = uuid::Uuid::new_v4().simple().to_string();
+        let input = Input::Claim {
+            task: task_id.clone(),
+            worker: worker.to_owned(),
+            lease_token,
+        };
+        match apply(ctx, &compiled.workflow, &mut state, input) {
+            Ok(()) => {
+                let task = state
+                    .task(&task_id)
+                    .cloned()
+                    .ok_or_else(|| Error::Corrupt(format!("claimed task {task_id} vanished")))?;
+                let lease = lease_of(&compiled.workflow, &task);
+                claimed.push(Claimed { task, lease });
+            }
+            Err(Error::Conflict(reason)) => {
+                tracing::debug!(%task_id, %reason, "ready task not claimable");
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(claimed)
+}
+
+fn lease_of(workflow: &Workflow, task: &Task) -> Duration {
+    let step = workflow
+        .step_index(&task.step)
+        .map(|index| &workflow.steps[index]);
+    match (task.kind, step) {
+        (starbridge_core::model::TaskKind::Compensation, Some(step)) => step
+            .compensate
+            .as_ref()
+            .map_or(step.handler.timeout, |c| c.timeout),
+        (_, Some(step)) => step.handler.timeout,
+        (_, None) => starbridge_core::definition::DEFAULT_ATTEMPT_TIMEOUT,
+    }
+}
+
+/// A worker's report (heartbeat, complete, fail, check-later) on a task it holds.
+pub(crate) fn report(ctx: &mut WriteCtx<'_>, task_id: &TaskId, input: Input) -> Result<Reported> {
+    let job_id = rows::job_of_task(ctx.conn, task_id)?
+        .ok_or_else(|| Error::NotFound(format!("task {task_id} not found")))?;
+    let mut state = rows::load_job_state(ctx.conn, &job_id)?
+        .ok_or_else(|| Error::Corrupt(format!("job {job_id} of task {task_id} not found")))?;
+    let compiled = workflow_of(ctx, &state)?;
+    apply(ctx, &compiled.workflow, &mut state, input)?;
+    let task = state
+        .task(task_id)
+        .cloned()
+        .ok_or_else(|| Error::Corrupt(format!("task {task_id} vanished")))?;
+    let lease = lease_of(&compiled.workflow, &task);
+    Ok(Reported {
+        task,
+        lease,
+        job_status: state.job.status,
+    })
+}
+
+/// Handles every lapsed lease and passed deadline due at `ctx.now`; returns how many jobs moved.
+pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: u32) -> Result<usize> {
+    let due = rows::due_jobs(ctx.conn, ctx.now, limit)?;
+    for job_id in &due {
+        let Some(mut state) = rows::load_job_state(ctx.conn, job_id)? else {
+            continue;
+        };
+        let compiled = workflow_of(ctx, &state)?;
+        apply(ctx, &compiled.workflow, &mut state, Input::Tick)?;
+    }
+    Ok(due.len())
+}
+
+fn workflow_of(ctx: &WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Compiled>> {
+    ctx.workflows.get(
+        ctx.conn,
+        &state.job.namespace,
+        &state.job.workflow,
+        state.job.version,
+    )
+}
+
+fn apply(ctx: &mut WriteCtx<'_>, workflow: &Workflow, state: &mut JobState, input: Input) -> Result<()> {
+    let mut ids = UuidIds;
+    let mut machine_ctx = Ctx {
+        now: ctx.now,
+        ids: &mut ids,
+    };
+    let actions = machine::apply(workflow, state, input, &mut machine_ctx).map_err(|rejection| match rejection {
+        Rejection::UnknownTask(task) => Error::NotFound(format!("task {task} not found")),
+        other => Error::Conflict(other.to_string()),
+    })?;
+    persist(ctx, state, actions)
+}
+
+/// Writes what the state machine decided: job row, changed tasks, history, wake-ups.
+fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Result<()> {
+    let mut saved_job = false;
+    let mut saved_tasks: HashSet<TaskId> = HashSet::new();
+    let namespace = state.job.namespace.as_str();
+    for action in actions {
+        match action {
+            Action::SaveJob => {
+                if !saved_job {
+                    rows::save_job(ctx.conn, &state.job)?;
+                    saved_job = true;
+                }
+            }
+            Action::SaveTask(id) => {
+                if saved_tasks.insert(id.clone()) {
+                    let task = state
+                        .task(&id)
+                        .ok_or_else(|| Error::Corrupt(format!("task {id} to save is missing")))?;
+                    rows::save_task(ctx.conn, namespace, task)?;
+                }
+            }
+            Action::Record(event) => {
+                let step = event
+                    .task
+                    .as_ref()
+                    .and_then(|id| state.task(id))
+                    .map(|task| task.step.as_str());
+                rows::insert_event(ctx.conn, &state.job.id, step, &event)?;
+            }
+            Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,321 @@
+//! The durable state of Starbridge. The store is the single source of truth: every state change
+//! and its history event are written in one transaction, and there is no other queue.
+//!
+//! Writes go through one writer thread that commits many requests together (group commit, see
+//! `writer`); reads use a small pool of separate connections (SQLite in WAL mode lets them run
+//! beside the writer).
+
+mod cache;
+mod clock;
+mod commands;
+mod migrate;
+mod notify;
+mod reader;
+mod rows;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use starbridge_core::definition::Problem;
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, Task};
+use starbridge_core::time::{Duration, Timestamp};
+
+pub use cache::Compiled;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use notify::Notifier;
+
+use reader::ReadPool;
+use writer::Writer;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Invalid(Vec<Problem>),
+    #[error("database error: {0}")]
+    Database(#[from] rusqlite::Error),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("cannot open the database: {0}")]
+    Open(String),
+    #[error("the store is shut down")]
+    Closed,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A stored workflow version.
+#[derive(Debug, Clone)]
+pub struct StoredWorkflow {
+    pub namespace: String,
+    pub name: String,
+    pub version: u32,
+    pub definition: Value,
+    pub description: Option<String>,
+    pub steps: u32,
+    pub created_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Applied {
+    pub version: u32,
+    pub created: bool,
+}
+
+/// A job to create.
+#[derive(Debug, Clone, Default)]
+pub struct Submit {
+    pub workflow: Option<String>,
+    pub version: Option<u32>,
+    pub definition: Option<Value>,
+    pub params: Option<Value>,
+    pub key: Option<String>,
+    pub priority: Option<i32>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    pub state: JobState,
+    /// False when the key matched an existing job, which is returned instead.
+    pub created: bool,
+}
+
+/// A task handed to a worker, with how long its lease lasts.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub task: Task,
+    pub lease: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Reported {
+    pub task: Task,
+    pub lease: Duration,
+    pub job_status: JobStatus,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoredEvent {
+    pub seq: i64,
+    pub step: Option<String>,
+    pub event: Event,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobFilter {
+    pub namespace: String,
+    pub status: Option<JobStatus>,
+    pub workflow: Option<String>,
+    /// Only jobs with a smaller id (the cursor of the previous page).
+    pub before: Option<JobId>,
+    pub limit: u32,
+}
+
+/// Where the database lives: `sqlite://path`, `sqlite:path` or a plain path.
+pub fn sqlite_path(url: &str) -> Result<PathBuf> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Err(Error::Open(
+            "PostgreSQL is not supported by this build yet: use sqlite://FILE".to_owned(),
+        ));
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    if path.is_empty() || path == ":memory:" {
+        return Err(Error::Open(format!(
+            "'{url}' names no file: use sqlite://FILE (the store must be durable)"
+        )));
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn open_connection(path: &Path) -> Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)
+        .map_err(|error| Error::Open(format!("{}: {error}", path.display())))?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+    )?;
+    Ok(conn)
+}
+
+/// The store: cheap to clone, shared by every request handler.
+#[derive(Clone)]
+pub struct Store {
+    writer: Writer,
+    reader: Arc<ReadPool>,
+    workflows: Arc<cache::WorkflowCache>,
+    notifier: Arc<Notifier>,
+    clock: Arc<dyn Clock>,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `url` and brings its schema up to date.
+    pub fn open(url: &str) -> Result<Store> {
+        Store::open_with_clock(url, Arc::new(SystemClock))
+    }
+
+    pub fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store> {
+        let path = sqlite_path(url)?;
+        let mut conn = open_connection(&path)?;
+        let applied = migrate::migrate(&mut conn, clock.now().0)?;
+        if applied > 0 {
+            tracing::info!(path = %path.display(), applied, "database schema migrated");
+        }
+        let workflows = Arc::new(cache::WorkflowCache::default());
+        let notifier = Arc::new(Notifier::default());
+        let writer = Writer::start(conn, clock.clone(), workflows.clone(), notifier.clone());
+        Ok(Store {
+            writer,
+            reader: Arc::new(ReadPool::new(path.clone())),
+            workflows,
+            notifier,
+            clock,
+            path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn notifier(&self) -> &Arc<Notifier> {
+        &self.notifier
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// Applies a definition; a body equal to the latest version returns that version.
+    pub async fn apply_workflow(&self, namespace: &str, name: &str, document: Value) -> Result<Applied> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.writer
+            .write(move |ctx| commands::apply_workflow(ctx, &namespace, &name, document))
+            .await
+    }
+
+    pub async fn submit(&self, namespace: &str, request: Submit) -> Result<Submitted> {
+        let namespace = namespace.to_owned();
+        self.writer
+            .write(move |ctx| commands::submit(ctx, &namespace, request))
+            .await
+    }
+
+    pub async fn claim(
+        &self,
+        namespace: &str,
+        queues: Vec<String>,
+        worker: &str,
+        max: u32,
+    ) -> Result<Vec<Claimed>> {
+        let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
+        self.writer
+            .write(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
+            .await
+    }
+
+    pub async fn report(&self, task: TaskId, input: Input) -> Result<Reported> {
+        self.writer
+            .write(move |ctx| commands::report(ctx, &task, input))
+            .await
+    }
+
+    /// Handles lapsed leases and passed deadlines; returns how many jobs it moved.
+    pub async fn tick(&self) -> Result<usize> {
+        self.writer.write(|ctx| commands::tick(ctx, 500)).await
+    }
+
+    /// A job with its tasks, if it exists in this namespace.
+    pub async fn job(&self, namespace: &str, id: &JobId) -> Result<Option<JobState>> {
+        let (namespace, id) = (namespace.to_owned(), id.clone());
+        self.reader
+            .read(move |conn| {
+                Ok(rows::load_job_state(conn, &id)?.filter(|state| state.job.namespace == namespace))
+            })
+            .await
+    }
+
+    pub async fn jobs(&self, filter: JobFilter) -> Result<Vec<Job>> {
+        self.reader.read(move |conn| rows::list_jobs(conn, &filter)).await
+    }
+
+    /// A job's history after event `after`, or `None` when the job is not in this namespace.
+    pub async fn events(
+        &self,
+        namespace: &str,
+        id: &JobId,
+        after: i64,
+        limit: u32,
+    ) -> Result<Option<Vec<StoredEvent>>> {
+        let (namespace, id) = (namespace.to_owned(), id.clone());
+        self.reader
+            .read(move |conn| {
+                match rows::load_job(conn, &id)? {
+                    Some(job) if job.namespace == namespace => {}
+                    _ => return Ok(None),
+                }
+                rows::events(conn, &id, after, limit).map(Some)
+            })
+            .await
+    }
+
+    pub async fn workflow(&self, namespace: &str, name: &str, version: Option<u32>) -> Result<Option<StoredWorkflow>> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.reader
+            .read(move |conn| rows::workflow(conn, &namespace, &name, version))
+            .await
+    }
+
+    pub async fn workflows(&self, namespace: &str) -> Result<Vec<StoredWorkflow>> {
+        let namespace = namespace.to_owned();
+        self.reader
+            .read(move |conn| rows::list_workflows(conn, &namespace))
+            .await
+    }
+
+    /// The compiled form of a stored workflow version.
+    pub async fn compiled(&self, namespace: &str, name: &str, version: u32) -> Result<Arc<Compiled>> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        let workflows = self.workflows.clone();
+        self.reader
+            .read(move |conn| workflows.get(conn, &namespace, &name, version))
+            .await
+    }
+
+    /// When the next ready task of these queues becomes claimable.
+    pub async fn next_available(&self, namespace: &str, queues: Vec<String>) -> Result<Option<Timestamp>> {
+        let namespace = namespace.to_owned();
+        self.reader
+            .read(move |conn| rows::next_available(conn, &namespace, &queues))
+            .await
+    }
+
+    /// When the next lease lapses or deadline passes.
+    pub async fn next_timer(&self) -> Result<Option<Timestamp>> {
+        self.reader.read(rows::next_timer).await
+    }
+
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<()> {
+        self.reader
+            .read(|conn| {
+                conn.query_row("SELECT 1", [], |_| Ok(()))?;
+                Ok(())
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,77 @@
+//! Wakes long-polling workers when a task becomes ready on a queue they poll. Wakes are sent only
+//! after the change is committed; a poll registers before it looks for work, so no wake is lost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::Notify;
+
+type QueueKey = (String, String);
+
+#[derive(Default)]
+pub struct Notifier {
+    waiters: Mutex<HashMap<QueueKey, Vec<Weak<Notify>>>>,
+}
+
+impl Notifier {
+    /// Registers interest in the given queues of a namespace. The returned `Notify` holds a permit
+    /// as soon as any of them is woken, even before the caller starts waiting.
+    pub fn register(&self, namespace: &str, queues: &[String]) -> Arc<Notify> {
+        let notify = Arc::new(Notify::new());
+        let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+        for queue in queues {
+            let list = waiters
+                .entry((namespace.to_owned(), queue.clone()))
+                .or_default();
+            list.retain(|weak| weak.strong_count() > 0);
+            list.push(Arc::downgrade(&notify));
+        }
+        notify
+    }
+
+    /// Wakes every poll registered on this queue.
+    pub fn wake(&self, namespace: &str, queue: &str) {
+        let list = {
+            let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            waiters.remove(&(namespace.to_owned(), queue.to_owned()))
+        };
+        for notify in list.into_iter().flatten().filter_map(|weak| weak.upgrade()) {
+            notify.notify_one();
+        }
+    }
+
+    /// Wakes every poll (used when time passes, e.g. retries fall due).
+    pub fn wake_all(&self) {
+        let lists: Vec<_> = {
+            let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            waiters.drain().map(|(_, list)| list).collect()
+        };
+        for notify in lists.into_iter().flatten().filter_map(|weak| weak.upgrade()) {
+            notify.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_wake_before_waiting_is_not_lost() {
+        let notifier = Notifier::default();
+        let notify = notifier.register("default", &["q".to_owned()]);
+        notifier.wake("default", "q");
+        // The permit is stored: this returns at once.
+        notify.notified().await;
+    }
+
+    #[tokio::test]
+    async fn a_wake_on_another_queue_does_not_reach_the_poll() {
+        let notifier = Notifier::default();
+        let notify = notifier.register("default", &["q".to_owned()]);
+        notifier.wake("default", "other");
+        notifier.wake("other-namespace", "q");
+        let woken = tokio::time::timeout(std::time::Duration::from_millis(20), notify.notified()).await;
+        assert!(woken.is_err());
+    }
+}

@@ -1,0 +1,608 @@
+//! Mapping between core types and SQLite rows. Every SQL statement of the store lives here or in
+//! `migrate.rs`, so the SQL of one backend stays in one place.
+
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use serde_json::Value;
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::{
+    Event, EventKind, Job, JobState, JobStatus, Task, TaskKind, TaskStatus, WindDown,
+};
+use starbridge_core::time::Timestamp;
+
+use crate::{Error, Result, StoredEvent, StoredWorkflow};
+
+fn json_text(value: &Value) -> String {
+    value.to_string()
+}
+
+fn opt_json_text(value: Option<&Value>) -> Option<String> {
+    value.map(json_text)
+}
+
+fn parse_json(text: Option<String>) -> Result<Option<Value>> {
+    text.map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
+        .transpose()
+}
+
+fn ts(value: Option<i64>) -> Option<Timestamp> {
+    value.map(Timestamp)
+}
+
+fn enum_column<T>(text: String, parse: fn(&str) -> Option<T>) -> Result<T> {
+    parse(&text).ok_or_else(|| Error::Corrupt(format!("unknown value '{text}'")))
+}
+
+const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
+     started_at, ended_at, deadline_at, wind_down, compensation_planned, completions";
+
+fn job_from_row(row: &Row<'_>) -> rusqlite::Result<RawJob> {
+    Ok(RawJob {
+        id: row.get(0)?,
+        namespace: row.get(1)?,
+        workflow: row.get(2)?,
+        version: row.get(3)?,
+        status: row.get(4)?,
+        params: row.get(5)?,
+        key: row.get(6)?,
+        priority: row.get(7)?,
+        created_at: row.get(8)?,
+        started_at: row.get(9)?,
+        ended_at: row.get(10)?,
+        deadline_at: row.get(11)?,
+        wind_down: row.get(12)?,
+        compensation_planned: row.get(13)?,
+        completions: row.get(14)?,
+    })
+}
+
+struct RawJob {
+    id: String,
+    namespace: String,
+    workflow: String,
+    version: u32,
+    status: String,
+    params: String,
+    key: Option<String>,
+    priority: i32,
+    created_at: i64,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+    deadline_at: Option<i64>,
+    wind_down: Option<String>,
+    compensation_planned: bool,
+    completions: i64,
+}
+
+impl RawJob {
+    fn into_job(self) -> Result<Job> {
+        let wind_down: Option<WindDown> = self
+            .wind_down
+            .map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
+            .transpose()?;
+        Ok(Job {
+            id: JobId::parse(&self.id).ok_or_else(|| Error::Corrupt(self.id.clone()))?,
+            namespace: self.namespace,
+            workflow: self.workflow,
+            version: self.version,
+            status: enum_column(self.status, JobStatus::parse)?,
+            params: parse_json(Some(self.params))?.unwrap_or(Value::Null),
+            key: self.key,
+            priority: self.priority,
+            created_at: Timestamp(self.created_at),
+            started_at: ts(self.started_at),
+            ended_at: ts(self.ended_at),
+            deadline_at: ts(self.deadline_at),
+            wind_down,
+            compensation_planned: self.compensation_planned,
+            completions: u64::try_from(self.completions).unwrap_or(0),
+        })
+    }
+}
+
+const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queue, command, status, \
+     priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, worker_id, \
+     input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq";
+
+fn task_from_row(row: &Row<'_>) -> rusqlite::Result<RawTask> {
+    Ok(RawTask {
+        id: row.get(0)?,
+        job_id: row.get(1)?,
+        seq: row.get(2)?,
+        kind: row.get(3)?,
+        step: row.get(4)?,
+        item: row.get(5)?,
+        compensates: row.get(6)?,
+        queue: row.get(7)?,
+        command: row.get(8)?,
+        status: row.get(9)?,
+        priority: row.get(10)?,
+        attempt: row.get(11)?,
+        checking: row.get(12)?,
+        available_at: row.get(13)?,
+        deadline_at: row.get(14)?,
+        lease_token: row.get(15)?,
+        lease_expires_at: row.get(16)?,
+        worker_id: row.get(17)?,
+        input: row.get(18)?,
+        output: row.get(19)?,
+        error: row.get(20)?,
+        progress: row.get(21)?,
+        logs: row.get(22)?,
+        created_at: row.get(23)?,
+        ready_at: row.get(24)?,
+        started_at: row.get(25)?,
+        ended_at: row.get(26)?,
+        completed_seq: row.get(27)?,
+    })
+}
+
+struct RawTask {
+    id: String,
+    job_id: String,
+    seq: u32,
+    kind: String,
+    step: String,
+    item: Option<u32>,
+    compensates: Option<String>,
+    queue: String,
+    command: String,
+    status: String,
+    priority: i32,
+    attempt: u32,
+    checking: bool,
+    available_at: Option<i64>,
+    deadline_at: Option<i64>,
+    lease_token: Option<String>,
+    lease_expires_at: Option<i64>,
+    worker_id: Option<String>,
+    input: Option<String>,
+    output: Option<String>,
+    error: Option<String>,
+    progress: Option<String>,
+    logs: Option<String>,
+    created_at: i64,
+    ready_at: Option<i64>,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+    completed_seq: Option<i64>,
+}
+
+impl RawTask {
+    fn into_task(self) -> Result<Task> {
+        let corrupt = |what: &str| Error::Corrupt(format!("bad id '{what}'"));
+        Ok(Task {
+            id: TaskId::parse(&self.id).ok_or_else(|| corrupt(&self.id))?,
+            job_id: JobId::parse(&self.job_id).ok_or_else(|| corrupt(&self.job_id))?,
+            seq: self.seq,
+            kind: enum_column(self.kind, TaskKind::parse)?,
+            step: self.step,
+            item: self.item,
+            compensates: self
+                .compensates
+                .map(|id| TaskId::parse(&id).ok_or_else(|| corrupt(&id)))
+                .transpose()?,
+            queue: self.queue,
+            command: self.command,
+            status: enum_column(self.status, TaskStatus::parse)?,
+            priority: self.priority,
+            attempt: self.attempt,
+            checking: self.checking,
+            available_at: ts(self.available_at),
+            deadline_at: ts(self.deadline_at),
+            lease_token: self.lease_token,
+            lease_expires_at: ts(self.lease_expires_at),
+            worker_id: self.worker_id,
+            input: parse_json(self.input)?,
+            output: parse_json(self.output)?,
+            error: self
+                .error
+                .map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
+                .transpose()?,
+            progress: parse_json(self.progress)?,
+            logs: parse_json(self.logs)?,
+            created_at: Timestamp(self.created_at),
+            ready_at: ts(self.ready_at),
+            started_at: ts(self.started_at),
+            ended_at: ts(self.ended_at),
+            completed_seq: self.completed_seq.and_then(|n| u64::try_from(n).ok()),
+        })
+    }
+}
+
+pub(crate) fn load_job(conn: &Connection, id: &JobId) -> Result<Option<Job>> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
+    let raw = conn
+        .prepare_cached(&sql)?
+        .query_row([id.as_str()], job_from_row)
+        .optional()?;
+    raw.map(RawJob::into_job).transpose()
+}
+
+pub(crate) fn load_job_state(conn: &Connection, id: &JobId) -> Result<Option<JobState>> {
+    let Some(job) = load_job(conn, id)? else {
+        return Ok(None);
+    };
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE job_id = ?1 ORDER BY seq");
+    let mut statement = conn.prepare_cached(&sql)?;
+    let tasks = statement
+        .query_map([id.as_str()], task_from_row)?
+        .map(|raw| raw.map_err(Error::from).and_then(RawTask::into_task))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(JobState { job, tasks }))
+}
+
+pub(crate) fn job_of_task(conn: &Connection, task: &TaskId) -> Result<Option<JobId>> {
+    let id: Option<String> = conn
+        .prepare_cached("SELECT job_id FROM tasks WHERE id = ?1")?
+        .query_row([task.as_str()], |row| row.get(0))
+        .optional()?;
+    Ok(id.and_then(|id| JobId::parse(&id)))
+}
+
+pub(crate) fn job_by_key(conn: &Connection, namespace: &str, key: &str) -> Result<Option<JobId>> {
+    let id: Option<String> = conn
+        .prepare_cached("SELECT id FROM jobs WHERE namespace = ?1 AND key = ?2")?
+        .query_row([namespace, key], |row| row.get(0))
+        .optional()?;
+    Ok(id.and_then(|id| JobId::parse(&id)))
+}
+
+pub(crate) fn save_job(conn: &Connection, job: &Job) -> Result<()> {
+    let wind_down = job
+        .wind_down
+        .as_ref()
+        .map(|w| serde_json::to_string(w).unwrap_or_default());
+    conn.prepare_cached(
+        "INSERT INTO jobs (id, namespace, workflow, version, status, params, key, priority, created_at, \
+         started_at, ended_at, deadline_at, wind_down, compensation_planned, completions) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, started_at = excluded.started_at, \
+         ended_at = excluded.ended_at, deadline_at = excluded.deadline_at, wind_down = excluded.wind_down, \
+         compensation_planned = excluded.compensation_planned, completions = excluded.completions",
+    )?
+    .execute(params![
+        job.id.as_str(),
+        job.namespace,
+        job.workflow,
+        job.version,
+        job.status.as_str(),
+        json_text(&job.params),
+        job.key,
+        job.priority,
+        job.created_at.0,
+        job.started_at.map(|t| t.0),
+        job.ended_at.map(|t| t.0),
+        job.deadline_at.map(|t| t.0),
+        wind_down,
+        job.compensation_planned,
+        i64::try_from(job.completions).unwrap_or(i64::MAX),
+    ])?;
+    Ok(())
+}
+
+pub(crate) fn save_task(conn: &Connection, namespace: &str, task: &Task) -> Result<()> {
+    let error = task
+        .error
+        .as_ref()
+        .map(|e| serde_json::to_string(e).unwrap_or_default());
+    conn.prepare_cached(
+        "INSERT INTO tasks (id, job_id, namespace, seq, kind, step, item, compensates, queue, command, \
+         status, priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, \
+         worker_id, input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, \
+         completed_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+         ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29) \
+         ON CONFLICT (id) DO UPDATE SET status = excluded.status, attempt = excluded.attempt, \
+         checking = excluded.checking, available_at = excluded.available_at, \
+         deadline_at = excluded.deadline_at, lease_token = excluded.lease_token, \
+         lease_expires_at = excluded.lease_expires_at, worker_id = excluded.worker_id, \
+         input = excluded.input, output = excluded.output, error = excluded.error, \
+         progress = excluded.progress, logs = excluded.logs, ready_at = excluded.ready_at, \
+         started_at = excluded.started_at, ended_at = excluded.ended_at, \
+         completed_seq = excluded.completed_seq",
+    )?
+    .execute(params![
+        task.id.as_str(),
+        task.job_id.as_str(),
+        namespace,
+        task.seq,
+        task.kind.as_str(),
+        task.step,
+        task.item,
+        task.compensates.as_ref().map(TaskId::as_str),
+        task.queue,
+        task.command,
+        task.status.as_str(),
+        task.priority,
+        task.attempt,
+        task.checking,
+        task.available_at.map(|t| t.0),
+        task.deadline_at.map(|t| t.0),
+        task.lease_token,
+        task.lease_expires_at.map(|t| t.0),
+        task.worker_id,
+        opt_json_text(task.input.as_ref()),
+        opt_json_text(task.output.as_ref()),
+        error,
+        opt_json_text(task.progress.as_ref()),
+        opt_json_text(task.logs.as_ref()),
+        task.created_at.0,
+        task.ready_at.map(|t| t.0),
+        task.started_at.map(|t| t.0),
+        task.ended_at.map(|t| t.0),
+        task.completed_seq.and_then(|n| i64::try_from(n).ok()),
+    ])?;
+    Ok(())
+}
+
+pub(crate) fn insert_event(
+    conn: &Connection,
+    job: &JobId,
+    step: Option<&str>,
+    event: &Event,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO events (job_id, task_id, step, at, kind, attempt, worker_id, detail) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        job.as_str(),
+        event.task.as_ref().map(TaskId::as_str),
+        step,
+        event.at.0,
+        event.kind.as_str(),
+        event.attempt,
+        event.worker,
+        json_text(&event.detail),
+    ])?;
+    Ok(())
+}
+
+pub(crate) fn events(conn: &Connection, job: &JobId, after: i64, limit: u32) -> Result<Vec<StoredEvent>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT seq, task_id, step, at, kind, attempt, worker_id, detail FROM events \
+         WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    )?;
+    let rows = statement.query_map(params![job.as_str(), after, limit], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, Option<String>>(1)?,
+            row.get::<_, Option<String>>(2)?,
+            row.get::<_, i64>(3)?,
+            row.get::<_, String>(4)?,
+            row.get::<_, Option<u32>>(5)?,
+            row.get::<_, Option<String>>(6)?,
+            row.get::<_, String>(7)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (seq, task, step, at, kind, attempt, worker, detail) = row?;
+        out.push(StoredEvent {
+            seq,
+            step,
+            event: Event {
+                at: Timestamp(at),
+                kind: enum_column(kind, EventKind::parse)?,
+                task: task.and_then(|t| TaskId::parse(&t)),
+                attempt,
+                worker,
+                detail: parse_json(Some(detail))?.unwrap_or(Value::Null),
+            },
+        });
+    }
+    Ok(out)
+}
+
+/// Ready tasks of the given queues in dispatch order: priority, then age, then id.
+pub(crate) fn claim_candidates(
+    conn: &Connection,
+    namespace: &str,
+    queues: &[String],
+    now: Timestamp,
+    limit: u32,
+) -> Result<Vec<(JobId, TaskId)>> {
+    let placeholders = (0..queues.len())
+        .map(|i| format!("?{}", i + 4))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT job_id, id FROM tasks WHERE status = 'ready' AND namespace = ?1 \
+         AND queue IN ({placeholders}) AND available_at <= ?2 \
+         ORDER BY priority DESC, available_at, id LIMIT ?3"
+    );
+    let mut values: Vec<rusqlite::types::Value> = vec![
+        namespace.to_owned().into(),
+        now.0.into(),
+        i64::from(limit).into(),
+    ];
+    values.extend(queues.iter().map(|q| q.clone().into()));
+    let mut statement = conn.prepare_cached(&sql)?;
+    let rows = statement.query_map(params_from_iter(values), |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (job, task) = row?;
+        if let (Some(job), Some(task)) = (JobId::parse(&job), TaskId::parse(&task)) {
+            out.push((job, task));
+        }
+    }
+    Ok(out)
+}
+
+/// The earliest time a ready task of these queues becomes claimable, if any is waiting.
+pub(crate) fn next_available(
+    conn: &Connection,
+    namespace: &str,
+    queues: &[String],
+) -> Result<Option<Timestamp>> {
+    let placeholders = (0..queues.len())
+        .map(|i| format!("?{}", i + 2))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql = format!(
+        "SELECT MIN(available_at) FROM tasks WHERE status = 'ready' AND namespace = ?1 \
+         AND queue IN ({placeholders})"
+    );
+    let mut values: Vec<rusqlite::types::Value> = vec![namespace.to_owned().into()];
+    values.extend(queues.iter().map(|q| q.clone().into()));
+    let min: Option<i64> = conn
+        .prepare_cached(&sql)?
+        .query_row(params_from_iter(values), |row| row.get(0))?;
+    Ok(min.map(Timestamp))
+}
+
+/// Jobs with a lapsed lease or a passed deadline at `now`.
+pub(crate) fn due_jobs(conn: &Connection, now: Timestamp, limit: u32) -> Result<Vec<JobId>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT job_id FROM tasks WHERE status = 'running' AND lease_expires_at <= ?1 \
+         UNION SELECT job_id FROM tasks WHERE status IN ('ready', 'running') AND deadline_at <= ?1 \
+         UNION SELECT id FROM jobs WHERE status = 'running' AND deadline_at <= ?1 \
+         LIMIT ?2",
+    )?;
+    let rows = statement.query_map(params![now.0, limit], |row| row.get::<_, String>(0))?;
+    let mut out = Vec::new();
+    for row in rows {
+        if let Some(id) = JobId::parse(&row?) {
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
+/// The next time a lease lapses or a deadline passes.
+pub(crate) fn next_timer(conn: &Connection) -> Result<Option<Timestamp>> {
+    let min: Option<i64> = conn
+        .prepare_cached(
+            "SELECT MIN(t) FROM ( \
+             SELECT MIN(lease_expires_at) AS t FROM tasks WHERE status = 'running' \
+             UNION ALL SELECT MIN(deadline_at) FROM tasks WHERE deadline_at IS NOT NULL AND status IN ('ready', 'running') \
+             UNION ALL SELECT MIN(deadline_at) FROM jobs WHERE deadline_at IS NOT NULL AND status = 'running')",
+        )?
+        .query_row([], |row| row.get(0))?;
+    Ok(min.map(Timestamp))
+}
+
+pub(crate) fn ensure_queue(conn: &Connection, namespace: &str, queue: &str, now: Timestamp) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO queues (namespace, name, created_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+    )?
+    .execute(params![namespace, queue, now.0])?;
+    Ok(())
+}
+
+pub(crate) fn ensure_namespace(conn: &Connection, namespace: &str, now: Timestamp) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO namespaces (name, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
+    )?
+    .execute(params![namespace, now.0])?;
+    Ok(())
+}
+
+const WORKFLOW_COLUMNS: &str = "namespace, name, version, definition, description, steps, created_at";
+
+fn workflow_from_row(row: &Row<'_>) -> rusqlite::Result<(String, String, u32, String, Option<String>, u32, i64)> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+    ))
+}
+
+fn into_stored(raw: (String, String, u32, String, Option<String>, u32, i64)) -> Result<StoredWorkflow> {
+    let (namespace, name, version, definition, description, steps, created_at) = raw;
+    Ok(StoredWorkflow {
+        namespace,
+        name,
+        version,
+        definition: parse_json(Some(definition))?.unwrap_or(Value::Null),
+        description,
+        steps,
+        created_at: Timestamp(created_at),
+    })
+}
+
+/// A workflow version, or the latest when `version` is `None`.
+pub(crate) fn workflow(
+    conn: &Connection,
+    namespace: &str,
+    name: &str,
+    version: Option<u32>,
+) -> Result<Option<StoredWorkflow>> {
+    let raw = match version {
+        Some(version) => conn
+            .prepare_cached(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE namespace = ?1 AND name = ?2 AND version = ?3"
+            ))?
+            .query_row(params![namespace, name, version], workflow_from_row)
+            .optional()?,
+        None => conn
+            .prepare_cached(&format!(
+                "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE namespace = ?1 AND name = ?2 \
+                 ORDER BY version DESC LIMIT 1"
+            ))?
+            .query_row(params![namespace, name], workflow_from_row)
+            .optional()?,
+    };
+    raw.map(into_stored).transpose()
+}
+
+/// The latest version of every workflow of a namespace.
+pub(crate) fn list_workflows(conn: &Connection, namespace: &str) -> Result<Vec<StoredWorkflow>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {WORKFLOW_COLUMNS} FROM workflows w WHERE namespace = ?1 AND version = \
+         (SELECT MAX(version) FROM workflows v WHERE v.namespace = w.namespace AND v.name = w.name) \
+         ORDER BY name"
+    ))?;
+    let rows = statement.query_map([namespace], workflow_from_row)?;
+    rows.map(|raw| raw.map_err(Error::from).and_then(into_stored))
+        .collect()
+}
+
+pub(crate) fn insert_workflow(conn: &Connection, stored: &StoredWorkflow) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO workflows (namespace, name, version, definition, description, steps, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        stored.namespace,
+        stored.name,
+        stored.version,
+        json_text(&stored.definition),
+        stored.description,
+        stored.steps,
+        stored.created_at.0,
+    ])?;
+    Ok(())
+}
+
+/// Jobs of a namespace, newest first, after the cursor (a job id).
+pub(crate) fn list_jobs(
+    conn: &Connection,
+    filter: &crate::JobFilter,
+) -> Result<Vec<Job>> {
+    let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1");
+    let mut values: Vec<rusqlite::types::Value> = vec![filter.namespace.clone().into()];
+    if let Some(status) = filter.status {
+        values.push(status.as_str().to_owned().into());
+        sql.push_str(&format!(" AND status = ?{}", values.len()));
+    }
+    if let Some(workflow) = &filter.workflow {
+        values.push(workflow.clone().into());
+        sql.push_str(&format!(" AND workflow = ?{}", values.len()));
+    }
+    if let Some(cursor) = &filter.before {
+        values.push(cursor.as_str().to_owned().into());
+        sql.push_str(&format!(" AND id < ?{}", values.len()));
+    }
+    values.push(i64::from(filter.limit).into());
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", values.len()));
+    let mut statement = conn.prepare_cached(&sql)?;
+    let rows = statement.query_map(params_from_iter(values), job_from_row)?;
+    rows.map(|raw| raw.map_err(Error::from).and_then(RawJob::into_job))
+        .collect()
+}
