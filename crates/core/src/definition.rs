@@ -161,7 +161,11 @@ pub fn parse_document(text: &str) -> Result<Value, Error> {
             .map(|at| format!("line {} column {}", at.line(), at.column()))
             .unwrap_or_else(|| "document".to_owned());
         let message = error.to_string();
-        let message = message.lines().next().unwrap_or("malformed YAML").to_owned();
+        let message = message
+            .lines()
+            .next()
+            .unwrap_or("malformed YAML")
+            .to_owned();
         Error::single(field, format!("malformed YAML: {message}"))
     })
 }
@@ -170,9 +174,9 @@ pub fn parse_document(text: &str) -> Result<Value, Error> {
 pub fn check_name(name: &str) -> Result<(), String> {
     let valid = !name.is_empty()
         && name.len() <= 128
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-'));
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
+        });
     if valid {
         Ok(())
     } else {
@@ -416,7 +420,9 @@ impl Workflow {
             Some(other) => {
                 return Err(Error::single(
                     "name",
-                    format!("the document names {other} but is applied as '{name}': make them agree or drop `name`"),
+                    format!(
+                        "the document names {other} but is applied as '{name}': make them agree or drop `name`"
+                    ),
                 ));
             }
         }
@@ -444,7 +450,10 @@ impl Workflow {
         if raw.steps.len() > MAX_STEPS {
             checker.problem(
                 "steps",
-                format!("{} steps is more than the limit of {MAX_STEPS}", raw.steps.len()),
+                format!(
+                    "{} steps is more than the limit of {MAX_STEPS}",
+                    raw.steps.len()
+                ),
             );
         }
 
@@ -531,8 +540,10 @@ impl Workflow {
                     "only a fan-out step (with `for_each`) takes a concurrency",
                 );
             }
-            let step_timeout =
-                checker.duration(format!("{label}.step_timeout"), raw_step.step_timeout.as_ref());
+            let step_timeout = checker.duration(
+                format!("{label}.step_timeout"),
+                raw_step.step_timeout.as_ref(),
+            );
             let compensate = match raw_step.compensate {
                 None => None,
                 Some(value) => match serde_json::from_value::<RawHandler>(value) {
@@ -560,8 +571,10 @@ impl Workflow {
         }
 
         if checker.problems.is_empty() {
-            let dependencies: Vec<Vec<usize>> =
-                steps.iter().map(|(_, step)| step.depends_on.clone()).collect();
+            let dependencies: Vec<Vec<usize>> = steps
+                .iter()
+                .map(|(_, step)| step.depends_on.clone())
+                .collect();
             if let Some(cycle) = find_cycle(&dependencies) {
                 let names: Vec<&str> = cycle.iter().map(|&i| steps[i].1.id.as_str()).collect();
                 checker.problem(
@@ -607,7 +620,9 @@ fn step_label(position: usize, id: Option<&str>) -> String {
 fn check_step_id(id: &str) -> Result<(), String> {
     let mut chars = id.chars();
     let valid = id.len() <= 128
-        && chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if valid {
         Ok(())
@@ -668,7 +683,7 @@ fn transitive_upstream(dependencies: &[Vec<usize>]) -> Vec<BTreeSet<usize>> {
     fn visit(
         node: usize,
         dependencies: &[Vec<usize>],
-        memo: &mut Vec<Option<BTreeSet<usize>>>,
+        memo: &mut [Option<BTreeSet<usize>>],
     ) -> BTreeSet<usize> {
         // Explicit stack to stay safe on long chains.
         let mut stack = vec![node];
@@ -714,10 +729,18 @@ fn check_references(
         sites.push((format!("{label}.when"), when.references(), Scope::Step));
     }
     if let Some(for_each) = &step.for_each {
-        sites.push((format!("{label}.for_each"), for_each.references(), Scope::Step));
+        sites.push((
+            format!("{label}.for_each"),
+            for_each.references(),
+            Scope::Step,
+        ));
     }
     if let Some(input) = &step.handler.input {
-        let scope = if fan_out { Scope::FanOutInput } else { Scope::Step };
+        let scope = if fan_out {
+            Scope::FanOutInput
+        } else {
+            Scope::Step
+        };
         sites.push((format!("{label}.input"), input.references(), scope));
     }
     if let Some(input) = step.compensate.as_ref().and_then(|c| c.input.as_ref()) {
@@ -902,8 +925,16 @@ steps:
 
     #[test]
     fn missing_queue_and_command_are_named() {
-        check_error("steps:\n- {id: a, command: c}\n", "steps[0] (a).queue", "missing");
-        check_error("steps:\n- {id: a, queue: q}\n", "steps[0] (a).command", "missing");
+        check_error(
+            "steps:\n- {id: a, command: c}\n",
+            "steps[0] (a).queue",
+            "missing",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q}\n",
+            "steps[0] (a).command",
+            "missing",
+        );
         check_error(
             "steps:\n- {id: a, queue: q, command: c, compensate: {queue: q}}\n",
             "steps[0] (a).compensate.command",
@@ -942,10 +973,7 @@ steps:
     #[test]
     fn malformed_yaml_reports_line_and_column() {
         let error = parse("steps:\n  - id: a\n   queue: [\n").unwrap_err();
-        assert!(
-            error.problems[0].field.starts_with("line "),
-            "got {error}"
-        );
+        assert!(error.problems[0].field.starts_with("line "), "got {error}");
         assert!(error.problems[0].message.contains("malformed YAML"));
     }
 

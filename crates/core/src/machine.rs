@@ -73,7 +73,15 @@ pub fn create_job(workflow: &Workflow, new: NewJob, ctx: &mut Ctx<'_>) -> (JobSt
         } else {
             TaskKind::Step
         };
-        let task = new_task(&state.job, &mut state.tasks, ctx, kind, &step.id, &step.handler, priority + step.priority);
+        let task = new_task(
+            &state.job,
+            &mut state.tasks,
+            ctx,
+            kind,
+            &step.id,
+            &step.handler,
+            priority + step.priority,
+        );
         state.tasks.push(task);
     }
     let mut machine = Machine {
@@ -87,7 +95,11 @@ pub fn create_job(workflow: &Workflow, new: NewJob, ctx: &mut Ctx<'_>) -> (JobSt
     for task in &machine.state.tasks {
         machine.actions.push(Action::SaveTask(task.id.clone()));
     }
-    machine.record(EventKind::JobCreated, None, json!({"workflow": workflow.name, "version": new.version}));
+    machine.record(
+        EventKind::JobCreated,
+        None,
+        json!({"workflow": workflow.name, "version": new.version}),
+    );
     machine.advance();
     let actions = machine.actions;
     (state, actions)
@@ -322,7 +334,10 @@ impl Machine<'_> {
                     && self.state.job.status != JobStatus::Running
                 {
                     self.clear_lease(index);
-                    self.cancel(index, "the job is winding down; the task asked to be checked later");
+                    self.cancel(
+                        index,
+                        "the job is winding down; the task asked to be checked later",
+                    );
                     return Ok(());
                 }
                 let now = self.now;
@@ -332,7 +347,8 @@ impl Machine<'_> {
                 task.available_at = Some(now.saturating_add(after));
                 task.lease_token = None;
                 task.lease_expires_at = None;
-                let detail = json!({"after_ms": after.as_millis(), "available_at": task.available_at});
+                let detail =
+                    json!({"after_ms": after.as_millis(), "available_at": task.available_at});
                 self.save_task(index);
                 self.record(EventKind::TaskCheckLater, Some(index), detail);
                 self.wake(index);
@@ -348,7 +364,11 @@ impl Machine<'_> {
             && deadline <= now
             && self.state.job.status == JobStatus::Running
         {
-            self.record(EventKind::JobTimedOut, None, json!({"deadline_at": deadline}));
+            self.record(
+                EventKind::JobTimedOut,
+                None,
+                json!({"deadline_at": deadline}),
+            );
             self.wind_down(WindDown::TimedOut);
         }
         for index in 0..self.state.tasks.len() {
@@ -364,7 +384,11 @@ impl Machine<'_> {
                         .step_timeout
                         .unwrap_or_default()
                 );
-                self.record(EventKind::TaskTimedOut, Some(index), json!({"message": message}));
+                self.record(
+                    EventKind::TaskTimedOut,
+                    Some(index),
+                    json!({"message": message}),
+                );
                 self.fail_terminally(
                     index,
                     TaskError {
@@ -383,7 +407,11 @@ impl Machine<'_> {
                     "lease expired: worker {} sent no heartbeat or result in time",
                     task.worker_id.as_deref().unwrap_or("?")
                 );
-                self.record(EventKind::TaskLeaseExpired, Some(index), json!({"message": message}));
+                self.record(
+                    EventKind::TaskLeaseExpired,
+                    Some(index),
+                    json!({"message": message}),
+                );
                 self.attempt_failed(
                     index,
                     TaskError {
@@ -553,7 +581,11 @@ impl Machine<'_> {
         task.ended_at = Some(now);
         task.checking = false;
         self.save_task(index);
-        self.record(EventKind::TaskCancelled, Some(index), json!({"reason": reason}));
+        self.record(
+            EventKind::TaskCancelled,
+            Some(index),
+            json!({"reason": reason}),
+        );
     }
 
     fn finish_job(&mut self, status: JobStatus, kind: EventKind, detail: Value) {
@@ -633,7 +665,11 @@ impl Machine<'_> {
         task.status = TaskStatus::Skipped;
         task.ended_at = Some(now);
         self.save_task(index);
-        self.record(EventKind::TaskSkipped, Some(index), json!({"reason": reason}));
+        self.record(
+            EventKind::TaskSkipped,
+            Some(index),
+            json!({"reason": reason}),
+        );
     }
 
     /// Readies steps whose dependencies are done, expands fan-outs, finishes the job.
@@ -650,7 +686,9 @@ impl Machine<'_> {
             .collect();
         let mut waiting = Vec::new();
         for (step_index, step) in self.workflow.steps.iter().enumerate() {
-            let Some(&task_index) = by_step.get(step.id.as_str()) else { continue };
+            let Some(&task_index) = by_step.get(step.id.as_str()) else {
+                continue;
+            };
             if self.state.tasks[task_index].status != TaskStatus::Waiting {
                 continue;
             }
@@ -690,7 +728,9 @@ impl Machine<'_> {
                     }
                 }
             }
-            let deadline = step.step_timeout.map(|timeout| self.now.saturating_add(timeout));
+            let deadline = step
+                .step_timeout
+                .map(|timeout| self.now.saturating_add(timeout));
             self.state.tasks[task_index].deadline_at = deadline;
             if let Some(for_each) = &step.for_each {
                 let items = match for_each.eval(&context) {
@@ -759,7 +799,11 @@ impl Machine<'_> {
             task.started_at = Some(now);
         }
         self.save_task(parent);
-        self.record(EventKind::FanOutExpanded, Some(parent), json!({"items": count}));
+        self.record(
+            EventKind::FanOutExpanded,
+            Some(parent),
+            json!({"items": count}),
+        );
         let mut context = context;
         let priority = self.state.tasks[parent].priority;
         let deadline = self.state.tasks[parent].deadline_at;
@@ -847,7 +891,8 @@ impl Machine<'_> {
                     }
                 }
             }
-            let statuses: Vec<TaskStatus> = items.iter().map(|&i| self.state.tasks[i].status).collect();
+            let statuses: Vec<TaskStatus> =
+                items.iter().map(|&i| self.state.tasks[i].status).collect();
             if statuses.iter().all(|s| s.is_terminal()) {
                 let now = self.now;
                 let all_succeeded = statuses.iter().all(|s| *s == TaskStatus::Succeeded);
@@ -861,7 +906,11 @@ impl Machine<'_> {
                     task.status = TaskStatus::Succeeded;
                     task.output = Some(Value::Array(outputs));
                     self.save_task(parent);
-                    self.record(EventKind::TaskSucceeded, Some(parent), json!({"items": items.len()}));
+                    self.record(
+                        EventKind::TaskSucceeded,
+                        Some(parent),
+                        json!({"items": items.len()}),
+                    );
                 } else {
                     task.status = if statuses.contains(&TaskStatus::Failed) {
                         TaskStatus::Failed
@@ -999,15 +1048,16 @@ impl Machine<'_> {
             self.state.tasks.push(task);
             self.save_task(self.state.tasks.len() - 1);
         }
-        self.record(EventKind::CompensationPlanned, None, json!({"undo": planned}));
+        self.record(
+            EventKind::CompensationPlanned,
+            None,
+            json!({"undo": planned}),
+        );
     }
 
     fn compensation_input(&self, index: usize) -> Result<Value, EvalError> {
         let task = &self.state.tasks[index];
-        let source = task
-            .compensates
-            .as_ref()
-            .and_then(|id| self.state.task(id));
+        let source = task.compensates.as_ref().and_then(|id| self.state.task(id));
         let undone = json!({
             "id": source.map(|s| s.id.clone()),
             "step": task.step,

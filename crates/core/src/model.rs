@@ -79,7 +79,10 @@ impl TaskStatus {
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            TaskStatus::Succeeded | TaskStatus::Failed | TaskStatus::Skipped | TaskStatus::Cancelled
+            TaskStatus::Succeeded
+                | TaskStatus::Failed
+                | TaskStatus::Skipped
+                | TaskStatus::Cancelled
         )
     }
 
@@ -271,7 +274,9 @@ pub enum Input {
 pub enum Rejection {
     #[error("task {0} is not part of this job")]
     UnknownTask(TaskId),
-    #[error("the lease token does not match the task's current lease: another attempt owns the task now, or it has already finished ({status})")]
+    #[error(
+        "the lease token does not match the task's current lease: another attempt owns the task now, or it has already finished ({status})"
+    )]
     StaleLease { status: TaskStatus },
     #[error("task {task} is {status}, not ready")]
     NotReady { task: TaskId, status: TaskStatus },

@@ -29,7 +29,9 @@ impl Timestamp {
 }
 
 /// A length of time in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Duration(pub u64);
 
@@ -114,8 +116,13 @@ impl Duration {
 impl fmt::Display for Duration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let millis = self.0;
-        for (unit, size) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)] {
-            if millis >= size && millis % size == 0 {
+        for (unit, size) in [
+            ("d", 86_400_000),
+            ("h", 3_600_000),
+            ("m", 60_000),
+            ("s", 1_000),
+        ] {
+            if millis >= size && millis.is_multiple_of(size) {
                 return write!(f, "{}{unit}", millis / size);
             }
         }
@@ -182,7 +189,10 @@ mod tests {
 
     #[test]
     fn timestamp_arithmetic_saturates() {
-        assert_eq!(Timestamp(i64::MAX - 1).saturating_add(Duration(10)), Timestamp(i64::MAX));
+        assert_eq!(
+            Timestamp(i64::MAX - 1).saturating_add(Duration(10)),
+            Timestamp(i64::MAX)
+        );
         assert_eq!(Timestamp(5).since(Timestamp(10)), Duration(0));
     }
 }

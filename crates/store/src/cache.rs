@@ -81,8 +81,9 @@ impl WorkflowCache {
         let stored = rows::workflow(conn, namespace, name, Some(version))?.ok_or_else(|| {
             Error::NotFound(format!("workflow {name} version {version} not found"))
         })?;
-        let workflow = Workflow::from_value(name, stored.definition)
-            .map_err(|error| Error::Corrupt(format!("stored definition of {name} v{version}: {error}")))?;
+        let workflow = Workflow::from_value(name, stored.definition).map_err(|error| {
+            Error::Corrupt(format!("stored definition of {name} v{version}: {error}"))
+        })?;
         let compiled = Arc::new(Compiled::new(workflow, version)?);
         self.lock().insert(key, compiled.clone());
         Ok(compiled)

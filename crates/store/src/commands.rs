@@ -89,7 +89,11 @@ fn store_workflow(ctx: &mut WriteCtx<'_>, namespace: &str, workflow: Workflow) -
     })
 }
 
-pub(crate) fn submit(ctx: &mut WriteCtx<'_>, namespace: &str, request: Submit) -> Result<Submitted> {
+pub(crate) fn submit(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    request: Submit,
+) -> Result<Submitted> {
     if let Some(key) = &request.key {
         if key.is_empty() || key.len() > 256 {
             return Err(invalid("key", "must be 1 to 256 characters"));
@@ -115,7 +119,12 @@ pub(crate) fn submit(ctx: &mut WriteCtx<'_>, namespace: &str, request: Submit) -
         (Some(definition), workflow) => {
             let name = workflow
                 .clone()
-                .or_else(|| definition.get("name").and_then(Value::as_str).map(str::to_owned))
+                .or_else(|| {
+                    definition
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
                 .ok_or_else(|| invalid("definition.name", "an inline definition needs a name"))?;
             let applied = apply_workflow(ctx, namespace, &name, definition.clone())?;
             (name, applied.version)
@@ -124,15 +133,13 @@ pub(crate) fn submit(ctx: &mut WriteCtx<'_>, namespace: &str, request: Submit) -
             check_name(name).map_err(|message| invalid("workflow", message))?;
             let version = match request.version {
                 Some(version) => version,
-                None => {
-                    rows::workflow(ctx.conn, namespace, name, None)?
-                        .ok_or_else(|| {
-                            Error::NotFound(format!(
-                                "workflow '{name}' not found in namespace '{namespace}': apply it first"
-                            ))
-                        })?
-                        .version
-                }
+                None => rows::workflow(ctx.conn, namespace, name, None)?
+                    .ok_or_else(|| {
+                        Error::NotFound(format!(
+                            "workflow '{name}' not found in namespace '{namespace}': apply it first"
+                        ))
+                    })?
+                    .version,
             };
             (name.clone(), version)
         }
@@ -144,7 +151,9 @@ pub(crate) fn submit(ctx: &mut WriteCtx<'_>, namespace: &str, request: Submit) -
         }
     };
     let compiled = ctx.workflows.get(ctx.conn, namespace, &name, version)?;
-    let params = request.params.unwrap_or_else(|| Value::Object(Default::default()));
+    let params = request
+        .params
+        .unwrap_or_else(|| Value::Object(Default::default()));
     if !params.is_object() {
         return Err(invalid("params", "must be a JSON object"));
     }
@@ -268,16 +277,24 @@ fn workflow_of(ctx: &WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Co
     )
 }
 
-fn apply(ctx: &mut WriteCtx<'_>, workflow: &Workflow, state: &mut JobState, input: Input) -> Result<()> {
+fn apply(
+    ctx: &mut WriteCtx<'_>,
+    workflow: &Workflow,
+    state: &mut JobState,
+    input: Input,
+) -> Result<()> {
     let mut ids = UuidIds;
     let mut machine_ctx = Ctx {
         now: ctx.now,
         ids: &mut ids,
     };
-    let actions = machine::apply(workflow, state, input, &mut machine_ctx).map_err(|rejection| match rejection {
-        Rejection::UnknownTask(task) => Error::NotFound(format!("task {task} not found")),
-        other => Error::Conflict(other.to_string()),
-    })?;
+    let actions =
+        machine::apply(workflow, state, input, &mut machine_ctx).map_err(|rejection| {
+            match rejection {
+                Rejection::UnknownTask(task) => Error::NotFound(format!("task {task} not found")),
+                other => Error::Conflict(other.to_string()),
+            }
+        })?;
     persist(ctx, state, actions)
 }
 

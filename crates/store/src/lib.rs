@@ -198,7 +198,12 @@ impl Store {
     }
 
     /// Applies a definition; a body equal to the latest version returns that version.
-    pub async fn apply_workflow(&self, namespace: &str, name: &str, document: Value) -> Result<Applied> {
+    pub async fn apply_workflow(
+        &self,
+        namespace: &str,
+        name: &str,
+        document: Value,
+    ) -> Result<Applied> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         self.writer
             .write(move |ctx| commands::apply_workflow(ctx, &namespace, &name, document))
@@ -241,13 +246,16 @@ impl Store {
         let (namespace, id) = (namespace.to_owned(), id.clone());
         self.reader
             .read(move |conn| {
-                Ok(rows::load_job_state(conn, &id)?.filter(|state| state.job.namespace == namespace))
+                Ok(rows::load_job_state(conn, &id)?
+                    .filter(|state| state.job.namespace == namespace))
             })
             .await
     }
 
     pub async fn jobs(&self, filter: JobFilter) -> Result<Vec<Job>> {
-        self.reader.read(move |conn| rows::list_jobs(conn, &filter)).await
+        self.reader
+            .read(move |conn| rows::list_jobs(conn, &filter))
+            .await
     }
 
     /// A job's history after event `after`, or `None` when the job is not in this namespace.
@@ -270,7 +278,12 @@ impl Store {
             .await
     }
 
-    pub async fn workflow(&self, namespace: &str, name: &str, version: Option<u32>) -> Result<Option<StoredWorkflow>> {
+    pub async fn workflow(
+        &self,
+        namespace: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<StoredWorkflow>> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         self.reader
             .read(move |conn| rows::workflow(conn, &namespace, &name, version))
@@ -285,7 +298,12 @@ impl Store {
     }
 
     /// The compiled form of a stored workflow version.
-    pub async fn compiled(&self, namespace: &str, name: &str, version: u32) -> Result<Arc<Compiled>> {
+    pub async fn compiled(
+        &self,
+        namespace: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<Arc<Compiled>> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         let workflows = self.workflows.clone();
         self.reader
@@ -294,7 +312,11 @@ impl Store {
     }
 
     /// When the next ready task of these queues becomes claimable.
-    pub async fn next_available(&self, namespace: &str, queues: Vec<String>) -> Result<Option<Timestamp>> {
+    pub async fn next_available(
+        &self,
+        namespace: &str,
+        queues: Vec<String>,
+    ) -> Result<Option<Timestamp>> {
         let namespace = namespace.to_owned();
         self.reader
             .read(move |conn| rows::next_available(conn, &namespace, &queues))

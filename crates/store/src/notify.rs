@@ -46,7 +46,11 @@ impl Notifier {
             let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
             waiters.drain().map(|(_, list)| list).collect()
         };
-        for notify in lists.into_iter().flatten().filter_map(|weak| weak.upgrade()) {
+        for notify in lists
+            .into_iter()
+            .flatten()
+            .filter_map(|weak| weak.upgrade())
+        {
             notify.notify_one();
         }
     }
@@ -71,7 +75,8 @@ mod tests {
         let notify = notifier.register("default", &["q".to_owned()]);
         notifier.wake("default", "other");
         notifier.wake("other-namespace", "q");
-        let woken = tokio::time::timeout(std::time::Duration::from_millis(20), notify.notified()).await;
+        let woken =
+            tokio::time::timeout(std::time::Duration::from_millis(20), notify.notified()).await;
         assert!(woken.is_err());
     }
 }

@@ -357,7 +357,12 @@ pub(crate) fn insert_event(
     Ok(())
 }
 
-pub(crate) fn events(conn: &Connection, job: &JobId, after: i64, limit: u32) -> Result<Vec<StoredEvent>> {
+pub(crate) fn events(
+    conn: &Connection,
+    job: &JobId,
+    after: i64,
+    limit: u32,
+) -> Result<Vec<StoredEvent>> {
     let mut statement = conn.prepare_cached(
         "SELECT seq, task_id, step, at, kind, attempt, worker_id, detail FROM events \
          WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
@@ -483,7 +488,12 @@ pub(crate) fn next_timer(conn: &Connection) -> Result<Option<Timestamp>> {
     Ok(min.map(Timestamp))
 }
 
-pub(crate) fn ensure_queue(conn: &Connection, namespace: &str, queue: &str, now: Timestamp) -> Result<()> {
+pub(crate) fn ensure_queue(
+    conn: &Connection,
+    namespace: &str,
+    queue: &str,
+    now: Timestamp,
+) -> Result<()> {
     conn.prepare_cached(
         "INSERT INTO queues (namespace, name, created_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
     )?
@@ -499,30 +509,40 @@ pub(crate) fn ensure_namespace(conn: &Connection, namespace: &str, now: Timestam
     Ok(())
 }
 
-const WORKFLOW_COLUMNS: &str = "namespace, name, version, definition, description, steps, created_at";
+const WORKFLOW_COLUMNS: &str =
+    "namespace, name, version, definition, description, steps, created_at";
 
-fn workflow_from_row(row: &Row<'_>) -> rusqlite::Result<(String, String, u32, String, Option<String>, u32, i64)> {
-    Ok((
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-        row.get(5)?,
-        row.get(6)?,
-    ))
+struct RawWorkflow {
+    namespace: String,
+    name: String,
+    version: u32,
+    definition: String,
+    description: Option<String>,
+    steps: u32,
+    created_at: i64,
 }
 
-fn into_stored(raw: (String, String, u32, String, Option<String>, u32, i64)) -> Result<StoredWorkflow> {
-    let (namespace, name, version, definition, description, steps, created_at) = raw;
+fn workflow_from_row(row: &Row<'_>) -> rusqlite::Result<RawWorkflow> {
+    Ok(RawWorkflow {
+        namespace: row.get(0)?,
+        name: row.get(1)?,
+        version: row.get(2)?,
+        definition: row.get(3)?,
+        description: row.get(4)?,
+        steps: row.get(5)?,
+        created_at: row.get(6)?,
+    })
+}
+
+fn into_stored(raw: RawWorkflow) -> Result<StoredWorkflow> {
     Ok(StoredWorkflow {
-        namespace,
-        name,
-        version,
-        definition: parse_json(Some(definition))?.unwrap_or(Value::Null),
-        description,
-        steps,
-        created_at: Timestamp(created_at),
+        namespace: raw.namespace,
+        name: raw.name,
+        version: raw.version,
+        definition: parse_json(Some(raw.definition))?.unwrap_or(Value::Null),
+        description: raw.description,
+        steps: raw.steps,
+        created_at: Timestamp(raw.created_at),
     })
 }
 
@@ -581,10 +601,7 @@ pub(crate) fn insert_workflow(conn: &Connection, stored: &StoredWorkflow) -> Res
 }
 
 /// Jobs of a namespace, newest first, after the cursor (a job id).
-pub(crate) fn list_jobs(
-    conn: &Connection,
-    filter: &crate::JobFilter,
-) -> Result<Vec<Job>> {
+pub(crate) fn list_jobs(conn: &Connection, filter: &crate::JobFilter) -> Result<Vec<Job>> {
     let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1");
     let mut values: Vec<rusqlite::types::Value> = vec![filter.namespace.clone().into()];
     if let Some(status) = filter.status {

@@ -1,0 +1,477 @@
+//! Store tests on real SQLite files, with a manual clock.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use starbridge_core::model::{EventKind, Input, JobStatus, ReportedError, TaskStatus};
+use starbridge_core::time::{Duration, Timestamp};
+
+use super::*;
+
+struct Fixture {
+    store: Store,
+    clock: Arc<ManualClock>,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+    let url = format!("sqlite://{}", dir.path().join("test.db").display());
+    let store = Store::open_with_clock(&url, clock.clone()).unwrap();
+    Fixture {
+        store,
+        clock,
+        _dir: dir,
+    }
+}
+
+fn definition(yaml: &str) -> Value {
+    starbridge_core::definition::parse_document(yaml).unwrap()
+}
+
+const TWO_STEPS: &str = "steps:\n- {id: a, queue: q, command: c, timeout: 10s, retry: {max_attempts: 2, initial: 1s}}\n- {id: b, queue: q, command: c}\n";
+
+async fn submit(store: &Store, workflow: &str, params: Value) -> Submitted {
+    store
+        .submit(
+            "default",
+            Submit {
+                workflow: Some(workflow.into()),
+                params: Some(params),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap()
+}
+
+async fn claim_one(store: &Store) -> Claimed {
+    let mut claimed = store
+        .claim("default", vec!["q".into()], "w1", 1)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "expected a ready task");
+    claimed.remove(0)
+}
+
+async fn complete(store: &Store, claimed: &Claimed, output: Value) -> Result<Reported> {
+    store
+        .report(
+            claimed.task.id.clone(),
+            Input::Complete {
+                task: claimed.task.id.clone(),
+                lease_token: claimed.task.lease_token.clone().unwrap(),
+                output,
+                logs: None,
+            },
+        )
+        .await
+}
+
+#[tokio::test]
+async fn applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one() {
+    let f = fixture();
+    let first = f
+        .store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    assert_eq!((first.version, first.created), (1, true));
+    let same = f
+        .store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    assert_eq!((same.version, same.created), (1, false));
+    let changed = f
+        .store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: other}\n"),
+        )
+        .await
+        .unwrap();
+    assert_eq!((changed.version, changed.created), (2, true));
+    let listed = f.store.workflows("default").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].version, 2);
+    assert!(
+        f.store
+            .workflow("other-ns", "wf", None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn invalid_definition_is_refused_with_problems_and_nothing_is_stored() {
+    let f = fixture();
+    let error = f
+        .store
+        .apply_workflow("default", "wf", definition("steps:\n- {id: a, queue: q}\n"))
+        .await
+        .unwrap_err();
+    let Error::Invalid(problems) = error else {
+        panic!("expected Invalid, got {error}")
+    };
+    assert_eq!(problems[0].field, "steps[0] (a).command");
+    assert!(f.store.workflows("default").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn submit_with_the_same_key_returns_the_existing_job() {
+    let f = fixture();
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    let request = Submit {
+        workflow: Some("wf".into()),
+        key: Some("order-42".into()),
+        ..Submit::default()
+    };
+    let first = f.store.submit("default", request.clone()).await.unwrap();
+    let second = f.store.submit("default", request).await.unwrap();
+    assert!(first.created);
+    assert!(!second.created);
+    assert_eq!(first.state.job.id, second.state.job.id);
+    let jobs = f
+        .store
+        .jobs(JobFilter {
+            namespace: "default".into(),
+            status: None,
+            workflow: None,
+            before: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 1);
+}
+
+#[tokio::test]
+async fn params_are_checked_against_the_schema_naming_the_field() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("params: {type: object, required: [cpu], properties: {cpu: {type: integer}}}\nsteps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    let error = f
+        .store
+        .submit(
+            "default",
+            Submit {
+                workflow: Some("wf".into()),
+                params: Some(json!({"cpu": "four"})),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    let Error::Invalid(problems) = error else {
+        panic!("expected Invalid")
+    };
+    assert_eq!(problems[0].field, "params.cpu");
+    let missing = f
+        .store
+        .submit(
+            "default",
+            Submit {
+                workflow: Some("wf".into()),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(missing.to_string().contains("cpu"), "{missing}");
+}
+
+#[tokio::test]
+async fn a_job_runs_to_success_and_its_history_is_stored_in_order() {
+    let f = fixture();
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    let job = submit(&f.store, "wf", json!({"x": 1})).await.state.job.id;
+    let a = claim_one(&f.store).await;
+    assert_eq!(a.task.step, "a");
+    assert_eq!(a.lease, Duration::from_secs(10));
+    complete(&f.store, &a, json!({"done": "a"})).await.unwrap();
+    let b = claim_one(&f.store).await;
+    complete(&f.store, &b, json!({})).await.unwrap();
+    let state = f.store.job("default", &job).await.unwrap().unwrap();
+    assert_eq!(state.job.status, JobStatus::Succeeded);
+    assert_eq!(state.tasks[0].output, Some(json!({"done": "a"})));
+    let events = f
+        .store
+        .events("default", &job, 0, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.event.kind).collect();
+    assert_eq!(kinds.first(), Some(&EventKind::JobCreated));
+    assert_eq!(kinds.last(), Some(&EventKind::JobSucceeded));
+    assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == EventKind::TaskClaimed)
+            .count(),
+        2
+    );
+}
+
+#[tokio::test]
+async fn concurrent_claims_never_hand_out_the_same_task() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    for _ in 0..30 {
+        submit(&f.store, "wf", json!({})).await;
+    }
+    let mut handles = Vec::new();
+    for worker in 0..12 {
+        let store = f.store.clone();
+        handles.push(tokio::spawn(async move {
+            store
+                .claim("default", vec!["q".into()], &format!("w{worker}"), 4)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut seen = HashSet::new();
+    let mut total = 0;
+    for handle in handles {
+        for claimed in handle.await.unwrap() {
+            total += 1;
+            assert!(seen.insert(claimed.task.id), "a task was claimed twice");
+        }
+    }
+    assert_eq!(total, 30);
+}
+
+#[tokio::test]
+async fn lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change() {
+    let f = fixture();
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    let job = submit(&f.store, "wf", json!({})).await.state.job.id;
+    let first = claim_one(&f.store).await;
+    f.clock.advance(Duration::from_secs(11));
+    assert_eq!(f.store.tick().await.unwrap(), 1);
+    let state = f.store.job("default", &job).await.unwrap().unwrap();
+    assert_eq!(state.tasks[0].status, TaskStatus::Ready);
+    let before_events = f
+        .store
+        .events("default", &job, 0, 1000)
+        .await
+        .unwrap()
+        .unwrap()
+        .len();
+    let stale = complete(&f.store, &first, json!({})).await.unwrap_err();
+    assert!(matches!(stale, Error::Conflict(_)), "{stale}");
+    let after_events = f
+        .store
+        .events("default", &job, 0, 1000)
+        .await
+        .unwrap()
+        .unwrap()
+        .len();
+    assert_eq!(
+        before_events, after_events,
+        "a refused report writes nothing"
+    );
+    f.clock.advance(Duration::from_secs(1));
+    let second = claim_one(&f.store).await;
+    assert_eq!(second.task.attempt, 2);
+    complete(&f.store, &second, json!({})).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_next_timer_and_next_available_time_are_reported() {
+    let f = fixture();
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    submit(&f.store, "wf", json!({})).await;
+    let claimed = claim_one(&f.store).await;
+    assert_eq!(
+        f.store.next_timer().await.unwrap(),
+        claimed.task.lease_expires_at
+    );
+    f.store
+        .report(
+            claimed.task.id.clone(),
+            Input::Fail {
+                task: claimed.task.id.clone(),
+                lease_token: claimed.task.lease_token.clone().unwrap(),
+                error: ReportedError {
+                    message: "boom".into(),
+                    retryable: true,
+                },
+                logs: None,
+            },
+        )
+        .await
+        .unwrap();
+    let due = f
+        .store
+        .next_available("default", vec!["q".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        due,
+        Some(f.store.now().saturating_add(Duration::from_secs(1)))
+    );
+    assert!(
+        f.store
+            .claim("default", vec!["q".into()], "w", 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn jobs_survive_reopening_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("durable.db").display());
+    let job = {
+        let store = Store::open(&url).unwrap();
+        store
+            .apply_workflow("default", "wf", definition(TWO_STEPS))
+            .await
+            .unwrap();
+        submit(&store, "wf", json!({"n": 7})).await.state.job.id
+    };
+    let store = Store::open(&url).unwrap();
+    let state = store.job("default", &job).await.unwrap().expect("job kept");
+    assert_eq!(state.job.params, json!({"n": 7}));
+    assert_eq!(state.tasks[0].status, TaskStatus::Ready);
+}
+
+#[tokio::test]
+async fn a_job_is_invisible_from_another_namespace() {
+    let f = fixture();
+    f.store
+        .apply_workflow("team-a", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    let job = f
+        .store
+        .submit(
+            "team-a",
+            Submit {
+                workflow: Some("wf".into()),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap()
+        .state
+        .job
+        .id;
+    assert!(f.store.job("team-b", &job).await.unwrap().is_none());
+    assert!(
+        f.store
+            .events("team-b", &job, 0, 10)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        f.store
+            .claim("team-b", vec!["q".into()], "w", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let unknown = f
+        .store
+        .submit(
+            "team-b",
+            Submit {
+                workflow: Some("wf".into()),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(unknown, Error::NotFound(_)));
+}
+
+#[tokio::test]
+async fn dispatch_prefers_job_priority_then_age() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    let old_low = submit(&f.store, "wf", json!({})).await.state.job.id;
+    f.clock.advance(Duration::from_millis(5));
+    let high = f
+        .store
+        .submit(
+            "default",
+            Submit {
+                workflow: Some("wf".into()),
+                priority: Some(10),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap()
+        .state
+        .job
+        .id;
+    f.clock.advance(Duration::from_millis(5));
+    submit(&f.store, "wf", json!({})).await;
+    let order: Vec<_> = f
+        .store
+        .claim("default", vec!["q".into()], "w", 3)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.task.job_id)
+        .collect();
+    assert_eq!(order[0], high);
+    assert_eq!(order[1], old_low);
+}
+
+#[tokio::test]
+async fn a_long_poll_registration_is_woken_by_a_new_ready_task() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    let notify = f.store.notifier().register("default", &["q".to_owned()]);
+    submit(&f.store, "wf", json!({})).await;
+    notify.notified().await;
+}

@@ -66,7 +66,9 @@ impl Writer {
         });
         self.sender.send(work).map_err(|_| Error::Closed)?;
         reply.await.map_err(|_| {
-            Error::Unavailable("the database could not start a transaction; nothing was written".to_owned())
+            Error::Unavailable(
+                "the database could not start a transaction; nothing was written".to_owned(),
+            )
         })?
     }
 }

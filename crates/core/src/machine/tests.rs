@@ -79,7 +79,9 @@ impl Sim {
             .state
             .tasks
             .iter()
-            .filter(|t| t.status == TaskStatus::Ready && t.available_at.is_none_or(|a| a <= self.now))
+            .filter(|t| {
+                t.status == TaskStatus::Ready && t.available_at.is_none_or(|a| a <= self.now)
+            })
             .collect();
         ready.sort_by_key(|t| (std::cmp::Reverse(t.priority), t.available_at, t.id.clone()));
         ready.into_iter().map(|t| t.id.clone()).collect()
@@ -211,11 +213,16 @@ fn input_template_reads_params_and_upstream_output_keeping_types() {
         "steps:\n- {id: a, queue: q, command: c, input: {size: '${{ params.size }}'}}\n- {id: b, queue: q, command: c, input: {path: '${{ steps.a.output.path }}', label: 'job-${{ params.size }}', all: '${{ steps.a.output }}'}}\n",
         json!({"size": 20}),
     );
-    assert_eq!(sim.find("a", TaskKind::Step).input, Some(json!({"size": 20})));
+    assert_eq!(
+        sim.find("a", TaskKind::Step).input,
+        Some(json!({"size": 20}))
+    );
     sim.complete("a", json!({"path": "/data/x", "n": [1, 2]}));
     assert_eq!(
         sim.find("b", TaskKind::Step).input,
-        Some(json!({"path": "/data/x", "label": "job-20", "all": {"path": "/data/x", "n": [1, 2]}}))
+        Some(
+            json!({"path": "/data/x", "label": "job-20", "all": {"path": "/data/x", "n": [1, 2]}})
+        )
     );
 }
 
@@ -232,10 +239,18 @@ fn false_condition_skips_and_all_skipped_dependencies_propagate() {
         json!({"go": false}),
     );
     assert_eq!(sim.status("a"), TaskStatus::Skipped);
-    assert_eq!(sim.status("b"), TaskStatus::Skipped, "its only dependency was skipped");
+    assert_eq!(
+        sim.status("b"),
+        TaskStatus::Skipped,
+        "its only dependency was skipped"
+    );
     assert_eq!(sim.status("d"), TaskStatus::Waiting);
     sim.complete("c", json!({}));
-    assert_eq!(sim.status("d"), TaskStatus::Ready, "one dependency ran, so the join runs");
+    assert_eq!(
+        sim.status("d"),
+        TaskStatus::Ready,
+        "one dependency ran, so the join runs"
+    );
     sim.complete("d", json!({}));
     assert_eq!(sim.state.job.status, JobStatus::Succeeded);
 }
@@ -256,7 +271,12 @@ fn fan_out_makes_one_task_per_item_within_concurrency_and_gathers_outputs() {
         json!({}),
     );
     sim.complete("list", json!({"hosts": ["h0", "h1", "h2"]}));
-    let items: Vec<&Task> = sim.state.tasks.iter().filter(|t| t.kind == TaskKind::Item).collect();
+    let items: Vec<&Task> = sim
+        .state
+        .tasks
+        .iter()
+        .filter(|t| t.kind == TaskKind::Item)
+        .collect();
     assert_eq!(items.len(), 3);
     assert_eq!(items[2].input, Some(json!({"host": "h2", "n": 2})));
     assert_eq!(sim.ready().len(), 2, "concurrency 2");
@@ -297,7 +317,11 @@ fn fan_out_over_a_non_list_fails_the_step_with_a_reason() {
     );
     assert_eq!(sim.status("each"), TaskStatus::Failed);
     let error = sim.find("each", TaskKind::FanOut).error.clone().unwrap();
-    assert!(error.message.contains("expected a list"), "{}", error.message);
+    assert!(
+        error.message.contains("expected a list"),
+        "{}",
+        error.message
+    );
     assert_eq!(sim.state.job.status, JobStatus::Failed);
 }
 
@@ -310,7 +334,10 @@ fn retries_follow_exponential_backoff_then_fail() {
     sim.fail("a", true);
     let task = sim.find("a", TaskKind::Step).clone();
     assert_eq!(task.status, TaskStatus::Ready);
-    assert_eq!(task.available_at, Some(sim.now.saturating_add(Duration::from_secs(1))));
+    assert_eq!(
+        task.available_at,
+        Some(sim.now.saturating_add(Duration::from_secs(1)))
+    );
     assert!(sim.ready().is_empty(), "not before the backoff");
     sim.advance(Duration::from_secs(1));
     sim.fail("a", true);
@@ -351,7 +378,11 @@ fn lapsed_lease_counts_as_a_failed_attempt_and_fences_the_old_worker() {
     })
     .unwrap();
     sim.advance(Duration::from_secs(9));
-    assert_eq!(sim.status("a"), TaskStatus::Running, "heartbeat extended the lease");
+    assert_eq!(
+        sim.status("a"),
+        TaskStatus::Running,
+        "heartbeat extended the lease"
+    );
     sim.advance(Duration::from_secs(2));
     assert_eq!(sim.status("a"), TaskStatus::Ready);
     assert!(sim.event_kinds().contains(&EventKind::TaskLeaseExpired));
@@ -372,7 +403,10 @@ fn lapsed_lease_counts_as_a_failed_attempt_and_fences_the_old_worker() {
         output: json!({}),
         logs: None,
     });
-    assert!(matches!(late, Err(Rejection::StaleLease { .. })), "the new attempt owns the task");
+    assert!(
+        matches!(late, Err(Rejection::StaleLease { .. })),
+        "the new attempt owns the task"
+    );
 }
 
 #[test]
@@ -408,7 +442,11 @@ fn check_later_returns_to_ready_without_using_an_attempt() {
     let (_, token) = sim.claim("a");
     let again = sim.state.task(&task).unwrap();
     assert_eq!(again.attempt, 1);
-    assert_eq!(again.idempotency_key(), key, "same attempt, same idempotency key");
+    assert_eq!(
+        again.idempotency_key(),
+        key,
+        "same attempt, same idempotency key"
+    );
     assert_eq!(again.progress, Some(json!({"pct": 40})));
     sim.apply(Input::Complete {
         task,
@@ -524,7 +562,10 @@ fn compensations_have_their_own_retries_and_a_failing_one_ends_compensation_fail
         sim.advance(Duration::from_secs(1));
     }
     assert_eq!(sim.state.job.status, JobStatus::CompensationFailed);
-    assert!(sim.ready().is_empty(), "nothing more runs until an operator acts");
+    assert!(
+        sim.ready().is_empty(),
+        "nothing more runs until an operator acts"
+    );
 }
 
 #[test]
@@ -549,7 +590,11 @@ fn parallel_branch_finishes_before_compensation_starts_and_is_compensated() {
         logs: None,
     })
     .unwrap();
-    assert_eq!(sim.status("a"), TaskStatus::Succeeded, "a late success is recorded");
+    assert_eq!(
+        sim.status("a"),
+        TaskStatus::Succeeded,
+        "a late success is recorded"
+    );
     let order: Vec<String> = sim
         .state
         .tasks
@@ -630,7 +675,10 @@ struct DagSpec {
 fn dag_spec() -> impl Strategy<Value = DagSpec> {
     (1usize..8).prop_flat_map(|n| {
         let deps = (0..n)
-            .map(|i| proptest::collection::vec(0..i.max(1), 0..=i.min(3)).prop_map(move |d| if i == 0 { vec![] } else { d }))
+            .map(|i| {
+                proptest::collection::vec(0..i.max(1), 0..=i.min(3))
+                    .prop_map(move |d| if i == 0 { vec![] } else { d })
+            })
             .collect::<Vec<_>>();
         (
             deps,
@@ -696,11 +744,18 @@ struct Held {
 fn check_invariants(sim: &Sim) {
     for task in &sim.state.tasks {
         let leased = task.lease_token.is_some();
-        assert_eq!(leased, task.status == TaskStatus::Running, "lease iff running: {task:?}");
+        assert_eq!(
+            leased,
+            task.status == TaskStatus::Running,
+            "lease iff running: {task:?}"
+        );
     }
     if sim.state.job.status.is_terminal() {
         assert!(
-            sim.state.tasks.iter().all(|t| t.status != TaskStatus::Running),
+            sim.state
+                .tasks
+                .iter()
+                .all(|t| t.status != TaskStatus::Running),
             "no running task in a finished job"
         );
     }
