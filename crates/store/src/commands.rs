@@ -256,8 +256,8 @@ pub(crate) fn report(ctx: &mut WriteCtx<'_>, task_id: &TaskId, input: Input) -> 
 }
 
 /// Handles every lapsed lease and passed deadline due at `ctx.now`; returns how many jobs moved.
-pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: u32) -> Result<usize> {
-    let due = rows::due_jobs(ctx.conn, ctx.now, limit)?;
+pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
+    let due = rows::due_jobs(ctx.conn, ctx.now, u32::try_from(limit).unwrap_or(u32::MAX))?;
     for job_id in &due {
         let Some(mut state) = rows::load_job_state(ctx.conn, job_id)? else {
             continue;

@@ -50,6 +50,9 @@ pub enum Error {
     Closed,
 }
 
+/// Most jobs one `Store::tick` moves.
+pub const TICK_BATCH: usize = 500;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A stored workflow version.
@@ -237,8 +240,11 @@ impl Store {
     }
 
     /// Handles lapsed leases and passed deadlines; returns how many jobs it moved.
+    /// At most `TICK_BATCH` jobs per call: call again while it returns that many.
     pub async fn tick(&self) -> Result<usize> {
-        self.writer.write(|ctx| commands::tick(ctx, 500)).await
+        self.writer
+            .write(|ctx| commands::tick(ctx, TICK_BATCH))
+            .await
     }
 
     /// A job with its tasks, if it exists in this namespace.

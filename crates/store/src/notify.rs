@@ -11,9 +11,19 @@ type QueueKey = (String, String);
 #[derive(Default)]
 pub struct Notifier {
     waiters: Mutex<HashMap<QueueKey, Vec<Weak<Notify>>>>,
+    timers: Arc<Notify>,
 }
 
 impl Notifier {
+    /// Signalled after every commit, which may have set an earlier lease expiry or deadline.
+    pub fn timers(&self) -> Arc<Notify> {
+        self.timers.clone()
+    }
+
+    pub(crate) fn timers_changed(&self) {
+        self.timers.notify_one();
+    }
+
     /// Registers interest in the given queues of a namespace. The returned `Notify` holds a permit
     /// as soon as any of them is woken, even before the caller starts waiting.
     pub fn register(&self, namespace: &str, queues: &[String]) -> Arc<Notify> {

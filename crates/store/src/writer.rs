@@ -130,6 +130,9 @@ fn run(
                 Err(error) => Err(Error::Unavailable(error.to_string())),
             });
         }
+        if committed.is_ok() {
+            notifier.timers_changed();
+        }
         for (namespace, queue) in wakes {
             notifier.wake(&namespace, &queue);
         }

@@ -1,0 +1,71 @@
+//! The Starbridge server: the HTTP API, long-poll dispatch to workers, and the timer loop that
+//! expires leases and enforces deadlines. All state lives in the store.
+
+mod error;
+mod routes;
+mod timers;
+mod views;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+use starbridge_store::Store;
+use tokio::net::TcpListener;
+
+pub use error::ApiError;
+pub use routes::{AppState, router};
+pub use timers::run_timers;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] starbridge_store::Error),
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// A bound server, not yet serving: lets the caller learn the address (port 0) first.
+pub struct Server {
+    store: Store,
+    listener: TcpListener,
+}
+
+impl Server {
+    pub async fn bind(store: Store, address: &str) -> Result<Server, Error> {
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|source| Error::Listen {
+                address: address.to_owned(),
+                source,
+            })?;
+        Ok(Server { store, listener })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves the API and runs the timers until `shutdown` resolves.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
+        let (stop_timers, timers_stopped) = tokio::sync::watch::channel(false);
+        let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped));
+        let app = router(AppState { store: self.store });
+        let served = axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(Error::Serve);
+        let _ = stop_timers.send(true);
+        let _ = timers.await;
+        served
+    }
+}

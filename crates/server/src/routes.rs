@@ -1,0 +1,501 @@
+//! The HTTP API under `/api/v1`, plus `/healthz`. Request bodies are parsed by hand so that a
+//! malformed body gets a problem document naming the field (or line and column) at fault.
+
+use std::time::Duration as StdDuration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use starbridge_api as api;
+use starbridge_core::definition::{check_name, parse_document};
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::{Input, JobStatus, ReportedError};
+use starbridge_core::time::Duration;
+use starbridge_store::{JobFilter, Store, Submit};
+use tokio::time::Instant;
+
+use crate::error::{ApiError, ApiResult};
+use crate::views;
+
+/// Longest long-poll a worker may ask for.
+pub(crate) const MAX_WAIT_MS: u64 = 60_000;
+/// Most tasks one poll may claim.
+pub(crate) const MAX_TASKS_PER_POLL: u32 = 256;
+/// Longest "check later" delay.
+pub(crate) const MAX_CHECK_LATER_MS: u64 = 7 * 24 * 3600 * 1000;
+const MAX_PAGE: u32 = 500;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(health))
+        .route("/api/v1/workflows", get(list_workflows))
+        .route(
+            "/api/v1/workflows/{name}",
+            put(apply_workflow).get(get_workflow),
+        )
+        .route("/api/v1/jobs", post(submit_job).get(list_jobs))
+        .route("/api/v1/jobs/{id}", get(get_job))
+        .route("/api/v1/jobs/{id}/events", get(job_events))
+        .route("/api/v1/tasks/poll", post(poll))
+        .route("/api/v1/tasks/{id}/heartbeat", post(heartbeat))
+        .route("/api/v1/tasks/{id}/complete", post(complete))
+        .route("/api/v1/tasks/{id}/fail", post(fail))
+        .route("/api/v1/tasks/{id}/check-later", post(check_later))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such endpoint: see /api/v1/openapi.json")
+}
+
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
+    if bytes.is_empty() {
+        return Err(ApiError::invalid(
+            "body",
+            "expected a JSON object, got an empty body",
+        ));
+    }
+    serde_json::from_slice(bytes).map_err(|error| {
+        ApiError::invalid(
+            "body",
+            format!("{error} (line {} column {})", error.line(), error.column()),
+        )
+    })
+}
+
+fn namespace(query: &api::NamespaceQuery) -> ApiResult<String> {
+    namespace_name(query.namespace.as_deref())
+}
+
+fn namespace_name(value: Option<&str>) -> ApiResult<String> {
+    let name = value.unwrap_or(api::DEFAULT_NAMESPACE);
+    check_name(name).map_err(|message| ApiError::invalid("namespace", message))?;
+    Ok(name.to_owned())
+}
+
+fn job_id(text: &str) -> ApiResult<JobId> {
+    JobId::parse(text).ok_or_else(|| ApiError::not_found(format!("job {text} not found")))
+}
+
+fn task_id(text: &str) -> ApiResult<TaskId> {
+    TaskId::parse(text).ok_or_else(|| ApiError::not_found(format!("task {text} not found")))
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => Json(api::Health {
+            status: "ok".into(),
+            database: "ok".into(),
+        })
+        .into_response(),
+        Err(error) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(api::Health {
+                status: "unhealthy".into(),
+                database: error.to_string(),
+            }),
+        )
+            .into_response(),
+    }
+}
+
+async fn list_workflows(
+    State(state): State<AppState>,
+    Query(query): Query<api::NamespaceQuery>,
+) -> ApiResult<Json<api::WorkflowList>> {
+    let namespace = namespace(&query)?;
+    let stored = state.store.workflows(&namespace).await?;
+    Ok(Json(api::WorkflowList {
+        items: stored.iter().map(views::workflow_summary).collect(),
+    }))
+}
+
+#[derive(Deserialize)]
+struct WorkflowQuery {
+    namespace: Option<String>,
+    version: Option<u32>,
+}
+
+async fn get_workflow(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<WorkflowQuery>,
+) -> ApiResult<Json<api::WorkflowDetail>> {
+    let namespace = namespace_name(query.namespace.as_deref())?;
+    let stored = state
+        .store
+        .workflow(&namespace, &name, query.version)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("workflow {name} not found")))?;
+    Ok(Json(api::WorkflowDetail {
+        summary: views::workflow_summary(&stored),
+        definition: stored.definition,
+    }))
+}
+
+async fn apply_workflow(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+    bytes: Bytes,
+) -> ApiResult<Response> {
+    let namespace = namespace(&query)?;
+    check_name(&name).map_err(|message| ApiError::invalid("name", message))?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| ApiError::invalid("body", "the definition must be UTF-8 text"))?;
+    let document =
+        parse_document(text).map_err(|error| starbridge_store::Error::Invalid(error.problems))?;
+    let applied = state
+        .store
+        .apply_workflow(&namespace, &name, document)
+        .await?;
+    let status = if applied.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(api::AppliedWorkflow {
+            namespace,
+            name,
+            version: applied.version,
+            created: applied.created,
+        }),
+    )
+        .into_response())
+}
+
+async fn job_view(state: &AppState, job: &starbridge_core::model::JobState) -> api::JobView {
+    let compiled = state
+        .store
+        .compiled(&job.job.namespace, &job.job.workflow, job.job.version)
+        .await
+        .ok();
+    views::job(job, compiled.as_ref().map(|c| &c.workflow))
+}
+
+async fn submit_job(
+    State(state): State<AppState>,
+    Query(query): Query<api::NamespaceQuery>,
+    bytes: Bytes,
+) -> ApiResult<Response> {
+    let namespace = namespace(&query)?;
+    let request: api::SubmitJob = body(&bytes)?;
+    let submitted = state
+        .store
+        .submit(
+            &namespace,
+            Submit {
+                workflow: request.workflow,
+                version: request.version,
+                definition: request.definition,
+                params: request.params,
+                key: request.key,
+                priority: request.priority,
+            },
+        )
+        .await?;
+    let status = if submitted.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(job_view(&state, &submitted.state).await)).into_response())
+}
+
+async fn list_jobs(
+    State(state): State<AppState>,
+    Query(query): Query<api::JobListQuery>,
+) -> ApiResult<Json<api::JobList>> {
+    let namespace = namespace_name(query.namespace.as_deref())?;
+    let status = query
+        .status
+        .as_deref()
+        .map(|text| {
+            JobStatus::parse(text).ok_or_else(|| {
+                let valid: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+                ApiError::invalid(
+                    "status",
+                    format!("unknown status '{text}': use one of {}", valid.join(", ")),
+                )
+            })
+        })
+        .transpose()?;
+    let limit = query.limit.unwrap_or(50);
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("must be between 1 and {MAX_PAGE}"),
+        ));
+    }
+    let before = query
+        .cursor
+        .as_deref()
+        .map(|cursor| {
+            JobId::parse(cursor).ok_or_else(|| {
+                ApiError::invalid(
+                    "cursor",
+                    "not a cursor: pass next_cursor from the previous page",
+                )
+            })
+        })
+        .transpose()?;
+    let jobs = state
+        .store
+        .jobs(JobFilter {
+            namespace,
+            status,
+            workflow: query.workflow,
+            before,
+            limit,
+        })
+        .await?;
+    let next_cursor = (jobs.len() == limit as usize)
+        .then(|| jobs.last().map(|job| job.id.to_string()))
+        .flatten();
+    Ok(Json(api::JobList {
+        items: jobs.iter().map(views::job_summary).collect(),
+        next_cursor,
+    }))
+}
+
+async fn get_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+) -> ApiResult<Json<api::JobView>> {
+    let namespace = namespace(&query)?;
+    let id = job_id(&id)?;
+    let job = state
+        .store
+        .job(&namespace, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
+    Ok(Json(job_view(&state, &job).await))
+}
+
+#[derive(Deserialize)]
+struct EventsQuery {
+    namespace: Option<String>,
+    after: Option<i64>,
+    limit: Option<u32>,
+}
+
+async fn job_events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+) -> ApiResult<Json<api::EventList>> {
+    let namespace = namespace_name(query.namespace.as_deref())?;
+    let id = job_id(&id)?;
+    let limit = query.limit.unwrap_or(1000).clamp(1, 10_000);
+    let events = state
+        .store
+        .events(&namespace, &id, query.after.unwrap_or(0), limit)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
+    Ok(Json(api::EventList {
+        items: events.iter().map(views::event).collect(),
+    }))
+}
+
+fn check_poll(request: &api::PollRequest) -> ApiResult<()> {
+    if request.worker_id.is_empty() || request.worker_id.len() > 128 {
+        return Err(ApiError::invalid(
+            "worker_id",
+            "must be 1 to 128 characters",
+        ));
+    }
+    if request.queues.is_empty() || request.queues.len() > 64 {
+        return Err(ApiError::invalid("queues", "name 1 to 64 queues to poll"));
+    }
+    if let Some(queue) = request
+        .queues
+        .iter()
+        .find(|q| q.is_empty() || q.len() > 128)
+    {
+        return Err(ApiError::invalid(
+            "queues",
+            format!("'{queue}' is not a queue name (1 to 128 characters)"),
+        ));
+    }
+    if let Some(max) = request.max_tasks
+        && (max == 0 || max > MAX_TASKS_PER_POLL)
+    {
+        return Err(ApiError::invalid(
+            "max_tasks",
+            format!("must be between 1 and {MAX_TASKS_PER_POLL}"),
+        ));
+    }
+    if request.wait_ms.is_some_and(|wait| wait > MAX_WAIT_MS) {
+        return Err(ApiError::invalid(
+            "wait_ms",
+            format!("at most {MAX_WAIT_MS}: poll again after that"),
+        ));
+    }
+    Ok(())
+}
+
+/// Claims ready tasks; when none is ready, waits until one is (a wake-up after its commit, or its
+/// retry time arriving) or `wait_ms` passes.
+async fn poll(State(state): State<AppState>, bytes: Bytes) -> ApiResult<Json<api::PollResponse>> {
+    let request: api::PollRequest = body(&bytes)?;
+    check_poll(&request)?;
+    let namespace = namespace_name(request.namespace.as_deref())?;
+    let max = request.max_tasks.unwrap_or(1);
+    let deadline = Instant::now() + StdDuration::from_millis(request.wait_ms.unwrap_or(0));
+    let store = &state.store;
+    loop {
+        let woken = store.notifier().register(&namespace, &request.queues);
+        let claimed = store
+            .claim(&namespace, request.queues.clone(), &request.worker_id, max)
+            .await?;
+        if !claimed.is_empty() || Instant::now() >= deadline {
+            return Ok(Json(api::PollResponse {
+                tasks: claimed
+                    .iter()
+                    .map(|c| views::leased(&c.task, c.lease.as_millis()))
+                    .collect(),
+            }));
+        }
+        let mut wake_at = deadline;
+        if let Some(next) = store
+            .next_available(&namespace, request.queues.clone())
+            .await?
+        {
+            let wait = next.since(store.now());
+            wake_at = wake_at.min(Instant::now() + StdDuration::from_millis(wait.as_millis()));
+        }
+        tokio::select! {
+            () = woken.notified() => {}
+            () = tokio::time::sleep_until(wake_at) => {}
+        }
+    }
+}
+
+fn report_response(reported: &starbridge_store::Reported) -> Json<api::ReportResponse> {
+    Json(api::ReportResponse {
+        task_status: reported.task.status.to_string(),
+        job_status: reported.job_status.to_string(),
+    })
+}
+
+async fn heartbeat(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::HeartbeatResponse>> {
+    let id = task_id(&id)?;
+    let request: api::HeartbeatRequest = body(&bytes)?;
+    let reported = state
+        .store
+        .report(
+            id.clone(),
+            Input::Heartbeat {
+                task: id,
+                lease_token: request.lease_token,
+                progress: request.progress,
+            },
+        )
+        .await?;
+    let expires = reported
+        .task
+        .lease_expires_at
+        .unwrap_or_else(|| state.store.now().saturating_add(reported.lease));
+    Ok(Json(api::HeartbeatResponse {
+        lease_expires_at: api::timestamp_from_millis(expires.0),
+    }))
+}
+
+async fn complete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::ReportResponse>> {
+    let id = task_id(&id)?;
+    let request: api::CompleteRequest = body(&bytes)?;
+    let reported = state
+        .store
+        .report(
+            id.clone(),
+            Input::Complete {
+                task: id,
+                lease_token: request.lease_token,
+                output: request.output,
+                logs: request.logs,
+            },
+        )
+        .await?;
+    Ok(report_response(&reported))
+}
+
+async fn fail(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::ReportResponse>> {
+    let id = task_id(&id)?;
+    let request: api::FailRequest = body(&bytes)?;
+    if request.error.message.trim().is_empty() {
+        return Err(ApiError::invalid(
+            "error.message",
+            "say what went wrong: the message is shown to operators",
+        ));
+    }
+    let reported = state
+        .store
+        .report(
+            id.clone(),
+            Input::Fail {
+                task: id,
+                lease_token: request.lease_token,
+                error: ReportedError {
+                    message: request.error.message,
+                    retryable: request.error.retryable,
+                },
+                logs: request.logs,
+            },
+        )
+        .await?;
+    Ok(report_response(&reported))
+}
+
+async fn check_later(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::ReportResponse>> {
+    let id = task_id(&id)?;
+    let request: api::CheckLaterRequest = body(&bytes)?;
+    if request.after_ms > MAX_CHECK_LATER_MS {
+        return Err(ApiError::invalid(
+            "after_ms",
+            format!("at most {MAX_CHECK_LATER_MS} (7 days)"),
+        ));
+    }
+    let reported = state
+        .store
+        .report(
+            id.clone(),
+            Input::CheckLater {
+                task: id,
+                lease_token: request.lease_token,
+                after: Duration::from_millis(request.after_ms),
+                progress: request.progress,
+            },
+        )
+        .await?;
+    Ok(report_response(&reported))
+}

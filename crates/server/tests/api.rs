@@ -1,0 +1,296 @@
+//! API surface tests: the router driven in-process (no socket) over a real SQLite file.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use serde_json::{Value, json};
+use starbridge_server::{AppState, router};
+use starbridge_store::Store;
+use tower::ServiceExt;
+
+struct Api {
+    app: Router,
+    store: Store,
+    _dir: tempfile::TempDir,
+}
+
+fn api() -> Api {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&format!("sqlite://{}", dir.path().join("api.db").display())).unwrap();
+    Api {
+        app: router(AppState {
+            store: store.clone(),
+        }),
+        store,
+        _dir: dir,
+    }
+}
+
+impl Api {
+    async fn call(&self, method: &str, uri: &str, body: &str) -> (StatusCode, String, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, content_type, value)
+    }
+}
+
+const WORKFLOW: &str = "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c}\n";
+
+#[tokio::test]
+async fn malformed_json_body_is_a_problem_naming_line_and_column() {
+    let api = api();
+    let (status, content_type, problem) = api.call("POST", "/api/v1/jobs", "{\"workflow\": ").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(content_type, "application/problem+json");
+    assert_eq!(problem["errors"][0]["field"], "body");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("line 1 column"),
+        "{problem}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_request_field_is_named() {
+    let api = api();
+    let (status, _, problem) = api
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "x", "parms": {}}"#)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        problem["detail"].as_str().unwrap().contains("parms"),
+        "{problem}"
+    );
+}
+
+#[tokio::test]
+async fn malformed_yaml_definition_reports_line_and_column() {
+    let api = api();
+    let (status, _, problem) = api
+        .call(
+            "PUT",
+            "/api/v1/workflows/wf",
+            "steps:\n  - id: a\n   queue: [\n",
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        problem["errors"][0]["field"]
+            .as_str()
+            .unwrap()
+            .starts_with("line "),
+        "{problem}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_definition_names_step_and_field() {
+    let api = api();
+    let (status, _, problem) = api
+        .call(
+            "PUT",
+            "/api/v1/workflows/wf",
+            "steps:\n- {id: a, queue: q, command: c, timeout: soon}\n",
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem["errors"][0]["field"], "steps[0] (a).timeout");
+}
+
+#[tokio::test]
+async fn apply_twice_returns_created_then_unchanged() {
+    let api = api();
+    let (status, _, body) = api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(body["version"], 1);
+    let (status, _, body) = api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["created"], false);
+    let (status, _, body) = api.call("GET", "/api/v1/workflows/wf", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["definition"]["steps"][0]["id"], "a");
+}
+
+#[tokio::test]
+async fn submit_with_a_key_is_idempotent_200_then() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let request = r#"{"workflow": "wf", "params": {"n": 1}, "key": "k-1"}"#;
+    let (first, _, job) = api.call("POST", "/api/v1/jobs", request).await;
+    let (second, _, again) = api.call("POST", "/api/v1/jobs", request).await;
+    assert_eq!(first, StatusCode::CREATED);
+    assert_eq!(second, StatusCode::OK);
+    assert_eq!(job["id"], again["id"]);
+    assert_eq!(job["tasks"][0]["status"], "ready");
+    assert_eq!(job["tasks"][0]["max_attempts"], 1);
+}
+
+#[tokio::test]
+async fn unknown_job_and_malformed_id_are_404_problems() {
+    let api = api();
+    let (status, content_type, _) = api.call("GET", "/api/v1/jobs/job_0000", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(content_type, "application/problem+json");
+    let (status, _, _) = api.call("GET", "/api/v1/jobs/nonsense", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn list_filters_are_validated() {
+    let api = api();
+    let (status, _, problem) = api.call("GET", "/api/v1/jobs?status=done", "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "status");
+    assert!(problem["detail"].as_str().unwrap().contains("succeeded"));
+    let (status, _, problem) = api.call("GET", "/api/v1/jobs?limit=0", "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "limit");
+}
+
+#[tokio::test]
+async fn jobs_list_pages_with_a_cursor() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    for _ in 0..5 {
+        api.call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+            .await;
+    }
+    let (_, _, page) = api.call("GET", "/api/v1/jobs?limit=3", "").await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 3);
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    let (_, _, rest) = api
+        .call("GET", &format!("/api/v1/jobs?limit=3&cursor={cursor}"), "")
+        .await;
+    assert_eq!(rest["items"].as_array().unwrap().len(), 2);
+    assert!(rest["next_cursor"].is_null());
+}
+
+#[tokio::test]
+async fn poll_input_is_validated_naming_the_field() {
+    let api = api();
+    let (status, _, problem) = api
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": []}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "queues");
+    let (_, _, problem) = api
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": ["q"], "wait_ms": 999999}"#,
+        )
+        .await;
+    assert_eq!(problem["errors"][0]["field"], "wait_ms");
+}
+
+#[tokio::test]
+async fn a_long_poll_answers_when_a_task_becomes_ready() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let app = api.app.clone();
+    let started = std::time::Instant::now();
+    let poll = tokio::spawn(async move {
+        let request = Request::builder()
+            .method("POST")
+            .uri("/api/v1/tasks/poll")
+            .body(Body::from(
+                r#"{"worker_id": "w", "queues": ["q"], "wait_ms": 60000}"#,
+            ))
+            .unwrap();
+        let response = app.oneshot(request).await.unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice::<Value>(&bytes).unwrap()
+    });
+    // The poll is waiting (nothing is ready yet); submitting makes a task ready.
+    tokio::task::yield_now().await;
+    api.call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+        .await;
+    let response = poll.await.unwrap();
+    assert_eq!(response["tasks"].as_array().unwrap().len(), 1, "{response}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "the poll answered before its deadline"
+    );
+}
+
+#[tokio::test]
+async fn a_report_with_a_stale_lease_token_is_409_and_changes_nothing() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let (_, _, job) = api
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+        .await;
+    let (_, _, polled) = api
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": ["q"]}"#,
+        )
+        .await;
+    let task = &polled["tasks"][0];
+    let id = task["id"].as_str().unwrap();
+    let (status, _, problem) = api
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{id}/complete"),
+            &json!({"lease_token": "not-the-token", "output": {}}).to_string(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(problem["detail"].as_str().unwrap().contains("lease token"));
+    let (status, _, done) = api
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{id}/complete"),
+            &json!({"lease_token": task["lease_token"], "output": {"ok": true}}).to_string(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(done["task_status"], "succeeded");
+    let (_, _, events) = api
+        .call(
+            "GET",
+            &format!("/api/v1/jobs/{}/events", job["id"].as_str().unwrap()),
+            "",
+        )
+        .await;
+    let kinds: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "task_succeeded").count(), 1);
+    drop(api.store);
+}
+
+#[tokio::test]
+async fn health_reports_the_database() {
+    let api = api();
+    let (status, _, body) = api.call("GET", "/healthz", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["database"], "ok");
+}
