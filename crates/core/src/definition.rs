@@ -161,11 +161,13 @@ pub fn parse_document(text: &str) -> Result<Value, Error> {
             .map(|at| format!("line {} column {}", at.line(), at.column()))
             .unwrap_or_else(|| "document".to_owned());
         let message = error.to_string();
-        let message = message
-            .lines()
-            .next()
-            .unwrap_or("malformed YAML")
-            .to_owned();
+        let message = message.lines().next().unwrap_or("malformed YAML");
+        // The location is already in `field`; keep only the reason.
+        let message = message.strip_prefix("error: ").unwrap_or(message);
+        let message = match message.split_once(": ") {
+            Some((location, reason)) if location.starts_with("line ") => reason,
+            _ => message,
+        };
         Error::single(field, format!("malformed YAML: {message}"))
     })
 }
@@ -186,8 +188,11 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// Validates a queue or command name: printable, no spaces, 1 to 128 characters.
-fn check_identifier(text: &str, what: &str) -> Result<(), String> {
+/// Longest `command` (a shell executor runs whole scripts).
+pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
+
+/// Validates a queue name: 1 to 128 characters of letters, digits and `_.-:/`.
+fn check_queue(text: &str) -> Result<(), String> {
     let valid = !text.is_empty()
         && text.len() <= 128
         && text
@@ -197,8 +202,25 @@ fn check_identifier(text: &str, what: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "'{text}' is not a valid {what}: use 1 to 128 characters of letters, digits, '_', '.', '-', ':' and '/'"
+            "'{text}' is not a valid queue name: use 1 to 128 characters of letters, digits, '_', '.', '-', ':' and '/'"
         ))
+    }
+}
+
+/// Validates a command: any text a worker understands (a handler name, or a shell script), not
+/// blank, at most `MAX_COMMAND_BYTES`, no NUL.
+fn check_command(text: &str) -> Result<(), String> {
+    if text.trim().is_empty() {
+        Err("must not be blank".to_owned())
+    } else if text.len() > MAX_COMMAND_BYTES {
+        Err(format!(
+            "{} bytes is more than the limit of {MAX_COMMAND_BYTES}",
+            text.len()
+        ))
+    } else if text.contains('\0') {
+        Err("must not contain a NUL character".to_owned())
+    } else {
+        Ok(())
     }
 }
 
@@ -364,8 +386,13 @@ impl Checker {
     }
 
     fn handler(&mut self, field: &str, raw: RawHandler) -> Handler {
-        let queue = self.required_identifier(&format!("{field}.queue"), raw.queue, "queue");
-        let command = self.required_identifier(&format!("{field}.command"), raw.command, "command");
+        let queue = self.required(&format!("{field}.queue"), raw.queue, "queue", check_queue);
+        let command = self.required(
+            &format!("{field}.command"),
+            raw.command,
+            "command",
+            check_command,
+        );
         Handler {
             queue,
             command,
@@ -377,14 +404,20 @@ impl Checker {
         }
     }
 
-    fn required_identifier(&mut self, field: &str, value: Option<String>, what: &str) -> String {
+    fn required(
+        &mut self,
+        field: &str,
+        value: Option<String>,
+        what: &str,
+        check: fn(&str) -> Result<(), String>,
+    ) -> String {
         match value {
             None => {
                 self.problem(field, format!("missing: every step needs a {what}"));
                 String::new()
             }
             Some(text) => {
-                if let Err(message) = check_identifier(&text, what) {
+                if let Err(message) = check(&text) {
                     self.problem(field, message);
                 }
                 text

@@ -1,0 +1,482 @@
+//! Client commands: apply, submit, list, show, follow. They speak the public HTTP API only, so
+//! they work against any server.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use clap::Args;
+use serde_json::Value;
+use starbridge_api as api;
+use starbridge_worker::Client;
+
+use crate::Format;
+use crate::output::{clip, elapsed, table, time};
+
+pub(crate) struct Context {
+    pub(crate) client: Client,
+    pub(crate) namespace: String,
+    pub(crate) format: Format,
+}
+
+impl Context {
+    pub(crate) fn new(server: &str, namespace: &str, format: Format) -> Result<Context> {
+        Ok(Context {
+            client: Client::new(server).with_context(|| format!("--server {server}"))?,
+            namespace: namespace.to_owned(),
+            format,
+        })
+    }
+
+    fn path(&self, path: &str) -> String {
+        let separator = if path.contains('?') { '&' } else { '?' };
+        format!("{path}{separator}namespace={}", self.namespace)
+    }
+
+    fn json(&self) -> bool {
+        self.format == Format::Json
+    }
+}
+
+fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+#[derive(Args)]
+pub(crate) struct ApplyArgs {
+    /// The definition file (YAML or JSON).
+    file: PathBuf,
+    /// Name to apply it under (default: the `name` in the file, else the file's stem).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+/// The name a definition file is applied under.
+fn definition_name(file: &std::path::Path, text: &str, explicit: Option<String>) -> Result<String> {
+    if let Some(name) = explicit {
+        return Ok(name);
+    }
+    if let Ok(document) = starbridge_core::definition::parse_document(text)
+        && let Some(name) = document.get("name").and_then(Value::as_str)
+    {
+        return Ok(name.to_owned());
+    }
+    file.file_stem()
+        .and_then(|stem| stem.to_str())
+        .map(str::to_owned)
+        .context("cannot tell the workflow's name: pass --name")
+}
+
+pub(crate) async fn apply(context: &Context, args: ApplyArgs) -> Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?;
+    let name = definition_name(&args.file, &text, args.name)?;
+    let applied = apply_document(context, &name, &text).await?;
+    if context.json() {
+        print_json(&applied)?;
+    } else {
+        let what = if applied.created {
+            "applied"
+        } else {
+            "unchanged"
+        };
+        println!("{} version {} {what}", applied.name, applied.version);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Applies a definition text under `name`.
+pub(crate) async fn apply_document(
+    context: &Context,
+    name: &str,
+    text: &str,
+) -> Result<api::AppliedWorkflow> {
+    Ok(context
+        .client
+        .put_raw(
+            &context.path(&format!("/api/v1/workflows/{name}")),
+            "application/yaml",
+            text.to_owned(),
+        )
+        .await?)
+}
+
+pub(crate) async fn workflows(context: &Context) -> Result<ExitCode> {
+    let list: api::WorkflowList = context
+        .client
+        .get_json(&context.path("/api/v1/workflows"))
+        .await?;
+    if context.json() {
+        print_json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = list
+        .items
+        .iter()
+        .map(|w| {
+            vec![
+                w.name.clone(),
+                w.version.to_string(),
+                w.steps.to_string(),
+                time(Some(w.created_at)),
+                clip(w.description.as_deref().unwrap_or(""), 60),
+            ]
+        })
+        .collect();
+    table(
+        &["NAME", "VERSION", "STEPS", "APPLIED", "DESCRIPTION"],
+        &rows,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub(crate) struct SubmitArgs {
+    /// Workflow to run.
+    workflow: String,
+    /// A parameter `key=value`; the value is read as JSON when it parses (numbers, true, lists),
+    /// else as a string. Repeatable.
+    #[arg(long = "param", short = 'p', value_name = "KEY=VALUE")]
+    params: Vec<String>,
+    /// All params as one JSON object (merged under --param).
+    #[arg(long = "params", value_name = "JSON")]
+    params_json: Option<String>,
+    /// Idempotency key: submitting the same key again returns the first job.
+    #[arg(long)]
+    key: Option<String>,
+    #[arg(long)]
+    priority: Option<i32>,
+    /// A specific version of the workflow (default: the latest).
+    #[arg(long)]
+    version: Option<u32>,
+    /// Follow the job until it ends.
+    #[arg(long)]
+    watch: bool,
+}
+
+/// Builds the params object from `--params` and `--param` pairs.
+fn params(pairs: &[String], json: Option<&str>) -> Result<Value> {
+    let mut params = match json {
+        Some(text) => serde_json::from_str::<Value>(text).context("--params is not valid JSON")?,
+        None => Value::Object(Default::default()),
+    };
+    let Some(object) = params.as_object_mut() else {
+        bail!("--params must be a JSON object");
+    };
+    for pair in pairs {
+        let Some((key, raw)) = pair.split_once('=') else {
+            bail!("--param {pair}: expected KEY=VALUE");
+        };
+        if key.is_empty() {
+            bail!("--param {pair}: the key is empty");
+        }
+        let value = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()));
+        object.insert(key.to_owned(), value);
+    }
+    Ok(params)
+}
+
+pub(crate) async fn submit(context: &Context, args: SubmitArgs) -> Result<ExitCode> {
+    let request = api::SubmitJob {
+        workflow: Some(args.workflow),
+        version: args.version,
+        definition: None,
+        params: Some(params(&args.params, args.params_json.as_deref())?),
+        key: args.key,
+        priority: args.priority,
+    };
+    let job: api::JobView = context
+        .client
+        .post_json(&context.path("/api/v1/jobs"), &request)
+        .await?;
+    if context.json() && !args.watch {
+        print_json(&job)?;
+    } else {
+        println!("{}", job.summary.id);
+        eprintln!(
+            "submitted job {} ({} v{}): {}",
+            job.summary.id, job.summary.workflow, job.summary.version, job.summary.status
+        );
+    }
+    if args.watch {
+        return watch(context, &job.summary.id).await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub(crate) struct JobsArgs {
+    #[arg(long)]
+    status: Option<String>,
+    #[arg(long)]
+    workflow: Option<String>,
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// `next_cursor` of the previous page.
+    #[arg(long)]
+    cursor: Option<String>,
+}
+
+pub(crate) async fn jobs(context: &Context, args: JobsArgs) -> Result<ExitCode> {
+    let mut path = format!("/api/v1/jobs?limit={}", args.limit);
+    for (name, value) in [
+        ("status", &args.status),
+        ("workflow", &args.workflow),
+        ("cursor", &args.cursor),
+    ] {
+        if let Some(value) = value {
+            path.push_str(&format!("&{name}={value}"));
+        }
+    }
+    let list: api::JobList = context.client.get_json(&context.path(&path)).await?;
+    if context.json() {
+        print_json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = list
+        .items
+        .iter()
+        .map(|job| {
+            vec![
+                job.id.clone(),
+                format!("{} v{}", job.workflow, job.version),
+                job.status.clone(),
+                time(Some(job.created_at)),
+                elapsed(job.started_at, job.ended_at),
+                clip(job.error.as_deref().unwrap_or(""), 60),
+            ]
+        })
+        .collect();
+    table(
+        &["ID", "WORKFLOW", "STATUS", "CREATED", "TOOK", "ERROR"],
+        &rows,
+    );
+    if let Some(cursor) = list.next_cursor {
+        eprintln!("more: --cursor {cursor}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn fetch_job(context: &Context, id: &str) -> Result<api::JobView> {
+    Ok(context
+        .client
+        .get_json(&context.path(&format!("/api/v1/jobs/{id}")))
+        .await?)
+}
+
+/// `create_db`, `configure[1]`, or `undo create_db`.
+fn task_label(task: &api::TaskView) -> String {
+    let base = match task.item {
+        Some(item) => format!("{}[{item}]", task.step),
+        None => task.step.clone(),
+    };
+    if task.kind == "compensation" {
+        format!("undo {base}")
+    } else {
+        base
+    }
+}
+
+fn task_note(task: &api::TaskView) -> String {
+    if let Some(error) = &task.error {
+        return clip(&error.message, 70);
+    }
+    match &task.output {
+        Some(output) if !output.is_null() => clip(&output.to_string(), 70),
+        _ => String::new(),
+    }
+}
+
+pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
+    let job = fetch_job(context, id).await?;
+    if context.json() {
+        print_json(&job)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let summary = &job.summary;
+    println!("job       {}", summary.id);
+    println!("workflow  {} v{}", summary.workflow, summary.version);
+    println!("status    {}", summary.status);
+    if let Some(error) = &summary.error {
+        println!("error     {error}");
+    }
+    println!("params    {}", job.params);
+    println!(
+        "created   {}   took {}",
+        time(Some(summary.created_at)),
+        elapsed(summary.started_at, summary.ended_at)
+    );
+    println!();
+    let rows: Vec<Vec<String>> = job
+        .tasks
+        .iter()
+        .map(|task| {
+            vec![
+                task_label(task),
+                task.status.clone(),
+                if task.kind == "fan_out" {
+                    "-".to_owned()
+                } else {
+                    format!("{}/{}", task.attempt, task.max_attempts)
+                },
+                task.worker_id.clone().unwrap_or_else(|| "-".to_owned()),
+                elapsed(task.started_at, task.ended_at),
+                task_note(task),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "TASK",
+            "STATUS",
+            "ATTEMPT",
+            "WORKER",
+            "TOOK",
+            "OUTPUT / ERROR",
+        ],
+        &rows,
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) async fn events(context: &Context, id: &str) -> Result<ExitCode> {
+    let events: api::EventList = context
+        .client
+        .get_json(&context.path(&format!("/api/v1/jobs/{id}/events")))
+        .await?;
+    if context.json() {
+        print_json(&events)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = events
+        .items
+        .iter()
+        .map(|event| {
+            vec![
+                event.seq.to_string(),
+                event.at.strftime("%H:%M:%S%.3f").to_string(),
+                event.kind.clone(),
+                event.step.clone().unwrap_or_default(),
+                event.attempt.map(|a| a.to_string()).unwrap_or_default(),
+                clip(&event.detail.to_string(), 80),
+            ]
+        })
+        .collect();
+    table(&["SEQ", "AT", "EVENT", "STEP", "ATTEMPT", "DETAIL"], &rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+const TERMINAL: &[&str] = &[
+    "succeeded",
+    "failed",
+    "compensation_failed",
+    "cancelled",
+    "timed_out",
+];
+
+/// Follows a job, printing each task's changes, until it ends. With `-o json` prints the final
+/// job. Exit status: 0 if the job succeeded, 2 if it ended otherwise.
+pub(crate) async fn watch(context: &Context, id: &str) -> Result<ExitCode> {
+    let mut seen: HashMap<String, (String, u32)> = HashMap::new();
+    let mut job_status = String::new();
+    loop {
+        let job = fetch_job(context, id).await?;
+        if !context.json() {
+            if job.summary.status != job_status {
+                job_status = job.summary.status.clone();
+                eprintln!("job {} is {job_status}", job.summary.id);
+            }
+            for task in &job.tasks {
+                let state = (task.status.clone(), task.attempt);
+                if seen.get(&task.id) == Some(&state)
+                    || task.kind == "fan_out" && task.status == "waiting"
+                {
+                    continue;
+                }
+                seen.insert(task.id.clone(), state);
+                let attempt = if task.attempt > 0 {
+                    format!("attempt {}/{}", task.attempt, task.max_attempts)
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{:<24} {:<10} {:<14} {}",
+                    task_label(task),
+                    task.status,
+                    attempt,
+                    task_note(task)
+                );
+            }
+        }
+        if TERMINAL.contains(&job.summary.status.as_str()) {
+            if context.json() {
+                print_json(&job)?;
+            } else if let Some(error) = &job.summary.error {
+                eprintln!(
+                    "job {} ended {}: {error}",
+                    job.summary.id, job.summary.status
+                );
+            } else {
+                eprintln!(
+                    "job {} ended {} in {}",
+                    job.summary.id,
+                    job.summary.status,
+                    elapsed(job.summary.started_at, job.summary.ended_at)
+                );
+            }
+            return Ok(if job.summary.status == "succeeded" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(2)
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn params_read_json_values_and_fall_back_to_strings() {
+        let built = params(
+            &[
+                "size=20".into(),
+                "name=db1".into(),
+                "tags=[1,2]".into(),
+                "on=true".into(),
+            ],
+            Some(r#"{"size": 1, "zone": "a"}"#),
+        )
+        .unwrap();
+        assert_eq!(
+            built,
+            json!({"size": 20, "name": "db1", "tags": [1, 2], "on": true, "zone": "a"})
+        );
+    }
+
+    #[test]
+    fn params_reject_a_pair_without_equals_sign() {
+        let error = params(&["size".into()], None).unwrap_err();
+        assert!(error.to_string().contains("KEY=VALUE"));
+    }
+
+    #[test]
+    fn definition_name_prefers_flag_then_document_then_file_stem() {
+        let file = std::path::Path::new("dir/deploy.yaml");
+        assert_eq!(
+            definition_name(file, "name: x\nsteps: []", Some("y".into())).unwrap(),
+            "y"
+        );
+        assert_eq!(
+            definition_name(file, "name: x\nsteps: []", None).unwrap(),
+            "x"
+        );
+        assert_eq!(definition_name(file, "steps: []", None).unwrap(), "deploy");
+    }
+}

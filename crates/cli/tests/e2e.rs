@@ -1,0 +1,568 @@
+//! End to end: the real `starbridge` binary as server and as worker processes, talking HTTP on
+//! loopback, with real SQLite files and real shell commands.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
+/// How long a test waits for a job before declaring it stuck (a liveness bound, not a benchmark).
+const STUCK: Duration = Duration::from_secs(90);
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Harness {
+    dir: tempfile::TempDir,
+    port: u16,
+    url: String,
+    server: Option<Child>,
+    workers: Vec<Child>,
+    http: reqwest::Client,
+}
+
+impl Harness {
+    async fn start() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut harness = Harness {
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+            port,
+            server: None,
+            workers: Vec::new(),
+            http: reqwest::Client::new(),
+        };
+        harness.start_server().await;
+        harness
+    }
+
+    fn database(&self) -> PathBuf {
+        self.dir.path().join("e2e.db")
+    }
+
+    async fn start_server(&mut self) {
+        let child = Command::new(BIN)
+            .args(["server", "--listen", &format!("127.0.0.1:{}", self.port)])
+            .arg("--database")
+            .arg(format!("sqlite://{}", self.database().display()))
+            .env("STARBRIDGE_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.server = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(response) = self.http.get(format!("{}/healthz", self.url)).send().await
+                && response.status().is_success()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "server did not become healthy");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn kill_server(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            server.kill().unwrap(); // SIGKILL: no shutdown code runs
+            server.wait().unwrap();
+        }
+    }
+
+    fn start_worker(&mut self, name: &str, queue: &str) -> usize {
+        let child = Command::new(BIN)
+            .args([
+                "worker",
+                "--queue",
+                queue,
+                "--worker-id",
+                name,
+                "--server",
+                &self.url,
+            ])
+            .env("STARBRIDGE_LOG", "warn")
+            .env("E2E_DIR", self.dir.path())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.workers.push(child);
+        self.workers.len() - 1
+    }
+
+    fn kill_worker(&mut self, index: usize) {
+        self.workers[index].kill().unwrap();
+        self.workers[index].wait().unwrap();
+    }
+
+    async fn apply(&self, name: &str, yaml: &str) {
+        let response = self
+            .http
+            .put(format!("{}/api/v1/workflows/{name}", self.url))
+            .body(yaml.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "apply failed: {}",
+            response.text().await.unwrap()
+        );
+    }
+
+    async fn submit(&self, workflow: &str, params: Value) -> String {
+        let response: Value = self
+            .http
+            .post(format!("{}/api/v1/jobs", self.url))
+            .json(&json!({"workflow": workflow, "params": params}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        response["id"].as_str().expect("job id").to_owned()
+    }
+
+    async fn events(&self, id: &str) -> Vec<Value> {
+        let list: Value = self
+            .http
+            .get(format!("{}/api/v1/jobs/{id}/events", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list["items"].as_array().unwrap().clone()
+    }
+
+    async fn wait_for_end(&self, id: &str) -> Value {
+        let deadline = Instant::now() + STUCK;
+        loop {
+            if let Ok(response) = self
+                .http
+                .get(format!("{}/api/v1/jobs/{id}", self.url))
+                .send()
+                .await
+                && let Ok(job) = response.json::<Value>().await
+            {
+                let status = job["status"].as_str().unwrap_or("");
+                if [
+                    "succeeded",
+                    "failed",
+                    "compensation_failed",
+                    "cancelled",
+                    "timed_out",
+                ]
+                .contains(&status)
+                {
+                    return job;
+                }
+                assert!(Instant::now() < deadline, "job stuck: {job:#}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(args)
+            .args(["--server", &self.url])
+            .env("STARBRIDGE_LOG", "warn")
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for worker in &mut self.workers {
+            let _ = worker.kill();
+            let _ = worker.wait();
+        }
+        self.kill_server();
+    }
+}
+
+fn example(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name);
+    std::fs::read_to_string(path).unwrap()
+}
+
+fn time(value: &Value) -> starbridge_api::Timestamp {
+    value
+        .as_str()
+        .expect("a time")
+        .parse()
+        .expect("an RFC 3339 time")
+}
+
+fn tasks(job: &Value) -> Vec<Value> {
+    job["tasks"].as_array().unwrap().clone()
+}
+
+fn task<'a>(tasks: &'a [Value], step: &str, kind: &str) -> &'a Value {
+    tasks
+        .iter()
+        .find(|t| t["step"] == step && t["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} task for {step}"))
+}
+
+#[tokio::test]
+async fn the_example_retries_a_step_then_rolls_back_finished_steps_in_reverse() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.start_worker("w2", "shell");
+    h.apply("provision_database", &example("provision.yaml"))
+        .await;
+    let id = h
+        .submit(
+            "provision_database",
+            json!({"name": "orders", "fail_at_load": true}),
+        )
+        .await;
+    let job = h.wait_for_end(&id).await;
+    assert_eq!(job["status"], "failed", "{job:#}");
+    assert!(job["error"].as_str().unwrap().contains("load_data"));
+    let tasks = tasks(&job);
+    let create = task(&tasks, "create_db", "step");
+    assert_eq!(create["status"], "succeeded");
+    assert_eq!(create["attempt"], 2, "failed once, then retried");
+    let load = task(&tasks, "load_data", "step");
+    assert_eq!(load["status"], "failed");
+    assert_eq!(load["attempt"], 1, "non-retryable failure is not retried");
+    assert!(
+        load["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("source snapshot is corrupt")
+    );
+    assert!(load["logs"]["stderr"].as_str().unwrap().contains("corrupt"));
+    assert_eq!(task(&tasks, "announce", "step")["status"], "cancelled");
+
+    // Compensations ran one at a time, newest completion first.
+    let mut undo: Vec<&Value> = tasks
+        .iter()
+        .filter(|t| t["kind"] == "compensation")
+        .collect();
+    assert!(undo.iter().all(|t| t["status"] == "succeeded"));
+    undo.sort_by_key(|t| time(&t["started_at"]));
+    let order: Vec<&str> = undo.iter().map(|t| t["step"].as_str().unwrap()).collect();
+    assert_eq!(
+        order,
+        vec!["configure", "configure", "create_db", "reserve"]
+    );
+    let undo_reserve = undo.last().unwrap();
+    assert_eq!(
+        undo_reserve["input"]["reservation"], "r-orders",
+        "sees the undone output"
+    );
+    for pair in undo.windows(2) {
+        assert!(time(&pair[0]["ended_at"]) <= time(&pair[1]["started_at"]));
+    }
+    let kinds: Vec<String> = h
+        .events(&id)
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("job_created"));
+    assert!(kinds.contains(&"task_retry_scheduled".to_owned()));
+    assert!(kinds.contains(&"job_compensating".to_owned()));
+    assert_eq!(kinds.last().map(String::as_str), Some("job_failed"));
+}
+
+#[tokio::test]
+async fn the_example_succeeds_passing_data_through_the_fan_out() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.apply("provision_database", &example("provision.yaml"))
+        .await;
+    let id = h
+        .submit(
+            "provision_database",
+            json!({"name": "billing", "size_gb": 5}),
+        )
+        .await;
+    let job = h.wait_for_end(&id).await;
+    assert_eq!(job["status"], "succeeded", "{job:#}");
+    let tasks = tasks(&job);
+    assert_eq!(
+        task(&tasks, "reserve", "step")["input"],
+        json!({"name": "billing", "size_gb": 5})
+    );
+    assert_eq!(
+        task(&tasks, "configure", "fan_out")["output"],
+        json!([{"schema": "users"}, {"schema": "orders"}])
+    );
+    assert_eq!(task(&tasks, "load_data", "step")["input"]["schemas"], 2);
+    let announce = task(&tasks, "announce", "step");
+    assert_eq!(
+        announce["input"],
+        json!({"host": "db-billing.internal", "rows": 1000})
+    );
+    assert!(
+        announce["logs"]["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("database ready at db-billing.internal")
+    );
+    assert!(tasks.iter().all(|t| t["kind"] != "compensation"));
+}
+
+#[tokio::test]
+async fn parallel_branches_run_at_the_same_time() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    // Each branch waits for the other's marker: the job can only finish if both run at once.
+    h.apply(
+        "barrier",
+        r#"
+steps:
+  - id: left
+    queue: shell
+    command: touch "$E2E_DIR/left"; while [ ! -f "$E2E_DIR/right" ]; do sleep 0.02; done
+    depends_on: []
+    step_timeout: 60s
+  - id: right
+    queue: shell
+    command: touch "$E2E_DIR/right"; while [ ! -f "$E2E_DIR/left" ]; do sleep 0.02; done
+    depends_on: []
+    step_timeout: 60s
+  - id: join
+    queue: shell
+    command: echo joined
+    depends_on: [left, right]
+"#,
+    )
+    .await;
+    let id = h.submit("barrier", json!({})).await;
+    let job = h.wait_for_end(&id).await;
+    assert_eq!(job["status"], "succeeded", "{job:#}");
+}
+
+#[tokio::test]
+async fn a_shell_step_can_ask_to_be_checked_later_without_using_attempts() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.apply(
+        "poll_until_done",
+        r#"
+steps:
+  - id: wait_for_copy
+    queue: shell
+    command: |
+      n=$(cat "$E2E_DIR/checks" 2>/dev/null || echo 0); n=$((n+1)); echo $n > "$E2E_DIR/checks"
+      if [ $n -lt 3 ]; then echo '{"after_ms": 50, "checked": '$n'}'; exit 75; fi
+      echo '{"checks": '$n', "key": "'$STARBRIDGE_IDEMPOTENCY_KEY'"}'
+"#,
+    )
+    .await;
+    let id = h.submit("poll_until_done", json!({})).await;
+    let job = h.wait_for_end(&id).await;
+    assert_eq!(job["status"], "succeeded", "{job:#}");
+    let step = &tasks(&job)[0];
+    assert_eq!(step["attempt"], 1);
+    assert_eq!(step["output"]["checks"], 3);
+    assert_eq!(
+        step["output"]["key"],
+        format!("{}:1", step["id"].as_str().unwrap())
+    );
+}
+
+#[tokio::test]
+async fn the_job_timeout_ends_the_job_timed_out_after_compensation() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.apply(
+        "slow",
+        r#"
+timeout: 1s
+steps:
+  - id: quick
+    queue: shell
+    command: |
+      echo '{"done": true}'
+    compensate: { queue: shell, command: 'touch "$E2E_DIR/undone"' }
+  - id: slow
+    queue: shell
+    command: sleep 3
+"#,
+    )
+    .await;
+    let id = h.submit("slow", json!({})).await;
+    let job = h.wait_for_end(&id).await;
+    assert_eq!(job["status"], "timed_out", "{job:#}");
+    assert!(
+        h.dir.path().join("undone").exists(),
+        "the finished step was compensated"
+    );
+    assert_eq!(
+        task(&tasks(&job), "slow", "step")["status"],
+        "succeeded",
+        "a late finish is still recorded"
+    );
+}
+
+const SIDE_EFFECTS: &str = r#"
+steps:
+  - id: one
+    queue: shell
+    command: echo "$STARBRIDGE_IDEMPOTENCY_KEY" >> "$E2E_DIR/effects"; sleep 0.1
+    timeout: 2s
+    retry: { max_attempts: 5, initial: 100ms }
+  - id: two
+    queue: shell
+    command: echo "$STARBRIDGE_IDEMPOTENCY_KEY" >> "$E2E_DIR/effects"; sleep 0.1
+    timeout: 2s
+    retry: { max_attempts: 5, initial: 100ms }
+"#;
+
+fn effect_keys(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("effects"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn kill_9_of_the_server_loses_no_job_and_repeats_no_attempt() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.start_worker("w2", "shell");
+    h.apply("effects", SIDE_EFFECTS).await;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(h.submit("effects", json!({})).await);
+    }
+    // Let some work happen, then kill the server mid-run and start it again on the same file.
+    while effect_keys(h.dir.path()).len() < 6 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.kill_server();
+    h.start_server().await;
+    for id in &ids {
+        let job = h.wait_for_end(id).await;
+        assert_eq!(job["status"], "succeeded", "{job:#}");
+    }
+    let keys = effect_keys(h.dir.path());
+    let unique: HashSet<&String> = keys.iter().collect();
+    assert_eq!(
+        unique.len(),
+        keys.len(),
+        "an attempt's side effect ran twice: {keys:?}"
+    );
+    assert!(keys.len() >= 40);
+}
+
+#[tokio::test]
+async fn kill_9_of_a_worker_is_retried_by_another_after_its_lease_lapses() {
+    let mut h = Harness::start().await;
+    h.apply(
+        "long",
+        r#"
+steps:
+  - id: work
+    queue: shell
+    command: |
+      touch "$E2E_DIR/started-$STARBRIDGE_ATTEMPT"; sleep 2; echo '{"attempt": '$STARBRIDGE_ATTEMPT'}'
+    timeout: 1s
+    retry: { max_attempts: 3, initial: 100ms }
+"#,
+    )
+    .await;
+    let doomed = h.start_worker("doomed", "shell");
+    let id = h.submit("long", json!({})).await;
+    while !h.dir.path().join("started-1").exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.kill_worker(doomed);
+    h.start_worker("rescuer", "shell");
+    let job = h.wait_for_end(&id).await;
+    assert_eq!(job["status"], "succeeded", "{job:#}");
+    let task = &tasks(&job)[0];
+    assert_eq!(task["attempt"], 2);
+    assert_eq!(task["worker_id"], "rescuer");
+    let kinds: Vec<String> = h
+        .events(&id)
+        .await
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        kinds.contains(&"task_lease_expired".to_owned()),
+        "{kinds:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_cli_applies_submits_watches_and_prints_json() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    let file = h.dir.path().join("hello.yaml");
+    std::fs::write(
+        &file,
+        "steps:\n- {id: greet, queue: shell, command: 'echo \"{\\\"greeting\\\": \\\"hi $INPUT_WHO\\\"}\"'}\n",
+    )
+    .unwrap();
+    let applied = h.cli(&["apply", file.to_str().unwrap()]);
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&applied.stdout).trim(),
+        "hello version 1 applied"
+    );
+
+    let submitted = h.cli(&["submit", "hello", "-p", "who=ops", "--watch"]);
+    assert!(
+        submitted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&submitted.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&submitted.stdout);
+    let id = stdout.lines().next().unwrap().trim().to_owned();
+    assert!(id.starts_with("job_"), "{stdout}");
+    assert!(stdout.contains("succeeded"), "{stdout}");
+
+    let shown = h.cli(&["job", &id, "-o", "json"]);
+    let job: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(job["tasks"][0]["output"], json!({"greeting": "hi ops"}));
+
+    let listed = h.cli(&["jobs", "-o", "json"]);
+    let list: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(list["items"][0]["id"], id);
+
+    let table = h.cli(&["jobs"]);
+    assert!(String::from_utf8_lossy(&table.stdout).starts_with("ID"));
+
+    let missing = h.cli(&["job", "job_doesnotexist"]);
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(
+        stderr.trim().lines().count(),
+        1,
+        "one-line reason: {stderr}"
+    );
+    assert!(stderr.contains("not found"), "{stderr}");
+
+    let bad = h.dir.path().join("bad.yaml");
+    std::fs::write(&bad, "steps:\n- {id: a, queue: shell}\n").unwrap();
+    let refused = h.cli(&["apply", bad.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("steps[0] (a).command"));
+}

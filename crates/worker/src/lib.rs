@@ -1,0 +1,40 @@
+//! Worker SDK for Starbridge.
+//!
+//! - [`Client`]: a typed HTTP client of the Starbridge API (worker endpoints plus generic JSON
+//!   helpers for the rest of the API), with errors that say whether a retry can help.
+//! - [`Worker`]: polls queues for tasks, runs them with registered handlers under a concurrency
+//!   bound, heartbeats their leases, reports outcomes reliably and shuts down gracefully.
+//! - [`shell`]: the built-in shell executor, a handler running the task's command with `sh -c`.
+//!
+//! ```no_run
+//! use starbridge_worker::{Client, Outcome, TaskContext, Worker, shell::ShellExecutor};
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let client = Client::new("http://127.0.0.1:7433")?.with_token(std::env::var("TOKEN").ok());
+//! let worker = Worker::builder(client)
+//!     .queues(["mysql", "ops"])
+//!     .concurrency(8)
+//!     .handler("mysql", "init_instance", |task: TaskContext| async move {
+//!         let size = task.input()["size_gb"].as_u64().unwrap_or(10);
+//!         Outcome::complete(serde_json::json!({ "size_gb": size }))
+//!     })
+//!     .fallback("ops", ShellExecutor::new())
+//!     .build()?;
+//! worker.run(async { let _ = tokio::signal::ctrl_c().await; }).await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod client;
+mod context;
+mod outcome;
+pub mod shell;
+mod worker;
+
+pub use client::{Client, DEFAULT_REQUEST_TIMEOUT, Error, encode_path_segment};
+pub use context::TaskContext;
+pub use outcome::{BoxFuture, Handler, HandlerResult, Outcome};
+pub use worker::{
+    BuildError, DEFAULT_CONCURRENCY, DEFAULT_POLL_WAIT, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,
+    DEFAULT_SHUTDOWN_GRACE, Worker, WorkerBuilder,
+};

@@ -1,0 +1,738 @@
+//! The worker loop: polls the server for tasks of its queues, runs each with the registered
+//! handler (bounded concurrency), keeps its lease alive with heartbeats, reports the outcome
+//! (retrying while the server is unreachable) and shuts down gracefully.
+//!
+//! The guarantees are documented on [`Worker`].
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::convert::Infallible;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use starbridge_api::{
+    CheckLaterRequest, CompleteRequest, FailRequest, HeartbeatRequest, LeasedTask, PollRequest,
+    ReportedError,
+};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinError, JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+
+use crate::client::{Client, Error, error_chain};
+use crate::context::{Signal, TaskContext};
+use crate::outcome::{Handler, HandlerResult, Outcome};
+
+/// How long a poll may be held by the server when no task is ready.
+pub const DEFAULT_POLL_WAIT: Duration = Duration::from_secs(20);
+/// How long [`Worker::run`] waits for running handlers after shutdown is requested.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// How many handlers run at once unless configured.
+pub const DEFAULT_CONCURRENCY: usize = 4;
+/// First delay before retrying a failed poll or report.
+pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_millis(100);
+/// Longest delay between retries of a failed poll or report.
+pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The shortest interval between heartbeats of a task.
+const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A worker configuration that cannot work.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("the worker polls no queue: name them with .queues(…) or register handlers")]
+    NoQueues,
+    #[error("concurrency must be at least 1")]
+    ZeroConcurrency,
+    #[error("the worker id must not be empty")]
+    EmptyWorkerId,
+    #[error("a handler is registered for queue {0:?}, which is not among the queues polled")]
+    QueueNotPolled(String),
+}
+
+/// The handlers of one queue.
+#[derive(Default)]
+struct QueueHandlers {
+    commands: HashMap<String, Arc<dyn Handler>>,
+    fallback: Option<Arc<dyn Handler>>,
+}
+
+/// Configures a [`Worker`]; start with [`Worker::builder`].
+pub struct WorkerBuilder {
+    client: Client,
+    worker_id: Option<String>,
+    queues: Option<Vec<String>>,
+    namespace: Option<String>,
+    concurrency: usize,
+    poll_wait: Duration,
+    shutdown_grace: Duration,
+    retry_initial: Duration,
+    retry_max: Duration,
+    handlers: HashMap<String, QueueHandlers>,
+}
+
+impl WorkerBuilder {
+    /// The id the worker polls as (shown on tasks). Default: `<hostname>-<pid>`.
+    pub fn worker_id(mut self, worker_id: impl Into<String>) -> Self {
+        self.worker_id = Some(worker_id.into());
+        self
+    }
+
+    /// The queues to poll. Default: the queues handlers are registered for.
+    pub fn queues<I, S>(mut self, queues: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.queues = Some(queues.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The namespace to poll in; the server's default namespace when not set.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// How many handlers may run at once (default 4).
+    pub fn concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// How long the server may hold a poll when no task is ready (default 20 s).
+    pub fn poll_wait(mut self, wait: Duration) -> Self {
+        self.poll_wait = wait;
+        self
+    }
+
+    /// How long shutdown waits for running handlers before abandoning them (default 30 s).
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// The backoff between retries of failed polls and reports: from `initial`, doubling, capped
+    /// at `max` (default 100 ms → 5 s).
+    pub fn retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.retry_initial = initial;
+        self.retry_max = max.max(initial);
+        self
+    }
+
+    /// Runs tasks of `command` on `queue` with `handler` (an async closure
+    /// `|task: TaskContext| async move { … }` or any [`Handler`]).
+    pub fn handler(
+        mut self,
+        queue: impl Into<String>,
+        command: impl Into<String>,
+        handler: impl Handler,
+    ) -> Self {
+        self.handlers
+            .entry(queue.into())
+            .or_default()
+            .commands
+            .insert(command.into(), Arc::new(handler));
+        self
+    }
+
+    /// Runs tasks of `queue` whose command has no handler of its own with `handler` (e.g. a
+    /// [`crate::shell::ShellExecutor`]).
+    pub fn fallback(mut self, queue: impl Into<String>, handler: impl Handler) -> Self {
+        self.handlers.entry(queue.into()).or_default().fallback = Some(Arc::new(handler));
+        self
+    }
+
+    /// Checks the configuration and makes the worker.
+    pub fn build(self) -> Result<Worker, BuildError> {
+        if self.concurrency == 0 {
+            return Err(BuildError::ZeroConcurrency);
+        }
+        let worker_id = self.worker_id.unwrap_or_else(default_worker_id);
+        if worker_id.trim().is_empty() {
+            return Err(BuildError::EmptyWorkerId);
+        }
+        let queues = match self.queues {
+            Some(queues) => {
+                if let Some(queue) = self.handlers.keys().find(|q| !queues.contains(q)) {
+                    return Err(BuildError::QueueNotPolled(queue.clone()));
+                }
+                queues
+            }
+            None => {
+                let mut queues: Vec<String> = self.handlers.keys().cloned().collect();
+                queues.sort();
+                queues
+            }
+        };
+        if queues.is_empty() {
+            return Err(BuildError::NoQueues);
+        }
+        Ok(Worker {
+            shared: Arc::new(Shared {
+                client: self.client,
+                worker_id,
+                handlers: self.handlers,
+                retry_initial: self.retry_initial,
+                retry_max: self.retry_max,
+                abandoned: Signal::new(),
+                shutdown: Signal::new(),
+            }),
+            queues,
+            namespace: self.namespace,
+            concurrency: self.concurrency,
+            poll_wait: self.poll_wait,
+            shutdown_grace: self.shutdown_grace,
+        })
+    }
+}
+
+/// `<hostname>-<pid>`, or `worker-<pid>` when the host name is unknown.
+fn default_worker_id() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "worker".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// What the worker's tasks share.
+struct Shared {
+    client: Client,
+    worker_id: String,
+    handlers: HashMap<String, QueueHandlers>,
+    retry_initial: Duration,
+    retry_max: Duration,
+    /// Set when running tasks are abandoned at the end of the grace period.
+    abandoned: Signal,
+    /// Set when shutdown starts.
+    shutdown: Signal,
+}
+
+impl Shared {
+    fn handler_for(&self, queue: &str, command: &str) -> Option<Arc<dyn Handler>> {
+        let handlers = self.handlers.get(queue)?;
+        handlers
+            .commands
+            .get(command)
+            .or(handlers.fallback.as_ref())
+            .cloned()
+    }
+
+    fn backoff(&self) -> Backoff {
+        Backoff::new(self.retry_initial, self.retry_max)
+    }
+}
+
+/// Polls queues for tasks and runs them with the registered handlers.
+///
+/// # Delivery and shutdown semantics
+///
+/// - At most `concurrency` handlers run at once: the worker asks the server only for as many
+///   tasks as it has free slots (`max_tasks`), long-polling up to `poll_wait` (default 20 s).
+/// - Each running task is heartbeated every `lease_ms / 3` (at least 100 ms). A heartbeat answered
+///   `409` (or `404`) means the server took the task away: the task's [`TaskContext`] is
+///   cancelled and whatever its handler returns is **not** reported.
+/// - A report that fails with a transport error or a 5xx is retried with capped exponential
+///   backoff until it is accepted, a 4xx comes back, or the lease has surely expired (then the
+///   server retries the task). A `409` report is logged and dropped.
+/// - A handler that panics is reported as a retryable failure naming the panic message. A task
+///   whose (queue, command) has no handler (and no fallback for the queue) is reported as a
+///   non-retryable failure.
+/// - Poll errors are logged and retried with backoff; the loop never exits on its own.
+/// - [`Worker::run`] stops when its shutdown future resolves: the worker stops polling (a poll in
+///   flight is dropped; tasks the server leased to it in that instant are retried once their lease
+///   expires), signals [`TaskContext::shutting_down`], waits up to the grace period (default 30 s)
+///   for running handlers to finish and be reported, then **abandons** the rest: they are
+///   cancelled and aborted without a report, their leases expire on the server, and the server
+///   hands them out again (a new attempt). Handlers should therefore be idempotent (see
+///   [`TaskContext::idempotency_key`]).
+///
+/// Heartbeats carry the progress last set with [`TaskContext::set_progress`].
+pub struct Worker {
+    shared: Arc<Shared>,
+    queues: Vec<String>,
+    namespace: Option<String>,
+    concurrency: usize,
+    poll_wait: Duration,
+    shutdown_grace: Duration,
+}
+
+impl Worker {
+    /// Starts configuring a worker that talks to the server through `client`.
+    pub fn builder(client: Client) -> WorkerBuilder {
+        WorkerBuilder {
+            client,
+            worker_id: None,
+            queues: None,
+            namespace: None,
+            concurrency: DEFAULT_CONCURRENCY,
+            poll_wait: DEFAULT_POLL_WAIT,
+            shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
+            retry_initial: DEFAULT_RETRY_INITIAL,
+            retry_max: DEFAULT_RETRY_MAX,
+            handlers: HashMap::new(),
+        }
+    }
+
+    /// The id this worker polls as.
+    pub fn worker_id(&self) -> &str {
+        &self.shared.worker_id
+    }
+
+    /// The queues this worker polls.
+    pub fn queues(&self) -> &[String] {
+        &self.queues
+    }
+
+    /// Runs until `shutdown` resolves, then shuts down gracefully: stops polling, waits up to the
+    /// grace period for running handlers (and their reports), and abandons those still running —
+    /// their leases expire on the server, which then retries them.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let shared = &self.shared;
+        let slots = Arc::new(Semaphore::new(self.concurrency));
+        let mut running: JoinSet<()> = JoinSet::new();
+        let mut poll_backoff = shared.backoff();
+        let wait_ms = u64::try_from(self.poll_wait.as_millis()).unwrap_or(u64::MAX);
+        info!(
+            worker_id = %shared.worker_id,
+            queues = ?self.queues,
+            concurrency = self.concurrency,
+            "worker started"
+        );
+
+        loop {
+            while let Some(joined) = running.try_join_next() {
+                log_supervisor_end(joined);
+            }
+            // Wait for a free slot, then take every other free one: poll for that many tasks.
+            let first = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                permit = Arc::clone(&slots).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_closed) => break,
+                },
+            };
+            let mut permits = vec![first];
+            while let Ok(permit) = Arc::clone(&slots).try_acquire_owned() {
+                permits.push(permit);
+            }
+            let request = PollRequest {
+                worker_id: shared.worker_id.clone(),
+                queues: self.queues.clone(),
+                max_tasks: Some(u32::try_from(permits.len()).unwrap_or(u32::MAX)),
+                wait_ms: Some(wait_ms),
+                namespace: self.namespace.clone(),
+            };
+            let polled = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                polled = shared.client.poll(&request) => polled,
+            };
+            match polled {
+                Ok(response) => {
+                    let received = Instant::now();
+                    poll_backoff.reset();
+                    if !response.tasks.is_empty() {
+                        debug!(tasks = response.tasks.len(), "polled");
+                    }
+                    for task in response.tasks {
+                        let Some(permit) = permits.pop() else {
+                            warn!(
+                                task_id = %task.id,
+                                "the server sent more tasks than asked for; \
+                                 leaving this one to expire and be retried"
+                            );
+                            continue;
+                        };
+                        running.spawn(run_task(Arc::clone(shared), task, received, permit));
+                    }
+                }
+                Err(error) => {
+                    drop(permits);
+                    let delay = poll_backoff.next_delay();
+                    if error.is_retryable() {
+                        warn!(error = %error_chain(&error), retry_in = ?delay, "poll failed");
+                    } else {
+                        error!(error = %error_chain(&error), retry_in = ?delay, "poll failed; retrying (is the worker configured right?)");
+                    }
+                    tokio::select! {
+                        biased;
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+
+        shared.shutdown.set();
+        if !running.is_empty() {
+            info!(
+                running = running.len(),
+                grace = ?self.shutdown_grace,
+                "shutting down: waiting for running tasks"
+            );
+        }
+        let drained = tokio::time::timeout(self.shutdown_grace, async {
+            while let Some(joined) = running.join_next().await {
+                log_supervisor_end(joined);
+            }
+        })
+        .await;
+        if drained.is_err() {
+            warn!(
+                abandoned = running.len(),
+                "shutdown grace period over: abandoning running tasks; their leases will \
+                 expire and the server will retry them"
+            );
+            shared.abandoned.set();
+            running.abort_all();
+            while let Some(joined) = running.join_next().await {
+                log_supervisor_end(joined);
+            }
+        }
+        info!(worker_id = %shared.worker_id, "worker stopped");
+    }
+}
+
+/// Logs a task supervisor that panicked (a bug); aborted ones end quietly.
+fn log_supervisor_end(joined: Result<(), JoinError>) {
+    match joined {
+        Err(error) if error.is_panic() => error!(error = %error, "a task supervisor panicked"),
+        _ => {}
+    }
+}
+
+/// Aborts a spawned task when dropped, so an abandoned supervisor takes its handler along.
+pub(crate) struct AbortOnDrop<T>(pub(crate) JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs one leased task to its report; holds a concurrency slot (`_permit`) throughout.
+async fn run_task(
+    shared: Arc<Shared>,
+    task: LeasedTask,
+    received: Instant,
+    _permit: OwnedSemaphorePermit,
+) {
+    let span = info_span!(
+        "task",
+        task_id = %task.id,
+        job_id = %task.job_id,
+        step = %task.step,
+        command = %task.command,
+        attempt = task.attempt,
+    );
+    supervise(&shared, task, received).instrument(span).await;
+}
+
+async fn supervise(shared: &Shared, task: LeasedTask, received: Instant) {
+    let lease = Duration::from_millis(task.lease_ms);
+    // The latest instant the lease may last to: the server set (or extended) it to at most
+    // "when we got its answer + lease".
+    let lease_end = Mutex::new(received + lease);
+    let context = TaskContext::attached(task, shared.abandoned.clone(), shared.shutdown.clone());
+    let result = match shared.handler_for(context.queue(), context.command()) {
+        None => {
+            let message = format!(
+                "no handler for command {} on queue {} in worker {}",
+                context.command(),
+                context.queue(),
+                shared.worker_id
+            );
+            warn!("{message}");
+            Outcome::fail_permanently(message).into()
+        }
+        Some(handler) => {
+            debug!("running");
+            let handler_context = context.clone();
+            // Spawned (not awaited in place) so that a panic is caught as a JoinError.
+            let mut handle =
+                AbortOnDrop(tokio::spawn(
+                    async move { handler.call(handler_context).await },
+                ));
+            tokio::select! {
+                joined = &mut handle.0 => handler_result(joined),
+                never = heartbeat(shared, &context, lease, &lease_end) => match never {},
+            }
+        }
+    };
+    if context.lease_lost() {
+        info!("the lease was lost while running; the outcome is not reported");
+        return;
+    }
+    report(shared, &context, result, &lease_end).await;
+}
+
+/// The handler's result, or a retryable failure when it panicked.
+fn handler_result(joined: Result<HandlerResult, JoinError>) -> HandlerResult {
+    match joined {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => {
+            let payload = error.into_panic();
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|text| (*text).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic payload".to_owned());
+            warn!(panic = %message, "the handler panicked");
+            Outcome::fail(format!("handler panicked: {message}")).into()
+        }
+        Err(_) => Outcome::fail("the handler was cancelled").into(),
+    }
+}
+
+/// Extends the lease every `lease / 3` until dropped. On `409`/`404` cancels the task and stops.
+async fn heartbeat(
+    shared: &Shared,
+    context: &TaskContext,
+    lease: Duration,
+    lease_end: &Mutex<Instant>,
+) -> Infallible {
+    let interval = (lease / 3).max(MIN_HEARTBEAT_INTERVAL);
+    let timeout = interval.clamp(Duration::from_secs(1), Duration::from_secs(30));
+    loop {
+        tokio::time::sleep(interval).await;
+        let request = HeartbeatRequest {
+            lease_token: context.task().lease_token.clone(),
+            progress: context.heartbeat_progress(),
+        };
+        let sent = shared
+            .client
+            .heartbeat_within(context.id(), &request, timeout)
+            .await;
+        match sent {
+            Ok(_) => {
+                extend_lease_end(lease_end, Instant::now() + lease);
+                debug!("heartbeat");
+            }
+            Err(Error::Conflict(detail) | Error::NotFound(detail)) => {
+                warn!(%detail, "the lease was lost; cancelling the task");
+                context.cancel();
+                return std::future::pending().await;
+            }
+            Err(error) => {
+                // The server may have extended the lease even though we got no good answer.
+                if matches!(error, Error::Server { .. } | Error::Decode { .. })
+                    || (error.is_retryable() && !error.surely_not_delivered())
+                {
+                    extend_lease_end(lease_end, Instant::now() + lease);
+                }
+                warn!(error = %error_chain(&error), "heartbeat failed");
+            }
+        }
+    }
+}
+
+fn extend_lease_end(lease_end: &Mutex<Instant>, until: Instant) {
+    let mut end = lease_end.lock().unwrap_or_else(PoisonError::into_inner);
+    if until > *end {
+        *end = until;
+    }
+}
+
+/// A report ready to send.
+enum Report {
+    Complete(CompleteRequest),
+    Fail(FailRequest),
+    CheckLater(CheckLaterRequest),
+}
+
+impl Report {
+    fn new(lease_token: String, result: HandlerResult) -> Self {
+        let HandlerResult { outcome, logs } = result;
+        match outcome {
+            Outcome::Complete(output) => Report::Complete(CompleteRequest {
+                lease_token,
+                output,
+                logs,
+            }),
+            Outcome::Fail { message, retryable } => Report::Fail(FailRequest {
+                lease_token,
+                error: ReportedError { message, retryable },
+                logs,
+            }),
+            Outcome::CheckLater { after, progress } => Report::CheckLater(CheckLaterRequest {
+                lease_token,
+                after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
+                progress,
+            }),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Report::Complete(_) => "complete",
+            Report::Fail(_) => "fail",
+            Report::CheckLater(_) => "check-later",
+        }
+    }
+}
+
+/// Sends the report, retrying transport errors and 5xx until the lease has surely expired.
+async fn report(
+    shared: &Shared,
+    context: &TaskContext,
+    result: HandlerResult,
+    lease_end: &Mutex<Instant>,
+) {
+    let report = Report::new(context.task().lease_token.clone(), result);
+    let kind = report.kind();
+    if let Report::Fail(request) = &report {
+        info!(
+            message = %request.error.message,
+            retryable = request.error.retryable,
+            "the task failed"
+        );
+    }
+    let mut backoff = shared.backoff();
+    loop {
+        let client = &shared.client;
+        let sent = match &report {
+            Report::Complete(request) => client.complete(context.id(), request).await,
+            Report::Fail(request) => client.fail(context.id(), request).await,
+            Report::CheckLater(request) => client.check_later(context.id(), request).await,
+        };
+        let error = match sent {
+            Ok(response) => {
+                info!(
+                    report = kind,
+                    task_status = %response.task_status,
+                    job_status = %response.job_status,
+                    "reported"
+                );
+                return;
+            }
+            Err(error) => error,
+        };
+        match error {
+            Error::Decode { .. } => {
+                warn!(report = kind, error = %error_chain(&error), "reported, but the answer was unreadable");
+                return;
+            }
+            Error::Conflict(detail) => {
+                warn!(report = kind, %detail, "the lease is stale; the report is dropped");
+                return;
+            }
+            Error::NotFound(detail) => {
+                warn!(report = kind, %detail, "the server does not know the task; the report is dropped");
+                return;
+            }
+            error if error.is_retryable() => {
+                let now = Instant::now();
+                let end = *lease_end.lock().unwrap_or_else(PoisonError::into_inner);
+                if now >= end {
+                    error!(
+                        report = kind,
+                        error = %error_chain(&error),
+                        "giving up the report: the lease has expired, the server will retry the task"
+                    );
+                    return;
+                }
+                // Sleep at most until the lease ends, for one last try then.
+                let delay = backoff.next_delay().min(end - now);
+                warn!(report = kind, error = %error_chain(&error), retry_in = ?delay, "report failed");
+                tokio::time::sleep(delay).await;
+            }
+            error => {
+                error!(report = kind, error = %error_chain(&error), "the report was rejected");
+                return;
+            }
+        }
+    }
+}
+
+/// Capped exponential backoff with jitter (each delay is between half and all of the nominal one).
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    initial: Duration,
+    max: Duration,
+    current: Duration,
+    random: RandomState,
+}
+
+impl Backoff {
+    pub(crate) fn new(initial: Duration, max: Duration) -> Self {
+        Backoff {
+            initial,
+            max,
+            current: initial,
+            random: RandomState::new(),
+        }
+    }
+
+    pub(crate) fn next_delay(&mut self) -> Duration {
+        let nominal = self.current;
+        self.current = self.current.saturating_mul(2).min(self.max);
+        let mut hasher = self.random.build_hasher();
+        hasher.write_u128(nominal.as_nanos());
+        let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
+        nominal.mul_f64(0.5 + fraction / 2.0)
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.current = self.initial;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_millis(400));
+        let delays: Vec<Duration> = (0..5).map(|_| backoff.next_delay()).collect();
+        let nominal = [100, 200, 400, 400, 400];
+        for (delay, nominal) in delays.iter().zip(nominal) {
+            let nominal = Duration::from_millis(nominal);
+            assert!(
+                *delay >= nominal / 2 && *delay <= nominal,
+                "{delay:?} vs {nominal:?}"
+            );
+        }
+        backoff.reset();
+        assert!(backoff.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn build_rejects_unusable_configurations() {
+        let client = Client::new("http://127.0.0.1:1").expect("valid url");
+        let noop = |_task: TaskContext| async { Outcome::complete(serde_json::json!({})) };
+        assert!(matches!(
+            Worker::builder(client.clone()).build(),
+            Err(BuildError::NoQueues)
+        ));
+        assert!(matches!(
+            Worker::builder(client.clone())
+                .handler("q", "c", noop)
+                .concurrency(0)
+                .build(),
+            Err(BuildError::ZeroConcurrency)
+        ));
+        assert!(matches!(
+            Worker::builder(client.clone())
+                .queues(["other"])
+                .handler("q", "c", noop)
+                .build(),
+            Err(BuildError::QueueNotPolled(queue)) if queue == "q"
+        ));
+        let worker = Worker::builder(client)
+            .handler("b", "c", noop)
+            .fallback("a", noop)
+            .build()
+            .expect("valid worker");
+        assert_eq!(worker.queues(), ["a", "b"]);
+        assert!(!worker.worker_id().is_empty());
+    }
+}
