@@ -45,6 +45,20 @@ fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
     Ok(())
 }
 
+/// Prints `value` as JSON with `-o json`, else as `human` renders it.
+fn show<T: serde::Serialize>(
+    context: &Context,
+    value: &T,
+    human: impl FnOnce(&T),
+) -> Result<ExitCode> {
+    if context.json() {
+        print_json(value)?;
+    } else {
+        human(value);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 #[derive(Args)]
 pub(crate) struct ApplyArgs {
     /// The definition file (YAML or JSON).
@@ -109,28 +123,25 @@ pub(crate) async fn workflows(context: &Context) -> Result<ExitCode> {
         .client
         .get_json(&context.path("/api/v1/workflows"))
         .await?;
-    if context.json() {
-        print_json(&list)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let rows: Vec<Vec<String>> = list
-        .items
-        .iter()
-        .map(|w| {
-            vec![
-                w.name.clone(),
-                w.version.to_string(),
-                w.steps.to_string(),
-                time(Some(w.created_at)),
-                clip(w.description.as_deref().unwrap_or(""), 60),
-            ]
-        })
-        .collect();
-    table(
-        &["NAME", "VERSION", "STEPS", "APPLIED", "DESCRIPTION"],
-        &rows,
-    );
-    Ok(ExitCode::SUCCESS)
+    show(context, &list, |list| {
+        let rows: Vec<Vec<String>> = list
+            .items
+            .iter()
+            .map(|w| {
+                vec![
+                    w.name.clone(),
+                    w.version.to_string(),
+                    w.steps.to_string(),
+                    time(Some(w.created_at)),
+                    clip(w.description.as_deref().unwrap_or(""), 60),
+                ]
+            })
+            .collect();
+        table(
+            &["NAME", "VERSION", "STEPS", "APPLIED", "DESCRIPTION"],
+            &rows,
+        );
+    })
 }
 
 #[derive(Args)]
@@ -232,32 +243,29 @@ pub(crate) async fn jobs(context: &Context, args: JobsArgs) -> Result<ExitCode> 
         }
     }
     let list: api::JobList = context.client.get_json(&context.path(&path)).await?;
-    if context.json() {
-        print_json(&list)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let rows: Vec<Vec<String>> = list
-        .items
-        .iter()
-        .map(|job| {
-            vec![
-                job.id.clone(),
-                format!("{} v{}", job.workflow, job.version),
-                job.status.clone(),
-                time(Some(job.created_at)),
-                elapsed(job.started_at, job.ended_at),
-                clip(job.error.as_deref().unwrap_or(""), 60),
-            ]
-        })
-        .collect();
-    table(
-        &["ID", "WORKFLOW", "STATUS", "CREATED", "TOOK", "ERROR"],
-        &rows,
-    );
-    if let Some(cursor) = list.next_cursor {
-        eprintln!("more: --cursor {cursor}");
-    }
-    Ok(ExitCode::SUCCESS)
+    show(context, &list, |list| {
+        let rows: Vec<Vec<String>> = list
+            .items
+            .iter()
+            .map(|job| {
+                vec![
+                    job.id.clone(),
+                    format!("{} v{}", job.workflow, job.version),
+                    job.status.clone(),
+                    time(Some(job.created_at)),
+                    elapsed(job.started_at, job.ended_at),
+                    clip(job.error.as_deref().unwrap_or(""), 60),
+                ]
+            })
+            .collect();
+        table(
+            &["ID", "WORKFLOW", "STATUS", "CREATED", "TOOK", "ERROR"],
+            &rows,
+        );
+        if let Some(cursor) = &list.next_cursor {
+            eprintln!("more: --cursor {cursor}");
+        }
+    })
 }
 
 async fn fetch_job(context: &Context, id: &str) -> Result<api::JobView> {
@@ -292,54 +300,51 @@ fn task_note(task: &api::TaskView) -> String {
 
 pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
     let job = fetch_job(context, id).await?;
-    if context.json() {
-        print_json(&job)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let summary = &job.summary;
-    println!("job       {}", summary.id);
-    println!("workflow  {} v{}", summary.workflow, summary.version);
-    println!("status    {}", summary.status);
-    if let Some(error) = &summary.error {
-        println!("error     {error}");
-    }
-    println!("params    {}", job.params);
-    println!(
-        "created   {}   took {}",
-        time(Some(summary.created_at)),
-        elapsed(summary.started_at, summary.ended_at)
-    );
-    println!();
-    let rows: Vec<Vec<String>> = job
-        .tasks
-        .iter()
-        .map(|task| {
-            vec![
-                task_label(task),
-                task.status.clone(),
-                if task.kind == "fan_out" {
-                    "-".to_owned()
-                } else {
-                    format!("{}/{}", task.attempt, task.max_attempts)
-                },
-                task.worker_id.clone().unwrap_or_else(|| "-".to_owned()),
-                elapsed(task.started_at, task.ended_at),
-                task_note(task),
-            ]
-        })
-        .collect();
-    table(
-        &[
-            "TASK",
-            "STATUS",
-            "ATTEMPT",
-            "WORKER",
-            "TOOK",
-            "OUTPUT / ERROR",
-        ],
-        &rows,
-    );
-    Ok(ExitCode::SUCCESS)
+    show(context, &job, |job| {
+        let summary = &job.summary;
+        println!("job       {}", summary.id);
+        println!("workflow  {} v{}", summary.workflow, summary.version);
+        println!("status    {}", summary.status);
+        if let Some(error) = &summary.error {
+            println!("error     {error}");
+        }
+        println!("params    {}", job.params);
+        println!(
+            "created   {}   took {}",
+            time(Some(summary.created_at)),
+            elapsed(summary.started_at, summary.ended_at)
+        );
+        println!();
+        let rows: Vec<Vec<String>> = job
+            .tasks
+            .iter()
+            .map(|task| {
+                vec![
+                    task_label(task),
+                    task.status.clone(),
+                    if task.kind == "fan_out" {
+                        "-".to_owned()
+                    } else {
+                        format!("{}/{}", task.attempt, task.max_attempts)
+                    },
+                    task.worker_id.clone().unwrap_or_else(|| "-".to_owned()),
+                    elapsed(task.started_at, task.ended_at),
+                    task_note(task),
+                ]
+            })
+            .collect();
+        table(
+            &[
+                "TASK",
+                "STATUS",
+                "ATTEMPT",
+                "WORKER",
+                "TOOK",
+                "OUTPUT / ERROR",
+            ],
+            &rows,
+        );
+    })
 }
 
 pub(crate) async fn events(context: &Context, id: &str) -> Result<ExitCode> {
@@ -347,26 +352,23 @@ pub(crate) async fn events(context: &Context, id: &str) -> Result<ExitCode> {
         .client
         .get_json(&context.path(&format!("/api/v1/jobs/{id}/events")))
         .await?;
-    if context.json() {
-        print_json(&events)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let rows: Vec<Vec<String>> = events
-        .items
-        .iter()
-        .map(|event| {
-            vec![
-                event.seq.to_string(),
-                event.at.strftime("%H:%M:%S%.3f").to_string(),
-                event.kind.clone(),
-                event.step.clone().unwrap_or_default(),
-                event.attempt.map(|a| a.to_string()).unwrap_or_default(),
-                clip(&event.detail.to_string(), 80),
-            ]
-        })
-        .collect();
-    table(&["SEQ", "AT", "EVENT", "STEP", "ATTEMPT", "DETAIL"], &rows);
-    Ok(ExitCode::SUCCESS)
+    show(context, &events, |events| {
+        let rows: Vec<Vec<String>> = events
+            .items
+            .iter()
+            .map(|event| {
+                vec![
+                    event.seq.to_string(),
+                    event.at.strftime("%H:%M:%S%.3f").to_string(),
+                    event.kind.clone(),
+                    event.step.clone().unwrap_or_default(),
+                    event.attempt.map(|a| a.to_string()).unwrap_or_default(),
+                    clip(&event.detail.to_string(), 80),
+                ]
+            })
+            .collect();
+        table(&["SEQ", "AT", "EVENT", "STEP", "ATTEMPT", "DETAIL"], &rows);
+    })
 }
 
 const TERMINAL: &[&str] = &[

@@ -29,6 +29,12 @@ pub(crate) struct ServerArgs {
     database: String,
 }
 
+impl ServerArgs {
+    async fn start(&self) -> Result<(Server, String)> {
+        start_server(&self.listen, &self.database).await
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct WorkerArgs {
     /// Queue to take tasks from (repeatable).
@@ -44,14 +50,8 @@ pub(crate) struct WorkerArgs {
 
 #[derive(Args)]
 pub(crate) struct DevArgs {
-    #[arg(long, env = "STARBRIDGE_LISTEN", default_value = "127.0.0.1:7433")]
-    listen: String,
-    #[arg(
-        long,
-        env = "STARBRIDGE_DATABASE_URL",
-        default_value = "sqlite://starbridge.db"
-    )]
-    database: String,
+    #[command(flatten)]
+    server: ServerArgs,
     /// Queues the built-in shell worker serves (repeatable).
     #[arg(long = "queue", short = 'q', default_values_t = vec!["shell".to_owned()])]
     queues: Vec<String>,
@@ -102,12 +102,14 @@ fn default_worker_id() -> String {
 
 fn shell_worker(
     client: Client,
+    namespace: &str,
     queues: &[String],
     concurrency: usize,
     worker_id: String,
 ) -> Result<Worker> {
     let mut builder = Worker::builder(client)
         .worker_id(worker_id)
+        .namespace(namespace)
         .queues(queues.iter().cloned())
         .concurrency(concurrency);
     for queue in queues {
@@ -124,7 +126,7 @@ async fn start_server(listen: &str, database: &str) -> Result<(Server, String)> 
 }
 
 pub(crate) async fn server(args: ServerArgs) -> Result<ExitCode> {
-    let (server, url) = start_server(&args.listen, &args.database).await?;
+    let (server, url) = args.start().await?;
     tracing::info!(%url, database = %args.database, "starbridge server listening");
     server.run(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
@@ -138,6 +140,7 @@ pub(crate) async fn worker(context: &Context, args: WorkerArgs) -> Result<ExitCo
     );
     let worker = shell_worker(
         context.client.clone(),
+        &context.namespace,
         &args.queues,
         args.concurrency,
         worker_id,
@@ -147,8 +150,8 @@ pub(crate) async fn worker(context: &Context, args: WorkerArgs) -> Result<ExitCo
 }
 
 pub(crate) async fn dev(args: DevArgs) -> Result<ExitCode> {
-    let (server, url) = start_server(&args.listen, &args.database).await?;
-    tracing::info!(%url, database = %args.database, queues = ?args.queues, "starbridge dev: server and shell worker");
+    let (server, url) = args.server.start().await?;
+    tracing::info!(%url, database = %args.server.database, queues = ?args.queues, "starbridge dev: server and shell worker");
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut server_stopped = stopped.clone();
     let server = tokio::spawn(server.run(async move {
@@ -156,6 +159,7 @@ pub(crate) async fn dev(args: DevArgs) -> Result<ExitCode> {
     }));
     let worker = shell_worker(
         Client::new(url)?,
+        starbridge_api::DEFAULT_NAMESPACE,
         &args.queues,
         args.concurrency,
         default_worker_id(),
@@ -181,6 +185,7 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
     }));
     let worker = shell_worker(
         Client::new(url.clone())?,
+        starbridge_api::DEFAULT_NAMESPACE,
         &["shell".to_owned()],
         4,
         "demo-worker".to_owned(),

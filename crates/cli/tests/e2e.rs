@@ -566,3 +566,23 @@ async fn the_cli_applies_submits_watches_and_prints_json() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("steps[0] (a).command"));
 }
+
+#[test]
+fn the_demo_runs_the_example_end_to_end_and_rolls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let output = Command::new(BIN)
+        .args(["demo", "--database", &database])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("undo reserve"), "{stdout}");
+    assert!(stdout.contains("2/3"), "create_db was retried: {stdout}");
+    assert!(stderr.contains("job ended failed"), "{stderr}");
+
+    let happy = Command::new(BIN).args(["demo", "--succeed"]).output().unwrap();
+    assert!(happy.status.success(), "{}", String::from_utf8_lossy(&happy.stderr));
+    assert!(String::from_utf8_lossy(&happy.stderr).contains("job ended succeeded"));
+}

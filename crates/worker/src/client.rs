@@ -391,7 +391,7 @@ fn parse_problem(status: StatusCode, body: &[u8]) -> Problem {
         if text.is_empty() {
             reason.clone()
         } else {
-            quote_prefix(text, MAX_QUOTED_BODY)
+            crate::shell::shorten(text, MAX_QUOTED_BODY)
         }
     });
     Problem {
@@ -401,18 +401,6 @@ fn parse_problem(status: StatusCode, body: &[u8]) -> Problem {
         detail,
         errors: Vec::new(),
     }
-}
-
-/// The first `max` bytes of `text` (cut at a character boundary), marked when cut.
-fn quote_prefix(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 #[cfg(test)]

@@ -478,7 +478,7 @@ fn signal_name(signal: i32) -> Option<&'static str> {
 }
 
 /// `text` cut to at most `max` bytes at a character boundary, marked when cut.
-fn shorten(text: &str, max: usize) -> String {
+pub(crate) fn shorten(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }
