@@ -75,6 +75,19 @@ pub struct TaskError {
     pub kind: String,
 }
 
+/// One run of a task by a worker: from its claim to its outcome. A "check later" ends a run but
+/// not the attempt, so one attempt may have several runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptView {
+    pub attempt: u32,
+    pub worker_id: Option<String>,
+    pub started_at: Timestamp,
+    pub ended_at: Option<Timestamp>,
+    /// `running`, `succeeded`, `failed`, `check_later`, `lease_expired`, `timed_out` or `cancelled`.
+    pub outcome: String,
+    pub error: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskView {
     pub id: String,
@@ -101,6 +114,8 @@ pub struct TaskView {
     pub ended_at: Option<Timestamp>,
     pub lease_expires_at: Option<Timestamp>,
     pub deadline_at: Option<Timestamp>,
+    /// Every run of this task, oldest first (from the job's history).
+    pub attempts: Vec<AttemptView>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

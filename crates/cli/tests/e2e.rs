@@ -239,6 +239,24 @@ async fn the_example_retries_a_step_then_rolls_back_finished_steps_in_reverse() 
     let create = task(&tasks, "create_db", "step");
     assert_eq!(create["status"], "succeeded");
     assert_eq!(create["attempt"], 2, "failed once, then retried");
+    let runs: Vec<(u64, &str)> = create["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| {
+            (
+                run["attempt"].as_u64().unwrap(),
+                run["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(runs, vec![(1, "failed"), (2, "succeeded")]);
+    assert!(
+        create["attempts"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("control plane busy")
+    );
     let load = task(&tasks, "load_data", "step");
     assert_eq!(load["status"], "failed");
     assert_eq!(load["attempt"], 1, "non-retryable failure is not retried");
@@ -375,6 +393,13 @@ steps:
     let step = &tasks(&job)[0];
     assert_eq!(step["attempt"], 1);
     assert_eq!(step["output"]["checks"], 3);
+    let outcomes: Vec<&str> = step["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, vec!["check_later", "check_later", "succeeded"]);
     assert_eq!(
         step["output"]["key"],
         format!("{}:1", step["id"].as_str().unwrap())
@@ -495,6 +520,21 @@ steps:
     let task = &tasks(&job)[0];
     assert_eq!(task["attempt"], 2);
     assert_eq!(task["worker_id"], "rescuer");
+    let runs: Vec<(&str, &str)> = task["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| {
+            (
+                run["worker_id"].as_str().unwrap(),
+                run["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        vec![("doomed", "lease_expired"), ("rescuer", "succeeded")]
+    );
     let kinds: Vec<String> = h
         .events(&id)
         .await
@@ -582,7 +622,14 @@ fn the_demo_runs_the_example_end_to_end_and_rolls_back() {
     assert!(stdout.contains("2/3"), "create_db was retried: {stdout}");
     assert!(stderr.contains("job ended failed"), "{stderr}");
 
-    let happy = Command::new(BIN).args(["demo", "--succeed"]).output().unwrap();
-    assert!(happy.status.success(), "{}", String::from_utf8_lossy(&happy.stderr));
+    let happy = Command::new(BIN)
+        .args(["demo", "--succeed"])
+        .output()
+        .unwrap();
+    assert!(
+        happy.status.success(),
+        "{}",
+        String::from_utf8_lossy(&happy.stderr)
+    );
     assert!(String::from_utf8_lossy(&happy.stderr).contains("job ended succeeded"));
 }

@@ -177,13 +177,28 @@ async fn apply_workflow(
         .into_response())
 }
 
-async fn job_view(state: &AppState, job: &starbridge_core::model::JobState) -> api::JobView {
+/// Most history events read to rebuild a job's attempts.
+const MAX_VIEW_EVENTS: u32 = 100_000;
+
+async fn job_view(
+    state: &AppState,
+    job: &starbridge_core::model::JobState,
+) -> ApiResult<api::JobView> {
     let compiled = state
         .store
         .compiled(&job.job.namespace, &job.job.workflow, job.job.version)
         .await
         .ok();
-    views::job(job, compiled.as_ref().map(|c| &c.workflow))
+    let events = state
+        .store
+        .events(&job.job.namespace, &job.job.id, 0, MAX_VIEW_EVENTS)
+        .await?
+        .unwrap_or_default();
+    Ok(views::job(
+        job,
+        compiled.as_ref().map(|c| &c.workflow),
+        &events,
+    ))
 }
 
 async fn submit_job(
@@ -212,7 +227,7 @@ async fn submit_job(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(job_view(&state, &submitted.state).await)).into_response())
+    Ok((status, Json(job_view(&state, &submitted.state).await?)).into_response())
 }
 
 async fn list_jobs(
@@ -283,7 +298,7 @@ async fn get_job(
         .job(&namespace, &id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
-    Ok(Json(job_view(&state, &job).await))
+    Ok(Json(job_view(&state, &job).await?))
 }
 
 #[derive(Deserialize)]

@@ -1,8 +1,10 @@
 //! Conversions from the store's state to the API's wire types.
 
+use std::collections::HashMap;
+
 use starbridge_api::{self as api, timestamp_from_millis};
 use starbridge_core::definition::Workflow;
-use starbridge_core::model::{Job, JobState, Task, TaskKind, WindDown};
+use starbridge_core::model::{EventKind, Job, JobState, Task, TaskKind, WindDown};
 use starbridge_core::time::Timestamp;
 use starbridge_store::{StoredEvent, StoredWorkflow};
 
@@ -47,7 +49,52 @@ fn max_attempts(workflow: Option<&Workflow>, task: &Task) -> u32 {
     }
 }
 
-pub(crate) fn task(task: &Task, workflow: Option<&Workflow>) -> api::TaskView {
+/// Rebuilds each task's runs from the job's history events.
+pub(crate) fn attempts(events: &[StoredEvent]) -> HashMap<String, Vec<api::AttemptView>> {
+    let mut runs: HashMap<String, Vec<api::AttemptView>> = HashMap::new();
+    for stored in events {
+        let event = &stored.event;
+        let Some(task) = &event.task else { continue };
+        let list = runs.entry(task.to_string()).or_default();
+        let open = list.last_mut().filter(|run| run.ended_at.is_none());
+        let outcome = match event.kind {
+            EventKind::TaskClaimed => {
+                list.push(api::AttemptView {
+                    attempt: event.attempt.unwrap_or(0),
+                    worker_id: event.worker.clone(),
+                    started_at: time(event.at),
+                    ended_at: None,
+                    outcome: "running".to_owned(),
+                    error: None,
+                });
+                continue;
+            }
+            EventKind::TaskSucceeded => "succeeded",
+            EventKind::TaskFailed => "failed",
+            EventKind::TaskCheckLater => "check_later",
+            EventKind::TaskLeaseExpired => "lease_expired",
+            EventKind::TaskTimedOut => "timed_out",
+            EventKind::TaskCancelled => "cancelled",
+            _ => continue,
+        };
+        if let Some(run) = open {
+            run.ended_at = Some(time(event.at));
+            run.outcome = outcome.to_owned();
+            run.error = event
+                .detail
+                .get("message")
+                .and_then(|m| m.as_str())
+                .map(str::to_owned);
+        }
+    }
+    runs
+}
+
+pub(crate) fn task(
+    task: &Task,
+    workflow: Option<&Workflow>,
+    attempts: Vec<api::AttemptView>,
+) -> api::TaskView {
     api::TaskView {
         id: task.id.to_string(),
         step: task.step.clone(),
@@ -77,14 +124,24 @@ pub(crate) fn task(task: &Task, workflow: Option<&Workflow>) -> api::TaskView {
         ended_at: opt_time(task.ended_at),
         lease_expires_at: opt_time(task.lease_expires_at),
         deadline_at: opt_time(task.deadline_at),
+        attempts,
     }
 }
 
-pub(crate) fn job(state: &JobState, workflow: Option<&Workflow>) -> api::JobView {
+pub(crate) fn job(
+    state: &JobState,
+    workflow: Option<&Workflow>,
+    events: &[StoredEvent],
+) -> api::JobView {
+    let mut runs = attempts(events);
     api::JobView {
         summary: job_summary(&state.job),
         params: state.job.params.clone(),
-        tasks: state.tasks.iter().map(|t| task(t, workflow)).collect(),
+        tasks: state
+            .tasks
+            .iter()
+            .map(|t| task(t, workflow, runs.remove(t.id.as_str()).unwrap_or_default()))
+            .collect(),
     }
 }
 
