@@ -62,6 +62,7 @@ pub fn create_job(workflow: &Workflow, new: NewJob, ctx: &mut Ctx<'_>) -> (JobSt
         wind_down: None,
         compensation_planned: false,
         completions: 0,
+        round: 0,
     };
     let mut state = JobState {
         job,
@@ -143,6 +144,9 @@ fn new_task(
         started_at: None,
         ended_at: None,
         completed_seq: None,
+        held: false,
+        round: job.round,
+        attempt_base: 0,
     }
 }
 
@@ -330,8 +334,10 @@ impl Machine<'_> {
                 if progress.is_some() {
                     self.state.tasks[index].progress = progress;
                 }
+                let paused = self.state.job.status == JobStatus::Paused;
                 if self.state.tasks[index].kind != TaskKind::Compensation
                     && self.state.job.status != JobStatus::Running
+                    && !paused
                 {
                     self.clear_lease(index);
                     self.cancel(
@@ -344,6 +350,7 @@ impl Machine<'_> {
                 let task = &mut self.state.tasks[index];
                 task.status = TaskStatus::Ready;
                 task.checking = true;
+                task.held = paused && task.kind != TaskKind::Compensation;
                 task.available_at = Some(now.saturating_add(after));
                 task.lease_token = None;
                 task.lease_expires_at = None;
@@ -354,6 +361,7 @@ impl Machine<'_> {
                 self.wake(index);
             }
             Input::Tick => self.tick(),
+            Input::Operator(command) => self.operate(command)?,
         }
         Ok(())
     }
@@ -362,7 +370,10 @@ impl Machine<'_> {
         let now = self.now;
         if let Some(deadline) = self.state.job.deadline_at
             && deadline <= now
-            && self.state.job.status == JobStatus::Running
+            && matches!(
+                self.state.job.status,
+                JobStatus::Running | JobStatus::Paused
+            )
         {
             self.record(
                 EventKind::JobTimedOut,
@@ -463,11 +474,13 @@ impl Machine<'_> {
         self.clear_lease(index);
         let policy = self.handler(index).retry;
         let task = &self.state.tasks[index];
+        let paused = self.state.job.status == JobStatus::Paused;
         let moving_on = match task.kind {
             TaskKind::Compensation => true,
-            _ => self.state.job.status == JobStatus::Running,
+            _ => self.state.job.status == JobStatus::Running || paused,
         };
-        if error.retryable && task.attempt < policy.max_attempts && moving_on {
+        let used = task.attempt.saturating_sub(task.attempt_base);
+        if error.retryable && used < policy.max_attempts && moving_on {
             let mut hasher = DefaultHasher::new();
             (task.id.as_str(), task.attempt).hash(&mut hasher);
             let delay = policy.delay(task.attempt, hasher.finish());
@@ -476,13 +489,14 @@ impl Machine<'_> {
                 "message": error.message,
                 "kind": error.kind,
                 "retry_at": retry_at,
-                "attempts_left": policy.max_attempts - task.attempt,
+                "attempts_left": policy.max_attempts - used,
             });
             self.record(EventKind::TaskFailed, Some(index), detail);
             let task = &mut self.state.tasks[index];
             task.status = TaskStatus::Ready;
             task.checking = false;
             task.available_at = Some(retry_at);
+            task.held = paused && task.kind != TaskKind::Compensation;
             task.error = Some(error);
             self.save_task(index);
             self.record(
@@ -580,6 +594,7 @@ impl Machine<'_> {
         task.status = TaskStatus::Cancelled;
         task.ended_at = Some(now);
         task.checking = false;
+        task.held = false;
         self.save_task(index);
         self.record(
             EventKind::TaskCancelled,
@@ -858,6 +873,7 @@ impl Machine<'_> {
             .collect();
         for parent in parents {
             let step = self.state.tasks[parent].step.clone();
+            let round = self.state.tasks[parent].round;
             let limit = self.workflow.steps[self.workflow.step_index(&step).unwrap_or(0)]
                 .concurrency
                 .map_or(usize::MAX, |c| c as usize);
@@ -866,7 +882,9 @@ impl Machine<'_> {
                 .tasks
                 .iter()
                 .enumerate()
-                .filter(|(_, task)| task.kind == TaskKind::Item && task.step == step)
+                .filter(|(_, task)| {
+                    task.kind == TaskKind::Item && task.step == step && task.round == round
+                })
                 .map(|(index, _)| index)
                 .collect();
             let mut active = items
@@ -945,7 +963,9 @@ impl Machine<'_> {
             .tasks
             .iter()
             .enumerate()
-            .filter(|(_, task)| task.kind == TaskKind::Compensation)
+            .filter(|(_, task)| {
+                task.kind == TaskKind::Compensation && task.round == self.state.job.round
+            })
             .map(|(index, _)| index)
             .collect();
         if compensations.iter().any(|&i| {
@@ -971,6 +991,9 @@ impl Machine<'_> {
             None => {
                 let (status, kind) = match self.state.job.wind_down {
                     Some(WindDown::TimedOut) => (JobStatus::TimedOut, EventKind::JobFailed),
+                    Some(WindDown::Cancelled { .. }) => {
+                        (JobStatus::Cancelled, EventKind::JobCancelled)
+                    }
                     _ => (JobStatus::Failed, EventKind::JobFailed),
                 };
                 let detail = serde_json::to_value(&self.state.job.wind_down).unwrap_or(Value::Null);
@@ -1088,6 +1111,8 @@ fn type_name(value: &Value) -> &'static str {
         Value::Object(_) => "an object",
     }
 }
+
+mod operator;
 
 #[cfg(test)]
 mod tests;

@@ -137,6 +137,9 @@ pub enum WindDown {
         message: String,
     },
     TimedOut,
+    Cancelled {
+        actor: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,6 +161,8 @@ pub struct Job {
     pub compensation_planned: bool,
     /// How many tasks have succeeded so far; gives each success its completion order.
     pub completions: u64,
+    /// Incremented by every operator retry, skip or rerun; tasks reset by it carry the new round.
+    pub round: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -199,6 +204,12 @@ pub struct Task {
     pub ended_at: Option<Timestamp>,
     /// Order of success within the job (compensations run in reverse of it).
     pub completed_seq: Option<u64>,
+    /// The job is paused: the task stays ready but is not handed out.
+    pub held: bool,
+    /// The job round in which the task was created or last reset by an operator.
+    pub round: u32,
+    /// Attempts used before the last operator reset; retries count from here.
+    pub attempt_base: u32,
 }
 
 impl Task {
@@ -267,6 +278,52 @@ pub enum Input {
     },
     /// Time passed: handle lapsed leases and passed deadlines.
     Tick,
+    /// An operator acts on the job.
+    Operator(OperatorCommand),
+}
+
+/// An operator's action, with who asked and why (both recorded in the history).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorCommand {
+    pub actor: String,
+    pub reason: Option<String>,
+    pub action: OperatorAction,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum OperatorAction {
+    /// Dispatch nothing new; running tasks finish.
+    Pause,
+    Resume,
+    /// Stop the job; with `compensate`, undo its finished steps first.
+    Cancel {
+        compensate: bool,
+    },
+    /// Continue a failed job from its failed tasks with fresh attempts, keeping finished work
+    /// that was not undone.
+    Retry,
+    /// Mark a failed, waiting or ready task succeeded with this output (a manual fix).
+    Skip {
+        task: TaskId,
+        output: Value,
+    },
+    /// Reset a step and everything downstream of it, keeping the rest.
+    Rerun {
+        step: String,
+    },
+}
+
+impl OperatorAction {
+    pub fn name(&self) -> &'static str {
+        match self {
+            OperatorAction::Pause => "pause",
+            OperatorAction::Resume => "resume",
+            OperatorAction::Cancel { .. } => "cancel",
+            OperatorAction::Retry => "retry",
+            OperatorAction::Skip { .. } => "skip",
+            OperatorAction::Rerun { .. } => "rerun",
+        }
+    }
 }
 
 /// Why an input was refused. Nothing changed.
@@ -282,6 +339,9 @@ pub enum Rejection {
     NotReady { task: TaskId, status: TaskStatus },
     #[error("job is {0}: it dispatches nothing now")]
     JobNotDispatching(JobStatus),
+    /// An operator action that does not apply to the job's current state.
+    #[error("{0}")]
+    NotApplicable(String),
 }
 
 string_enum!(
@@ -305,6 +365,12 @@ string_enum!(
         TaskCancelled => "task_cancelled",
         FanOutExpanded => "fan_out_expanded",
         CompensationPlanned => "compensation_planned",
+        JobPaused => "job_paused",
+        JobResumed => "job_resumed",
+        JobCancelled => "job_cancelled",
+        JobRetried => "job_retried",
+        JobRerun => "job_rerun",
+        TaskResolvedByOperator => "task_resolved_by_operator",
     }
 );
 

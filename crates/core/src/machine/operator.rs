@@ -1,0 +1,349 @@
+//! Operator actions: pause, resume, cancel, retry, skip and rerun. Each checks that it applies to
+//! the job's current state (else `Rejection::NotApplicable` with the reason) and is recorded in
+//! the history with who asked and why.
+//!
+//! Retry, skip-on-a-failed-job and rerun start a new *round*: the tasks they reset carry the new
+//! round number, and so do the compensations planned afterwards, so the previous round's
+//! compensations stay in the history without taking part again. A task whose compensation
+//! succeeded was undone, so these actions run it again too.
+
+use std::collections::{BTreeSet, HashSet};
+
+use serde_json::{Value, json};
+
+use super::Machine;
+use crate::ids::TaskId;
+use crate::model::{
+    EventKind, JobStatus, OperatorAction, OperatorCommand, Rejection, TaskKind, TaskStatus,
+};
+
+fn not_applicable(message: String) -> Rejection {
+    Rejection::NotApplicable(message)
+}
+
+impl Machine<'_> {
+    pub(super) fn operate(&mut self, command: OperatorCommand) -> Result<(), Rejection> {
+        let status = self.state.job.status;
+        let name = command.action.name();
+        let who = json!({"actor": command.actor, "reason": command.reason});
+        match command.action {
+            OperatorAction::Pause => {
+                if status != JobStatus::Running {
+                    return Err(not_applicable(format!(
+                        "job is {status}: only a running job can be paused"
+                    )));
+                }
+                self.state.job.status = JobStatus::Paused;
+                self.save_job();
+                for index in self.forward_tasks_with(TaskStatus::Ready) {
+                    self.state.tasks[index].held = true;
+                    self.save_task(index);
+                }
+                self.record(EventKind::JobPaused, None, who);
+            }
+            OperatorAction::Resume => {
+                if status != JobStatus::Paused {
+                    return Err(not_applicable(format!(
+                        "job is {status}: only a paused job can be resumed"
+                    )));
+                }
+                self.state.job.status = JobStatus::Running;
+                self.save_job();
+                for index in self.forward_tasks_with(TaskStatus::Ready) {
+                    self.state.tasks[index].held = false;
+                    self.save_task(index);
+                    self.wake(index);
+                }
+                self.record(EventKind::JobResumed, None, who);
+            }
+            OperatorAction::Cancel { compensate } => {
+                if !matches!(
+                    status,
+                    JobStatus::Running | JobStatus::Paused | JobStatus::Queued
+                ) {
+                    return Err(not_applicable(format!(
+                        "job is {status}: only a queued, running or paused job can be cancelled"
+                    )));
+                }
+                let mut detail = who;
+                detail["compensate"] = json!(compensate);
+                self.record(EventKind::JobCancelled, None, detail);
+                if compensate {
+                    self.wind_down(crate::model::WindDown::Cancelled {
+                        actor: command.actor,
+                    });
+                } else {
+                    for index in 0..self.state.tasks.len() {
+                        let task = &self.state.tasks[index];
+                        if task.kind != TaskKind::Compensation
+                            && matches!(task.status, TaskStatus::Waiting | TaskStatus::Ready)
+                        {
+                            self.cancel(index, "the job was cancelled");
+                        }
+                    }
+                    let job = &mut self.state.job;
+                    job.status = JobStatus::Cancelled;
+                    job.ended_at = Some(self.now);
+                    self.save_job();
+                }
+            }
+            OperatorAction::Retry => {
+                self.require_finished_unsuccessfully(name)?;
+                self.require_no_running_task()?;
+                let undone = self.undone_tasks();
+                let reset: Vec<usize> = (0..self.state.tasks.len())
+                    .filter(|&i| {
+                        let task = &self.state.tasks[i];
+                        task.kind != TaskKind::Compensation
+                            && (matches!(task.status, TaskStatus::Failed | TaskStatus::Cancelled)
+                                || undone.contains(&task.id))
+                    })
+                    .collect();
+                self.start_round(&reset);
+                self.record(EventKind::JobRetried, None, who);
+            }
+            OperatorAction::Skip { task, output } => {
+                let index = self
+                    .state
+                    .position(&task)
+                    .ok_or_else(|| Rejection::UnknownTask(task.clone()))?;
+                self.skip_task(index, output, who, name)?;
+            }
+            OperatorAction::Rerun { step } => {
+                if !status.is_terminal() {
+                    return Err(not_applicable(format!(
+                        "job is {status}: rerun applies to a finished job (pause or cancel it first)"
+                    )));
+                }
+                let Some(step_index) = self.workflow.step_index(&step) else {
+                    return Err(not_applicable(format!(
+                        "workflow {} has no step '{step}'",
+                        self.workflow.name
+                    )));
+                };
+                self.require_no_running_task()?;
+                let steps = self.downstream_of(step_index);
+                let undone = self.undone_tasks();
+                let reset: Vec<usize> = (0..self.state.tasks.len())
+                    .filter(|&i| {
+                        let task = &self.state.tasks[i];
+                        task.kind != TaskKind::Compensation
+                            && (steps.contains(&task.step)
+                                || undone.contains(&task.id)
+                                || matches!(
+                                    task.status,
+                                    TaskStatus::Failed | TaskStatus::Cancelled
+                                ))
+                    })
+                    .collect();
+                let mut detail = who;
+                detail["step"] = json!(step);
+                // A rerun step expands its fan-out again from scratch.
+                self.start_round_from_scratch(&reset, &steps);
+                self.record(EventKind::JobRerun, None, detail);
+            }
+        }
+        Ok(())
+    }
+
+    fn forward_tasks_with(&self, status: TaskStatus) -> Vec<usize> {
+        (0..self.state.tasks.len())
+            .filter(|&i| {
+                let task = &self.state.tasks[i];
+                task.kind != TaskKind::Compensation && task.status == status
+            })
+            .collect()
+    }
+
+    fn require_finished_unsuccessfully(&self, action: &str) -> Result<(), Rejection> {
+        let status = self.state.job.status;
+        if matches!(
+            status,
+            JobStatus::Failed
+                | JobStatus::CompensationFailed
+                | JobStatus::TimedOut
+                | JobStatus::Cancelled
+        ) {
+            Ok(())
+        } else {
+            Err(not_applicable(format!(
+                "job is {status}: {action} applies to a failed, compensation_failed, timed_out or cancelled job"
+            )))
+        }
+    }
+
+    /// A new round may not start while a worker still holds a task of the job (possible after a
+    /// cancel without compensation): its report would land in the new round.
+    fn require_no_running_task(&self) -> Result<(), Rejection> {
+        match self
+            .state
+            .tasks
+            .iter()
+            .find(|t| t.status == TaskStatus::Running)
+        {
+            Some(task) => Err(not_applicable(format!(
+                "task {} ({}) is still running: wait until it reports or its lease lapses",
+                task.id, task.step
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Tasks whose compensation succeeded in the current round: their effect was undone.
+    fn undone_tasks(&self) -> HashSet<TaskId> {
+        self.state
+            .tasks
+            .iter()
+            .filter(|t| {
+                t.kind == TaskKind::Compensation
+                    && t.status == TaskStatus::Succeeded
+                    && t.round == self.state.job.round
+            })
+            .filter_map(|t| t.compensates.clone())
+            .collect()
+    }
+
+    /// The step and every step that depends on it, directly or not.
+    fn downstream_of(&self, step_index: usize) -> BTreeSet<String> {
+        let steps = &self.workflow.steps;
+        let mut found: BTreeSet<usize> = BTreeSet::from([step_index]);
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for (index, step) in steps.iter().enumerate() {
+                if !found.contains(&index) && step.depends_on.iter().any(|d| found.contains(d)) {
+                    found.insert(index);
+                    changed = true;
+                }
+            }
+        }
+        found.into_iter().map(|i| steps[i].id.clone()).collect()
+    }
+
+    /// Puts the job back to running in a new round with `reset` tasks waiting again.
+    fn start_round(&mut self, reset: &[usize]) {
+        self.start_round_from_scratch(reset, &BTreeSet::new());
+    }
+
+    /// Like `start_round`; fan-out steps named in `expand_again` drop their items and expand
+    /// anew, other fan-outs keep their items and run the reset ones again.
+    fn start_round_from_scratch(&mut self, reset: &[usize], expand_again: &BTreeSet<String>) {
+        let job = &mut self.state.job;
+        job.round += 1;
+        job.status = JobStatus::Running;
+        job.wind_down = None;
+        job.compensation_planned = false;
+        job.ended_at = None;
+        if let Some(timeout) = self.workflow.timeout {
+            job.deadline_at = Some(self.now.saturating_add(timeout));
+        }
+        let round = job.round;
+        self.save_job();
+        // Fan-outs that keep their items: (step, the round of their current items).
+        let resumed: Vec<(String, u32)> = reset
+            .iter()
+            .map(|&i| &self.state.tasks[i])
+            .filter(|t| t.kind == TaskKind::FanOut && !expand_again.contains(&t.step))
+            .map(|t| (t.step.clone(), t.round))
+            .collect();
+        for &index in reset {
+            let task = &mut self.state.tasks[index];
+            if task.kind == TaskKind::Item && expand_again.contains(&task.step) {
+                continue;
+            }
+            task.status = TaskStatus::Waiting;
+            task.attempt_base = task.attempt;
+            task.checking = false;
+            task.output = None;
+            task.error = None;
+            task.progress = None;
+            task.available_at = None;
+            task.deadline_at = None;
+            task.ended_at = None;
+            task.completed_seq = None;
+            task.held = false;
+            task.round = round;
+            if task.kind == TaskKind::Step {
+                task.input = None;
+            }
+            self.save_task(index);
+        }
+        // A fan-out that keeps its items goes on running them: it and its current items join
+        // the new round, so items that finished before count towards its output.
+        for (step, items_round) in resumed {
+            let expanded = self.state.tasks.iter().any(|t| {
+                t.kind == TaskKind::Item
+                    && t.step == step
+                    && (t.round == items_round || t.round == round)
+            });
+            if !expanded {
+                continue; // cancelled before it expanded: it expands when it becomes ready
+            }
+            for index in 0..self.state.tasks.len() {
+                let task = &mut self.state.tasks[index];
+                if task.step != step {
+                    continue;
+                }
+                match task.kind {
+                    TaskKind::FanOut => task.status = TaskStatus::Running,
+                    TaskKind::Item if task.round == items_round || task.round == round => {
+                        task.round = round;
+                    }
+                    _ => continue,
+                }
+                self.save_task(index);
+            }
+        }
+    }
+
+    fn skip_task(
+        &mut self,
+        index: usize,
+        output: Value,
+        who: Value,
+        action: &str,
+    ) -> Result<(), Rejection> {
+        let task = &self.state.tasks[index];
+        let (kind, status) = (task.kind, task.status);
+        if matches!(kind, TaskKind::Compensation | TaskKind::FanOut) {
+            return Err(not_applicable(format!(
+                "a {kind} task cannot be skipped: skip a step or fan-out item"
+            )));
+        }
+        let job_status = self.state.job.status;
+        match job_status {
+            JobStatus::Running | JobStatus::Paused => {
+                if !matches!(status, TaskStatus::Waiting | TaskStatus::Ready) {
+                    return Err(not_applicable(format!(
+                        "task is {status}: in a {job_status} job only a waiting or ready task can be skipped"
+                    )));
+                }
+            }
+            _ => {
+                self.require_finished_unsuccessfully(action)?;
+                self.require_no_running_task()?;
+                if !matches!(status, TaskStatus::Failed | TaskStatus::Cancelled) {
+                    return Err(not_applicable(format!(
+                        "task is {status}: in a {job_status} job only a failed or cancelled task can be skipped"
+                    )));
+                }
+                // Continue the job as a retry would, with this task resolved by hand.
+                let undone = self.undone_tasks();
+                let reset: Vec<usize> = (0..self.state.tasks.len())
+                    .filter(|&i| {
+                        let task = &self.state.tasks[i];
+                        task.kind != TaskKind::Compensation
+                            && (matches!(task.status, TaskStatus::Failed | TaskStatus::Cancelled)
+                                || undone.contains(&task.id))
+                    })
+                    .collect();
+                self.start_round(&reset);
+            }
+        }
+        let mut detail = who;
+        detail["output"] = output.clone();
+        self.record(EventKind::TaskResolvedByOperator, Some(index), detail);
+        self.succeed(index, output);
+        Ok(())
+    }
+}
