@@ -259,6 +259,41 @@ pub struct CheckLaterRequest {
     pub progress: Option<Value>,
 }
 
+/// Body of `pause`, `resume` and `retry` (optional).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionRequest {
+    /// Why, recorded in the job's history.
+    pub reason: Option<String>,
+}
+
+/// Body of `cancel` (optional).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    pub reason: Option<String>,
+    /// Undo the finished steps (run their compensations) before ending `cancelled`.
+    #[serde(default)]
+    pub compensate: bool,
+}
+
+/// Body of `skip`: the output downstream steps will see.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SkipRequest {
+    #[serde(default)]
+    pub output: Value,
+    pub reason: Option<String>,
+}
+
+/// Body of `rerun`: the step to run again with everything downstream of it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RerunRequest {
+    pub step: String,
+    pub reason: Option<String>,
+}
+
 /// What a report (complete, fail, check-later) changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReportResponse {

@@ -24,7 +24,9 @@ pub(crate) struct Context {
 impl Context {
     pub(crate) fn new(server: &str, namespace: &str, format: Format) -> Result<Context> {
         Ok(Context {
-            client: Client::new(server).with_context(|| format!("--server {server}"))?,
+            client: Client::new(server)
+                .with_context(|| format!("--server {server}"))?
+                .with_actor(Some(actor())),
             namespace: namespace.to_owned(),
             format,
         })
@@ -369,6 +371,100 @@ pub(crate) async fn events(context: &Context, id: &str) -> Result<ExitCode> {
             .collect();
         table(&["SEQ", "AT", "EVENT", "STEP", "ATTEMPT", "DETAIL"], &rows);
     })
+}
+
+#[derive(Args)]
+pub(crate) struct ActionArgs {
+    /// The job.
+    id: String,
+    /// Why (recorded in the job's history).
+    #[arg(long)]
+    reason: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct CancelArgs {
+    #[command(flatten)]
+    action: ActionArgs,
+    /// Undo the finished steps (run their compensations) before ending.
+    #[arg(long)]
+    compensate: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct SkipArgs {
+    #[command(flatten)]
+    action: ActionArgs,
+    /// The task to mark succeeded (its id, from `starbridge job ID`).
+    task: String,
+    /// The output downstream steps will see, as JSON.
+    #[arg(long, default_value = "{}")]
+    output: String,
+}
+
+#[derive(Args)]
+pub(crate) struct RerunArgs {
+    #[command(flatten)]
+    action: ActionArgs,
+    /// The step to run again (with everything downstream of it).
+    #[arg(long)]
+    step: String,
+}
+
+/// Who is acting, for the job's history: `$USER` when set.
+fn actor() -> String {
+    std::env::var("USER")
+        .ok()
+        .filter(|user| !user.is_empty())
+        .unwrap_or_else(|| "cli".to_owned())
+}
+
+async fn operate<B: serde::Serialize>(
+    context: &Context,
+    id: &str,
+    action: &str,
+    body: &B,
+) -> Result<ExitCode> {
+    let job: api::JobView = context
+        .client
+        .post_json(&context.path(&format!("/api/v1/jobs/{id}/{action}")), body)
+        .await?;
+    show(context, &job, |job| {
+        println!("job {} is {}", job.summary.id, job.summary.status);
+    })
+}
+
+pub(crate) async fn act(context: &Context, action: &str, args: &ActionArgs) -> Result<ExitCode> {
+    let body = api::ActionRequest {
+        reason: args.reason.clone(),
+    };
+    operate(context, &args.id, action, &body).await
+}
+
+pub(crate) async fn cancel(context: &Context, args: &CancelArgs) -> Result<ExitCode> {
+    let body = api::CancelRequest {
+        reason: args.action.reason.clone(),
+        compensate: args.compensate,
+    };
+    operate(context, &args.action.id, "cancel", &body).await
+}
+
+pub(crate) async fn skip(context: &Context, args: &SkipArgs) -> Result<ExitCode> {
+    let output: Value = serde_json::from_str(&args.output).context("--output is not valid JSON")?;
+    let body = api::SkipRequest {
+        output,
+        reason: args.action.reason.clone(),
+    };
+    let path = format!("tasks/{}/skip", args.task);
+    operate(context, &args.action.id, &path, &body).await
+}
+
+pub(crate) async fn rerun(context: &Context, args: &RerunArgs) -> Result<ExitCode> {
+    let body = api::RerunRequest {
+        step: args.step.clone(),
+        reason: args.action.reason.clone(),
+    };
+    operate(context, &args.action.id, "rerun", &body).await
 }
 
 const TERMINAL: &[&str] = &[

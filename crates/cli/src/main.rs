@@ -71,6 +71,18 @@ enum Command {
     Events { id: String },
     /// Follow a job's tasks live until it ends (exit status 0 only if it succeeded).
     Watch { id: String },
+    /// Pause a running job: nothing new is dispatched, running tasks finish.
+    Pause(client::ActionArgs),
+    /// Resume a paused job.
+    Resume(client::ActionArgs),
+    /// Cancel a job (optionally undoing its finished steps first).
+    Cancel(client::CancelArgs),
+    /// Continue a failed job from its failed tasks with fresh attempts.
+    Retry(client::ActionArgs),
+    /// Mark a failed or waiting task succeeded with a given output.
+    Skip(client::SkipArgs),
+    /// Run a step of a finished job again, with everything downstream of it.
+    Rerun(client::RerunArgs),
 }
 
 /// Logs go to stderr; `STARBRIDGE_LOG` (e.g. `debug`, `starbridge_store=trace`) overrides the level.
@@ -97,6 +109,12 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Job { ref id } => client::job(&context()?, id).await,
         Command::Events { ref id } => client::events(&context()?, id).await,
         Command::Watch { ref id } => client::watch(&context()?, id).await,
+        Command::Pause(ref args) => client::act(&context()?, "pause", args).await,
+        Command::Resume(ref args) => client::act(&context()?, "resume", args).await,
+        Command::Retry(ref args) => client::act(&context()?, "retry", args).await,
+        Command::Cancel(ref args) => client::cancel(&context()?, args).await,
+        Command::Skip(ref args) => client::skip(&context()?, args).await,
+        Command::Rerun(ref args) => client::rerun(&context()?, args).await,
     }
 }
 

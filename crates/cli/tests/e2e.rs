@@ -633,3 +633,58 @@ fn the_demo_runs_the_example_end_to_end_and_rolls_back() {
     );
     assert!(String::from_utf8_lossy(&happy.stderr).contains("job ended succeeded"));
 }
+
+#[tokio::test]
+async fn an_operator_fixes_the_cause_and_retries_a_failed_job_from_the_cli() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.apply(
+        "needs_fix",
+        r#"
+steps:
+  - id: prepare
+    queue: shell
+    command: echo prepared
+  - id: apply
+    queue: shell
+    command: |
+      test -f "$E2E_DIR/fixed" || { echo "config missing" >&2; exit 1; }
+"#,
+    )
+    .await;
+    let id = h.submit("needs_fix", json!({})).await;
+    let job = h.wait_for_end(&id).await;
+    assert_eq!(job["status"], "failed");
+    std::fs::write(h.dir.path().join("fixed"), "").unwrap();
+
+    let retried = Command::new(BIN)
+        .args([
+            "retry",
+            &id,
+            "--reason",
+            "restored the config",
+            "--server",
+            &h.url,
+        ])
+        .env("USER", "oncall")
+        .output()
+        .unwrap();
+    assert!(
+        retried.status.success(),
+        "{}",
+        String::from_utf8_lossy(&retried.stderr)
+    );
+    assert!(String::from_utf8_lossy(&retried.stdout).contains("running"));
+    let job = h.wait_for_end(&id).await;
+    assert_eq!(job["status"], "succeeded", "{job:#}");
+    let prepare = task(&tasks(&job), "prepare", "step").clone();
+    assert_eq!(prepare["attempt"], 1, "finished work is kept");
+    let events = h.events(&id).await;
+    let retry = events.iter().find(|e| e["kind"] == "job_retried").unwrap();
+    assert_eq!(retry["detail"]["actor"], "oncall");
+    assert_eq!(retry["detail"]["reason"], "restored the config");
+
+    let again = h.cli(&["retry", &id]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("job is succeeded"));
+}

@@ -2,6 +2,7 @@
 //! expires leases and enforces deadlines. All state lives in the store.
 
 mod error;
+mod operate;
 mod routes;
 mod timers;
 mod views;

@@ -51,6 +51,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/complete", post(complete))
         .route("/api/v1/tasks/{id}/fail", post(fail))
         .route("/api/v1/tasks/{id}/check-later", post(check_later))
+        .merge(crate::operate::routes())
         .fallback(not_found)
         .with_state(state)
 }
@@ -59,7 +60,7 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such endpoint: see /api/v1/openapi.json")
 }
 
-fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
+pub(crate) fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
     if bytes.is_empty() {
         return Err(ApiError::invalid(
             "body",
@@ -74,7 +75,7 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
     })
 }
 
-fn namespace(query: &api::NamespaceQuery) -> ApiResult<String> {
+pub(crate) fn namespace(query: &api::NamespaceQuery) -> ApiResult<String> {
     namespace_name(query.namespace.as_deref())
 }
 
@@ -84,11 +85,11 @@ fn namespace_name(value: Option<&str>) -> ApiResult<String> {
     Ok(name.to_owned())
 }
 
-fn job_id(text: &str) -> ApiResult<JobId> {
+pub(crate) fn job_id(text: &str) -> ApiResult<JobId> {
     JobId::parse(text).ok_or_else(|| ApiError::not_found(format!("job {text} not found")))
 }
 
-fn task_id(text: &str) -> ApiResult<TaskId> {
+pub(crate) fn task_id(text: &str) -> ApiResult<TaskId> {
     TaskId::parse(text).ok_or_else(|| ApiError::not_found(format!("task {text} not found")))
 }
 
@@ -180,7 +181,7 @@ async fn apply_workflow(
 /// Most history events read to rebuild a job's attempts.
 const MAX_VIEW_EVENTS: u32 = 100_000;
 
-async fn job_view(
+pub(crate) async fn job_view(
     state: &AppState,
     job: &starbridge_core::model::JobState,
 ) -> ApiResult<api::JobView> {

@@ -32,6 +32,7 @@ pub(crate) fn job_summary(job: &Job) -> api::JobSummary {
         error: job.wind_down.as_ref().map(|reason| match reason {
             WindDown::StepFailed { step, message, .. } => format!("step {step} failed: {message}"),
             WindDown::TimedOut => "the job timeout passed".to_owned(),
+            WindDown::Cancelled { actor } => format!("cancelled by {actor}"),
         }),
     }
 }

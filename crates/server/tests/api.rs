@@ -294,3 +294,200 @@ async fn health_reports_the_database() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["database"], "ok");
 }
+
+async fn poll_one(api: &Api) -> Value {
+    let (_, _, polled) = api
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": ["q"]}"#,
+        )
+        .await;
+    polled["tasks"][0].clone()
+}
+
+async fn report(api: &Api, task: &Value, outcome: &str, body: Value) -> StatusCode {
+    let mut body = body;
+    body["lease_token"] = task["lease_token"].clone();
+    let id = task["id"].as_str().unwrap();
+    api.call(
+        "POST",
+        &format!("/api/v1/tasks/{id}/{outcome}"),
+        &body.to_string(),
+    )
+    .await
+    .0
+}
+
+#[tokio::test]
+async fn pause_holds_dispatch_and_resume_releases_it_recording_who_and_why() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let (_, _, job) = api
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+        .await;
+    let id = job["id"].as_str().unwrap();
+    let request = Request::builder()
+        .method("POST")
+        .uri(format!("/api/v1/jobs/{id}/pause"))
+        .header("starbridge-actor", "alice")
+        .body(Body::from(r#"{"reason": "maintenance window"}"#))
+        .unwrap();
+    let response = api.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let (_, _, polled) = api
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": ["q"]}"#,
+        )
+        .await;
+    assert_eq!(
+        polled["tasks"].as_array().unwrap().len(),
+        0,
+        "a paused job dispatches nothing"
+    );
+    let (status, _, problem) = api
+        .call("POST", &format!("/api/v1/jobs/{id}/pause"), "")
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("only a running job")
+    );
+    let (status, _, resumed) = api
+        .call("POST", &format!("/api/v1/jobs/{id}/resume"), "")
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(resumed["status"], "running");
+    assert_eq!(poll_one(&api).await["step"], "a");
+    let (_, _, events) = api
+        .call("GET", &format!("/api/v1/jobs/{id}/events"), "")
+        .await;
+    let paused = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "job_paused")
+        .unwrap()
+        .clone();
+    assert_eq!(paused["detail"]["actor"], "alice");
+    assert_eq!(paused["detail"]["reason"], "maintenance window");
+}
+
+#[tokio::test]
+async fn retry_skip_and_rerun_move_a_finished_job_again() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let (_, _, job) = api
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+        .await;
+    let id = job["id"].as_str().unwrap().to_owned();
+    let a = poll_one(&api).await;
+    let failed = json!({"error": {"message": "disk full", "retryable": false}});
+    assert_eq!(report(&api, &a, "fail", failed).await, StatusCode::OK);
+    let (_, _, job) = api.call("GET", &format!("/api/v1/jobs/{id}"), "").await;
+    assert_eq!(job["status"], "failed");
+
+    let (status, _, job) = api
+        .call("POST", &format!("/api/v1/jobs/{id}/retry"), "")
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["status"], "running");
+    let a = poll_one(&api).await;
+    assert_eq!(a["attempt"], 2);
+    let failed = json!({"error": {"message": "disk full", "retryable": false}});
+    report(&api, &a, "fail", failed).await;
+
+    let a_id = a["id"].as_str().unwrap();
+    let (status, _, job) = api
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/tasks/{a_id}/skip"),
+            r#"{"output": {"fixed": "by hand"}, "reason": "cleaned the disk"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["tasks"][0]["status"], "succeeded");
+    assert_eq!(job["tasks"][0]["output"], json!({"fixed": "by hand"}));
+    let b = poll_one(&api).await;
+    assert_eq!(b["step"], "b");
+    report(&api, &b, "complete", json!({"output": {}})).await;
+    let (_, _, job) = api.call("GET", &format!("/api/v1/jobs/{id}"), "").await;
+    assert_eq!(job["status"], "succeeded");
+
+    let (status, _, problem) = api
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/rerun"),
+            r#"{"step": "nope"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no step 'nope'")
+    );
+    let (status, _, job) = api
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/rerun"),
+            r#"{"step": "b"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        job["tasks"][0]["status"], "succeeded",
+        "upstream work is kept"
+    );
+    assert_eq!(job["tasks"][1]["status"], "ready");
+}
+
+#[tokio::test]
+async fn operator_actions_validate_their_input() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let (_, _, job) = api
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+        .await;
+    let id = job["id"].as_str().unwrap();
+    let (status, _, problem) = api
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/cancel"),
+            r#"{"compensate": "yes"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "body");
+    let (status, _, _) = api
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/pause?namespace=other"),
+            "",
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "another namespace's job is not found"
+    );
+    let (status, _, problem) = api
+        .call("POST", &format!("/api/v1/jobs/{id}/rerun"), "{}")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(problem["detail"].as_str().unwrap().contains("step"));
+    let (status, _, job) = api
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{id}/cancel"),
+            r#"{"reason": "not needed"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["status"], "cancelled");
+}

@@ -9,7 +9,7 @@ use starbridge_core::Workflow;
 use starbridge_core::definition::{Problem, check_name};
 use starbridge_core::ids::{IdSource, JobId, TaskId};
 use starbridge_core::machine::{self, Ctx, NewJob};
-use starbridge_core::model::{Action, Input, JobState, Rejection, Task};
+use starbridge_core::model::{Action, Input, JobState, OperatorCommand, Rejection, Task};
 use starbridge_core::time::Duration;
 
 use crate::cache::Compiled;
@@ -253,6 +253,26 @@ pub(crate) fn report(ctx: &mut WriteCtx<'_>, task_id: &TaskId, input: Input) -> 
         lease,
         job_status: state.job.status,
     })
+}
+
+/// An operator's action on a job of `namespace`; returns the job as it is afterwards.
+pub(crate) fn operate(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    job_id: &JobId,
+    command: OperatorCommand,
+) -> Result<JobState> {
+    let mut state = rows::load_job_state(ctx.conn, job_id)?
+        .filter(|state| state.job.namespace == namespace)
+        .ok_or_else(|| Error::NotFound(format!("job {job_id} not found")))?;
+    let compiled = workflow_of(ctx, &state)?;
+    apply(
+        ctx,
+        &compiled.workflow,
+        &mut state,
+        Input::Operator(command),
+    )?;
+    Ok(state)
 }
 
 /// Handles every lapsed lease and passed deadline due at `ctx.now`; returns how many jobs moved.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use starbridge_core::definition::Problem;
 use starbridge_core::ids::{JobId, TaskId};
-use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, Task};
+use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
 use starbridge_core::time::{Duration, Timestamp};
 
 pub use cache::Compiled;
@@ -240,6 +240,20 @@ impl Store {
     }
 
     /// Handles lapsed leases and passed deadlines; returns how many jobs it moved.
+    /// An operator's action (pause, resume, cancel, retry, skip, rerun) on a job of `namespace`.
+    /// A job of another namespace is not found; an action that does not apply is a conflict.
+    pub async fn operate(
+        &self,
+        namespace: &str,
+        job: &JobId,
+        command: OperatorCommand,
+    ) -> Result<JobState> {
+        let (namespace, job) = (namespace.to_owned(), job.clone());
+        self.writer
+            .write(move |ctx| commands::operate(ctx, &namespace, &job, command))
+            .await
+    }
+
     /// At most `TICK_BATCH` jobs per call: call again while it returns that many.
     pub async fn tick(&self) -> Result<usize> {
         self.writer

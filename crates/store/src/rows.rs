@@ -33,7 +33,7 @@ fn enum_column<T>(text: String, parse: fn(&str) -> Option<T>) -> Result<T> {
 }
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
-     started_at, ended_at, deadline_at, wind_down, compensation_planned, completions";
+     started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round";
 
 fn job_from_row(row: &Row<'_>) -> rusqlite::Result<RawJob> {
     Ok(RawJob {
@@ -52,6 +52,7 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<RawJob> {
         wind_down: row.get(12)?,
         compensation_planned: row.get(13)?,
         completions: row.get(14)?,
+        round: row.get(15)?,
     })
 }
 
@@ -71,6 +72,7 @@ struct RawJob {
     wind_down: Option<String>,
     compensation_planned: bool,
     completions: i64,
+    round: u32,
 }
 
 impl RawJob {
@@ -95,13 +97,15 @@ impl RawJob {
             wind_down,
             compensation_planned: self.compensation_planned,
             completions: u64::try_from(self.completions).unwrap_or(0),
+            round: self.round,
         })
     }
 }
 
 const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queue, command, status, \
      priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, worker_id, \
-     input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq";
+     input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq, \
+     held, round, attempt_base";
 
 fn task_from_row(row: &Row<'_>) -> rusqlite::Result<RawTask> {
     Ok(RawTask {
@@ -133,6 +137,9 @@ fn task_from_row(row: &Row<'_>) -> rusqlite::Result<RawTask> {
         started_at: row.get(25)?,
         ended_at: row.get(26)?,
         completed_seq: row.get(27)?,
+        held: row.get(28)?,
+        round: row.get(29)?,
+        attempt_base: row.get(30)?,
     })
 }
 
@@ -165,6 +172,9 @@ struct RawTask {
     started_at: Option<i64>,
     ended_at: Option<i64>,
     completed_seq: Option<i64>,
+    held: bool,
+    round: u32,
+    attempt_base: u32,
 }
 
 impl RawTask {
@@ -205,6 +215,9 @@ impl RawTask {
             started_at: ts(self.started_at),
             ended_at: ts(self.ended_at),
             completed_seq: self.completed_seq.and_then(|n| u64::try_from(n).ok()),
+            held: self.held,
+            round: self.round,
+            attempt_base: self.attempt_base,
         })
     }
 }
@@ -254,11 +267,12 @@ pub(crate) fn save_job(conn: &Connection, job: &Job) -> Result<()> {
         .map(|w| serde_json::to_string(w).unwrap_or_default());
     conn.prepare_cached(
         "INSERT INTO jobs (id, namespace, workflow, version, status, params, key, priority, created_at, \
-         started_at, ended_at, deadline_at, wind_down, compensation_planned, completions) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) \
+         started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
          ON CONFLICT (id) DO UPDATE SET status = excluded.status, started_at = excluded.started_at, \
          ended_at = excluded.ended_at, deadline_at = excluded.deadline_at, wind_down = excluded.wind_down, \
-         compensation_planned = excluded.compensation_planned, completions = excluded.completions",
+         compensation_planned = excluded.compensation_planned, completions = excluded.completions, \
+         round = excluded.round",
     )?
     .execute(params![
         job.id.as_str(),
@@ -276,6 +290,7 @@ pub(crate) fn save_job(conn: &Connection, job: &Job) -> Result<()> {
         wind_down,
         job.compensation_planned,
         i64::try_from(job.completions).unwrap_or(i64::MAX),
+        job.round,
     ])?;
     Ok(())
 }
@@ -289,8 +304,9 @@ pub(crate) fn save_task(conn: &Connection, namespace: &str, task: &Task) -> Resu
         "INSERT INTO tasks (id, job_id, namespace, seq, kind, step, item, compensates, queue, command, \
          status, priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, \
          worker_id, input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, \
-         completed_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
-         ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29) \
+         completed_seq, held, round, attempt_base) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, \
+         ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, \
+         ?31, ?32) \
          ON CONFLICT (id) DO UPDATE SET status = excluded.status, attempt = excluded.attempt, \
          checking = excluded.checking, available_at = excluded.available_at, \
          deadline_at = excluded.deadline_at, lease_token = excluded.lease_token, \
@@ -298,7 +314,8 @@ pub(crate) fn save_task(conn: &Connection, namespace: &str, task: &Task) -> Resu
          input = excluded.input, output = excluded.output, error = excluded.error, \
          progress = excluded.progress, logs = excluded.logs, ready_at = excluded.ready_at, \
          started_at = excluded.started_at, ended_at = excluded.ended_at, \
-         completed_seq = excluded.completed_seq",
+         completed_seq = excluded.completed_seq, held = excluded.held, round = excluded.round, \
+         attempt_base = excluded.attempt_base",
     )?
     .execute(params![
         task.id.as_str(),
@@ -330,6 +347,9 @@ pub(crate) fn save_task(conn: &Connection, namespace: &str, task: &Task) -> Resu
         task.started_at.map(|t| t.0),
         task.ended_at.map(|t| t.0),
         task.completed_seq.and_then(|n| i64::try_from(n).ok()),
+        task.held,
+        task.round,
+        task.attempt_base,
     ])?;
     Ok(())
 }
@@ -411,7 +431,7 @@ pub(crate) fn claim_candidates(
         .collect::<Vec<_>>()
         .join(", ");
     let sql = format!(
-        "SELECT job_id, id FROM tasks WHERE status = 'ready' AND namespace = ?1 \
+        "SELECT job_id, id FROM tasks WHERE status = 'ready' AND held = 0 AND namespace = ?1 \
          AND queue IN ({placeholders}) AND available_at <= ?2 \
          ORDER BY priority DESC, available_at, id LIMIT ?3"
     );
@@ -446,7 +466,7 @@ pub(crate) fn next_available(
         .collect::<Vec<_>>()
         .join(", ");
     let sql = format!(
-        "SELECT MIN(available_at) FROM tasks WHERE status = 'ready' AND namespace = ?1 \
+        "SELECT MIN(available_at) FROM tasks WHERE status = 'ready' AND held = 0 AND namespace = ?1 \
          AND queue IN ({placeholders})"
     );
     let mut values: Vec<rusqlite::types::Value> = vec![namespace.to_owned().into()];

@@ -127,6 +127,8 @@ pub struct Client {
     pub base_url: String,
     /// Bearer token sent with every request, if any.
     pub token: Option<String>,
+    /// Who is acting, sent as the `Starbridge-Actor` header and recorded with operator actions.
+    pub actor: Option<String>,
     http: reqwest::Client,
 }
 
@@ -163,6 +165,7 @@ impl Client {
         Ok(Client {
             base_url: base_url.trim_end_matches('/').to_owned(),
             token: None,
+            actor: None,
             http,
         })
     }
@@ -170,6 +173,12 @@ impl Client {
     /// Sets (or clears) the bearer token.
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token;
+        self
+    }
+
+    /// Sets (or clears) who is acting, recorded by the server with operator actions.
+    pub fn with_actor(mut self, actor: Option<String>) -> Self {
+        self.actor = actor;
         self
     }
 
@@ -309,6 +318,10 @@ impl Client {
             .http
             .request(method, self.url(path))
             .header(ACCEPT, "application/json, application/problem+json");
+        let builder = match &self.actor {
+            Some(actor) => builder.header("starbridge-actor", actor),
+            None => builder,
+        };
         match &self.token {
             Some(token) => builder.bearer_auth(token),
             None => builder,

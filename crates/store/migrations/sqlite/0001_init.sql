@@ -37,7 +37,8 @@ CREATE TABLE jobs (
     deadline_at          INTEGER,
     wind_down            TEXT,
     compensation_planned INTEGER NOT NULL,
-    completions          INTEGER NOT NULL
+    completions          INTEGER NOT NULL,
+    round                INTEGER NOT NULL
 );
 CREATE UNIQUE INDEX jobs_key ON jobs (namespace, key) WHERE key IS NOT NULL;
 CREATE INDEX jobs_list ON jobs (namespace, id);
@@ -73,11 +74,14 @@ CREATE TABLE tasks (
     ready_at         INTEGER,
     started_at       INTEGER,
     ended_at         INTEGER,
-    completed_seq    INTEGER
+    completed_seq    INTEGER,
+    held             INTEGER NOT NULL,   -- its job is paused: ready but not handed out
+    round            INTEGER NOT NULL,
+    attempt_base     INTEGER NOT NULL
 );
 CREATE INDEX tasks_job ON tasks (job_id, seq);
 -- Dispatch order: priority, then age, then id; only ready tasks are in the index.
-CREATE INDEX tasks_dispatch ON tasks (namespace, queue, priority DESC, available_at, id) WHERE status = 'ready';
+CREATE INDEX tasks_dispatch ON tasks (namespace, queue, priority DESC, available_at, id) WHERE status = 'ready' AND held = 0;
 CREATE INDEX tasks_lease ON tasks (lease_expires_at) WHERE status = 'running';
 CREATE INDEX tasks_deadline ON tasks (deadline_at) WHERE deadline_at IS NOT NULL AND status IN ('ready', 'running');
 
