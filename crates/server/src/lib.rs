@@ -2,6 +2,8 @@
 //! expires leases and enforces deadlines. All state lives in the store.
 
 mod error;
+mod metrics;
+mod openapi;
 mod operate;
 mod routes;
 mod timers;

@@ -38,6 +38,8 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health))
+        .route("/metrics", get(crate::metrics::serve))
+        .route("/api/v1/openapi.json", get(crate::openapi::serve))
         .route("/api/v1/workflows", get(list_workflows))
         .route(
             "/api/v1/workflows/{name}",
@@ -54,6 +56,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::operate::routes())
         .fallback(not_found)
         .with_state(state)
+        .layer(crate::metrics::layer())
 }
 
 async fn not_found() -> ApiError {

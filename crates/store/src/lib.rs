@@ -12,6 +12,7 @@ mod migrate;
 mod notify;
 mod reader;
 mod rows;
+mod stats;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ use starbridge_core::time::{Duration, Timestamp};
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use notify::Notifier;
+pub use stats::{QueueStats, Stats};
 
 use reader::ReadPool;
 use writer::Writer;
@@ -346,6 +348,12 @@ impl Store {
     /// When the next lease lapses or deadline passes.
     pub async fn next_timer(&self) -> Result<Option<Timestamp>> {
         self.reader.read(rows::next_timer).await
+    }
+
+    /// Jobs per status and tasks per queue, for `/metrics`: one read query (see `stats.rs`).
+    pub async fn stats(&self) -> Result<Stats> {
+        let now = self.clock.now();
+        self.reader.read(move |conn| stats::read(conn, now)).await
     }
 
     /// Checks that the database answers.

@@ -1,0 +1,786 @@
+//! The served OpenAPI document against the implementation: it is OpenAPI 3.1 with every `$ref`
+//! resolving, it documents exactly the routes the server registers, and real responses (and the
+//! requests the server accepted) validate against the schemas it documents for them.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use serde_json::{Value, json};
+use starbridge_server::{AppState, router};
+use starbridge_store::Store;
+use tokio::sync::Mutex;
+use tower::ServiceExt;
+
+/// Every operation the router serves. A route added to the server without being added here and
+/// documented fails `operations_are_exactly_the_routes`.
+const OPERATIONS: &[(&str, &str)] = &[
+    ("GET", "/healthz"),
+    ("GET", "/metrics"),
+    ("GET", "/api/v1/openapi.json"),
+    ("GET", "/api/v1/workflows"),
+    ("GET", "/api/v1/workflows/{name}"),
+    ("PUT", "/api/v1/workflows/{name}"),
+    ("POST", "/api/v1/jobs"),
+    ("GET", "/api/v1/jobs"),
+    ("GET", "/api/v1/jobs/{id}"),
+    ("GET", "/api/v1/jobs/{id}/events"),
+    ("POST", "/api/v1/jobs/{id}/pause"),
+    ("POST", "/api/v1/jobs/{id}/resume"),
+    ("POST", "/api/v1/jobs/{id}/cancel"),
+    ("POST", "/api/v1/jobs/{id}/retry"),
+    ("POST", "/api/v1/jobs/{id}/rerun"),
+    ("POST", "/api/v1/jobs/{id}/tasks/{task}/skip"),
+    ("POST", "/api/v1/tasks/poll"),
+    ("POST", "/api/v1/tasks/{id}/heartbeat"),
+    ("POST", "/api/v1/tasks/{id}/complete"),
+    ("POST", "/api/v1/tasks/{id}/fail"),
+    ("POST", "/api/v1/tasks/{id}/check-later"),
+];
+
+const METHODS: &[&str] = &[
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+
+struct Api {
+    app: Router,
+    _dir: tempfile::TempDir,
+}
+
+fn api() -> Api {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&format!("sqlite://{}", dir.path().join("api.db").display())).unwrap();
+    Api {
+        app: router(AppState { store }),
+        _dir: dir,
+    }
+}
+
+struct Answer {
+    status: StatusCode,
+    content_type: String,
+    text: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or(Value::Null)
+    }
+}
+
+impl Api {
+    async fn send(&self, method: &str, uri: &str, content_type: &str, body: &str) -> Answer {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(body.to_owned()))
+            .unwrap();
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        Answer {
+            status,
+            content_type,
+            text: String::from_utf8(bytes.to_vec()).unwrap(),
+        }
+    }
+
+    async fn document(&self) -> Value {
+        let answer = self.send("GET", "/api/v1/openapi.json", "", "").await;
+        assert_eq!(answer.status, StatusCode::OK);
+        assert_eq!(answer.content_type, "application/json");
+        serde_json::from_str(&answer.text).expect("the document is JSON")
+    }
+}
+
+/// Escapes a JSON pointer token.
+fn token(text: &str) -> String {
+    text.replace('~', "~0").replace('/', "~1")
+}
+
+/// A JSON pointer as a URI fragment (path templates hold `{` and `}`).
+fn fragment(pointer: &str) -> String {
+    pointer
+        .replace('%', "%25")
+        .replace('{', "%7B")
+        .replace('}', "%7D")
+}
+
+fn collect_refs<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("$ref", Value::String(target)) => out.push(target),
+                    _ => collect_refs(value, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| collect_refs(item, out)),
+        _ => {}
+    }
+}
+
+fn operations(document: &Value) -> BTreeSet<(String, String)> {
+    let mut found = BTreeSet::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for method in METHODS {
+            if item.get(*method).is_some() {
+                found.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    found
+}
+
+fn expected() -> BTreeSet<(String, String)> {
+    OPERATIONS
+        .iter()
+        .map(|(method, path)| ((*method).to_owned(), (*path).to_owned()))
+        .collect()
+}
+
+/// The (method, path) pairs registered with `.route(...)` in the server's sources.
+fn routes_in_source() -> BTreeSet<(String, String)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut found = BTreeSet::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|ext| ext != "rs") {
+            continue;
+        }
+        let source: String = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut rest = source.as_str();
+        while let Some(at) = rest.find(".route(") {
+            rest = &rest[at + ".route(".len()..];
+            let mut depth = 1;
+            let end = rest
+                .char_indices()
+                .find(|&(_, c)| {
+                    match c {
+                        '(' => depth += 1,
+                        ')' => depth -= 1,
+                        _ => {}
+                    }
+                    depth == 0
+                })
+                .map(|(i, _)| i)
+                .unwrap();
+            let call = &rest[..end];
+            let open = call.find('"').unwrap();
+            let close = open + 1 + call[open + 1..].find('"').unwrap();
+            let route = &call[open + 1..close];
+            let handlers = &call[close + 1..];
+            let bytes = handlers.as_bytes();
+            for method in ["get", "put", "post", "delete", "patch"] {
+                let needle = format!("{method}(");
+                for (i, _) in handlers.match_indices(&needle) {
+                    let before = if i == 0 { b' ' } else { bytes[i - 1] };
+                    if !(before.is_ascii_alphanumeric() || before == b'_' || before == b':') {
+                        found.insert((method.to_uppercase(), route.to_owned()));
+                    }
+                }
+            }
+            rest = &rest[end..];
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn document_is_openapi_3_1_and_every_ref_resolves() {
+    let api = api();
+    let document = api.document().await;
+    assert!(
+        document["openapi"].as_str().unwrap().starts_with("3.1."),
+        "{}",
+        document["openapi"]
+    );
+    assert_eq!(document["info"]["version"], env!("CARGO_PKG_VERSION"));
+    let mut refs = Vec::new();
+    collect_refs(&document, &mut refs);
+    assert!(refs.len() > 50, "the document uses components");
+    for target in refs {
+        let pointer = target
+            .strip_prefix('#')
+            .unwrap_or_else(|| panic!("{target} points outside the document"));
+        assert!(
+            document.pointer(pointer).is_some(),
+            "{target} does not resolve"
+        );
+    }
+}
+
+#[tokio::test]
+async fn operations_are_exactly_the_routes() {
+    let api = api();
+    let document = api.document().await;
+    assert_eq!(
+        routes_in_source(),
+        expected(),
+        "the routes registered in src/ and OPERATIONS differ: document the new route"
+    );
+    assert_eq!(operations(&document), expected());
+
+    let declared: BTreeSet<&str> = document["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tag| tag["name"].as_str().unwrap())
+        .collect();
+    let mut ids = BTreeSet::new();
+    for (method, path) in OPERATIONS {
+        let operation = &document["paths"][path][method.to_lowercase()];
+        let id = operation["operationId"].as_str().unwrap();
+        assert!(ids.insert(id), "operationId {id} is used twice");
+        assert!(
+            operation["summary"].is_string(),
+            "{method} {path} has no summary"
+        );
+        for tag in operation["tags"].as_array().unwrap() {
+            assert!(declared.contains(tag.as_str().unwrap()), "{tag} undeclared");
+        }
+        let responses = operation["responses"].as_object().unwrap();
+        assert!(
+            responses.keys().any(|code| code.starts_with('2')),
+            "{method} {path} documents no success"
+        );
+        // Every `{param}` of the path is a documented path parameter.
+        let item = &document["paths"][path];
+        let mut params: Vec<Value> = Vec::new();
+        for list in [&item["parameters"], &operation["parameters"]] {
+            for param in list.as_array().into_iter().flatten() {
+                let param = match param["$ref"].as_str() {
+                    Some(target) => document.pointer(&target[1..]).unwrap().clone(),
+                    None => param.clone(),
+                };
+                params.push(param);
+            }
+        }
+        for segment in path.split('/') {
+            if let Some(name) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                assert!(
+                    params
+                        .iter()
+                        .any(|p| p["in"] == "path" && p["name"] == name && p["required"] == true),
+                    "{method} {path}: path parameter {name} undocumented"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn enums_match_the_core() {
+    use starbridge_core::model::{ErrorKind, EventKind, JobStatus, TaskKind, TaskStatus};
+    let document = api().document().await;
+    let check = |name: &str, values: Vec<&str>| {
+        let documented: Vec<&str> = document["components"]["schemas"][name]["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(documented, values, "enum {name}");
+    };
+    check(
+        "JobStatus",
+        JobStatus::ALL.iter().map(|s| s.as_str()).collect(),
+    );
+    check(
+        "TaskStatus",
+        TaskStatus::ALL.iter().map(|s| s.as_str()).collect(),
+    );
+    check(
+        "TaskKind",
+        TaskKind::ALL.iter().map(|s| s.as_str()).collect(),
+    );
+    check(
+        "ErrorKind",
+        ErrorKind::ALL.iter().map(|s| s.as_str()).collect(),
+    );
+    check(
+        "EventKind",
+        EventKind::ALL.iter().map(|s| s.as_str()).collect(),
+    );
+}
+
+/// The document with `additionalProperties: false` added to every object schema that lists its
+/// properties and says nothing about others, so a response field missing from the document fails.
+fn strict(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if map.get("properties").is_some_and(Value::is_object)
+                && !map.contains_key("additionalProperties")
+            {
+                map.insert("additionalProperties".to_owned(), Value::Bool(false));
+            }
+            map.values_mut().for_each(strict);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strict),
+        _ => {}
+    }
+}
+
+/// Validates responses (and the requests that succeeded) against the document.
+struct Checker {
+    api: Api,
+    document: Value,
+    strict: Value,
+    validators: Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+    /// Documented (method, path, status) answered so far.
+    seen: Mutex<BTreeSet<(String, String, u16)>>,
+}
+
+impl Checker {
+    async fn new() -> Checker {
+        let api = api();
+        let document = api.document().await;
+        let mut strict_document = document.clone();
+        strict(&mut strict_document);
+        Checker {
+            api,
+            document,
+            strict: strict_document,
+            validators: Mutex::new(HashMap::new()),
+            seen: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// A validator for the schema at `pointer`, with the whole document as the root so that
+    /// `#/components/...` references resolve.
+    async fn validator(&self, pointer: &str) -> Arc<jsonschema::Validator> {
+        let mut validators = self.validators.lock().await;
+        if let Some(found) = validators.get(pointer) {
+            return found.clone();
+        }
+        let mut root = self.strict.clone();
+        root.as_object_mut().unwrap().insert(
+            "$ref".to_owned(),
+            Value::String(format!("#{}", fragment(pointer))),
+        );
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .should_validate_formats(true)
+            .build(&root)
+            .unwrap_or_else(|e| panic!("schema at {pointer} does not compile: {e}"));
+        let validator = Arc::new(validator);
+        validators.insert(pointer.to_owned(), validator.clone());
+        validator
+    }
+
+    async fn check(&self, pointer: &str, instance: &Value, what: &str) {
+        let validator = self.validator(pointer).await;
+        let errors: Vec<String> = validator
+            .iter_errors(instance)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{what} does not match {pointer}:\n{}\n{instance:#}",
+            errors.join("\n")
+        );
+    }
+
+    /// The documented path template a concrete path matches (the most literal one).
+    fn template(&self, path: &str) -> String {
+        let segments: Vec<&str> = path.split('/').collect();
+        let mut best: Option<(usize, &String)> = None;
+        for template in self.document["paths"].as_object().unwrap().keys() {
+            let parts: Vec<&str> = template.split('/').collect();
+            if parts.len() != segments.len() {
+                continue;
+            }
+            let mut literal = 0;
+            let matches = parts.iter().zip(&segments).all(|(part, segment)| {
+                if part.starts_with('{') {
+                    true
+                } else {
+                    literal += 1;
+                    part == segment
+                }
+            });
+            if matches && best.is_none_or(|(n, _)| literal > n) {
+                best = Some((literal, template));
+            }
+        }
+        best.unwrap_or_else(|| panic!("{path} is not documented"))
+            .1
+            .clone()
+    }
+
+    /// Follows a `$ref` to components, returning the target and its pointer.
+    fn resolve(&self, value: &Value, pointer: String) -> (Value, String) {
+        match value["$ref"].as_str() {
+            Some(target) => {
+                let pointer = target[1..].to_owned();
+                (self.document.pointer(&pointer).unwrap().clone(), pointer)
+            }
+            None => (value.clone(), pointer),
+        }
+    }
+
+    async fn call(&self, method: &str, uri: &str, body: &str) -> Answer {
+        self.call_as(method, uri, "application/json", body).await
+    }
+
+    /// Sends a request, then checks the answer against the documented response for its status
+    /// and content type; when the answer is a success, checks the JSON request body too.
+    async fn call_as(&self, method: &str, uri: &str, content_type: &str, body: &str) -> Answer {
+        let answer = self.api.send(method, uri, content_type, body).await;
+        let path = uri.split('?').next().unwrap();
+        let template = self.template(path);
+        let lower = method.to_lowercase();
+        let operation_pointer = format!("/paths/{}/{lower}", token(&template));
+        let operation = self
+            .document
+            .pointer(&operation_pointer)
+            .unwrap_or_else(|| panic!("{method} {template} is not documented"));
+        let code = answer.status.as_str().to_owned();
+        let what = format!("{method} {uri} → {code}");
+        let Some(response) = operation["responses"].get(&code) else {
+            panic!("{what} is not a documented status: {}", answer.text);
+        };
+        let (response, response_pointer) = self.resolve(
+            response,
+            format!("{operation_pointer}/responses/{}", token(&code)),
+        );
+        let media = answer.content_type.split(';').next().unwrap().trim();
+        assert!(
+            response["content"].get(media).is_some(),
+            "{what}: content type {} is not documented",
+            answer.content_type
+        );
+        let schema_pointer = format!("{response_pointer}/content/{}/schema", token(media));
+        let instance = if media.ends_with("json") {
+            serde_json::from_str(&answer.text)
+                .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", answer.text))
+        } else {
+            Value::String(answer.text.clone())
+        };
+        self.check(&schema_pointer, &instance, &what).await;
+
+        if answer.status.is_success() && !body.trim().is_empty() && content_type.ends_with("json") {
+            let (request_body, pointer) = self.resolve(
+                &operation["requestBody"],
+                format!("{operation_pointer}/requestBody"),
+            );
+            assert!(
+                request_body.is_object(),
+                "{what}: request body undocumented"
+            );
+            let request: Value = serde_json::from_str(body).unwrap();
+            let pointer = format!("{pointer}/content/application~1json/schema");
+            self.check(&pointer, &request, &format!("request of {what}"))
+                .await;
+        }
+        self.seen
+            .lock()
+            .await
+            .insert((method.to_owned(), template, answer.status.as_u16()));
+        answer
+    }
+}
+
+const WORKFLOW: &str = "description: a test workflow
+params: {type: object, properties: {n: {type: integer}}}
+steps:
+- {id: a, queue: q, command: c, compensate: {queue: q, command: undo}}
+- {id: b, queue: q, command: c}
+";
+
+fn str_of(value: &Value) -> String {
+    value.as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn responses_match_their_documented_schemas() {
+    let c = Checker::new().await;
+    let ok = StatusCode::OK;
+
+    assert_eq!(c.call("GET", "/healthz", "").await.status, ok);
+    assert_eq!(c.call("GET", "/metrics", "").await.status, ok);
+    assert_eq!(c.call("GET", "/api/v1/openapi.json", "").await.status, ok);
+
+    // Workflows: YAML and JSON bodies, unchanged, malformed name, invalid definition.
+    let applied = c
+        .call_as("PUT", "/api/v1/workflows/wf", "application/yaml", WORKFLOW)
+        .await;
+    assert_eq!(applied.status, StatusCode::CREATED);
+    let again = c
+        .call_as("PUT", "/api/v1/workflows/wf", "application/yaml", WORKFLOW)
+        .await;
+    assert_eq!(again.status, ok);
+    let other = json!({"steps": [{"id": "x", "queue": "other", "command": "c"}]}).to_string();
+    assert_eq!(
+        c.call("PUT", "/api/v1/workflows/wf2", &other).await.status,
+        StatusCode::CREATED
+    );
+    let bad_name = c.call("PUT", "/api/v1/workflows/Bad", &other).await;
+    assert_eq!(bad_name.status, StatusCode::BAD_REQUEST);
+    let invalid = c
+        .call_as(
+            "PUT",
+            "/api/v1/workflows/wf3",
+            "application/yaml",
+            "steps:\n- {id: a, queue: q, command: c, timeout: soon}\n",
+        )
+        .await;
+    assert_eq!(invalid.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(c.call("GET", "/api/v1/workflows", "").await.status, ok);
+    let detail = c.call("GET", "/api/v1/workflows/wf?version=1", "").await;
+    assert_eq!(detail.status, ok);
+    let missing = c.call("GET", "/api/v1/workflows/nope", "").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    let bad_namespace = c.call("GET", "/api/v1/workflows?namespace=A!", "").await;
+    assert_eq!(bad_namespace.status, StatusCode::BAD_REQUEST);
+
+    // Jobs: created, the same key again, a key of another workflow, unknown workflow,
+    // unknown field, params against the schema, nothing named.
+    let submit = r#"{"workflow": "wf", "params": {"n": 1}, "key": "k-1", "priority": 2}"#;
+    let created = c.call("POST", "/api/v1/jobs", submit).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let job = created.json();
+    let job_id = str_of(&job["id"]);
+    assert_eq!(c.call("POST", "/api/v1/jobs", submit).await.status, ok);
+    let conflict = c
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            r#"{"workflow": "wf2", "key": "k-1"}"#,
+        )
+        .await;
+    assert_eq!(conflict.status, StatusCode::CONFLICT);
+    let unknown = c
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "nope"}"#)
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    let field = c
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf", "parms": {}}"#)
+        .await;
+    assert_eq!(field.status, StatusCode::BAD_REQUEST);
+    let params = c
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            r#"{"workflow": "wf", "params": {"n": "x"}}"#,
+        )
+        .await;
+    assert_eq!(params.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let nothing = c.call("POST", "/api/v1/jobs", "{}").await;
+    assert_eq!(nothing.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let inline = json!({"definition": {"name": "inline", "steps": [{"id": "s", "queue": "other", "command": "c"}]}});
+    let inline = c.call("POST", "/api/v1/jobs", &inline.to_string()).await;
+    assert_eq!(inline.status, StatusCode::CREATED);
+
+    let page = c
+        .call("GET", "/api/v1/jobs?status=running&workflow=wf&limit=1", "")
+        .await;
+    assert_eq!(page.status, ok);
+    let cursor = str_of(&page.json()["next_cursor"]);
+    let next = c
+        .call("GET", &format!("/api/v1/jobs?limit=1&cursor={cursor}"), "")
+        .await;
+    assert_eq!(next.status, ok);
+    let bad_status = c.call("GET", "/api/v1/jobs?status=done", "").await;
+    assert_eq!(bad_status.status, StatusCode::BAD_REQUEST);
+    let unparsable = c.call("GET", "/api/v1/jobs?limit=abc", "").await;
+    assert_eq!(unparsable.status, StatusCode::BAD_REQUEST);
+    assert!(unparsable.content_type.starts_with("text/plain"));
+    assert_eq!(
+        c.call("GET", &format!("/api/v1/jobs/{job_id}"), "")
+            .await
+            .status,
+        ok
+    );
+    let no_job = c.call("GET", "/api/v1/jobs/job_nope", "").await;
+    assert_eq!(no_job.status, StatusCode::NOT_FOUND);
+
+    // The worker protocol: poll, heartbeat, check later, complete, fail for good.
+    let poll = r#"{"worker_id": "w", "queues": ["q"], "max_tasks": 1, "wait_ms": 0}"#;
+    let claim = || async {
+        let answer = c.call("POST", "/api/v1/tasks/poll", poll).await;
+        assert_eq!(answer.status, ok);
+        let task = answer.json()["tasks"][0].clone();
+        assert!(task.is_object(), "a task was ready: {}", answer.text);
+        (str_of(&task["id"]), task["lease_token"].clone())
+    };
+    let bad_poll = c
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": []}"#,
+        )
+        .await;
+    assert_eq!(bad_poll.status, StatusCode::BAD_REQUEST);
+    let (a, token_a) = claim().await;
+    let heartbeat = json!({"lease_token": token_a, "progress": {"done": 1}}).to_string();
+    let beat = c
+        .call("POST", &format!("/api/v1/tasks/{a}/heartbeat"), &heartbeat)
+        .await;
+    assert_eq!(beat.status, ok);
+    let stale = json!({"lease_token": "stale"}).to_string();
+    let stale = c
+        .call("POST", &format!("/api/v1/tasks/{a}/heartbeat"), &stale)
+        .await;
+    assert_eq!(stale.status, StatusCode::CONFLICT);
+    let no_task = json!({"lease_token": "t"}).to_string();
+    let no_task = c
+        .call("POST", "/api/v1/tasks/tsk_nope/heartbeat", &no_task)
+        .await;
+    assert_eq!(no_task.status, StatusCode::NOT_FOUND);
+    let later = json!({"lease_token": token_a, "after_ms": 0, "progress": {"step": 2}});
+    let later = c
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{a}/check-later"),
+            &later.to_string(),
+        )
+        .await;
+    assert_eq!(later.status, ok);
+    let (a_again, token_a) = claim().await;
+    assert_eq!(a_again, a);
+    let done = json!({"lease_token": token_a, "output": {"id": 7}, "logs": {"stdout": "ok"}});
+    let done = c
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{a}/complete"),
+            &done.to_string(),
+        )
+        .await;
+    assert_eq!(done.status, ok);
+    let (b, token_b) = claim().await;
+    let blank = json!({"lease_token": token_b, "error": {"message": " "}}).to_string();
+    let blank = c
+        .call("POST", &format!("/api/v1/tasks/{b}/fail"), &blank)
+        .await;
+    assert_eq!(blank.status, StatusCode::BAD_REQUEST);
+    let failed =
+        json!({"lease_token": token_b, "error": {"message": "disk full", "retryable": false}});
+    let failed = c
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{b}/fail"),
+            &failed.to_string(),
+        )
+        .await;
+    assert_eq!(failed.status, ok);
+    assert_eq!(failed.json()["job_status"], "compensating");
+    let (undo, token_undo) = claim().await;
+    let undone = json!({"lease_token": token_undo}).to_string();
+    let undone = c
+        .call("POST", &format!("/api/v1/tasks/{undo}/complete"), &undone)
+        .await;
+    assert_eq!(undone.status, ok);
+    assert_eq!(undone.json()["job_status"], "failed");
+    let view = c.call("GET", &format!("/api/v1/jobs/{job_id}"), "").await;
+    assert_eq!(view.json()["status"], "failed");
+    let events = c
+        .call(
+            "GET",
+            &format!("/api/v1/jobs/{job_id}/events?after=0&limit=500"),
+            "",
+        )
+        .await;
+    assert_eq!(events.status, ok);
+
+    // Operator actions.
+    let retried = c
+        .call(
+            "POST",
+            &format!("/api/v1/jobs/{job_id}/retry"),
+            r#"{"reason": "fixed"}"#,
+        )
+        .await;
+    assert_eq!(retried.status, ok);
+    let second = c
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf2"}"#)
+        .await;
+    let second_id = str_of(&second.json()["id"]);
+    let act = |action: &'static str, body: &'static str| {
+        let uri = format!("/api/v1/jobs/{second_id}/{action}");
+        let c = &c;
+        async move { c.call("POST", &uri, body).await }
+    };
+    assert_eq!(act("pause", "").await.status, ok);
+    assert_eq!(act("pause", "").await.status, StatusCode::CONFLICT);
+    assert_eq!(act("resume", r#"{"reason": "done"}"#).await.status, ok);
+    assert_eq!(act("cancel", r#"{"compensate": false}"#).await.status, ok);
+    let unknown_step = act("rerun", r#"{"step": "nope"}"#).await;
+    assert_eq!(unknown_step.status, StatusCode::CONFLICT);
+    let rerun = act("rerun", r#"{"step": "x", "reason": "again"}"#).await;
+    assert_eq!(rerun.status, ok);
+    let task = rerun.json()["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["step"] == "x" && t["status"] == "ready")
+        .cloned()
+        .expect("the rerun step is ready");
+    let skip = format!(
+        "/api/v1/jobs/{second_id}/tasks/{}/skip",
+        str_of(&task["id"])
+    );
+    let skipped = c
+        .call(
+            "POST",
+            &skip,
+            r#"{"output": {"by": "hand"}, "reason": "manual"}"#,
+        )
+        .await;
+    assert_eq!(skipped.status, ok);
+    let no_such = format!("/api/v1/jobs/{second_id}/tasks/tsk_nope/skip");
+    assert_eq!(
+        c.call("POST", &no_such, "").await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(c.call("GET", "/metrics", "").await.status, ok);
+
+    // Every documented operation answered a success at least once.
+    let seen = c.seen.lock().await;
+    for (method, path) in OPERATIONS {
+        assert!(
+            seen.iter()
+                .any(|(m, p, s)| m == method && p == path && (200..300).contains(s)),
+            "no successful {method} {path} was checked"
+        );
+    }
+}
+
+#[tokio::test]
+async fn answers_given_before_the_handler_are_as_documented() {
+    let c = Checker::new().await;
+    // A body over the 2 MiB default limit.
+    let big = format!("{{\"workflow\": \"{}\"}}", "x".repeat(3 << 20));
+    let answer = c.call("POST", "/api/v1/jobs", &big).await;
+    assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    // A known path with another method: 405 with an empty body, as `info.description` says.
+    let answer = c.api.send("DELETE", "/api/v1/jobs", "", "").await;
+    assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(answer.text.is_empty(), "{}", answer.text);
+    // An unknown path: a 404 problem.
+    let answer = c.api.send("GET", "/api/v2/nothing", "", "").await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND);
+    assert_eq!(answer.content_type, "application/problem+json");
+    c.check(
+        "/components/schemas/Problem",
+        &answer.json(),
+        "the fallback",
+    )
+    .await;
+}

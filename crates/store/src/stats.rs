@@ -1,0 +1,194 @@
+//! Counts of jobs and tasks for the server's `/metrics`, read with one query at scrape time.
+//!
+//! The task parts read only the partial indexes of ready (`tasks_dispatch`) and running
+//! (`tasks_lease`) tasks, so their cost follows the backlog, not the history. The jobs part groups
+//! the whole `jobs` table (a scan of the covering index `jobs_status`): cheap while the store is
+//! small, it should be replaced by counters maintained in the writer's transactions when the store
+//! grows large.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, params};
+use starbridge_core::model::JobStatus;
+use starbridge_core::time::{Duration, Timestamp};
+
+use crate::Result;
+
+/// Jobs per namespace and status, tasks per namespace and queue, at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    /// When the counts were read (the store's clock).
+    pub at: Timestamp,
+    /// Jobs by `(namespace, status)`. Every status of every known namespace is present, with 0
+    /// when no job has it, so that gauges do not vanish.
+    pub jobs: BTreeMap<(String, String), u64>,
+    /// Tasks by `(namespace, queue)`, for every known queue.
+    pub queues: BTreeMap<(String, String), QueueStats>,
+}
+
+/// The tasks of one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct QueueStats {
+    /// Ready tasks that polls may be handed (not held by a paused job), including those whose
+    /// retry backoff or "check later" delay has not passed yet.
+    pub ready: u64,
+    /// Tasks a worker holds (leased).
+    pub running: u64,
+    /// How long the oldest ready task that is claimable now has been claimable; zero when none is.
+    pub oldest_ready_age: Duration,
+}
+
+/// One statement, so a scrape is one read. `part` says which count a row carries:
+/// 0 jobs per status, 1 ready tasks per queue (with the earliest `available_at` that has passed),
+/// 2 running tasks per queue, 3 known queues, 4 known namespaces (for the zeros).
+const STATS_SQL: &str = "\
+    SELECT 0, namespace, status, COUNT(*), NULL FROM jobs GROUP BY namespace, status \
+    UNION ALL \
+    SELECT 1, namespace, queue, COUNT(*), MIN(CASE WHEN available_at <= ?1 THEN available_at END) \
+        FROM tasks WHERE status = 'ready' AND held = 0 GROUP BY namespace, queue \
+    UNION ALL \
+    SELECT 2, namespace, queue, COUNT(*), NULL FROM tasks WHERE status = 'running' \
+        GROUP BY namespace, queue \
+    UNION ALL \
+    SELECT 3, namespace, name, 0, NULL FROM queues \
+    UNION ALL \
+    SELECT 4, name, '', 0, NULL FROM namespaces";
+
+pub(crate) fn read(conn: &Connection, now: Timestamp) -> Result<Stats> {
+    let mut statement = conn.prepare_cached(STATS_SQL)?;
+    let rows = statement.query_map(params![now.0], |row| {
+        Ok((
+            row.get::<_, i64>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, String>(2)?,
+            row.get::<_, i64>(3)?,
+            row.get::<_, Option<i64>>(4)?,
+        ))
+    })?;
+    let mut stats = Stats {
+        at: now,
+        jobs: BTreeMap::new(),
+        queues: BTreeMap::new(),
+    };
+    let mut namespaces = Vec::new();
+    for row in rows {
+        let (part, namespace, name, count, oldest) = row?;
+        let count = u64::try_from(count).unwrap_or(0);
+        match part {
+            0 => {
+                namespaces.push(namespace.clone());
+                stats.jobs.insert((namespace, name), count);
+            }
+            1 => {
+                let queue = stats.queues.entry((namespace, name)).or_default();
+                queue.ready = count;
+                queue.oldest_ready_age = oldest.map_or(Duration(0), |at| now.since(Timestamp(at)));
+            }
+            2 => stats.queues.entry((namespace, name)).or_default().running = count,
+            3 => {
+                stats.queues.entry((namespace, name)).or_default();
+            }
+            _ => namespaces.push(namespace),
+        }
+    }
+    for namespace in namespaces {
+        for status in JobStatus::ALL {
+            stats
+                .jobs
+                .entry((namespace.clone(), status.as_str().to_owned()))
+                .or_insert(0);
+        }
+    }
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::{ManualClock, Store, Submit};
+
+    const WORKFLOW: &str =
+        "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: r, command: c}\n";
+
+    fn open() -> (Store, Arc<ManualClock>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+        let url = format!("sqlite://{}", dir.path().join("stats.db").display());
+        let store = Store::open_with_clock(&url, clock.clone()).unwrap();
+        (store, clock, dir)
+    }
+
+    fn key(namespace: &str, name: &str) -> (String, String) {
+        (namespace.to_owned(), name.to_owned())
+    }
+
+    #[tokio::test]
+    async fn counts_jobs_per_status_and_tasks_per_queue() {
+        let (store, clock, _dir) = open();
+        let empty = store.stats().await.unwrap();
+        assert!(empty.jobs.is_empty() && empty.queues.is_empty());
+
+        let document = starbridge_core::definition::parse_document(WORKFLOW).unwrap();
+        store
+            .apply_workflow("default", "wf", document)
+            .await
+            .unwrap();
+        let submit = Submit {
+            workflow: Some("wf".into()),
+            params: Some(json!({})),
+            ..Submit::default()
+        };
+        store.submit("default", submit.clone()).await.unwrap();
+        store.submit("default", submit).await.unwrap();
+        clock.advance(Duration::from_millis(2_500));
+
+        let stats = store.stats().await.unwrap();
+        assert_eq!(stats.jobs[&key("default", "running")], 2);
+        assert_eq!(
+            stats.jobs[&key("default", "failed")],
+            0,
+            "zeros are filled in"
+        );
+        assert_eq!(stats.jobs.len(), JobStatus::ALL.len());
+        let q = stats.queues[&key("default", "q")];
+        assert_eq!((q.ready, q.running), (2, 0));
+        assert_eq!(q.oldest_ready_age, Duration::from_millis(2_500));
+        let r = stats.queues[&key("default", "r")];
+        assert_eq!(
+            r,
+            QueueStats::default(),
+            "a known queue without tasks is all zero"
+        );
+
+        store
+            .claim("default", vec!["q".into()], "w", 1)
+            .await
+            .unwrap();
+        let q = store.stats().await.unwrap().queues[&key("default", "q")];
+        assert_eq!((q.ready, q.running), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn reads_tasks_only_through_indexes() {
+        let (store, _clock, _dir) = open();
+        let conn = Connection::open(store.path()).unwrap();
+        let mut statement = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {STATS_SQL}"))
+            .unwrap();
+        let plan: Vec<String> = statement
+            .query_map([0], |row| row.get::<_, String>(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let tasks: Vec<&String> = plan.iter().filter(|line| line.contains("tasks")).collect();
+        assert_eq!(tasks.len(), 2, "{plan:?}");
+        assert!(
+            tasks.iter().all(|line| line.contains("USING")),
+            "a task count scans the table: {plan:?}"
+        );
+    }
+}
