@@ -74,6 +74,13 @@ impl From<StoreError> for ApiError {
                     })
                     .collect(),
             },
+            StoreError::Closed => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                slug: "unavailable",
+                title: "Server shutting down",
+                detail: "the server is shutting down; nothing was changed, try again".to_owned(),
+                errors: Vec::new(),
+            },
             StoreError::Unavailable(detail) => {
                 tracing::warn!(%detail, "database unavailable");
                 ApiError {

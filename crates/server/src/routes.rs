@@ -271,17 +271,20 @@ async fn list_jobs(
             })
         })
         .transpose()?;
-    let jobs = state
+    // One more than the page tells whether another page follows.
+    let mut jobs = state
         .store
         .jobs(JobFilter {
             namespace,
             status,
             workflow: query.workflow,
             before,
-            limit,
+            limit: limit + 1,
         })
         .await?;
-    let next_cursor = (jobs.len() == limit as usize)
+    let more = jobs.len() > limit as usize;
+    jobs.truncate(limit as usize);
+    let next_cursor = more
         .then(|| jobs.last().map(|job| job.id.to_string()))
         .flatten();
     Ok(Json(api::JobList {

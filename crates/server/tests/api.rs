@@ -180,6 +180,12 @@ async fn jobs_list_pages_with_a_cursor() {
         .await;
     assert_eq!(rest["items"].as_array().unwrap().len(), 2);
     assert!(rest["next_cursor"].is_null());
+    let (_, _, exact) = api.call("GET", "/api/v1/jobs?limit=5", "").await;
+    assert_eq!(exact["items"].as_array().unwrap().len(), 5);
+    assert!(
+        exact["next_cursor"].is_null(),
+        "a full last page has no next page"
+    );
 }
 
 #[tokio::test]

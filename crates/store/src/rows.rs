@@ -1,5 +1,5 @@
-//! Mapping between core types and SQLite rows. Every SQL statement of the store lives here or in
-//! `migrate.rs`, so the SQL of one backend stays in one place.
+//! Mapping between core types and SQLite rows. The store's SQL lives here, in `migrate.rs` (schema)
+//! and in `stats.rs` (metrics), so the SQL of one backend stays in a few known places.
 
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use serde_json::Value;
