@@ -294,6 +294,61 @@ pub struct RerunRequest {
     pub reason: Option<String>,
 }
 
+/// A queue's settings and what it holds now.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueView {
+    pub namespace: String,
+    pub name: String,
+    /// `parallel` or `serial` (at most one running task, in dispatch order).
+    pub mode: String,
+    /// Higher is served first among the queues a worker polls.
+    pub priority: i32,
+    /// Most running tasks at once; `null`: no limit.
+    pub concurrency: Option<u32>,
+    /// A paused queue keeps its tasks but hands none out.
+    pub paused: bool,
+    /// A ready task older than this goes ahead of priority order, oldest first.
+    pub max_wait_ms: u64,
+    /// Ready tasks (including those waiting for a retry or check-later time).
+    pub ready: u64,
+    pub running: u64,
+    /// How long the oldest claimable ready task has waited, in milliseconds.
+    pub oldest_ready_age_ms: u64,
+    pub created_at: Timestamp,
+    pub updated_at: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueList {
+    pub items: Vec<QueueView>,
+}
+
+/// Changes to a queue's settings (`PUT /queues/{name}`); an absent field stays as it is.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSettings {
+    pub mode: Option<String>,
+    pub priority: Option<i32>,
+    /// A number sets the limit; `null` removes it.
+    #[serde(
+        default,
+        deserialize_with = "present_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub concurrency: Option<Option<u32>>,
+    /// A duration (`"5m"`) or a number of seconds.
+    pub max_wait: Option<Value>,
+}
+
+/// Tells an absent field (`None`) from an explicit `null` (`Some(None)`).
+fn present_or_null<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
 /// What a report (complete, fail, check-later) changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReportResponse {

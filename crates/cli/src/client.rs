@@ -467,6 +467,115 @@ pub(crate) async fn rerun(context: &Context, args: &RerunArgs) -> Result<ExitCod
     operate(context, &args.action.id, "rerun", &body).await
 }
 
+#[derive(clap::Subcommand)]
+pub(crate) enum QueueCommand {
+    /// Change settings; those not given stay as they are.
+    Set {
+        name: String,
+        /// `parallel` or `serial` (one running task at a time).
+        #[arg(long)]
+        mode: Option<String>,
+        /// Higher is served first among the queues a worker polls.
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i32>,
+        /// Most running tasks at once.
+        #[arg(long, conflicts_with = "unlimited")]
+        concurrency: Option<u32>,
+        /// Remove the concurrency limit.
+        #[arg(long)]
+        unlimited: bool,
+        /// A ready task older than this goes ahead of priority order (e.g. `5m`).
+        #[arg(long)]
+        max_wait: Option<String>,
+    },
+    /// Stop handing out the queue's tasks (they stay queued).
+    Pause { name: String },
+    /// Hand out the queue's tasks again.
+    Resume { name: String },
+}
+
+fn print_queues(queues: &[api::QueueView]) {
+    let rows: Vec<Vec<String>> = queues
+        .iter()
+        .map(|q| {
+            vec![
+                q.name.clone(),
+                q.mode.clone(),
+                q.priority.to_string(),
+                q.concurrency.map_or("-".to_owned(), |c| c.to_string()),
+                if q.paused { "paused" } else { "active" }.to_owned(),
+                q.ready.to_string(),
+                q.running.to_string(),
+                format!("{:.1}s", q.oldest_ready_age_ms as f64 / 1000.0),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "QUEUE", "MODE", "PRIORITY", "LIMIT", "STATE", "READY", "RUNNING", "OLDEST",
+        ],
+        &rows,
+    );
+}
+
+pub(crate) async fn queues(context: &Context) -> Result<ExitCode> {
+    let list: api::QueueList = context
+        .client
+        .get_json(&context.path("/api/v1/queues"))
+        .await?;
+    show(context, &list, |list| print_queues(&list.items))
+}
+
+pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<ExitCode> {
+    let queue: api::QueueView = match command {
+        QueueCommand::Set {
+            name,
+            mode,
+            priority,
+            concurrency,
+            unlimited,
+            max_wait,
+        } => {
+            let settings = api::QueueSettings {
+                mode: mode.clone(),
+                priority: *priority,
+                concurrency: if *unlimited {
+                    Some(None)
+                } else {
+                    concurrency.map(Some)
+                },
+                max_wait: max_wait.clone().map(Value::String),
+            };
+            let body = serde_json::to_vec(&settings)?;
+            context
+                .client
+                .put_raw(
+                    &context.path(&format!("/api/v1/queues/{name}")),
+                    "application/json",
+                    body,
+                )
+                .await?
+        }
+        QueueCommand::Pause { name } | QueueCommand::Resume { name } => {
+            let action = if matches!(command, QueueCommand::Pause { .. }) {
+                "pause"
+            } else {
+                "resume"
+            };
+            context
+                .client
+                .post_json(
+                    &context.path(&format!("/api/v1/queues/{name}/{action}")),
+                    &serde_json::json!({}),
+                )
+                .await?
+        }
+    };
+    show(context, &queue, |queue| {
+        print_queues(std::slice::from_ref(queue))
+    })
+}
+
 const TERMINAL: &[&str] = &[
     "succeeded",
     "failed",

@@ -5,6 +5,7 @@
 //! numbers. Time and fresh ids are passed in (`machine::Ctx`), so every rule is testable as data.
 
 pub mod definition;
+pub mod dispatch;
 pub mod expr;
 pub mod ids;
 pub mod machine;

@@ -448,8 +448,12 @@ impl Machine<'_> {
 
     fn clear_lease(&mut self, index: usize) {
         let task = &mut self.state.tasks[index];
-        task.lease_token = None;
+        let was_leased = task.lease_token.take().is_some();
         task.lease_expires_at = None;
+        if was_leased {
+            // A running task stopped: a serial or limited queue has a free slot again.
+            self.wake(index);
+        }
     }
 
     fn succeed(&mut self, index: usize, output: Value) {

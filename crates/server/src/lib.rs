@@ -5,6 +5,7 @@ mod error;
 mod metrics;
 mod openapi;
 mod operate;
+mod queues;
 mod routes;
 mod timers;
 mod views;

@@ -54,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/fail", post(fail))
         .route("/api/v1/tasks/{id}/check-later", post(check_later))
         .merge(crate::operate::routes())
+        .merge(crate::queues::routes())
         .fallback(not_found)
         .with_state(state)
         .layer(crate::metrics::layer())

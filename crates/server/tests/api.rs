@@ -497,3 +497,56 @@ async fn operator_actions_validate_their_input() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(job["status"], "cancelled");
 }
+
+#[tokio::test]
+async fn queues_are_listed_configured_paused_and_resumed() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    api.call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+        .await;
+    let (status, _, queue) = api
+        .call(
+            "PUT",
+            "/api/v1/queues/q",
+            r#"{"mode": "serial", "priority": 3, "max_wait": "1m"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(queue["mode"], "serial");
+    assert_eq!(queue["max_wait_ms"], 60_000);
+    assert_eq!(queue["ready"], 1);
+    let (_, _, limited) = api
+        .call("PUT", "/api/v1/queues/q", r#"{"concurrency": 4}"#)
+        .await;
+    assert_eq!(limited["concurrency"], 4);
+    assert_eq!(limited["mode"], "serial", "unnamed settings stay");
+    let (_, _, unlimited) = api
+        .call("PUT", "/api/v1/queues/q", r#"{"concurrency": null}"#)
+        .await;
+    assert!(unlimited["concurrency"].is_null());
+
+    let (status, _, paused) = api.call("POST", "/api/v1/queues/q/pause", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(paused["paused"], true);
+    let (_, _, polled) = api
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": ["q"]}"#,
+        )
+        .await;
+    assert!(polled["tasks"].as_array().unwrap().is_empty());
+    api.call("POST", "/api/v1/queues/q/resume", "").await;
+    assert_eq!(poll_one(&api).await["step"], "a");
+
+    let (_, _, list) = api.call("GET", "/api/v1/queues", "").await;
+    assert_eq!(list["items"][0]["name"], "q");
+    assert_eq!(list["items"][0]["running"], 1);
+    let (status, _, problem) = api
+        .call("PUT", "/api/v1/queues/q", r#"{"mode": "fifo"}"#)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "mode");
+    let (status, _, _) = api.call("GET", "/api/v1/queues/nope", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

@@ -2,11 +2,12 @@
 //! lets the pure state machine decide, and persists the new state, its history events and the
 //! wake-ups in the same transaction.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 use starbridge_core::Workflow;
 use starbridge_core::definition::{Problem, check_name};
+use starbridge_core::dispatch::{self, QueueConfig};
 use starbridge_core::ids::{IdSource, JobId, TaskId};
 use starbridge_core::machine::{self, Ctx, NewJob};
 use starbridge_core::model::{Action, Input, JobState, OperatorCommand, Rejection, Task};
@@ -14,7 +15,10 @@ use starbridge_core::time::Duration;
 
 use crate::cache::Compiled;
 use crate::writer::WriteCtx;
-use crate::{Applied, Claimed, Error, Reported, Result, StoredWorkflow, Submit, Submitted, rows};
+use crate::{
+    Applied, Claimed, Error, QueueChange, Reported, Result, StoredQueue, StoredWorkflow, Submit,
+    Submitted, rows,
+};
 
 /// Fresh ids from UUIDv7 (time-ordered, so indexes append).
 pub(crate) struct UuidIds;
@@ -182,7 +186,33 @@ pub(crate) fn submit(
     })
 }
 
-/// Claims up to `max` ready tasks of the given queues, in dispatch order.
+/// The polled queues that may hand out work now, with their settings and free slots
+/// (`None`: no limit).
+pub(crate) fn open_queues(
+    conn: &rusqlite::Connection,
+    namespace: &str,
+    queues: &[String],
+) -> Result<Vec<(String, QueueConfig, Option<u32>)>> {
+    let mut open = Vec::with_capacity(queues.len());
+    for name in queues {
+        let config = rows::queue(conn, namespace, name)?
+            .map(|queue| queue.config)
+            .unwrap_or_default();
+        let running = if config.is_limited() {
+            rows::running_count(conn, namespace, name)?
+        } else {
+            0
+        };
+        let free = config.free_slots(running);
+        if free != Some(0) {
+            open.push((name.clone(), config, free));
+        }
+    }
+    Ok(open)
+}
+
+/// Claims up to `max` ready tasks of the given queues, in dispatch order, within each queue's
+/// mode, concurrency and pause (see `starbridge_core::dispatch`).
 pub(crate) fn claim(
     ctx: &mut WriteCtx<'_>,
     namespace: &str,
@@ -190,14 +220,36 @@ pub(crate) fn claim(
     worker: &str,
     max: u32,
 ) -> Result<Vec<Claimed>> {
-    let candidates = rows::claim_candidates(ctx.conn, namespace, queues, ctx.now, max)?;
-    let mut claimed = Vec::with_capacity(candidates.len());
-    for (job_id, task_id) in candidates {
-        let Some(mut state) = rows::load_job_state(ctx.conn, &job_id)? else {
+    let mut candidates = Vec::new();
+    let mut free_slots: HashMap<String, u32> = HashMap::new();
+    for (queue, config, free) in open_queues(ctx.conn, namespace, queues)? {
+        let limit = free.map_or(max, |free| free.min(max));
+        if let Some(free) = free {
+            free_slots.insert(queue.clone(), free);
+        }
+        for starving in [true, false] {
+            candidates.extend(rows::claim_candidates(
+                ctx.conn, namespace, &queue, &config, ctx.now, limit, starving,
+            )?);
+        }
+    }
+    let mut claimed = Vec::new();
+    for candidate in dispatch::order(candidates, usize::MAX) {
+        if claimed.len() >= max as usize {
+            break;
+        }
+        if let Some(free) = free_slots.get_mut(&candidate.queue) {
+            if *free == 0 {
+                continue;
+            }
+            *free -= 1;
+        }
+        let Some(mut state) = rows::load_job_state(ctx.conn, &candidate.job)? else {
             continue;
         };
         let compiled = workflow_of(ctx, &state)?;
         let lease_token = uuid::Uuid::new_v4().simple().to_string();
+        let task_id = candidate.task;
         let input = Input::Claim {
             task: task_id.clone(),
             worker: worker.to_owned(),
@@ -273,6 +325,68 @@ pub(crate) fn operate(
         Input::Operator(command),
     )?;
     Ok(state)
+}
+
+pub(crate) fn configure_queue(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    name: &str,
+    change: QueueChange,
+) -> Result<StoredQueue> {
+    check_queue_name(name)?;
+    let mut queue = rows::queue(ctx.conn, namespace, name)?.unwrap_or_else(|| StoredQueue {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        config: QueueConfig::default(),
+        created_at: ctx.now,
+        updated_at: None,
+    });
+    let config = &mut queue.config;
+    if let Some(mode) = change.mode {
+        config.mode = mode;
+    }
+    if let Some(priority) = change.priority {
+        config.priority = priority;
+    }
+    if let Some(concurrency) = change.concurrency {
+        if concurrency == Some(0) {
+            return Err(invalid(
+                "concurrency",
+                "must be at least 1 (pause the queue to stop it)",
+            ));
+        }
+        config.concurrency = concurrency;
+    }
+    if let Some(paused) = change.paused {
+        config.paused = paused;
+    }
+    if let Some(max_wait) = change.max_wait {
+        if max_wait.as_millis() == 0 {
+            return Err(invalid("max_wait", "must be longer than zero"));
+        }
+        config.max_wait = max_wait;
+    }
+    rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
+    rows::save_queue(ctx.conn, &queue, ctx.now)?;
+    queue.updated_at = Some(ctx.now);
+    ctx.wakes.push((namespace.to_owned(), name.to_owned()));
+    Ok(queue)
+}
+
+fn check_queue_name(name: &str) -> Result<()> {
+    let valid = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':' | '/'));
+    if valid {
+        Ok(())
+    } else {
+        Err(invalid(
+            "name",
+            "a queue name is 1 to 128 bytes of letters, digits, '_', '.', '-', ':' and '/'",
+        ))
+    }
 }
 
 /// Handles every lapsed lease and passed deadline due at `ctx.now`; returns how many jobs moved.

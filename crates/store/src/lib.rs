@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use starbridge_core::definition::Problem;
+use starbridge_core::dispatch::{QueueConfig, QueueMode};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
 use starbridge_core::time::{Duration, Timestamp};
@@ -73,6 +74,27 @@ pub struct StoredWorkflow {
 pub struct Applied {
     pub version: u32,
     pub created: bool,
+}
+
+/// A queue's settings as stored.
+#[derive(Debug, Clone)]
+pub struct StoredQueue {
+    pub namespace: String,
+    pub name: String,
+    pub config: QueueConfig,
+    pub created_at: Timestamp,
+    pub updated_at: Option<Timestamp>,
+}
+
+/// Changes to a queue's settings; `None` leaves a setting as it is.
+#[derive(Debug, Clone, Default)]
+pub struct QueueChange {
+    pub mode: Option<QueueMode>,
+    pub priority: Option<i32>,
+    /// `Some(None)` removes the limit.
+    pub concurrency: Option<Option<u32>>,
+    pub paused: Option<bool>,
+    pub max_wait: Option<Duration>,
 }
 
 /// A job to create.
@@ -256,6 +278,28 @@ impl Store {
             .await
     }
 
+    /// Changes a queue's settings (creating the queue if needed) and returns them. Pollers of
+    /// the queue are woken, since a resumed or widened queue may hand out work at once.
+    pub async fn configure_queue(
+        &self,
+        namespace: &str,
+        name: &str,
+        change: QueueChange,
+    ) -> Result<StoredQueue> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.writer
+            .write(move |ctx| commands::configure_queue(ctx, &namespace, &name, change))
+            .await
+    }
+
+    /// The queues of a namespace with their settings.
+    pub async fn queues(&self, namespace: &str) -> Result<Vec<StoredQueue>> {
+        let namespace = namespace.to_owned();
+        self.reader
+            .read(move |conn| rows::list_queues(conn, &namespace))
+            .await
+    }
+
     /// At most `TICK_BATCH` jobs per call: call again while it returns that many.
     pub async fn tick(&self) -> Result<usize> {
         self.writer
@@ -333,7 +377,8 @@ impl Store {
             .await
     }
 
-    /// When the next ready task of these queues becomes claimable.
+    /// When the next ready task of these queues becomes claimable, counting only queues that
+    /// may hand out work now (a paused or full queue wakes its pollers when that changes).
     pub async fn next_available(
         &self,
         namespace: &str,
@@ -341,7 +386,15 @@ impl Store {
     ) -> Result<Option<Timestamp>> {
         let namespace = namespace.to_owned();
         self.reader
-            .read(move |conn| rows::next_available(conn, &namespace, &queues))
+            .read(move |conn| {
+                let mut next: Option<Timestamp> = None;
+                for (queue, _, _) in commands::open_queues(conn, &namespace, &queues)? {
+                    if let Some(at) = rows::next_available(conn, &namespace, &queue)? {
+                        next = Some(next.map_or(at, |n| n.min(at)));
+                    }
+                }
+                Ok(next)
+            })
             .await
     }
 

@@ -3,13 +3,14 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use serde_json::Value;
+use starbridge_core::dispatch::{Candidate, QueueConfig, QueueMode};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{
     Event, EventKind, Job, JobState, JobStatus, Task, TaskKind, TaskStatus, WindDown,
 };
-use starbridge_core::time::Timestamp;
+use starbridge_core::time::{Duration, Timestamp};
 
-use crate::{Error, Result, StoredEvent, StoredWorkflow};
+use crate::{Error, Result, StoredEvent, StoredQueue, StoredWorkflow};
 
 fn json_text(value: &Value) -> String {
     value.to_string()
@@ -418,63 +419,173 @@ pub(crate) fn events(
     Ok(out)
 }
 
-/// Ready tasks of the given queues in dispatch order: priority, then age, then id.
+/// Ready tasks of one queue in priority order (priority, then age, then id), or, with
+/// `starving_before`, those that became claimable before that time, oldest first.
 pub(crate) fn claim_candidates(
     conn: &Connection,
     namespace: &str,
-    queues: &[String],
+    queue: &str,
+    config: &QueueConfig,
     now: Timestamp,
     limit: u32,
-) -> Result<Vec<(JobId, TaskId)>> {
-    let placeholders = (0..queues.len())
-        .map(|i| format!("?{}", i + 4))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let sql = format!(
-        "SELECT job_id, id FROM tasks WHERE status = 'ready' AND held = 0 AND namespace = ?1 \
-         AND queue IN ({placeholders}) AND available_at <= ?2 \
-         ORDER BY priority DESC, available_at, id LIMIT ?3"
-    );
-    let mut values: Vec<rusqlite::types::Value> = vec![
-        namespace.to_owned().into(),
-        now.0.into(),
-        i64::from(limit).into(),
-    ];
-    values.extend(queues.iter().map(|q| q.clone().into()));
-    let mut statement = conn.prepare_cached(&sql)?;
-    let rows = statement.query_map(params_from_iter(values), |row| {
-        Ok((row.get::<_, String>(0)?, row.get::<_, String>(1)?))
+    starving: bool,
+) -> Result<Vec<Candidate>> {
+    let sql = if starving {
+        "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_age \
+         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
+         ORDER BY available_at, id LIMIT ?4"
+    } else {
+        "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_dispatch \
+         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
+         ORDER BY priority DESC, available_at, id LIMIT ?4"
+    };
+    let bound = if starving {
+        Timestamp(
+            now.0
+                .saturating_sub(i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX)),
+        )
+    } else {
+        now
+    };
+    let mut statement = conn.prepare_cached(sql)?;
+    let rows = statement.query_map(params![namespace, queue, bound.0, limit], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, i32>(2)?,
+            row.get::<_, i64>(3)?,
+        ))
     })?;
     let mut out = Vec::new();
     for row in rows {
-        let (job, task) = row?;
+        let (job, task, priority, available_at) = row?;
         if let (Some(job), Some(task)) = (JobId::parse(&job), TaskId::parse(&task)) {
-            out.push((job, task));
+            out.push(Candidate {
+                job,
+                task,
+                queue: queue.to_owned(),
+                queue_priority: config.priority,
+                priority,
+                available_at: Timestamp(available_at),
+                starving,
+            });
         }
     }
     Ok(out)
 }
 
-/// The earliest time a ready task of these queues becomes claimable, if any is waiting.
+/// How many tasks of a queue are running.
+pub(crate) fn running_count(conn: &Connection, namespace: &str, queue: &str) -> Result<u32> {
+    let count: u32 = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM tasks INDEXED BY tasks_running WHERE status = 'running' \
+             AND namespace = ?1 AND queue = ?2",
+        )?
+        .query_row(params![namespace, queue], |row| row.get(0))?;
+    Ok(count)
+}
+
+/// The earliest time a ready task of this queue becomes claimable, if any is waiting.
 pub(crate) fn next_available(
     conn: &Connection,
     namespace: &str,
-    queues: &[String],
+    queue: &str,
 ) -> Result<Option<Timestamp>> {
-    let placeholders = (0..queues.len())
-        .map(|i| format!("?{}", i + 2))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let sql = format!(
-        "SELECT MIN(available_at) FROM tasks WHERE status = 'ready' AND held = 0 AND namespace = ?1 \
-         AND queue IN ({placeholders})"
-    );
-    let mut values: Vec<rusqlite::types::Value> = vec![namespace.to_owned().into()];
-    values.extend(queues.iter().map(|q| q.clone().into()));
     let min: Option<i64> = conn
-        .prepare_cached(&sql)?
-        .query_row(params_from_iter(values), |row| row.get(0))?;
+        .prepare_cached(
+            "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_age \
+             WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2",
+        )?
+        .query_row(params![namespace, queue], |row| row.get(0))?;
     Ok(min.map(Timestamp))
+}
+
+const QUEUE_COLUMNS: &str =
+    "name, mode, priority, concurrency, paused, max_wait_ms, created_at, updated_at";
+
+struct RawQueue {
+    name: String,
+    mode: String,
+    priority: i32,
+    concurrency: Option<u32>,
+    paused: bool,
+    max_wait_ms: i64,
+    created_at: i64,
+    updated_at: Option<i64>,
+}
+
+fn queue_from_row(row: &Row<'_>) -> rusqlite::Result<RawQueue> {
+    Ok(RawQueue {
+        name: row.get(0)?,
+        mode: row.get(1)?,
+        priority: row.get(2)?,
+        concurrency: row.get(3)?,
+        paused: row.get(4)?,
+        max_wait_ms: row.get(5)?,
+        created_at: row.get(6)?,
+        updated_at: row.get(7)?,
+    })
+}
+
+fn into_queue(namespace: &str, raw: RawQueue) -> Result<StoredQueue> {
+    Ok(StoredQueue {
+        namespace: namespace.to_owned(),
+        name: raw.name,
+        config: QueueConfig {
+            mode: enum_column(raw.mode, QueueMode::parse)?,
+            priority: raw.priority,
+            concurrency: raw.concurrency,
+            paused: raw.paused,
+            max_wait: Duration::from_millis(u64::try_from(raw.max_wait_ms).unwrap_or(0)),
+        },
+        created_at: Timestamp(raw.created_at),
+        updated_at: raw.updated_at.map(Timestamp),
+    })
+}
+
+/// A queue's settings; `None` when nobody created or configured it.
+pub(crate) fn queue(conn: &Connection, namespace: &str, name: &str) -> Result<Option<StoredQueue>> {
+    let raw = conn
+        .prepare_cached(&format!(
+            "SELECT {QUEUE_COLUMNS} FROM queues WHERE namespace = ?1 AND name = ?2"
+        ))?
+        .query_row(params![namespace, name], queue_from_row)
+        .optional()?;
+    raw.map(|raw| into_queue(namespace, raw)).transpose()
+}
+
+pub(crate) fn list_queues(conn: &Connection, namespace: &str) -> Result<Vec<StoredQueue>> {
+    let mut statement = conn.prepare_cached(&format!(
+        "SELECT {QUEUE_COLUMNS} FROM queues WHERE namespace = ?1 ORDER BY name"
+    ))?;
+    let rows = statement.query_map([namespace], queue_from_row)?;
+    rows.map(|raw| {
+        raw.map_err(Error::from)
+            .and_then(|raw| into_queue(namespace, raw))
+    })
+    .collect()
+}
+
+pub(crate) fn save_queue(conn: &Connection, queue: &StoredQueue, now: Timestamp) -> Result<()> {
+    let config = &queue.config;
+    conn.prepare_cached(
+        "INSERT INTO queues (namespace, name, created_at, mode, priority, concurrency, paused, max_wait_ms, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (namespace, name) DO UPDATE SET \
+         mode = excluded.mode, priority = excluded.priority, concurrency = excluded.concurrency, \
+         paused = excluded.paused, max_wait_ms = excluded.max_wait_ms, updated_at = excluded.updated_at",
+    )?
+    .execute(params![
+        queue.namespace,
+        queue.name,
+        queue.created_at.0,
+        config.mode.as_str(),
+        config.priority,
+        config.concurrency,
+        config.paused,
+        i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX),
+        now.0,
+    ])?;
+    Ok(())
 }
 
 /// Jobs with a lapsed lease or a passed deadline at `now`.

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use starbridge_core::dispatch::QueueMode;
 use starbridge_core::model::{EventKind, Input, JobStatus, ReportedError, TaskStatus};
 use starbridge_core::time::{Duration, Timestamp};
 
@@ -474,4 +475,210 @@ async fn a_long_poll_registration_is_woken_by_a_new_ready_task() {
     let notify = f.store.notifier().register("default", &["q".to_owned()]);
     submit(&f.store, "wf", json!({})).await;
     notify.notified().await;
+}
+
+async fn configure(store: &Store, queue: &str, change: QueueChange) {
+    store
+        .configure_queue("default", queue, change)
+        .await
+        .unwrap();
+}
+
+async fn claim_n(store: &Store, queues: &[&str], max: u32) -> Vec<Claimed> {
+    store
+        .claim(
+            "default",
+            queues.iter().map(|q| (*q).to_owned()).collect(),
+            "w",
+            max,
+        )
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_serial_queue_runs_one_task_at_a_time_in_order() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    configure(
+        &f.store,
+        "q",
+        QueueChange {
+            mode: Some(QueueMode::Serial),
+            ..QueueChange::default()
+        },
+    )
+    .await;
+    let first = submit(&f.store, "wf", json!({})).await.state.job.id;
+    f.clock.advance(Duration::from_millis(1));
+    submit(&f.store, "wf", json!({})).await;
+    let claimed = claim_n(&f.store, &["q"], 10).await;
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].task.job_id, first, "first in, first out");
+    assert!(
+        claim_n(&f.store, &["q"], 10).await.is_empty(),
+        "one at a time"
+    );
+    complete(&f.store, &claimed[0], json!({})).await.unwrap();
+    assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_queue_concurrency_limit_bounds_running_tasks() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    configure(
+        &f.store,
+        "q",
+        QueueChange {
+            concurrency: Some(Some(3)),
+            ..QueueChange::default()
+        },
+    )
+    .await;
+    for _ in 0..5 {
+        submit(&f.store, "wf", json!({})).await;
+    }
+    assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 3);
+    assert!(claim_n(&f.store, &["q"], 10).await.is_empty());
+}
+
+#[tokio::test]
+async fn a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    submit(&f.store, "wf", json!({})).await;
+    let pause = QueueChange {
+        paused: Some(true),
+        ..QueueChange::default()
+    };
+    configure(&f.store, "q", pause).await;
+    assert!(claim_n(&f.store, &["q"], 10).await.is_empty());
+    assert_eq!(
+        f.store
+            .next_available("default", vec!["q".into()])
+            .await
+            .unwrap(),
+        None,
+        "a poll does not spin on a paused queue"
+    );
+    let woken = f.store.notifier().register("default", &["q".to_owned()]);
+    let resume = QueueChange {
+        paused: Some(false),
+        ..QueueChange::default()
+    };
+    configure(&f.store, "q", resume).await;
+    woken.notified().await;
+    assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 1);
+}
+
+#[tokio::test]
+async fn higher_priority_queues_are_served_first() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: low, command: c, depends_on: []}\n- {id: b, queue: high, command: c, depends_on: []}\n"),
+        )
+        .await
+        .unwrap();
+    configure(
+        &f.store,
+        "high",
+        QueueChange {
+            priority: Some(10),
+            ..QueueChange::default()
+        },
+    )
+    .await;
+    submit(&f.store, "wf", json!({})).await;
+    let claimed = claim_n(&f.store, &["low", "high"], 1).await;
+    assert_eq!(claimed[0].task.queue, "high");
+}
+
+#[tokio::test]
+async fn a_task_waiting_longer_than_max_wait_goes_ahead_of_priority() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    configure(
+        &f.store,
+        "q",
+        QueueChange {
+            max_wait: Some(Duration::from_secs(60)),
+            ..QueueChange::default()
+        },
+    )
+    .await;
+    let starved = submit(&f.store, "wf", json!({})).await.state.job.id;
+    f.clock.advance(Duration::from_secs(61));
+    for _ in 0..3 {
+        f.store
+            .submit(
+                "default",
+                Submit {
+                    workflow: Some("wf".into()),
+                    priority: Some(100),
+                    ..Submit::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let claimed = claim_n(&f.store, &["q"], 1).await;
+    assert_eq!(claimed[0].task.job_id, starved);
+    let next = claim_n(&f.store, &["q"], 1).await;
+    assert_eq!(next[0].task.priority, 100, "the rest go by priority");
+}
+
+#[tokio::test]
+async fn queue_settings_are_validated() {
+    let f = fixture();
+    let zero = f
+        .store
+        .configure_queue(
+            "default",
+            "q",
+            QueueChange {
+                concurrency: Some(Some(0)),
+                ..QueueChange::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(zero.to_string().contains("concurrency"), "{zero}");
+    let bad_name = f
+        .store
+        .configure_queue("default", "bad name", QueueChange::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(bad_name, Error::Invalid(_)));
 }

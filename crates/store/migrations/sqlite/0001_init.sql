@@ -16,9 +16,15 @@ CREATE TABLE workflows (
 );
 
 CREATE TABLE queues (
-    namespace  TEXT NOT NULL,
-    name       TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
+    namespace   TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    mode        TEXT NOT NULL DEFAULT 'parallel',  -- parallel | serial
+    priority    INTEGER NOT NULL DEFAULT 0,
+    concurrency INTEGER,                          -- most running tasks; NULL: no limit
+    paused      INTEGER NOT NULL DEFAULT 0,
+    max_wait_ms INTEGER NOT NULL DEFAULT 300000,  -- older ready tasks go first, oldest first
+    updated_at  INTEGER,
     PRIMARY KEY (namespace, name)
 );
 
@@ -83,6 +89,10 @@ CREATE INDEX tasks_job ON tasks (job_id, seq);
 -- Dispatch order: priority, then age, then id; only ready tasks are in the index.
 CREATE INDEX tasks_dispatch ON tasks (namespace, queue, priority DESC, available_at, id) WHERE status = 'ready' AND held = 0;
 CREATE INDEX tasks_lease ON tasks (lease_expires_at) WHERE status = 'running';
+-- Running tasks per queue (serial queues and concurrency limits).
+CREATE INDEX tasks_running ON tasks (namespace, queue) WHERE status = 'running';
+-- Oldest ready tasks per queue (starvation guard).
+CREATE INDEX tasks_age ON tasks (namespace, queue, available_at, id) WHERE status = 'ready' AND held = 0;
 CREATE INDEX tasks_deadline ON tasks (deadline_at) WHERE deadline_at IS NOT NULL AND status IN ('ready', 'running');
 
 CREATE TABLE events (

@@ -1,0 +1,207 @@
+//! Dispatch rules for queues: which queues may hand out work now, how many tasks each may start,
+//! and in what order ready tasks go out. Pure: the store supplies the rows and the time.
+//!
+//! Order (DESIGN.md): higher queue priority first, then higher task priority (job priority plus
+//! step priority), then earliest `available_at`, then id. Against starvation, a ready task that
+//! has waited longer than its queue's `max_wait` goes ahead of priority order, oldest first: under
+//! sustained high-priority load every low-priority task still starts within about `max_wait` of
+//! becoming ready (plus the time to drain the tasks that aged before it).
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{JobId, TaskId};
+use crate::time::{Duration, Timestamp};
+
+/// A queue that names no `max_wait`: tasks older than this are served oldest first.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueMode {
+    /// Any number of running tasks (up to `concurrency`).
+    #[default]
+    Parallel,
+    /// At most one running task at a time, in dispatch order.
+    Serial,
+}
+
+impl QueueMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QueueMode::Parallel => "parallel",
+            QueueMode::Serial => "serial",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<QueueMode> {
+        match text {
+            "parallel" => Some(QueueMode::Parallel),
+            "serial" => Some(QueueMode::Serial),
+            _ => None,
+        }
+    }
+}
+
+/// How a queue dispatches. A queue nobody configured has the defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueConfig {
+    pub mode: QueueMode,
+    /// Higher runs first across the queues a worker polls.
+    pub priority: i32,
+    /// Most running tasks at once (`None`: no limit).
+    pub concurrency: Option<u32>,
+    /// A paused queue keeps its tasks but hands none out.
+    pub paused: bool,
+    pub max_wait: Duration,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            mode: QueueMode::Parallel,
+            priority: 0,
+            concurrency: None,
+            paused: false,
+            max_wait: DEFAULT_MAX_WAIT,
+        }
+    }
+}
+
+impl QueueConfig {
+    /// How many more tasks may start now, given how many run: `None` means no limit.
+    pub fn free_slots(&self, running: u32) -> Option<u32> {
+        if self.paused {
+            return Some(0);
+        }
+        let limit = match (self.mode, self.concurrency) {
+            (QueueMode::Serial, _) => Some(1),
+            (QueueMode::Parallel, limit) => limit,
+        };
+        limit.map(|limit| limit.saturating_sub(running))
+    }
+
+    /// Whether `running` matters for this queue (so the store needs to count it).
+    pub fn is_limited(&self) -> bool {
+        self.mode == QueueMode::Serial || self.concurrency.is_some()
+    }
+}
+
+/// A ready task offered for dispatch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub job: JobId,
+    pub task: TaskId,
+    pub queue: String,
+    pub queue_priority: i32,
+    pub priority: i32,
+    pub available_at: Timestamp,
+    /// Waited longer than its queue's `max_wait`.
+    pub starving: bool,
+}
+
+/// Sorts candidates into dispatch order, drops duplicates (a task offered both as starving and in
+/// priority order), and keeps at most `max`.
+pub fn order(mut candidates: Vec<Candidate>, max: usize) -> Vec<Candidate> {
+    candidates.sort_by(|a, b| {
+        b.starving
+            .cmp(&a.starving)
+            .then_with(|| {
+                if a.starving && b.starving {
+                    a.available_at.cmp(&b.available_at)
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            })
+            .then_with(|| b.queue_priority.cmp(&a.queue_priority))
+            .then_with(|| b.priority.cmp(&a.priority))
+            .then_with(|| a.available_at.cmp(&b.available_at))
+            .then_with(|| a.task.cmp(&b.task))
+    });
+    let mut seen = std::collections::HashSet::new();
+    candidates.retain(|c| seen.insert(c.task.clone()));
+    candidates.truncate(max);
+    candidates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(
+        id: &str,
+        queue_priority: i32,
+        priority: i32,
+        at: i64,
+        starving: bool,
+    ) -> Candidate {
+        Candidate {
+            job: JobId::from_unique(id),
+            task: TaskId::from_unique(id),
+            queue: "q".into(),
+            queue_priority,
+            priority,
+            available_at: Timestamp(at),
+            starving,
+        }
+    }
+
+    fn ids(order: Vec<Candidate>) -> Vec<String> {
+        order
+            .into_iter()
+            .map(|c| c.task.as_str()[4..].to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn queue_priority_then_task_priority_then_age_then_id() {
+        let ordered = order(
+            vec![
+                candidate("a", 0, 0, 10, false),
+                candidate("b", 0, 5, 20, false),
+                candidate("c", 1, 0, 30, false),
+                candidate("d", 0, 0, 5, false),
+                candidate("e", 0, 0, 5, false),
+            ],
+            10,
+        );
+        assert_eq!(ids(ordered), vec!["c", "b", "d", "e", "a"]);
+    }
+
+    #[test]
+    fn starving_tasks_go_first_oldest_first_and_duplicates_are_dropped() {
+        let ordered = order(
+            vec![
+                candidate("high", 0, 9, 100, false),
+                candidate("old", 0, 0, 1, true),
+                candidate("older", 0, 0, 0, true),
+                candidate("old", 0, 0, 1, false),
+            ],
+            3,
+        );
+        assert_eq!(ids(ordered), vec!["older", "old", "high"]);
+    }
+
+    #[test]
+    fn free_slots_follow_mode_limit_and_pause() {
+        let parallel = QueueConfig::default();
+        assert_eq!(parallel.free_slots(100), None);
+        let limited = QueueConfig {
+            concurrency: Some(3),
+            ..QueueConfig::default()
+        };
+        assert_eq!(limited.free_slots(1), Some(2));
+        assert_eq!(limited.free_slots(5), Some(0));
+        let serial = QueueConfig {
+            mode: QueueMode::Serial,
+            concurrency: Some(10),
+            ..QueueConfig::default()
+        };
+        assert_eq!(serial.free_slots(0), Some(1));
+        assert_eq!(serial.free_slots(1), Some(0));
+        let paused = QueueConfig {
+            paused: true,
+            ..QueueConfig::default()
+        };
+        assert_eq!(paused.free_slots(0), Some(0));
+    }
+}

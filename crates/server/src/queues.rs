@@ -1,0 +1,158 @@
+//! Queue settings and state: list queues with their depth, running tasks and oldest wait; change
+//! mode (parallel or serial), priority, concurrency limit and starvation bound; pause and resume.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use starbridge_api as api;
+use starbridge_core::dispatch::QueueMode;
+use starbridge_core::time::Duration;
+use starbridge_store::{QueueChange, StoredQueue};
+
+use crate::error::{ApiError, ApiResult};
+use crate::routes::{AppState, body, namespace};
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/queues", get(list))
+        .route("/api/v1/queues/{name}", get(show).put(configure))
+        .route("/api/v1/queues/{name}/pause", post(pause))
+        .route("/api/v1/queues/{name}/resume", post(resume))
+}
+
+async fn views(state: &AppState, namespace: &str) -> ApiResult<Vec<api::QueueView>> {
+    let queues = state.store.queues(namespace).await?;
+    let stats = state.store.stats().await?;
+    Ok(queues
+        .iter()
+        .map(|queue| {
+            let counts = stats
+                .queues
+                .get(&(queue.namespace.clone(), queue.name.clone()))
+                .copied()
+                .unwrap_or_default();
+            view(queue, counts)
+        })
+        .collect())
+}
+
+fn view(queue: &StoredQueue, counts: starbridge_store::QueueStats) -> api::QueueView {
+    let config = &queue.config;
+    api::QueueView {
+        namespace: queue.namespace.clone(),
+        name: queue.name.clone(),
+        mode: config.mode.as_str().to_owned(),
+        priority: config.priority,
+        concurrency: config.concurrency,
+        paused: config.paused,
+        max_wait_ms: config.max_wait.as_millis(),
+        ready: counts.ready,
+        running: counts.running,
+        oldest_ready_age_ms: counts.oldest_ready_age.as_millis(),
+        created_at: api::timestamp_from_millis(queue.created_at.0),
+        updated_at: queue.updated_at.map(|t| api::timestamp_from_millis(t.0)),
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Query(query): Query<api::NamespaceQuery>,
+) -> ApiResult<Json<api::QueueList>> {
+    let namespace = namespace(&query)?;
+    Ok(Json(api::QueueList {
+        items: views(&state, &namespace).await?,
+    }))
+}
+
+async fn one(state: &AppState, namespace: &str, name: &str) -> ApiResult<api::QueueView> {
+    views(state, namespace)
+        .await?
+        .into_iter()
+        .find(|queue| queue.name == name)
+        .ok_or_else(|| ApiError::not_found(format!("queue {name} not found")))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+) -> ApiResult<Json<api::QueueView>> {
+    let namespace = namespace(&query)?;
+    Ok(Json(one(&state, &namespace, &name).await?))
+}
+
+async fn change(
+    state: &AppState,
+    query: &api::NamespaceQuery,
+    name: &str,
+    change: QueueChange,
+) -> ApiResult<Json<api::QueueView>> {
+    let namespace = namespace(query)?;
+    state
+        .store
+        .configure_queue(&namespace, name, change)
+        .await?;
+    Ok(Json(one(state, &namespace, name).await?))
+}
+
+async fn configure(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::QueueView>> {
+    let settings: api::QueueSettings = body(&bytes)?;
+    let mode = settings
+        .mode
+        .as_deref()
+        .map(|text| {
+            QueueMode::parse(text).ok_or_else(|| {
+                ApiError::invalid(
+                    "mode",
+                    format!("unknown mode '{text}': use parallel or serial"),
+                )
+            })
+        })
+        .transpose()?;
+    let max_wait = settings
+        .max_wait
+        .as_ref()
+        .map(|value| {
+            Duration::from_json(value)
+                .map_err(|error| ApiError::invalid("max_wait", error.to_string()))
+        })
+        .transpose()?;
+    let queue_change = QueueChange {
+        mode,
+        priority: settings.priority,
+        concurrency: settings.concurrency,
+        paused: None,
+        max_wait,
+    };
+    change(&state, &query, &name, queue_change).await
+}
+
+async fn pause(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+) -> ApiResult<Json<api::QueueView>> {
+    let paused = QueueChange {
+        paused: Some(true),
+        ..QueueChange::default()
+    };
+    change(&state, &query, &name, paused).await
+}
+
+async fn resume(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+) -> ApiResult<Json<api::QueueView>> {
+    let resumed = QueueChange {
+        paused: Some(false),
+        ..QueueChange::default()
+    };
+    change(&state, &query, &name, resumed).await
+}
