@@ -27,9 +27,28 @@ pub struct Workflow {
     pub params_schema: Option<Value>,
     pub timeout: Option<Duration>,
     pub priority: i32,
+    /// At most `slots` jobs holding the same rendered key run at once.
+    pub lock: Option<LockDefinition>,
     pub steps: Vec<Step>,
     /// The normalized JSON form, stored and compared to decide whether an apply is a new version.
     pub source: Value,
+}
+
+/// A named concurrency limit: the key is a template over `params` and `job`.
+#[derive(Debug, Clone)]
+pub struct LockDefinition {
+    pub key: Template,
+    pub slots: u32,
+}
+
+/// Largest number of slots a lock may have.
+pub const MAX_LOCK_SLOTS: u32 = 1_000_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLock {
+    key: Value,
+    slots: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -374,6 +393,45 @@ impl Checker {
         policy
     }
 
+    fn lock(&mut self, value: &Value) -> Option<LockDefinition> {
+        let raw: RawLock = match serde_json::from_value(value.clone()) {
+            Ok(raw) => raw,
+            Err(error) => {
+                self.problem("lock", error.to_string());
+                return None;
+            }
+        };
+        if !raw.key.is_string() {
+            self.problem(
+                "lock.key",
+                "must be a string (it may contain ${{ … }} expressions)",
+            );
+            return None;
+        }
+        let key = self.template("lock.key", Some(&raw.key))?;
+        let roots = ["params", "job"];
+        for path in key.references() {
+            if let Some(root) = path.first()
+                && !roots.contains(&root.as_str())
+            {
+                self.problem(
+                    "lock.key",
+                    format!("unknown name '{root}': a lock key may read params and job"),
+                );
+                return None;
+            }
+        }
+        let slots = raw.slots.unwrap_or(1);
+        if slots == 0 || slots > MAX_LOCK_SLOTS {
+            self.problem(
+                "lock.slots",
+                format!("must be between 1 and {MAX_LOCK_SLOTS}"),
+            );
+            return None;
+        }
+        Some(LockDefinition { key, slots })
+    }
+
     fn template(&mut self, field: &str, value: Option<&Value>) -> Option<Template> {
         let value = value?;
         match Template::compile(value) {
@@ -464,12 +522,7 @@ impl Workflow {
         let mut checker = Checker {
             problems: Vec::new(),
         };
-        if raw.lock.is_some() {
-            checker.problem(
-                "lock",
-                "workflow locks are not supported by this server version yet: remove `lock`",
-            );
-        }
+        let lock = raw.lock.as_ref().and_then(|value| checker.lock(value));
         if let Some(schema) = &raw.params
             && !schema.is_object()
             && !schema.is_boolean()
@@ -633,6 +686,7 @@ impl Workflow {
             params_schema: raw.params,
             timeout,
             priority: raw.priority.unwrap_or(0),
+            lock,
             steps: steps.into_iter().map(|(_, step)| step).collect(),
             source: normalize(&value),
         })
@@ -1025,6 +1079,25 @@ steps:
             "name: other\nsteps:\n- {id: a, queue: q, command: c}\n",
             "name",
             "make them agree",
+        );
+    }
+
+    #[test]
+    fn lock_key_may_read_params_and_slots_must_be_positive() {
+        let workflow = parse(
+            "lock: {key: 'cluster-${{ params.cluster }}', slots: 5}\nsteps:\n- {id: a, queue: q, command: c}\n",
+        )
+        .unwrap();
+        assert_eq!(workflow.lock.unwrap().slots, 5);
+        check_error(
+            "lock: {key: 'k', slots: 0}\nsteps:\n- {id: a, queue: q, command: c}\n",
+            "lock.slots",
+            "between 1",
+        );
+        check_error(
+            "lock: {key: '${{ steps.a.output }}'}\nsteps:\n- {id: a, queue: q, command: c}\n",
+            "lock.key",
+            "may read params and job",
         );
     }
 

@@ -16,7 +16,7 @@ use crate::definition::{Handler, Workflow};
 use crate::expr::{self, EvalError};
 use crate::ids::{IdSource, JobId};
 use crate::model::{
-    Action, ErrorKind, Event, EventKind, Input, Job, JobState, JobStatus, Rejection, Task,
+    Action, ErrorKind, Event, EventKind, Input, Job, JobLock, JobState, JobStatus, Rejection, Task,
     TaskError, TaskKind, TaskStatus, WindDown,
 };
 use crate::time::Timestamp;
@@ -42,11 +42,52 @@ pub struct NewJob {
     pub priority: Option<i32>,
 }
 
-/// Creates a job and its tasks and makes its first steps ready.
-pub fn create_job(workflow: &Workflow, new: NewJob, ctx: &mut Ctx<'_>) -> (JobState, Vec<Action>) {
+/// Why a job could not be created.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CreateError {
+    #[error("lock.key: {0}")]
+    LockKey(String),
+}
+
+/// Renders the workflow's lock key for these params: a non-empty string of at most 256 bytes.
+fn lock_of(workflow: &Workflow, context: &Value) -> Result<Option<JobLock>, CreateError> {
+    let Some(lock) = &workflow.lock else {
+        return Ok(None);
+    };
+    let key = match lock.key.render(context) {
+        Ok(Value::String(key)) => key,
+        Ok(Value::Number(n)) => n.to_string(),
+        Ok(Value::Bool(b)) => b.to_string(),
+        Ok(other) => {
+            return Err(CreateError::LockKey(format!(
+                "the key must render to a string, got {}",
+                type_name(&other)
+            )));
+        }
+        Err(error) => return Err(CreateError::LockKey(error.to_string())),
+    };
+    if key.is_empty() || key.len() > 256 {
+        return Err(CreateError::LockKey(format!(
+            "the key renders to {} bytes: it must be 1 to 256",
+            key.len()
+        )));
+    }
+    Ok(Some(JobLock {
+        key,
+        slots: lock.slots,
+    }))
+}
+
+/// Creates a job and its tasks and makes its first steps ready; a job with a lock starts
+/// `queued`, and the engine sends `Input::Start` once it holds a slot.
+pub fn create_job(
+    workflow: &Workflow,
+    new: NewJob,
+    ctx: &mut Ctx<'_>,
+) -> Result<(JobState, Vec<Action>), CreateError> {
     let now = ctx.now;
     let priority = new.priority.unwrap_or(workflow.priority);
-    let job = Job {
+    let mut job = Job {
         id: new.id.clone(),
         namespace: new.namespace,
         workflow: workflow.name.clone(),
@@ -63,7 +104,15 @@ pub fn create_job(workflow: &Workflow, new: NewJob, ctx: &mut Ctx<'_>) -> (JobSt
         compensation_planned: false,
         completions: 0,
         round: 0,
+        lock: None,
     };
+    let context = json!({"params": job.params, "job": {"id": job.id, "namespace": job.namespace, "workflow": job.workflow, "version": job.version, "key": job.key, "priority": job.priority}});
+    job.lock = lock_of(workflow, &context)?;
+    if job.lock.is_some() {
+        job.status = JobStatus::Queued;
+        job.started_at = None;
+        job.deadline_at = None;
+    }
     let mut state = JobState {
         job,
         tasks: Vec::with_capacity(workflow.steps.len()),
@@ -101,9 +150,13 @@ pub fn create_job(workflow: &Workflow, new: NewJob, ctx: &mut Ctx<'_>) -> (JobSt
         None,
         json!({"workflow": workflow.name, "version": new.version}),
     );
+    if let Some(lock) = &machine.state.job.lock {
+        let detail = json!({"lock": lock.key, "slots": lock.slots});
+        machine.record(EventKind::JobQueued, None, detail);
+    }
     machine.advance();
     let actions = machine.actions;
-    (state, actions)
+    Ok((state, actions))
 }
 
 fn new_task(
@@ -164,8 +217,16 @@ pub fn apply(
         ids: ctx.ids,
         actions: Vec::new(),
     };
+    let was_finished = machine.state.job.status.is_terminal();
     machine.apply(input)?;
     machine.advance();
+    if !was_finished
+        && machine.state.job.status.is_terminal()
+        && let Some(lock) = &machine.state.job.lock
+    {
+        let key = lock.key.clone();
+        machine.actions.push(Action::ReleaseLock { key });
+    }
     Ok(machine.actions)
 }
 
@@ -362,6 +423,21 @@ impl Machine<'_> {
             }
             Input::Tick => self.tick(),
             Input::Operator(command) => self.operate(command)?,
+            Input::Start => {
+                if self.state.job.status != JobStatus::Queued {
+                    return Err(Rejection::NotApplicable(format!(
+                        "job is {}: only a queued job starts",
+                        self.state.job.status
+                    )));
+                }
+                let now = self.now;
+                let job = &mut self.state.job;
+                job.status = JobStatus::Running;
+                job.started_at = Some(now);
+                job.deadline_at = self.workflow.timeout.map(|t| now.saturating_add(t));
+                self.save_job();
+                self.record(EventKind::JobStarted, None, json!({}));
+            }
         }
         Ok(())
     }

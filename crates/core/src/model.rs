@@ -163,6 +163,15 @@ pub struct Job {
     pub completions: u64,
     /// Incremented by every operator retry, skip or rerun; tasks reset by it carry the new round.
     pub round: u32,
+    /// The lock this job must hold to run (rendered from the workflow's `lock`).
+    pub lock: Option<JobLock>,
+}
+
+/// A lock a job holds while it runs: at most `slots` jobs with the same key at once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLock {
+    pub key: String,
+    pub slots: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -280,6 +289,8 @@ pub enum Input {
     Tick,
     /// An operator acts on the job.
     Operator(OperatorCommand),
+    /// A queued job got its lock slot (the engine keeps the slots): it starts now.
+    Start,
 }
 
 /// An operator's action, with who asked and why (both recorded in the history).
@@ -371,6 +382,8 @@ string_enum!(
         JobRetried => "job_retried",
         JobRerun => "job_rerun",
         TaskResolvedByOperator => "task_resolved_by_operator",
+        JobQueued => "job_queued",
+        JobStarted => "job_started",
     }
 );
 
@@ -397,4 +410,6 @@ pub enum Action {
     Record(Event),
     /// A task became ready on this queue: wake the workers polling it (after commit).
     Wake { queue: String },
+    /// The job ended: free its lock slot and start the next job waiting for it.
+    ReleaseLock { key: String },
 }

@@ -167,7 +167,7 @@ pub(crate) fn submit(
         now: ctx.now,
         ids: &mut ids,
     };
-    let (state, actions) = machine::create_job(
+    let (mut state, actions) = machine::create_job(
         &compiled.workflow,
         NewJob {
             id: new_job_id(),
@@ -178,8 +178,17 @@ pub(crate) fn submit(
             priority: request.priority,
         },
         &mut machine_ctx,
-    );
+    )
+    .map_err(|error| match error {
+        machine::CreateError::LockKey(message) => invalid("lock.key", message),
+    })?;
     persist(ctx, &state, actions)?;
+    if let Some(lock) = state.job.lock.clone() {
+        start_waiting_jobs(ctx, namespace, &lock.key)?;
+        if let Some(started) = rows::load_job_state(ctx.conn, &state.job.id)? {
+            state = started;
+        }
+    }
     Ok(Submitted {
         state,
         created: true,
@@ -436,6 +445,7 @@ fn apply(
 fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Result<()> {
     let mut saved_job = false;
     let mut saved_tasks: HashSet<TaskId> = HashSet::new();
+    let mut released = Vec::new();
     let namespace = state.job.namespace.as_str();
     for action in actions {
         match action {
@@ -462,7 +472,30 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                 rows::insert_event(ctx.conn, &state.job.id, step, &event)?;
             }
             Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
+            Action::ReleaseLock { key } => released.push(key),
         }
+    }
+    for key in released {
+        rows::release_lock(ctx.conn, &state.job.id)?;
+        start_waiting_jobs(ctx, namespace, &key)?;
+    }
+    Ok(())
+}
+
+/// Gives free slots of a lock to the jobs waiting for it, first come first served, and starts
+/// them. A job that starts and ends at once frees its slot again, which this loop sees.
+fn start_waiting_jobs(ctx: &mut WriteCtx<'_>, namespace: &str, key: &str) -> Result<()> {
+    while let Some(job_id) = rows::first_queued(ctx.conn, namespace, key)? {
+        let Some(mut state) = rows::load_job_state(ctx.conn, &job_id)? else {
+            break;
+        };
+        let slots = state.job.lock.as_ref().map_or(1, |lock| lock.slots);
+        if rows::lock_holders(ctx.conn, namespace, key)? >= slots {
+            break;
+        }
+        rows::hold_lock(ctx.conn, namespace, key, &job_id, ctx.now)?;
+        let compiled = workflow_of(ctx, &state)?;
+        apply(ctx, &compiled.workflow, &mut state, Input::Start)?;
     }
     Ok(())
 }

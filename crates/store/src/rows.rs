@@ -6,7 +6,7 @@ use serde_json::Value;
 use starbridge_core::dispatch::{Candidate, QueueConfig, QueueMode};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{
-    Event, EventKind, Job, JobState, JobStatus, Task, TaskKind, TaskStatus, WindDown,
+    Event, EventKind, Job, JobLock, JobState, JobStatus, Task, TaskKind, TaskStatus, WindDown,
 };
 use starbridge_core::time::{Duration, Timestamp};
 
@@ -34,7 +34,8 @@ fn enum_column<T>(text: String, parse: fn(&str) -> Option<T>) -> Result<T> {
 }
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
-     started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round";
+     started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, lock_key, \
+     lock_slots";
 
 fn job_from_row(row: &Row<'_>) -> rusqlite::Result<RawJob> {
     Ok(RawJob {
@@ -54,6 +55,8 @@ fn job_from_row(row: &Row<'_>) -> rusqlite::Result<RawJob> {
         compensation_planned: row.get(13)?,
         completions: row.get(14)?,
         round: row.get(15)?,
+        lock_key: row.get(16)?,
+        lock_slots: row.get(17)?,
     })
 }
 
@@ -74,6 +77,8 @@ struct RawJob {
     compensation_planned: bool,
     completions: i64,
     round: u32,
+    lock_key: Option<String>,
+    lock_slots: Option<u32>,
 }
 
 impl RawJob {
@@ -99,6 +104,10 @@ impl RawJob {
             compensation_planned: self.compensation_planned,
             completions: u64::try_from(self.completions).unwrap_or(0),
             round: self.round,
+            lock: self.lock_key.map(|key| JobLock {
+                key,
+                slots: self.lock_slots.unwrap_or(1),
+            }),
         })
     }
 }
@@ -268,8 +277,9 @@ pub(crate) fn save_job(conn: &Connection, job: &Job) -> Result<()> {
         .map(|w| serde_json::to_string(w).unwrap_or_default());
     conn.prepare_cached(
         "INSERT INTO jobs (id, namespace, workflow, version, status, params, key, priority, created_at, \
-         started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+         started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, \
+         lock_key, lock_slots) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
          ON CONFLICT (id) DO UPDATE SET status = excluded.status, started_at = excluded.started_at, \
          ended_at = excluded.ended_at, deadline_at = excluded.deadline_at, wind_down = excluded.wind_down, \
          compensation_planned = excluded.compensation_planned, completions = excluded.completions, \
@@ -292,6 +302,8 @@ pub(crate) fn save_job(conn: &Connection, job: &Job) -> Result<()> {
         job.compensation_planned,
         i64::try_from(job.completions).unwrap_or(i64::MAX),
         job.round,
+        job.lock.as_ref().map(|lock| lock.key.as_str()),
+        job.lock.as_ref().map(|lock| lock.slots),
     ])?;
     Ok(())
 }
@@ -753,4 +765,44 @@ pub(crate) fn list_jobs(conn: &Connection, filter: &crate::JobFilter) -> Result<
     let rows = statement.query_map(params_from_iter(values), job_from_row)?;
     rows.map(|raw| raw.map_err(Error::from).and_then(RawJob::into_job))
         .collect()
+}
+
+/// How many jobs hold a slot of this lock.
+pub(crate) fn lock_holders(conn: &Connection, namespace: &str, key: &str) -> Result<u32> {
+    let count: u32 = conn
+        .prepare_cached("SELECT COUNT(*) FROM lock_holders WHERE namespace = ?1 AND key = ?2")?
+        .query_row(params![namespace, key], |row| row.get(0))?;
+    Ok(count)
+}
+
+pub(crate) fn hold_lock(
+    conn: &Connection,
+    namespace: &str,
+    key: &str,
+    job: &JobId,
+    now: Timestamp,
+) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO lock_holders (job_id, namespace, key, acquired_at) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![job.as_str(), namespace, key, now.0])?;
+    Ok(())
+}
+
+pub(crate) fn release_lock(conn: &Connection, job: &JobId) -> Result<()> {
+    conn.prepare_cached("DELETE FROM lock_holders WHERE job_id = ?1")?
+        .execute([job.as_str()])?;
+    Ok(())
+}
+
+/// The job waiting longest for this lock.
+pub(crate) fn first_queued(conn: &Connection, namespace: &str, key: &str) -> Result<Option<JobId>> {
+    let id: Option<String> = conn
+        .prepare_cached(
+            "SELECT id FROM jobs INDEXED BY jobs_queued WHERE status = 'queued' AND namespace = ?1 \
+             AND lock_key = ?2 ORDER BY id LIMIT 1",
+        )?
+        .query_row(params![namespace, key], |row| row.get(0))
+        .optional()?;
+    Ok(id.and_then(|id| JobId::parse(&id)))
 }

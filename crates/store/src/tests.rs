@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use starbridge_core::dispatch::QueueMode;
-use starbridge_core::model::{EventKind, Input, JobStatus, ReportedError, TaskStatus};
+use starbridge_core::model::{
+    EventKind, Input, JobStatus, OperatorAction, OperatorCommand, ReportedError, TaskStatus,
+};
 use starbridge_core::time::{Duration, Timestamp};
 
 use super::*;
@@ -681,4 +683,128 @@ async fn queue_settings_are_validated() {
         .await
         .unwrap_err();
     assert!(matches!(bad_name, Error::Invalid(_)));
+}
+
+const LOCKED: &str = "lock: {key: 'cluster-${{ params.cluster }}', slots: 2}\nsteps:\n- {id: a, queue: q, command: c}\n";
+
+async fn submit_locked(store: &Store, cluster: &str) -> Submitted {
+    submit(store, "locked", json!({"cluster": cluster})).await
+}
+
+#[tokio::test]
+async fn a_lock_lets_its_slots_run_and_queues_the_rest_first_come_first_served() {
+    let f = fixture();
+    f.store
+        .apply_workflow("default", "locked", definition(LOCKED))
+        .await
+        .unwrap();
+    let first = submit_locked(&f.store, "a").await;
+    assert_eq!(first.state.job.status, JobStatus::Running);
+    assert_eq!(
+        submit_locked(&f.store, "a").await.state.job.status,
+        JobStatus::Running
+    );
+    let third = submit_locked(&f.store, "a").await;
+    assert_eq!(
+        third.state.job.status,
+        JobStatus::Queued,
+        "2 slots are held"
+    );
+    let fourth = submit_locked(&f.store, "a").await;
+    let other_key = submit_locked(&f.store, "b").await;
+    assert_eq!(
+        other_key.state.job.status,
+        JobStatus::Running,
+        "another key has its own slots"
+    );
+
+    // The first job fails for good: its slot goes to the job that waited longest.
+    let claimed = claim_n(&f.store, &["q"], 10).await;
+    assert_eq!(claimed.len(), 3, "queued jobs dispatch nothing");
+    let of_first = claimed
+        .iter()
+        .find(|c| c.task.job_id == first.state.job.id)
+        .unwrap();
+    f.store
+        .report(
+            of_first.task.id.clone(),
+            Input::Fail {
+                task: of_first.task.id.clone(),
+                lease_token: of_first.task.lease_token.clone().unwrap(),
+                error: ReportedError {
+                    message: "broken".into(),
+                    retryable: false,
+                },
+                logs: None,
+            },
+        )
+        .await
+        .unwrap();
+    let third_now = f
+        .store
+        .job("default", &third.state.job.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(third_now.job.status, JobStatus::Running);
+    let fourth_now = f
+        .store
+        .job("default", &fourth.state.job.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(fourth_now.job.status, JobStatus::Queued);
+
+    // Cancelling a queued job takes it out of line without taking a slot.
+    let cancel = OperatorCommand {
+        actor: "ops".into(),
+        reason: None,
+        action: OperatorAction::Cancel { compensate: false },
+    };
+    let cancelled = f
+        .store
+        .operate("default", &fourth.state.job.id, cancel)
+        .await
+        .unwrap();
+    assert_eq!(cancelled.job.status, JobStatus::Cancelled);
+    let events = f
+        .store
+        .events("default", &third.state.job.id, 0, 100)
+        .await
+        .unwrap()
+        .unwrap();
+    let kinds: Vec<EventKind> = events.iter().map(|e| e.event.kind).collect();
+    assert!(kinds.contains(&EventKind::JobQueued));
+    assert!(kinds.contains(&EventKind::JobStarted));
+}
+
+#[tokio::test]
+async fn a_lock_key_that_does_not_render_is_refused_at_submit() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "locked",
+            definition(
+                "lock: {key: '${{ params.cluster }}'}\nsteps:\n- {id: a, queue: q, command: c}\n",
+            ),
+        )
+        .await
+        .unwrap();
+    let error = f
+        .store
+        .submit(
+            "default",
+            Submit {
+                workflow: Some("locked".into()),
+                params: Some(json!({"cluster": {"nested": true}})),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    let Error::Invalid(problems) = error else {
+        panic!("expected a validation error")
+    };
+    assert_eq!(problems[0].field, "lock.key");
 }

@@ -34,7 +34,8 @@ impl Sim {
                 priority: None,
             },
             &mut Ctx { now, ids: &mut ids },
-        );
+        )
+        .expect("job created");
         let mut sim = Sim {
             workflow,
             state,
@@ -1031,6 +1032,39 @@ fn operator_actions_that_do_not_apply_are_refused_with_a_reason() {
         .contains("no step")
     );
     assert_ne!(before, sim.state);
+}
+
+#[test]
+fn a_job_with_a_lock_waits_queued_until_started_and_releases_when_it_ends() {
+    let mut sim = Sim::new(
+        "lock: {key: 'db-${{ params.db }}'}\nsteps:\n- {id: a, queue: q, command: c}\n",
+        json!({"db": "main"}),
+    );
+    assert_eq!(sim.state.job.status, JobStatus::Queued);
+    assert_eq!(sim.state.job.lock.as_ref().unwrap().key, "db-main");
+    assert!(sim.ready().is_empty(), "a queued job dispatches nothing");
+    sim.apply(Input::Start).unwrap();
+    assert_eq!(sim.state.job.status, JobStatus::Running);
+    let (task, lease_token) = sim.claim("a");
+    let actions = apply(
+        &sim.workflow,
+        &mut sim.state,
+        Input::Complete {
+            task,
+            lease_token,
+            output: json!({}),
+            logs: None,
+        },
+        &mut Ctx {
+            now: sim.now,
+            ids: &mut sim.ids,
+        },
+    )
+    .unwrap();
+    assert!(actions.contains(&Action::ReleaseLock {
+        key: "db-main".into()
+    }));
+    assert!(sim.apply(Input::Start).is_err(), "only a queued job starts");
 }
 
 // Property tests: random DAGs, random outcomes, random interleavings.

@@ -44,12 +44,25 @@ CREATE TABLE jobs (
     wind_down            TEXT,
     compensation_planned INTEGER NOT NULL,
     completions          INTEGER NOT NULL,
-    round                INTEGER NOT NULL
+    round                INTEGER NOT NULL,
+    lock_key             TEXT,                -- the rendered lock key, if the workflow has a lock
+    lock_slots           INTEGER
 );
 CREATE UNIQUE INDEX jobs_key ON jobs (namespace, key) WHERE key IS NOT NULL;
 CREATE INDEX jobs_list ON jobs (namespace, id);
 CREATE INDEX jobs_status ON jobs (namespace, status, id);
 CREATE INDEX jobs_deadline ON jobs (deadline_at) WHERE deadline_at IS NOT NULL AND status = 'running';
+-- Jobs waiting for a lock slot, first come first served.
+CREATE INDEX jobs_queued ON jobs (namespace, lock_key, id) WHERE status = 'queued';
+
+-- Who holds a slot of which lock. A row lives exactly as long as its job is not finished.
+CREATE TABLE lock_holders (
+    job_id      TEXT PRIMARY KEY REFERENCES jobs (id),
+    namespace   TEXT NOT NULL,
+    key         TEXT NOT NULL,
+    acquired_at INTEGER NOT NULL
+);
+CREATE INDEX lock_holders_key ON lock_holders (namespace, key);
 
 CREATE TABLE tasks (
     id               TEXT PRIMARY KEY,
