@@ -38,6 +38,11 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/tasks/{id}/complete"),
     ("POST", "/api/v1/tasks/{id}/fail"),
     ("POST", "/api/v1/tasks/{id}/check-later"),
+    ("GET", "/api/v1/queues"),
+    ("GET", "/api/v1/queues/{name}"),
+    ("PUT", "/api/v1/queues/{name}"),
+    ("POST", "/api/v1/queues/{name}/pause"),
+    ("POST", "/api/v1/queues/{name}/resume"),
 ];
 
 const METHODS: &[&str] = &[
@@ -588,15 +593,23 @@ async fn responses_match_their_documented_schemas() {
     let inline = c.call("POST", "/api/v1/jobs", &inline.to_string()).await;
     assert_eq!(inline.status, StatusCode::CREATED);
 
+    // Two jobs run (wf's and the inline one): the first page of one has a next page.
     let page = c
-        .call("GET", "/api/v1/jobs?status=running&workflow=wf&limit=1", "")
+        .call("GET", "/api/v1/jobs?status=running&limit=1", "")
         .await;
     assert_eq!(page.status, ok);
     let cursor = str_of(&page.json()["next_cursor"]);
     let next = c
-        .call("GET", &format!("/api/v1/jobs?limit=1&cursor={cursor}"), "")
+        .call(
+            "GET",
+            &format!("/api/v1/jobs?status=running&limit=1&cursor={cursor}"),
+            "",
+        )
         .await;
     assert_eq!(next.status, ok);
+    assert_eq!(next.json()["next_cursor"], Value::Null, "the last page");
+    let filtered = c.call("GET", "/api/v1/jobs?workflow=wf&limit=5", "").await;
+    assert_eq!(filtered.json()["items"].as_array().unwrap().len(), 1);
     let bad_status = c.call("GET", "/api/v1/jobs?status=done", "").await;
     assert_eq!(bad_status.status, StatusCode::BAD_REQUEST);
     let unparsable = c.call("GET", "/api/v1/jobs?limit=abc", "").await;
@@ -749,6 +762,116 @@ async fn responses_match_their_documented_schemas() {
         c.call("POST", &no_such, "").await.status,
         StatusCode::NOT_FOUND
     );
+
+    // Queues: those the workflows name, settings changed (`null` concurrency removes the limit),
+    // a queue configured before any workflow names it, pause and resume, and refusals.
+    let queues = c.call("GET", "/api/v1/queues", "").await;
+    assert_eq!(queues.status, ok);
+    let names: Vec<String> = queues.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|queue| str_of(&queue["name"]))
+        .collect();
+    assert_eq!(names, ["other", "q"]);
+    let q = c.call("GET", "/api/v1/queues/q", "").await;
+    assert_eq!(q.status, ok);
+    assert_eq!(q.json()["updated_at"], Value::Null);
+    let settings = r#"{"mode": "serial", "priority": 5, "concurrency": 2, "max_wait": "90s"}"#;
+    let configured = c.call("PUT", "/api/v1/queues/q", settings).await;
+    assert_eq!(configured.status, ok);
+    let view = configured.json();
+    assert_eq!(
+        (&view["mode"], &view["priority"], &view["concurrency"]),
+        (&json!("serial"), &json!(5), &json!(2))
+    );
+    assert_eq!(view["max_wait_ms"], 90_000);
+    let unlimited = c
+        .call(
+            "PUT",
+            "/api/v1/queues/q",
+            r#"{"concurrency": null, "max_wait": 1.5, "priority": null}"#,
+        )
+        .await;
+    assert_eq!(unlimited.status, ok);
+    let view = unlimited.json();
+    assert_eq!(view["concurrency"], Value::Null);
+    assert_eq!(view["max_wait_ms"], 1_500);
+    assert_eq!(
+        (&view["mode"], &view["priority"]),
+        (&json!("serial"), &json!(5))
+    );
+    let fresh = c
+        .call("PUT", "/api/v1/queues/team%2Fbuild?namespace=ops", "{}")
+        .await;
+    assert_eq!(fresh.status, ok);
+    assert_eq!(
+        (&fresh.json()["namespace"], &fresh.json()["name"]),
+        (&json!("ops"), &json!("team/build"))
+    );
+    let ops = c.call("GET", "/api/v1/queues?namespace=ops", "").await;
+    assert_eq!(ops.json()["items"].as_array().unwrap().len(), 1);
+    let paused = c.call("POST", "/api/v1/queues/q/pause", "").await;
+    assert_eq!(paused.status, ok);
+    assert_eq!(paused.json()["paused"], true);
+    let resumed = c.call("POST", "/api/v1/queues/q/resume", "").await;
+    assert_eq!(resumed.status, ok);
+    assert_eq!(resumed.json()["paused"], false);
+    let refused = |body: &'static str, status: StatusCode, field: &'static str| {
+        let c = &c;
+        async move {
+            let answer = c.call("PUT", "/api/v1/queues/q", body).await;
+            assert_eq!(answer.status, status, "{body}: {}", answer.text);
+            assert_eq!(answer.json()["errors"][0]["field"], field, "{body}");
+        }
+    };
+    refused(r#"{"mode": "fast"}"#, StatusCode::BAD_REQUEST, "mode").await;
+    refused(
+        r#"{"max_wait": "soon"}"#,
+        StatusCode::BAD_REQUEST,
+        "max_wait",
+    )
+    .await;
+    refused(r#"{"max_wait": -1}"#, StatusCode::BAD_REQUEST, "max_wait").await;
+    refused(r#"{"concurency": 1}"#, StatusCode::BAD_REQUEST, "body").await;
+    refused(r#"{"concurrency": -1}"#, StatusCode::BAD_REQUEST, "body").await;
+    refused("", StatusCode::BAD_REQUEST, "body").await;
+    refused(
+        r#"{"concurrency": 0}"#,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "concurrency",
+    )
+    .await;
+    refused(
+        r#"{"max_wait": "0s"}"#,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "max_wait",
+    )
+    .await;
+    let bad_queue = c.call("PUT", "/api/v1/queues/bad!", "{}").await;
+    assert_eq!(bad_queue.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(bad_queue.json()["errors"][0]["field"], "name");
+    for action in ["pause", "resume"] {
+        let uri = format!("/api/v1/queues/bad!/{action}");
+        let answer = c.call("POST", &uri, "").await;
+        assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    let unchanged = c.call("GET", "/api/v1/queues/q", "").await.json();
+    assert_eq!(
+        (
+            &unchanged["mode"],
+            &unchanged["concurrency"],
+            &unchanged["max_wait_ms"]
+        ),
+        (&json!("serial"), &Value::Null, &json!(1_500)),
+        "a refused change changes nothing"
+    );
+    let no_queue = c.call("GET", "/api/v1/queues/nope", "").await;
+    assert_eq!(no_queue.status, StatusCode::NOT_FOUND);
+    let other_namespace = c.call("GET", "/api/v1/queues/q?namespace=ops", "").await;
+    assert_eq!(other_namespace.status, StatusCode::NOT_FOUND);
+    let bad_namespace = c.call("GET", "/api/v1/queues?namespace=A!", "").await;
+    assert_eq!(bad_namespace.status, StatusCode::BAD_REQUEST);
     assert_eq!(c.call("GET", "/metrics", "").await.status, ok);
 
     // Every documented operation answered a success at least once.
