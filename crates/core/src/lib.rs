@@ -10,6 +10,7 @@ pub mod expr;
 pub mod ids;
 pub mod machine;
 pub mod model;
+pub mod schedule;
 pub mod time;
 
 pub use definition::Workflow;

@@ -33,7 +33,7 @@ pub(crate) fn new_job_id() -> JobId {
     JobId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
 }
 
-fn invalid(field: &str, message: impl Into<String>) -> Error {
+pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Error {
     Error::Invalid(vec![Problem {
         field: field.to_owned(),
         message: message.into(),
@@ -400,6 +400,7 @@ fn check_queue_name(name: &str) -> Result<()> {
 
 /// Handles every lapsed lease and passed deadline due at `ctx.now`; returns how many jobs moved.
 pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
+    crate::schedules::fire_due(ctx)?;
     let due = rows::due_jobs(ctx.conn, ctx.now, u32::try_from(limit).unwrap_or(u32::MAX))?;
     for job_id in &due {
         let Some(mut state) = rows::load_job_state(ctx.conn, job_id)? else {

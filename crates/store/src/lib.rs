@@ -12,6 +12,7 @@ mod migrate;
 mod notify;
 mod reader;
 mod rows;
+mod schedules;
 mod stats;
 mod writer;
 
@@ -28,6 +29,7 @@ use starbridge_core::time::{Duration, Timestamp};
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use notify::Notifier;
+pub use schedules::{ScheduleSpec, StoredSchedule, time_zone};
 pub use stats::{QueueStats, Stats};
 
 use reader::ReadPool;
@@ -398,9 +400,64 @@ impl Store {
             .await
     }
 
-    /// When the next lease lapses or deadline passes.
+    /// When the next lease lapses, deadline passes or schedule fires.
     pub async fn next_timer(&self) -> Result<Option<Timestamp>> {
-        self.reader.read(rows::next_timer).await
+        self.reader
+            .read(|conn| {
+                let timers = rows::next_timer(conn)?;
+                let schedules = schedules::next_due(conn)?;
+                Ok(match (timers, schedules) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                })
+            })
+            .await
+    }
+
+    /// Creates or replaces a schedule.
+    pub async fn put_schedule(
+        &self,
+        namespace: &str,
+        name: &str,
+        spec: ScheduleSpec,
+    ) -> Result<StoredSchedule> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.writer
+            .write(move |ctx| schedules::put(ctx, &namespace, &name, spec))
+            .await
+    }
+
+    pub async fn pause_schedule(
+        &self,
+        namespace: &str,
+        name: &str,
+        paused: bool,
+    ) -> Result<StoredSchedule> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.writer
+            .write(move |ctx| schedules::set_paused(ctx, &namespace, &name, paused))
+            .await
+    }
+
+    pub async fn delete_schedule(&self, namespace: &str, name: &str) -> Result<()> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.writer
+            .write(move |ctx| schedules::delete(ctx, &namespace, &name))
+            .await
+    }
+
+    pub async fn schedules(&self, namespace: &str) -> Result<Vec<StoredSchedule>> {
+        let namespace = namespace.to_owned();
+        self.reader
+            .read(move |conn| schedules::list(conn, &namespace))
+            .await
+    }
+
+    pub async fn schedule(&self, namespace: &str, name: &str) -> Result<Option<StoredSchedule>> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.reader
+            .read(move |conn| schedules::get(conn, &namespace, &name))
+            .await
     }
 
     /// Jobs per status and tasks per queue, for `/metrics`: one read query (see `stats.rs`).

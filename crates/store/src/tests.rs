@@ -8,6 +8,7 @@ use starbridge_core::dispatch::QueueMode;
 use starbridge_core::model::{
     EventKind, Input, JobStatus, OperatorAction, OperatorCommand, ReportedError, TaskStatus,
 };
+use starbridge_core::schedule::{CatchUp, Overlap};
 use starbridge_core::time::{Duration, Timestamp};
 
 use super::*;
@@ -807,4 +808,229 @@ async fn a_lock_key_that_does_not_render_is_refused_at_submit() {
         panic!("expected a validation error")
     };
     assert_eq!(problems[0].field, "lock.key");
+}
+
+fn schedule_spec(cron: &str, overlap: Overlap, catch_up: CatchUp) -> ScheduleSpec {
+    ScheduleSpec {
+        workflow: "wf".into(),
+        params: json!({"from": "cron"}),
+        cron: cron.into(),
+        timezone: "UTC".into(),
+        overlap,
+        catch_up,
+        paused: false,
+    }
+}
+
+async fn all_jobs(store: &Store) -> Vec<starbridge_core::model::Job> {
+    store
+        .jobs(JobFilter {
+            namespace: "default".into(),
+            status: None,
+            workflow: None,
+            before: None,
+            limit: 500,
+        })
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_schedule_fires_one_job_per_fire_time_with_its_params() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    let schedule = f
+        .store
+        .put_schedule(
+            "default",
+            "nightly",
+            schedule_spec("*/10 * * * * *", Overlap::Allow, CatchUp::Skip),
+        )
+        .await
+        .unwrap();
+    let first_fire = schedule.next_fire_at.unwrap();
+    assert!(first_fire > f.store.now());
+    assert_eq!(f.store.next_timer().await.unwrap(), Some(first_fire));
+    f.clock.advance(first_fire.since(f.store.now()));
+    f.store.tick().await.unwrap();
+    f.store.tick().await.unwrap();
+    let jobs = all_jobs(&f.store).await;
+    assert_eq!(jobs.len(), 1, "a fire creates exactly one job");
+    assert_eq!(jobs[0].params, json!({"from": "cron"}));
+    assert_eq!(
+        jobs[0].key.as_deref(),
+        Some(format!("schedule:nightly:{}", first_fire.0).as_str())
+    );
+    let after = f
+        .store
+        .schedule("default", "nightly")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.last_fire_at, Some(first_fire));
+    assert_eq!(
+        after.next_fire_at,
+        Some(first_fire.saturating_add(Duration::from_secs(10)))
+    );
+}
+
+#[tokio::test]
+async fn overlap_skip_starts_nothing_while_the_previous_job_runs_and_queue_one_holds_one_fire() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    for (name, overlap) in [("skipper", Overlap::Skip), ("queuer", Overlap::QueueOne)] {
+        f.store
+            .put_schedule(
+                "default",
+                name,
+                schedule_spec("*/10 * * * * *", overlap, CatchUp::Skip),
+            )
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        f.clock.advance(Duration::from_secs(10));
+        f.store.tick().await.unwrap();
+    }
+    let jobs = all_jobs(&f.store).await;
+    assert_eq!(jobs.len(), 2, "one job per schedule while the first runs");
+    let queuer = f
+        .store
+        .schedule("default", "queuer")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        queuer.pending_fire_at.is_some(),
+        "queue_one keeps one fire waiting"
+    );
+    let skipper = f
+        .store
+        .schedule("default", "skipper")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(skipper.pending_fire_at.is_none());
+
+    // Finish both jobs: the held fire of queue_one starts at once.
+    while let Some(claimed) = claim_n(&f.store, &["q"], 1).await.pop() {
+        complete(&f.store, &claimed, json!({})).await.unwrap();
+    }
+    assert_eq!(
+        f.store
+            .next_timer()
+            .await
+            .unwrap()
+            .map(|t| t <= f.store.now()),
+        Some(true)
+    );
+    f.store.tick().await.unwrap();
+    assert_eq!(all_jobs(&f.store).await.len(), 3);
+}
+
+#[tokio::test]
+async fn catch_up_all_runs_missed_fires_up_to_its_limit() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    f.store
+        .put_schedule(
+            "default",
+            "hourly",
+            schedule_spec("0 * * * *", Overlap::Allow, CatchUp::All { limit: 3 }),
+        )
+        .await
+        .unwrap();
+    // Ten hours of downtime.
+    f.clock.advance(Duration::from_secs(10 * 3600));
+    f.store.tick().await.unwrap();
+    assert_eq!(all_jobs(&f.store).await.len(), 3);
+}
+
+#[tokio::test]
+async fn schedule_input_is_validated_naming_the_field() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    let cases = [
+        (
+            schedule_spec("99 * * * *", Overlap::Skip, CatchUp::Skip),
+            "cron",
+        ),
+        (
+            ScheduleSpec {
+                timezone: "Mars/Olympus".into(),
+                ..schedule_spec("0 * * * *", Overlap::Skip, CatchUp::Skip)
+            },
+            "timezone",
+        ),
+        (
+            ScheduleSpec {
+                workflow: "nope".into(),
+                ..schedule_spec("0 * * * *", Overlap::Skip, CatchUp::Skip)
+            },
+            "workflow",
+        ),
+    ];
+    for (spec, field) in cases {
+        let Error::Invalid(problems) = f
+            .store
+            .put_schedule("default", "s", spec)
+            .await
+            .unwrap_err()
+        else {
+            panic!("expected a validation error for {field}")
+        };
+        assert_eq!(problems[0].field, field);
+    }
+    let paused = f
+        .store
+        .put_schedule(
+            "default",
+            "s",
+            ScheduleSpec {
+                paused: true,
+                ..schedule_spec("* * * * * *", Overlap::Allow, CatchUp::Skip)
+            },
+        )
+        .await
+        .unwrap();
+    assert!(paused.paused);
+    f.clock.advance(Duration::from_secs(5));
+    f.store.tick().await.unwrap();
+    assert!(
+        all_jobs(&f.store).await.is_empty(),
+        "a paused schedule does not fire"
+    );
+    f.store.delete_schedule("default", "s").await.unwrap();
+    assert!(matches!(
+        f.store.delete_schedule("default", "s").await,
+        Err(Error::NotFound(_))
+    ));
 }

@@ -120,3 +120,26 @@ CREATE TABLE events (
     detail    TEXT NOT NULL
 );
 CREATE INDEX events_job ON events (job_id, seq);
+
+-- Cron triggers. A fire creates a job whose key is `schedule:<name>:<fire time ms>`, so the
+-- same fire never creates two jobs.
+CREATE TABLE schedules (
+    namespace       TEXT NOT NULL,
+    name            TEXT NOT NULL,
+    workflow        TEXT NOT NULL,
+    params          TEXT NOT NULL,
+    cron            TEXT NOT NULL,
+    timezone        TEXT NOT NULL,
+    overlap         TEXT NOT NULL,      -- skip | allow | queue_one
+    catch_up        TEXT NOT NULL,      -- JSON: {"policy": "skip" | "once" | "all", "limit": n}
+    paused          INTEGER NOT NULL,
+    next_fire_at    INTEGER,
+    pending_fire_at INTEGER,            -- a fire held until the previous job ends (queue_one)
+    last_fire_at    INTEGER,
+    last_job_id     TEXT,
+    last_error      TEXT,
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL,
+    PRIMARY KEY (namespace, name)
+);
+CREATE INDEX schedules_due ON schedules (next_fire_at) WHERE paused = 0;
