@@ -137,9 +137,10 @@ pub fn due(
     }
     let fires = match catch_up {
         CatchUp::Skip => missed
-            .into_iter()
-            .filter(|at| now.since(*at) <= ON_TIME_GRACE)
-            .last()
+            .iter()
+            .rev()
+            .find(|at| now.since(**at) <= ON_TIME_GRACE)
+            .copied()
             .into_iter()
             .collect(),
         CatchUp::Once => missed.last().copied().into_iter().collect(),
