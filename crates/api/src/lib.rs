@@ -349,6 +349,61 @@ where
     Option::<T>::deserialize(deserializer).map(Some)
 }
 
+/// What to do with fires missed while the server was down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CatchUpPolicy {
+    /// `skip` (drop missed fires; a fire less than a minute late still runs), `once` (run the
+    /// latest missed fire once) or `all` (run every missed fire, at most `limit`).
+    pub policy: String,
+    pub limit: Option<u32>,
+}
+
+/// A schedule to create or replace (`PUT /schedules/{name}`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleRequest {
+    pub workflow: String,
+    #[serde(default)]
+    pub params: Option<Value>,
+    /// 5 fields (`0 3 * * *`), 6 with seconds first, or a nickname such as `@hourly`.
+    pub cron: String,
+    /// An IANA time zone; `UTC` when absent.
+    pub timezone: Option<String>,
+    /// `skip` (default), `allow` or `queue_one`: what a fire does while the previous job runs.
+    pub overlap: Option<String>,
+    pub catch_up: Option<CatchUpPolicy>,
+    #[serde(default)]
+    pub paused: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleView {
+    pub namespace: String,
+    pub name: String,
+    pub workflow: String,
+    pub params: Value,
+    pub cron: String,
+    pub timezone: String,
+    pub overlap: String,
+    pub catch_up: CatchUpPolicy,
+    pub paused: bool,
+    /// The next fire times (up to 5; none while paused).
+    pub next_fires: Vec<Timestamp>,
+    pub pending_fire_at: Option<Timestamp>,
+    pub last_fire_at: Option<Timestamp>,
+    pub last_job_id: Option<String>,
+    /// Why the last fire could not start its job, if it could not.
+    pub last_error: Option<String>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScheduleList {
+    pub items: Vec<ScheduleView>,
+}
+
 /// What a report (complete, fail, check-later) changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReportResponse {

@@ -7,6 +7,7 @@ mod openapi;
 mod operate;
 mod queues;
 mod routes;
+mod schedules;
 mod timers;
 mod views;
 

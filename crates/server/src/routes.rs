@@ -55,6 +55,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/check-later", post(check_later))
         .merge(crate::operate::routes())
         .merge(crate::queues::routes())
+        .merge(crate::schedules::routes())
         .fallback(not_found)
         .with_state(state)
         .layer(crate::metrics::layer())

@@ -550,3 +550,52 @@ async fn queues_are_listed_configured_paused_and_resumed() {
     let (status, _, _) = api.call("GET", "/api/v1/queues/nope", "").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn schedules_are_created_listed_paused_resumed_and_deleted() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let request = r#"{"workflow": "wf", "cron": "0 3 * * *", "timezone": "Europe/Paris",
+        "params": {"n": 1}, "overlap": "queue_one", "catch_up": {"policy": "all", "limit": 2}}"#;
+    let (status, _, created) = api.call("PUT", "/api/v1/schedules/nightly", request).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["next_fires"].as_array().unwrap().len(), 5);
+    assert_eq!(created["catch_up"], json!({"policy": "all", "limit": 2}));
+    let (status, _, _) = api.call("PUT", "/api/v1/schedules/nightly", request).await;
+    assert_eq!(status, StatusCode::OK, "replacing is 200");
+
+    let (status, _, problem) = api
+        .call(
+            "PUT",
+            "/api/v1/schedules/bad",
+            r#"{"workflow": "wf", "cron": "0 25 * * *"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(problem["errors"][0]["field"], "cron");
+    let (status, _, problem) = api
+        .call(
+            "PUT",
+            "/api/v1/schedules/bad",
+            r#"{"workflow": "wf", "cron": "@daily", "overlap": "never"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "overlap");
+
+    let (_, _, paused) = api
+        .call("POST", "/api/v1/schedules/nightly/pause", "")
+        .await;
+    assert_eq!(paused["paused"], true);
+    assert!(paused["next_fires"].as_array().unwrap().is_empty());
+    let (_, _, resumed) = api
+        .call("POST", "/api/v1/schedules/nightly/resume", "")
+        .await;
+    assert_eq!(resumed["next_fires"].as_array().unwrap().len(), 5);
+    let (_, _, list) = api.call("GET", "/api/v1/schedules", "").await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 1);
+    let (status, _, _) = api.call("DELETE", "/api/v1/schedules/nightly", "").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, _) = api.call("GET", "/api/v1/schedules/nightly", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
