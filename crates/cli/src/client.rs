@@ -576,6 +576,150 @@ pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<E
     })
 }
 
+#[derive(clap::Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// Create or replace a schedule.
+    Set {
+        name: String,
+        /// The workflow each fire runs.
+        #[arg(long)]
+        workflow: String,
+        /// 5 fields (`0 3 * * *`), 6 with seconds first, or a nickname such as `@hourly`.
+        #[arg(long)]
+        cron: String,
+        /// IANA time zone of the cron expression.
+        #[arg(long = "tz", default_value = "UTC")]
+        timezone: String,
+        /// A job parameter `key=value` (repeatable; values read as JSON when they parse).
+        #[arg(long = "param", short = 'p', value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        /// While the previous job runs: `skip`, `allow` or `queue_one`.
+        #[arg(long, default_value = "skip")]
+        overlap: String,
+        /// Fires missed during downtime: `skip`, `once` or `all`.
+        #[arg(long, default_value = "skip")]
+        catch_up: String,
+        /// With `--catch-up all`: most missed fires run.
+        #[arg(long)]
+        catch_up_limit: Option<u32>,
+        /// Create it paused.
+        #[arg(long)]
+        paused: bool,
+    },
+    /// Show a schedule and its next fire times.
+    Show {
+        name: String,
+    },
+    Pause {
+        name: String,
+    },
+    Resume {
+        name: String,
+    },
+    Delete {
+        name: String,
+    },
+}
+
+fn print_schedules(schedules: &[api::ScheduleView]) {
+    let rows: Vec<Vec<String>> = schedules
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                s.workflow.clone(),
+                s.cron.clone(),
+                s.timezone.clone(),
+                if s.paused { "paused" } else { "active" }.to_owned(),
+                time(s.next_fires.first().copied()),
+                s.last_job_id.clone().unwrap_or_else(|| "-".to_owned()),
+                clip(s.last_error.as_deref().unwrap_or(""), 50),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "SCHEDULE",
+            "WORKFLOW",
+            "CRON",
+            "TZ",
+            "STATE",
+            "NEXT FIRE",
+            "LAST JOB",
+            "ERROR",
+        ],
+        &rows,
+    );
+}
+
+pub(crate) async fn schedules(context: &Context) -> Result<ExitCode> {
+    let list: api::ScheduleList = context
+        .client
+        .get_json(&context.path("/api/v1/schedules"))
+        .await?;
+    show(context, &list, |list| print_schedules(&list.items))
+}
+
+pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Result<ExitCode> {
+    let path =
+        |name: &str, action: &str| context.path(&format!("/api/v1/schedules/{name}{action}"));
+    let schedule: api::ScheduleView = match command {
+        ScheduleCommand::Set {
+            name,
+            workflow,
+            cron,
+            timezone,
+            params: pairs,
+            overlap,
+            catch_up,
+            catch_up_limit,
+            paused,
+        } => {
+            let request = api::ScheduleRequest {
+                workflow: workflow.clone(),
+                params: Some(params(pairs, None)?),
+                cron: cron.clone(),
+                timezone: Some(timezone.clone()),
+                overlap: Some(overlap.clone()),
+                catch_up: Some(api::CatchUpPolicy {
+                    policy: catch_up.clone(),
+                    limit: *catch_up_limit,
+                }),
+                paused: *paused,
+            };
+            let body = serde_json::to_vec(&request)?;
+            context
+                .client
+                .put_raw(&path(name, ""), "application/json", body)
+                .await?
+        }
+        ScheduleCommand::Show { name } => context.client.get_json(&path(name, "")).await?,
+        ScheduleCommand::Pause { name } => {
+            context
+                .client
+                .post_json(&path(name, "/pause"), &serde_json::json!({}))
+                .await?
+        }
+        ScheduleCommand::Resume { name } => {
+            context
+                .client
+                .post_json(&path(name, "/resume"), &serde_json::json!({}))
+                .await?
+        }
+        ScheduleCommand::Delete { name } => {
+            context.client.delete(&path(name, "")).await?;
+            eprintln!("schedule {name} deleted");
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    show(context, &schedule, |schedule| {
+        print_schedules(std::slice::from_ref(schedule));
+        for fire in &schedule.next_fires {
+            println!("next  {}", time(Some(*fire)));
+        }
+    })
+}
+
 const TERMINAL: &[&str] = &[
     "succeeded",
     "failed",

@@ -688,3 +688,61 @@ steps:
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("job is succeeded"));
 }
+
+#[tokio::test]
+async fn a_schedule_set_from_the_cli_starts_jobs_on_time() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.apply(
+        "tick",
+        "steps:\n- {id: a, queue: shell, command: echo tick}\n",
+    )
+    .await;
+    let set = h.cli(&[
+        "schedule",
+        "set",
+        "every-second",
+        "--workflow",
+        "tick",
+        "--cron",
+        "* * * * * *",
+        "-p",
+        "n=1",
+    ]);
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    assert!(String::from_utf8_lossy(&set.stdout).contains("every-second"));
+    let deadline = Instant::now() + STUCK;
+    let job = loop {
+        let list: Value = h
+            .http
+            .get(format!("{}/api/v1/jobs?workflow=tick", h.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(job) = list["items"].as_array().unwrap().first() {
+            break job.clone();
+        }
+        assert!(Instant::now() < deadline, "the schedule never fired");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        job["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("schedule:every-second:")
+    );
+    let finished = h.wait_for_end(job["id"].as_str().unwrap()).await;
+    assert_eq!(finished["status"], "succeeded");
+    let paused = h.cli(&["schedule", "pause", "every-second", "-o", "json"]);
+    let view: Value = serde_json::from_slice(&paused.stdout).unwrap();
+    assert_eq!(view["paused"], true);
+    let deleted = h.cli(&["schedule", "delete", "every-second"]);
+    assert!(deleted.status.success());
+}

@@ -298,6 +298,12 @@ impl Client {
         self.send(builder).await
     }
 
+    /// `DELETE path`; any 2xx answer (usually 204 with no body) is success.
+    pub async fn delete(&self, path: &str) -> Result<(), Error> {
+        let builder = self.request(Method::DELETE, path);
+        self.send::<serde_json::Value>(builder).await.map(|_| ())
+    }
+
     /// `PUT path` with a raw body of the given content type (e.g. a YAML workflow definition as
     /// `application/yaml`), decoding the JSON answer.
     pub async fn put_raw<T: DeserializeOwned>(
