@@ -404,6 +404,63 @@ pub struct ScheduleList {
     pub items: Vec<ScheduleView>,
 }
 
+/// A webhook subscription to create (`POST /webhooks`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookRequest {
+    /// Where to POST each job status change (http or https).
+    pub url: String,
+    /// Only jobs of this workflow (all when absent).
+    pub workflow: Option<String>,
+    /// Only these job statuses (all when absent or empty).
+    #[serde(default)]
+    pub states: Vec<String>,
+    /// The signing secret (16 to 256 bytes); one is generated when absent.
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WebhookView {
+    pub id: String,
+    pub namespace: String,
+    pub url: String,
+    pub workflow: Option<String>,
+    pub states: Vec<String>,
+    pub created_at: Timestamp,
+    /// The signing secret: returned only when the subscription is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WebhookList {
+    pub items: Vec<WebhookView>,
+}
+
+/// One message to a subscription and how its delivery went.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeliveryView {
+    pub id: i64,
+    pub job_id: String,
+    /// The job status the message reports.
+    pub status: String,
+    pub payload: Value,
+    pub created_at: Timestamp,
+    pub attempts: u32,
+    /// `pending`, `delivered` or `failed` (given up).
+    pub state: String,
+    pub next_attempt_at: Option<Timestamp>,
+    pub delivered_at: Option<Timestamp>,
+    /// HTTP status of the last attempt.
+    pub last_status: Option<u16>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeliveryList {
+    pub items: Vec<DeliveryView>,
+}
+
 /// What a report (complete, fail, check-later) changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReportResponse {

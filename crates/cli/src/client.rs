@@ -720,6 +720,130 @@ pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Re
     })
 }
 
+#[derive(clap::Subcommand)]
+pub(crate) enum WebhookCommand {
+    /// Subscribe a URL; prints the signing secret once.
+    Add {
+        url: String,
+        /// Only jobs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Only these job statuses (repeatable; all when absent).
+        #[arg(long = "state")]
+        states: Vec<String>,
+        /// Signing secret (16 to 256 bytes; generated when absent).
+        #[arg(long)]
+        secret: Option<String>,
+    },
+    /// Unsubscribe.
+    Delete { id: String },
+    /// Recent deliveries of a subscription, newest first.
+    Deliveries {
+        id: String,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+}
+
+fn print_webhooks(webhooks: &[api::WebhookView]) {
+    let rows: Vec<Vec<String>> = webhooks
+        .iter()
+        .map(|w| {
+            vec![
+                w.id.clone(),
+                w.url.clone(),
+                w.workflow.clone().unwrap_or_else(|| "*".to_owned()),
+                if w.states.is_empty() {
+                    "*".to_owned()
+                } else {
+                    w.states.join(",")
+                },
+                time(Some(w.created_at)),
+            ]
+        })
+        .collect();
+    table(&["WEBHOOK", "URL", "WORKFLOW", "STATES", "CREATED"], &rows);
+}
+
+pub(crate) async fn webhooks(context: &Context) -> Result<ExitCode> {
+    let list: api::WebhookList = context
+        .client
+        .get_json(&context.path("/api/v1/webhooks"))
+        .await?;
+    show(context, &list, |list| print_webhooks(&list.items))
+}
+
+pub(crate) async fn webhook(context: &Context, command: &WebhookCommand) -> Result<ExitCode> {
+    match command {
+        WebhookCommand::Add {
+            url,
+            workflow,
+            states,
+            secret,
+        } => {
+            let request = api::WebhookRequest {
+                url: url.clone(),
+                workflow: workflow.clone(),
+                states: states.clone(),
+                secret: secret.clone(),
+            };
+            let created: api::WebhookView = context
+                .client
+                .post_json(&context.path("/api/v1/webhooks"), &request)
+                .await?;
+            show(context, &created, |created| {
+                print_webhooks(std::slice::from_ref(created));
+                if let Some(secret) = &created.secret {
+                    eprintln!("signing secret (shown once): {secret}");
+                }
+            })
+        }
+        WebhookCommand::Delete { id } => {
+            context
+                .client
+                .delete(&context.path(&format!("/api/v1/webhooks/{id}")))
+                .await?;
+            eprintln!("webhook {id} deleted");
+            Ok(ExitCode::SUCCESS)
+        }
+        WebhookCommand::Deliveries { id, limit } => {
+            let list: api::DeliveryList = context
+                .client
+                .get_json(&context.path(&format!("/api/v1/webhooks/{id}/deliveries?limit={limit}")))
+                .await?;
+            show(context, &list, |list| {
+                let rows: Vec<Vec<String>> = list
+                    .items
+                    .iter()
+                    .map(|d| {
+                        vec![
+                            d.id.to_string(),
+                            d.job_id.clone(),
+                            d.status.clone(),
+                            d.state.clone(),
+                            d.attempts.to_string(),
+                            d.last_status.map_or("-".to_owned(), |s| s.to_string()),
+                            clip(d.last_error.as_deref().unwrap_or(""), 50),
+                        ]
+                    })
+                    .collect();
+                table(
+                    &[
+                        "DELIVERY",
+                        "JOB",
+                        "JOB STATUS",
+                        "STATE",
+                        "ATTEMPTS",
+                        "HTTP",
+                        "ERROR",
+                    ],
+                    &rows,
+                );
+            })
+        }
+    }
+}
+
 const TERMINAL: &[&str] = &[
     "succeeded",
     "failed",

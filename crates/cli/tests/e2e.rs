@@ -746,3 +746,128 @@ async fn a_schedule_set_from_the_cli_starts_jobs_on_time() {
     let deleted = h.cli(&["schedule", "delete", "every-second"]);
     assert!(deleted.status.success());
 }
+
+/// A local HTTP receiver that answers 500 to its first request and 200 after, keeping every
+/// request's signature header and body.
+async fn webhook_receiver() -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<(String, String, Vec<u8>)>,
+) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let sender = sender.clone();
+                let calls = calls.clone();
+                async move {
+                    let header = |name: &str| {
+                        headers
+                            .get(name)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned()
+                    };
+                    let _ = sender.send((
+                        header("starbridge-signature"),
+                        header("starbridge-delivery"),
+                        body.to_vec(),
+                    ));
+                    if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR
+                    } else {
+                        axum::http::StatusCode::OK
+                    }
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, receiver)
+}
+
+#[tokio::test]
+async fn a_webhook_reaches_a_local_listener_signed_and_is_retried_after_an_error() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.apply(
+        "hello",
+        "steps:\n- {id: a, queue: shell, command: echo hi}\n",
+    )
+    .await;
+    let (url, mut received) = webhook_receiver().await;
+    let created: Value = h
+        .http
+        .post(format!("{}/api/v1/webhooks", h.url))
+        .json(&json!({"url": url, "workflow": "hello", "states": ["succeeded"], "secret": "0123456789abcdef-secret"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let webhook = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["secret"], "0123456789abcdef-secret");
+    let id = h.submit("hello", json!({})).await;
+    h.wait_for_end(&id).await;
+
+    let mut attempts = Vec::new();
+    while attempts.len() < 2 {
+        let message = tokio::time::timeout(STUCK, received.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        attempts.push(message);
+    }
+    let (signature, delivery, body) = &attempts[1];
+    assert_eq!(delivery, &attempts[0].1, "a retry keeps its delivery id");
+    let t: i64 = signature
+        .strip_prefix("t=")
+        .and_then(|rest| rest.split(',').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        signature,
+        &starbridge_server::signature("0123456789abcdef-secret", t, body),
+        "the receiver can verify the signature"
+    );
+    let payload: Value = serde_json::from_slice(body).unwrap();
+    assert_eq!(payload["job"]["id"], id);
+    assert_eq!(payload["job"]["status"], "succeeded");
+    assert_eq!(payload["job"]["previous_status"], "running");
+
+    let deadline = Instant::now() + STUCK;
+    loop {
+        let history: Value = h
+            .http
+            .get(format!("{}/api/v1/webhooks/{webhook}/deliveries", h.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let first = &history["items"][0];
+        if first["state"] == "delivered" {
+            assert_eq!(first["attempts"], 2);
+            assert_eq!(first["last_status"], 200);
+            assert_eq!(
+                history["items"].as_array().unwrap().len(),
+                1,
+                "only the succeeded state was asked for"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "delivery never recorded: {history}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -10,6 +10,7 @@ mod routes;
 mod schedules;
 mod timers;
 mod views;
+mod webhooks;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,6 +21,7 @@ use tokio::net::TcpListener;
 pub use error::ApiError;
 pub use routes::{AppState, router};
 pub use timers::run_timers;
+pub use webhooks::{run_deliveries, signature};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -63,7 +65,8 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
         let (stop_timers, timers_stopped) = tokio::sync::watch::channel(false);
-        let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped));
+        let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped.clone()));
+        let deliveries = tokio::spawn(run_deliveries(self.store.clone(), timers_stopped));
         let app = router(AppState { store: self.store });
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
@@ -71,6 +74,7 @@ impl Server {
             .map_err(Error::Serve);
         let _ = stop_timers.send(true);
         let _ = timers.await;
+        let _ = deliveries.await;
         served
     }
 }

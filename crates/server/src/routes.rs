@@ -56,6 +56,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::operate::routes())
         .merge(crate::queues::routes())
         .merge(crate::schedules::routes())
+        .merge(crate::webhooks::routes())
         .fallback(not_found)
         .with_state(state)
         .layer(crate::metrics::layer())

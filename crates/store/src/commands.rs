@@ -183,6 +183,7 @@ pub(crate) fn submit(
         machine::CreateError::LockKey(message) => invalid("lock.key", message),
     })?;
     persist(ctx, &state, actions)?;
+    crate::webhooks::enqueue(ctx, &state.job, None)?;
     if let Some(lock) = state.job.lock.clone() {
         start_waiting_jobs(ctx, namespace, &lock.key)?;
         if let Some(started) = rows::load_job_state(ctx.conn, &state.job.id)? {
@@ -432,6 +433,7 @@ fn apply(
         now: ctx.now,
         ids: &mut ids,
     };
+    let before = state.job.status;
     let actions =
         machine::apply(workflow, state, input, &mut machine_ctx).map_err(|rejection| {
             match rejection {
@@ -439,7 +441,11 @@ fn apply(
                 other => Error::Conflict(other.to_string()),
             }
         })?;
-    persist(ctx, state, actions)
+    persist(ctx, state, actions)?;
+    if state.job.status != before {
+        crate::webhooks::enqueue(ctx, &state.job, Some(before))?;
+    }
+    Ok(())
 }
 
 /// Writes what the state machine decided: job row, changed tasks, history, wake-ups.

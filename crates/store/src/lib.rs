@@ -14,6 +14,7 @@ mod reader;
 mod rows;
 mod schedules;
 mod stats;
+mod webhooks;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +32,9 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use notify::Notifier;
 pub use schedules::{ScheduleSpec, StoredSchedule, time_zone};
 pub use stats::{QueueStats, Stats};
+pub use webhooks::{
+    Attempt, Delivery, DueDelivery, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF, Webhook,
+};
 
 use reader::ReadPool;
 use writer::Writer;
@@ -411,6 +415,68 @@ impl Store {
                     (a, b) => a.or(b),
                 })
             })
+            .await
+    }
+
+    /// Subscribes `url` to job status changes (of `workflow`, with one of `states`; empty: all).
+    pub async fn create_webhook(
+        &self,
+        namespace: &str,
+        url: &str,
+        workflow: Option<String>,
+        states: Vec<JobStatus>,
+        secret: Option<String>,
+    ) -> Result<Webhook> {
+        let (namespace, url) = (namespace.to_owned(), url.to_owned());
+        self.writer
+            .write(move |ctx| webhooks::create(ctx, &namespace, &url, workflow, states, secret))
+            .await
+    }
+
+    pub async fn webhooks(&self, namespace: &str) -> Result<Vec<Webhook>> {
+        let namespace = namespace.to_owned();
+        self.reader
+            .read(move |conn| webhooks::list(conn, &namespace))
+            .await
+    }
+
+    /// Deletes a subscription and its undelivered messages (its history stays).
+    pub async fn delete_webhook(&self, namespace: &str, id: &str) -> Result<()> {
+        let (namespace, id) = (namespace.to_owned(), id.to_owned());
+        self.writer
+            .write(move |ctx| webhooks::delete(ctx, &namespace, &id))
+            .await
+    }
+
+    /// A subscription's deliveries, newest first; `None` when it is not in this namespace.
+    pub async fn deliveries(
+        &self,
+        namespace: &str,
+        id: &str,
+        limit: u32,
+    ) -> Result<Option<Vec<Delivery>>> {
+        let (namespace, id) = (namespace.to_owned(), id.to_owned());
+        self.reader
+            .read(move |conn| webhooks::deliveries(conn, &namespace, &id, limit))
+            .await
+    }
+
+    /// Deliveries due now, for the deliverer.
+    pub async fn due_deliveries(&self, limit: u32) -> Result<Vec<DueDelivery>> {
+        let now = self.clock.now();
+        self.reader
+            .read(move |conn| webhooks::due(conn, now, limit))
+            .await
+    }
+
+    /// When the next delivery attempt is due.
+    pub async fn next_delivery(&self) -> Result<Option<Timestamp>> {
+        self.reader.read(webhooks::next_due).await
+    }
+
+    pub async fn record_delivery(&self, id: i64, attempt: Attempt) -> Result<()> {
+        self.writer
+            .write(move |ctx| webhooks::record(ctx, id, attempt))
             .await
     }
 

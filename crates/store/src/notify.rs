@@ -12,6 +12,7 @@ type QueueKey = (String, String);
 pub struct Notifier {
     waiters: Mutex<HashMap<QueueKey, Vec<Weak<Notify>>>>,
     timers: Arc<Notify>,
+    deliveries: Arc<Notify>,
 }
 
 impl Notifier {
@@ -22,6 +23,15 @@ impl Notifier {
 
     pub(crate) fn timers_changed(&self) {
         self.timers.notify_one();
+    }
+
+    /// Signalled after a commit that wrote webhook deliveries.
+    pub fn deliveries(&self) -> Arc<Notify> {
+        self.deliveries.clone()
+    }
+
+    pub(crate) fn deliveries_changed(&self) {
+        self.deliveries.notify_one();
     }
 
     /// Registers interest in the given queues of a namespace. The returned `Notify` holds a permit

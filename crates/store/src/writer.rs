@@ -24,6 +24,8 @@ pub(crate) struct WriteCtx<'a> {
     pub(crate) now: Timestamp,
     pub(crate) workflows: &'a WorkflowCache,
     pub(crate) wakes: Vec<(String, String)>,
+    /// Set when webhook deliveries were written: the deliverer is woken after commit.
+    pub(crate) deliveries: bool,
 }
 
 type Reply = Box<dyn FnOnce(Result<()>) + Send>;
@@ -91,6 +93,7 @@ fn run(
         }
         let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
         let mut wakes = Vec::new();
+        let mut deliveries = false;
         if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
             // Dropping the requests answers each with `Error::Unavailable`; nothing was written.
             tracing::error!(%error, "cannot begin a write transaction");
@@ -103,11 +106,13 @@ fn run(
                 now: clock.now(),
                 workflows: &workflows,
                 wakes: Vec::new(),
+                deliveries: false,
             };
             let savepoint = conn.execute_batch("SAVEPOINT request");
             let (ok, reply) = work(&mut ctx);
             let closed = if ok && savepoint.is_ok() {
                 wakes.append(&mut ctx.wakes);
+                deliveries |= ctx.deliveries;
                 conn.execute_batch("RELEASE request")
             } else {
                 conn.execute_batch("ROLLBACK TO request; RELEASE request")
@@ -132,6 +137,9 @@ fn run(
         }
         if committed.is_ok() {
             notifier.timers_changed();
+            if deliveries {
+                notifier.deliveries_changed();
+            }
         }
         for (namespace, queue) in wakes {
             notifier.wake(&namespace, &queue);

@@ -143,3 +143,34 @@ CREATE TABLE schedules (
     PRIMARY KEY (namespace, name)
 );
 CREATE INDEX schedules_due ON schedules (next_fire_at) WHERE paused = 0;
+
+-- Webhook subscriptions on job state changes.
+CREATE TABLE webhooks (
+    id         TEXT PRIMARY KEY,
+    namespace  TEXT NOT NULL,
+    url        TEXT NOT NULL,
+    secret     TEXT NOT NULL,
+    workflow   TEXT,                  -- only jobs of this workflow; NULL: all
+    states     TEXT NOT NULL,         -- JSON list of job statuses; empty: all
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX webhooks_namespace ON webhooks (namespace);
+
+-- The outbox: a delivery is written in the same transaction as the change it reports, and
+-- sent (at least once) by the server's deliverer, retried with backoff.
+CREATE TABLE webhook_deliveries (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    webhook_id      TEXT NOT NULL,
+    namespace       TEXT NOT NULL,
+    job_id          TEXT NOT NULL,
+    status          TEXT NOT NULL,    -- the job status it reports
+    payload         TEXT NOT NULL,
+    created_at      INTEGER NOT NULL,
+    attempts        INTEGER NOT NULL,
+    next_attempt_at INTEGER,          -- NULL once delivered or given up
+    delivered_at    INTEGER,
+    last_status     INTEGER,          -- HTTP status of the last attempt
+    last_error      TEXT
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at) WHERE next_attempt_at IS NOT NULL;
+CREATE INDEX webhook_deliveries_webhook ON webhook_deliveries (webhook_id, id);
