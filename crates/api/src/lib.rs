@@ -116,6 +116,9 @@ pub struct TaskView {
     pub deadline_at: Option<Timestamp>,
     /// Every run of this task, oldest first (from the job's history).
     pub attempts: Vec<AttemptView>,
+    /// Why the task is not running yet (`waiting for a, b`, `queue q paused`, `retry in 4s`,
+    /// `no worker polling queue q for 5m`, …); `null` when nothing holds it back.
+    pub waiting_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -133,6 +136,10 @@ pub struct JobSummary {
     pub deadline_at: Option<Timestamp>,
     /// Why the job failed or is compensating.
     pub error: Option<String>,
+    /// The lock the job needs, if its workflow has one.
+    pub lock: Option<String>,
+    /// Why a queued or paused job is not moving (`waiting for lock k (5/5 held)`).
+    pub waiting_reason: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

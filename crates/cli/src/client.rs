@@ -291,6 +291,9 @@ fn task_label(task: &api::TaskView) -> String {
 }
 
 fn task_note(task: &api::TaskView) -> String {
+    if let Some(reason) = &task.waiting_reason {
+        return clip(reason, 70);
+    }
     if let Some(error) = &task.error {
         return clip(&error.message, 70);
     }
@@ -309,6 +312,9 @@ pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
         println!("status    {}", summary.status);
         if let Some(error) = &summary.error {
             println!("error     {error}");
+        }
+        if let Some(reason) = &summary.waiting_reason {
+            println!("waiting   {reason}");
         }
         println!("params    {}", job.params);
         println!(

@@ -123,6 +123,78 @@ pub fn order(mut candidates: Vec<Candidate>, max: usize) -> Vec<Candidate> {
     candidates
 }
 
+/// A worker that has not polled a queue for this long is reported as absent.
+pub const NO_WORKER_AFTER: Duration = Duration::from_secs(300);
+
+/// What the dispatcher knows about a queue when explaining why a task waits.
+#[derive(Debug, Clone)]
+pub struct QueueState {
+    pub config: QueueConfig,
+    pub running: u32,
+    /// Time since a worker last polled the queue on this server; `None`: never since start.
+    pub last_poll: Option<Duration>,
+}
+
+/// Why a task is not running yet, in words for operators; `None` when it is not waiting.
+/// `pending` names the dependencies that are not done.
+pub fn task_waiting_reason(
+    task: &crate::model::Task,
+    pending: &[&str],
+    queue: Option<&QueueState>,
+    now: Timestamp,
+) -> Option<String> {
+    use crate::model::TaskStatus;
+    match task.status {
+        TaskStatus::Waiting if !pending.is_empty() => {
+            Some(format!("waiting for {}", pending.join(", ")))
+        }
+        TaskStatus::Ready => {
+            if task.held {
+                return Some("job paused".to_owned());
+            }
+            if let Some(at) = task.available_at
+                && at > now
+            {
+                let what = if task.checking {
+                    "check again"
+                } else {
+                    "retry"
+                };
+                return Some(format!("{what} in {}", at.since(now)));
+            }
+            let Some(queue) = queue else {
+                return Some(format!("no worker has polled queue {} yet", task.queue));
+            };
+            let config = &queue.config;
+            if config.paused {
+                return Some(format!("queue {} paused", task.queue));
+            }
+            if config.free_slots(queue.running) == Some(0) {
+                let limit = if config.mode == QueueMode::Serial {
+                    1
+                } else {
+                    config.concurrency.unwrap_or(0)
+                };
+                return Some(format!(
+                    "queue {} at its limit ({}/{limit} running)",
+                    task.queue, queue.running
+                ));
+            }
+            match queue.last_poll {
+                None => Some(format!(
+                    "no worker has polled queue {} since the server started",
+                    task.queue
+                )),
+                Some(age) if age >= NO_WORKER_AFTER => {
+                    Some(format!("no worker polling queue {} for {age}", task.queue))
+                }
+                Some(_) => None,
+            }
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +251,90 @@ mod tests {
             3,
         );
         assert_eq!(ids(ordered), vec!["older", "old", "high"]);
+    }
+
+    fn ready_task(queue: &str) -> crate::model::Task {
+        use crate::model::{Task, TaskKind, TaskStatus};
+        Task {
+            id: TaskId::from_unique("t"),
+            job_id: JobId::from_unique("j"),
+            seq: 0,
+            kind: TaskKind::Step,
+            step: "s".into(),
+            item: None,
+            compensates: None,
+            queue: queue.into(),
+            command: "c".into(),
+            status: TaskStatus::Ready,
+            priority: 0,
+            attempt: 0,
+            checking: false,
+            available_at: Some(Timestamp(0)),
+            deadline_at: None,
+            lease_token: None,
+            lease_expires_at: None,
+            worker_id: None,
+            input: None,
+            output: None,
+            error: None,
+            progress: None,
+            logs: None,
+            created_at: Timestamp(0),
+            ready_at: None,
+            started_at: None,
+            ended_at: None,
+            completed_seq: None,
+            held: false,
+            round: 0,
+            attempt_base: 0,
+        }
+    }
+
+    #[test]
+    fn waiting_reasons_name_the_cause() {
+        let now = Timestamp(10_000);
+        let mut task = ready_task("q");
+        let polled = QueueState {
+            config: QueueConfig::default(),
+            running: 0,
+            last_poll: Some(Duration::from_secs(1)),
+        };
+        assert_eq!(task_waiting_reason(&task, &[], Some(&polled), now), None);
+        let absent = QueueState {
+            last_poll: Some(Duration::from_secs(600)),
+            ..polled.clone()
+        };
+        assert_eq!(
+            task_waiting_reason(&task, &[], Some(&absent), now).unwrap(),
+            "no worker polling queue q for 10m"
+        );
+        let full = QueueState {
+            config: QueueConfig {
+                mode: QueueMode::Serial,
+                ..QueueConfig::default()
+            },
+            running: 1,
+            ..polled.clone()
+        };
+        assert_eq!(
+            task_waiting_reason(&task, &[], Some(&full), now).unwrap(),
+            "queue q at its limit (1/1 running)"
+        );
+        task.available_at = Some(Timestamp(40_000));
+        assert_eq!(
+            task_waiting_reason(&task, &[], Some(&polled), now).unwrap(),
+            "retry in 30s"
+        );
+        task.held = true;
+        assert_eq!(
+            task_waiting_reason(&task, &[], Some(&polled), now).unwrap(),
+            "job paused"
+        );
+        task.status = crate::model::TaskStatus::Waiting;
+        assert_eq!(
+            task_waiting_reason(&task, &["a", "b"], None, now).unwrap(),
+            "waiting for a, b"
+        );
     }
 
     #[test]

@@ -191,21 +191,40 @@ pub(crate) async fn job_view(
     state: &AppState,
     job: &starbridge_core::model::JobState,
 ) -> ApiResult<api::JobView> {
+    let namespace = &job.job.namespace;
     let compiled = state
         .store
-        .compiled(&job.job.namespace, &job.job.workflow, job.job.version)
+        .compiled(namespace, &job.job.workflow, job.job.version)
         .await
         .ok();
     let events = state
         .store
-        .events(&job.job.namespace, &job.job.id, 0, MAX_VIEW_EVENTS)
+        .events(namespace, &job.job.id, 0, MAX_VIEW_EVENTS)
         .await?
         .unwrap_or_default();
-    Ok(views::job(
-        job,
-        compiled.as_ref().map(|c| &c.workflow),
-        &events,
-    ))
+    let mut waiting_queues: Vec<String> = job
+        .tasks
+        .iter()
+        .filter(|t| t.status == starbridge_core::model::TaskStatus::Ready)
+        .map(|t| t.queue.clone())
+        .collect();
+    waiting_queues.sort();
+    waiting_queues.dedup();
+    let queues = state.store.queue_states(namespace, waiting_queues).await?;
+    let lock_held = match (&job.job.lock, job.job.status) {
+        (Some(lock), starbridge_core::model::JobStatus::Queued) => {
+            Some(state.store.lock_usage(namespace, &lock.key).await?)
+        }
+        _ => None,
+    };
+    let context = views::JobContext {
+        workflow: compiled.as_ref().map(|c| &c.workflow),
+        events: &events,
+        queues: &queues,
+        lock_held,
+        now: state.store.now(),
+    };
+    Ok(views::job(job, &context))
 }
 
 async fn submit_job(
@@ -379,6 +398,7 @@ async fn poll(State(state): State<AppState>, bytes: Bytes) -> ApiResult<Json<api
     let request: api::PollRequest = body(&bytes)?;
     check_poll(&request)?;
     let namespace = namespace_name(request.namespace.as_deref())?;
+    state.store.notifier().polled(&namespace, &request.queues);
     let max = request.max_tasks.unwrap_or(1);
     let deadline = Instant::now() + StdDuration::from_millis(request.wait_ms.unwrap_or(0));
     let store = &state.store;

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use starbridge_api::{self as api, timestamp_from_millis};
 use starbridge_core::definition::Workflow;
-use starbridge_core::model::{EventKind, Job, JobState, Task, TaskKind, WindDown};
+use starbridge_core::dispatch::{QueueState, task_waiting_reason};
+use starbridge_core::model::{EventKind, Job, JobState, JobStatus, Task, TaskKind, WindDown};
 use starbridge_core::time::Timestamp;
 use starbridge_store::{StoredEvent, StoredWorkflow};
 
@@ -17,6 +18,19 @@ fn opt_time(ts: Option<Timestamp>) -> Option<api::Timestamp> {
 }
 
 pub(crate) fn job_summary(job: &Job) -> api::JobSummary {
+    job_summary_with(job, None)
+}
+
+/// The summary; `lock_held` (slots of the job's lock in use) makes a queued job's reason exact.
+pub(crate) fn job_summary_with(job: &Job, lock_held: Option<u32>) -> api::JobSummary {
+    let waiting_reason = match (job.status, &job.lock) {
+        (JobStatus::Queued, Some(lock)) => Some(match lock_held {
+            Some(held) => format!("waiting for lock {} ({held}/{} held)", lock.key, lock.slots),
+            None => format!("waiting for lock {}", lock.key),
+        }),
+        (JobStatus::Paused, _) => Some("paused by an operator".to_owned()),
+        _ => None,
+    };
     api::JobSummary {
         id: job.id.to_string(),
         namespace: job.namespace.clone(),
@@ -34,6 +48,8 @@ pub(crate) fn job_summary(job: &Job) -> api::JobSummary {
             WindDown::TimedOut => "the job timeout passed".to_owned(),
             WindDown::Cancelled { actor } => format!("cancelled by {actor}"),
         }),
+        lock: job.lock.as_ref().map(|lock| lock.key.clone()),
+        waiting_reason,
     }
 }
 
@@ -95,6 +111,7 @@ pub(crate) fn task(
     task: &Task,
     workflow: Option<&Workflow>,
     attempts: Vec<api::AttemptView>,
+    waiting_reason: Option<String>,
 ) -> api::TaskView {
     api::TaskView {
         id: task.id.to_string(),
@@ -126,22 +143,68 @@ pub(crate) fn task(
         lease_expires_at: opt_time(task.lease_expires_at),
         deadline_at: opt_time(task.deadline_at),
         attempts,
+        waiting_reason,
     }
 }
 
-pub(crate) fn job(
-    state: &JobState,
-    workflow: Option<&Workflow>,
-    events: &[StoredEvent],
-) -> api::JobView {
-    let mut runs = attempts(events);
+/// What the job view needs besides the job: its workflow, history, the state of the queues its
+/// tasks wait on, and how full its lock is.
+pub(crate) struct JobContext<'a> {
+    pub(crate) workflow: Option<&'a Workflow>,
+    pub(crate) events: &'a [StoredEvent],
+    pub(crate) queues: &'a HashMap<String, QueueState>,
+    pub(crate) lock_held: Option<u32>,
+    pub(crate) now: Timestamp,
+}
+
+/// The steps a waiting step still waits for.
+fn pending_dependencies<'a>(
+    state: &'a JobState,
+    workflow: Option<&'a Workflow>,
+    task: &Task,
+) -> Vec<&'a str> {
+    let Some(workflow) = workflow else {
+        return Vec::new();
+    };
+    let Some(step) = workflow.step_index(&task.step).map(|i| &workflow.steps[i]) else {
+        return Vec::new();
+    };
+    step.depends_on
+        .iter()
+        .map(|&d| workflow.steps[d].id.as_str())
+        .filter(|id| {
+            state.tasks.iter().any(|t| {
+                t.step == *id
+                    && matches!(t.kind, TaskKind::Step | TaskKind::FanOut)
+                    && !t.status.is_done()
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn job(state: &JobState, context: &JobContext<'_>) -> api::JobView {
+    let mut runs = attempts(context.events);
     api::JobView {
-        summary: job_summary(&state.job),
+        summary: job_summary_with(&state.job, context.lock_held),
         params: state.job.params.clone(),
         tasks: state
             .tasks
             .iter()
-            .map(|t| task(t, workflow, runs.remove(t.id.as_str()).unwrap_or_default()))
+            .map(|t| {
+                let pending = if t.kind == TaskKind::Compensation {
+                    Vec::new()
+                } else {
+                    pending_dependencies(state, context.workflow, t)
+                };
+                let reason =
+                    task_waiting_reason(t, &pending, context.queues.get(&t.queue), context.now);
+                task(
+                    t,
+                    context.workflow,
+                    runs.remove(t.id.as_str()).unwrap_or_default(),
+                    reason,
+                )
+            })
             .collect(),
     }
 }

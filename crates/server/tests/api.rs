@@ -599,3 +599,61 @@ async fn schedules_are_created_listed_paused_resumed_and_deleted() {
     let (status, _, _) = api.call("GET", "/api/v1/schedules/nightly", "").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_waiting_job_and_task_say_why() {
+    let api = api();
+    api.call(
+        "PUT",
+        "/api/v1/workflows/locked",
+        "lock: {key: 'db-${{ params.db }}', slots: 1}\nsteps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c}\n",
+    )
+    .await;
+    let (_, _, first) = api
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            r#"{"workflow": "locked", "params": {"db": "main"}}"#,
+        )
+        .await;
+    assert_eq!(
+        first["tasks"][0]["waiting_reason"],
+        "no worker has polled queue q since the server started"
+    );
+    assert_eq!(first["tasks"][1]["waiting_reason"], "waiting for a");
+    let (_, _, second) = api
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            r#"{"workflow": "locked", "params": {"db": "main"}}"#,
+        )
+        .await;
+    assert_eq!(second["status"], "queued");
+    assert_eq!(second["lock"], "db-main");
+    assert_eq!(
+        second["waiting_reason"],
+        "waiting for lock db-main (1/1 held)"
+    );
+
+    api.call("POST", "/api/v1/queues/q/pause", "").await;
+    let id = first["id"].as_str().unwrap();
+    let (_, _, paused) = api.call("GET", &format!("/api/v1/jobs/{id}"), "").await;
+    assert_eq!(paused["tasks"][0]["waiting_reason"], "queue q paused");
+    api.call("POST", "/api/v1/queues/q/resume", "").await;
+    api.call(
+        "POST",
+        "/api/v1/tasks/poll",
+        r#"{"worker_id": "w", "queues": ["other"]}"#,
+    )
+    .await;
+    let (_, _, polled) = api
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": ["q"], "max_tasks": 1}"#,
+        )
+        .await;
+    assert_eq!(polled["tasks"].as_array().unwrap().len(), 1);
+    let (_, _, running) = api.call("GET", &format!("/api/v1/jobs/{id}"), "").await;
+    assert!(running["tasks"][0]["waiting_reason"].is_null());
+}

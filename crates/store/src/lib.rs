@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use starbridge_core::definition::Problem;
-use starbridge_core::dispatch::{QueueConfig, QueueMode};
+use starbridge_core::dispatch::{QueueConfig, QueueMode, QueueState};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
 use starbridge_core::time::{Duration, Timestamp};
@@ -530,6 +530,49 @@ impl Store {
     pub async fn stats(&self) -> Result<Stats> {
         let now = self.clock.now();
         self.reader.read(move |conn| stats::read(conn, now)).await
+    }
+
+    /// What the dispatcher knows about these queues, to explain why a task waits.
+    pub async fn queue_states(
+        &self,
+        namespace: &str,
+        queues: Vec<String>,
+    ) -> Result<std::collections::HashMap<String, QueueState>> {
+        let namespace = namespace.to_owned();
+        let notifier = self.notifier.clone();
+        self.reader
+            .read(move |conn| {
+                let mut states = std::collections::HashMap::new();
+                for queue in queues {
+                    let config = rows::queue(conn, &namespace, &queue)?
+                        .map(|q| q.config)
+                        .unwrap_or_default();
+                    let running = rows::running_count(conn, &namespace, &queue)?;
+                    let last_poll = notifier.last_poll(&namespace, &queue).map(|at| {
+                        Duration::from_millis(
+                            u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        )
+                    });
+                    states.insert(
+                        queue,
+                        QueueState {
+                            config,
+                            running,
+                            last_poll,
+                        },
+                    );
+                }
+                Ok(states)
+            })
+            .await
+    }
+
+    /// How many jobs hold a slot of this lock.
+    pub async fn lock_usage(&self, namespace: &str, key: &str) -> Result<u32> {
+        let (namespace, key) = (namespace.to_owned(), key.to_owned());
+        self.reader
+            .read(move |conn| rows::lock_holders(conn, &namespace, &key))
+            .await
     }
 
     /// Checks that the database answers.

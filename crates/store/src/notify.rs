@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -13,6 +14,7 @@ pub struct Notifier {
     waiters: Mutex<HashMap<QueueKey, Vec<Weak<Notify>>>>,
     timers: Arc<Notify>,
     deliveries: Arc<Notify>,
+    last_polls: Mutex<HashMap<QueueKey, Instant>>,
 }
 
 impl Notifier {
@@ -47,6 +49,23 @@ impl Notifier {
             list.push(Arc::downgrade(&notify));
         }
         notify
+    }
+
+    /// Notes that a worker polled these queues now (on this server).
+    pub fn polled(&self, namespace: &str, queues: &[String]) {
+        let now = Instant::now();
+        let mut polls = self.last_polls.lock().unwrap_or_else(|e| e.into_inner());
+        for queue in queues {
+            polls.insert((namespace.to_owned(), queue.clone()), now);
+        }
+    }
+
+    /// When a worker last polled the queue on this server, if one has since it started.
+    pub fn last_poll(&self, namespace: &str, queue: &str) -> Option<Instant> {
+        let polls = self.last_polls.lock().unwrap_or_else(|e| e.into_inner());
+        polls
+            .get(&(namespace.to_owned(), queue.to_owned()))
+            .copied()
     }
 
     /// Wakes every poll registered on this queue.
