@@ -155,8 +155,47 @@ pub struct JobListQuery {
     pub namespace: Option<String>,
     pub status: Option<String>,
     pub workflow: Option<String>,
+    /// Only jobs created at or after this time (RFC 3339).
+    pub created_after: Option<String>,
+    /// Only jobs created before this time (RFC 3339).
+    pub created_before: Option<String>,
     pub limit: Option<u32>,
     pub cursor: Option<String>,
+}
+
+/// Which jobs a bulk action applies to (`POST /jobs/bulk/{action}`), and why.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    pub workflow: Option<String>,
+    pub status: Option<String>,
+    /// RFC 3339.
+    pub created_after: Option<String>,
+    /// RFC 3339.
+    pub created_before: Option<String>,
+    pub reason: Option<String>,
+    /// For `cancel`: undo finished steps first.
+    #[serde(default)]
+    pub compensate: bool,
+    /// Most jobs to act on (default 1000, at most 10000).
+    pub limit: Option<u32>,
+}
+
+/// A job a bulk action did not apply to, and why.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BulkRefusal {
+    pub id: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BulkResult {
+    /// Jobs the filter selected.
+    pub matched: u64,
+    /// Jobs the action was applied to.
+    pub affected: u64,
+    /// The first 100 jobs it did not apply to, with the reason.
+    pub refused: Vec<BulkRefusal>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -726,6 +726,58 @@ pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Re
     })
 }
 
+#[derive(Args)]
+pub(crate) struct BulkArgs {
+    /// `pause`, `resume`, `cancel` or `retry`.
+    action: String,
+    #[arg(long)]
+    workflow: Option<String>,
+    #[arg(long)]
+    status: Option<String>,
+    /// Only jobs created at or after this RFC 3339 time.
+    #[arg(long)]
+    since: Option<String>,
+    /// Only jobs created before this RFC 3339 time.
+    #[arg(long)]
+    until: Option<String>,
+    #[arg(long)]
+    reason: Option<String>,
+    /// With `cancel`: undo finished steps first.
+    #[arg(long)]
+    compensate: bool,
+    /// Most jobs to act on.
+    #[arg(long)]
+    limit: Option<u32>,
+}
+
+pub(crate) async fn bulk(context: &Context, args: &BulkArgs) -> Result<ExitCode> {
+    let request = api::BulkRequest {
+        workflow: args.workflow.clone(),
+        status: args.status.clone(),
+        created_after: args.since.clone(),
+        created_before: args.until.clone(),
+        reason: args.reason.clone(),
+        compensate: args.compensate,
+        limit: args.limit,
+    };
+    let result: api::BulkResult = context
+        .client
+        .post_json(
+            &context.path(&format!("/api/v1/jobs/bulk/{}", args.action)),
+            &request,
+        )
+        .await?;
+    show(context, &result, |result| {
+        println!(
+            "{} of {} matching jobs: {}",
+            result.affected, result.matched, args.action
+        );
+        for refusal in &result.refused {
+            println!("refused {}  {}", refusal.id, refusal.reason);
+        }
+    })
+}
+
 #[derive(clap::Subcommand)]
 pub(crate) enum WebhookCommand {
     /// Subscribe a URL; prints the signing secret once.

@@ -14,7 +14,10 @@ use starbridge_api as api;
 use starbridge_core::model::{OperatorAction, OperatorCommand};
 
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{AppState, body, job_id, job_view, namespace, task_id};
+use crate::routes::{
+    AppState, body, job_id, job_view, namespace, parse_status, parse_time, task_id,
+};
+use starbridge_store::{Error as StoreError, JobFilter};
 
 /// The header naming who acts, until authentication names the token.
 pub(crate) const ACTOR_HEADER: &str = "starbridge-actor";
@@ -27,6 +30,95 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/api/v1/jobs/{id}/retry", post(retry))
         .route("/api/v1/jobs/{id}/rerun", post(rerun))
         .route("/api/v1/jobs/{id}/tasks/{task}/skip", post(skip))
+        .route("/api/v1/jobs/bulk/{action}", post(bulk))
+}
+
+/// Most jobs one bulk action may touch.
+const MAX_BULK: u32 = 10_000;
+/// Refusals listed in a bulk answer.
+const MAX_REFUSALS_LISTED: usize = 100;
+
+/// Applies pause, resume, cancel or retry to every job the filter selects, one transaction per
+/// job; jobs the action does not apply to are counted and listed with the reason.
+async fn bulk(
+    State(state): State<AppState>,
+    Path(action): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> ApiResult<Json<api::BulkResult>> {
+    let namespace = namespace(&query)?;
+    let request: api::BulkRequest = body(&bytes)?;
+    check_reason(&request.reason)?;
+    let action = match action.as_str() {
+        "pause" => OperatorAction::Pause,
+        "resume" => OperatorAction::Resume,
+        "retry" => OperatorAction::Retry,
+        "cancel" => OperatorAction::Cancel {
+            compensate: request.compensate,
+        },
+        other => {
+            return Err(ApiError::invalid(
+                "action",
+                format!("'{other}' is not a bulk action: use pause, resume, cancel or retry"),
+            ));
+        }
+    };
+    let limit = request.limit.unwrap_or(1000);
+    if limit == 0 || limit > MAX_BULK {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("must be between 1 and {MAX_BULK}"),
+        ));
+    }
+    let filter = JobFilter {
+        namespace: namespace.clone(),
+        status: request
+            .status
+            .as_deref()
+            .map(|text| parse_status("status", text))
+            .transpose()?,
+        workflow: request.workflow.clone(),
+        created_after: request
+            .created_after
+            .as_deref()
+            .map(|text| parse_time("created_after", text))
+            .transpose()?,
+        created_before: request
+            .created_before
+            .as_deref()
+            .map(|text| parse_time("created_before", text))
+            .transpose()?,
+        before: None,
+        limit,
+    };
+    let actor = actor(&headers)?;
+    let jobs = state.store.jobs(filter).await?;
+    let mut result = api::BulkResult {
+        matched: jobs.len() as u64,
+        affected: 0,
+        refused: Vec::new(),
+    };
+    for job in jobs {
+        let command = OperatorCommand {
+            actor: actor.clone(),
+            reason: request.reason.clone(),
+            action: action.clone(),
+        };
+        match state.store.operate(&namespace, &job.id, command).await {
+            Ok(_) => result.affected += 1,
+            Err(StoreError::Conflict(reason) | StoreError::NotFound(reason)) => {
+                if result.refused.len() < MAX_REFUSALS_LISTED {
+                    result.refused.push(api::BulkRefusal {
+                        id: job.id.to_string(),
+                        reason,
+                    });
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(Json(result))
 }
 
 /// An empty body means every field takes its default.

@@ -81,6 +81,29 @@ pub(crate) fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
     })
 }
 
+/// An RFC 3339 time from a request field.
+pub(crate) fn parse_time(field: &str, text: &str) -> ApiResult<starbridge_core::time::Timestamp> {
+    text.parse::<api::Timestamp>()
+        .map(|ts| starbridge_core::time::Timestamp(ts.as_millisecond()))
+        .map_err(|_| {
+            ApiError::invalid(
+                field,
+                format!("'{text}' is not an RFC 3339 time such as 2026-11-22T10:00:00Z"),
+            )
+        })
+}
+
+/// A job status from a request field.
+pub(crate) fn parse_status(field: &str, text: &str) -> ApiResult<JobStatus> {
+    JobStatus::parse(text).ok_or_else(|| {
+        let valid: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
+        ApiError::invalid(
+            field,
+            format!("unknown status '{text}': use one of {}", valid.join(", ")),
+        )
+    })
+}
+
 pub(crate) fn namespace(query: &api::NamespaceQuery) -> ApiResult<String> {
     namespace_name(query.namespace.as_deref())
 }
@@ -264,15 +287,7 @@ async fn list_jobs(
     let status = query
         .status
         .as_deref()
-        .map(|text| {
-            JobStatus::parse(text).ok_or_else(|| {
-                let valid: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
-                ApiError::invalid(
-                    "status",
-                    format!("unknown status '{text}': use one of {}", valid.join(", ")),
-                )
-            })
-        })
+        .map(|text| parse_status("status", text))
         .transpose()?;
     let limit = query.limit.unwrap_or(50);
     if limit == 0 || limit > MAX_PAGE {
@@ -281,6 +296,16 @@ async fn list_jobs(
             format!("must be between 1 and {MAX_PAGE}"),
         ));
     }
+    let created_after = query
+        .created_after
+        .as_deref()
+        .map(|text| parse_time("created_after", text))
+        .transpose()?;
+    let created_before = query
+        .created_before
+        .as_deref()
+        .map(|text| parse_time("created_before", text))
+        .transpose()?;
     let before = query
         .cursor
         .as_deref()
@@ -301,7 +326,10 @@ async fn list_jobs(
             status,
             workflow: query.workflow,
             before,
+            created_after,
+            created_before,
             limit: limit + 1,
+            ..JobFilter::default()
         })
         .await?;
     let more = jobs.len() > limit as usize;

@@ -657,3 +657,55 @@ async fn a_waiting_job_and_task_say_why() {
     let (_, _, running) = api.call("GET", &format!("/api/v1/jobs/{id}"), "").await;
     assert!(running["tasks"][0]["waiting_reason"].is_null());
 }
+
+#[tokio::test]
+async fn a_bulk_retry_applies_to_every_failed_job_of_a_workflow_and_lists_refusals() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (_, _, job) = api
+            .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+            .await;
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    for _ in 0..2 {
+        let task = poll_one(&api).await;
+        let failed = json!({"error": {"message": "disk full", "retryable": false}});
+        report(&api, &task, "fail", failed).await;
+    }
+    let (status, _, result) = api
+        .call(
+            "POST",
+            "/api/v1/jobs/bulk/retry",
+            r#"{"workflow": "wf", "status": "failed", "created_after": "2000-01-01T00:00:00Z", "reason": "disk cleaned"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{result}");
+    assert_eq!(result["matched"], 2);
+    assert_eq!(result["affected"], 2);
+    let (_, _, all) = api
+        .call("POST", "/api/v1/jobs/bulk/pause", r#"{"workflow": "wf"}"#)
+        .await;
+    assert_eq!(all["matched"], 3);
+    assert_eq!(all["affected"], 3);
+    let (_, _, again) = api
+        .call("POST", "/api/v1/jobs/bulk/pause", r#"{"workflow": "wf"}"#)
+        .await;
+    assert_eq!(again["affected"], 0);
+    assert_eq!(again["refused"].as_array().unwrap().len(), 3);
+    assert!(
+        again["refused"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("only a running job")
+    );
+    let (status, _, problem) = api.call("POST", "/api/v1/jobs/bulk/explode", "{}").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "action");
+    let (status, _, problem) = api
+        .call("GET", "/api/v1/jobs?created_before=yesterday", "")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "created_before");
+}

@@ -142,11 +142,15 @@ pub struct StoredEvent {
     pub event: Event,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct JobFilter {
     pub namespace: String,
     pub status: Option<JobStatus>,
     pub workflow: Option<String>,
+    /// Only jobs created at or after this time.
+    pub created_after: Option<Timestamp>,
+    /// Only jobs created before this time.
+    pub created_before: Option<Timestamp>,
     /// Only jobs with a smaller id (the cursor of the previous page).
     pub before: Option<JobId>,
     pub limit: u32,

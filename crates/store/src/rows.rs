@@ -755,6 +755,14 @@ pub(crate) fn list_jobs(conn: &Connection, filter: &crate::JobFilter) -> Result<
         values.push(workflow.clone().into());
         sql.push_str(&format!(" AND workflow = ?{}", values.len()));
     }
+    if let Some(after) = filter.created_after {
+        values.push(after.0.into());
+        sql.push_str(&format!(" AND created_at >= ?{}", values.len()));
+    }
+    if let Some(before) = filter.created_before {
+        values.push(before.0.into());
+        sql.push_str(&format!(" AND created_at < ?{}", values.len()));
+    }
     if let Some(cursor) = &filter.before {
         values.push(cursor.as_str().to_owned().into());
         sql.push_str(&format!(" AND id < ?{}", values.len()));

@@ -265,16 +265,23 @@ pub(crate) fn fire_due(ctx: &mut WriteCtx<'_>) -> Result<usize> {
         if let Some(next) = schedule.next_fire_at
             && next <= ctx.now
         {
-            let cron = CronSpec::parse(&schedule.cron).map_err(Error::Corrupt)?;
-            let due = schedule::due(
-                &cron,
-                &time_zone(&schedule.timezone)?,
-                next,
-                ctx.now,
-                schedule.catch_up,
-            );
-            schedule.next_fire_at = due.next;
-            fires.extend(due.fires);
+            // A schedule that can no longer be computed (say its time zone vanished from the
+            // system's database) stops firing and says why; the others go on.
+            let parsed = CronSpec::parse(&schedule.cron)
+                .map_err(|message| invalid("cron", message))
+                .and_then(|cron| Ok((cron, time_zone(&schedule.timezone)?)));
+            match parsed {
+                Ok((cron, tz)) => {
+                    let due = schedule::due(&cron, &tz, next, ctx.now, schedule.catch_up);
+                    schedule.next_fire_at = due.next;
+                    fires.extend(due.fires);
+                }
+                Err(error) => {
+                    tracing::warn!(schedule = %schedule.name, %error, "schedule cannot fire");
+                    schedule.next_fire_at = None;
+                    schedule.last_error = Some(format!("stopped: {error}"));
+                }
+            }
         }
         let mut unfinished = previous_unfinished;
         for fire in fires {

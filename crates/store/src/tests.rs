@@ -151,6 +151,7 @@ async fn submit_with_the_same_key_returns_the_existing_job() {
             workflow: None,
             before: None,
             limit: 10,
+            ..JobFilter::default()
         })
         .await
         .unwrap();
@@ -830,6 +831,7 @@ async fn all_jobs(store: &Store) -> Vec<starbridge_core::model::Job> {
             workflow: None,
             before: None,
             limit: 500,
+            ..JobFilter::default()
         })
         .await
         .unwrap()
@@ -1033,4 +1035,47 @@ async fn schedule_input_is_validated_naming_the_field() {
         f.store.delete_schedule("default", "s").await,
         Err(Error::NotFound(_))
     ));
+}
+
+#[tokio::test]
+async fn a_schedule_that_cannot_be_computed_stops_alone_and_timers_go_on() {
+    let f = fixture();
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    f.store
+        .put_schedule(
+            "default",
+            "broken",
+            schedule_spec("* * * * * *", Overlap::Allow, CatchUp::Skip),
+        )
+        .await
+        .unwrap();
+    // The time zone disappears from the system after the schedule was stored.
+    let raw = rusqlite::Connection::open(f.store.path()).unwrap();
+    raw.execute("UPDATE schedules SET timezone = 'Nowhere/Gone'", [])
+        .unwrap();
+    submit(&f.store, "wf", json!({})).await;
+    claim_one(&f.store).await;
+    f.clock.advance(Duration::from_secs(11));
+    f.store
+        .tick()
+        .await
+        .expect("one broken schedule does not fail the tick");
+    let jobs = all_jobs(&f.store).await;
+    let state = f.store.job("default", &jobs[0].id).await.unwrap().unwrap();
+    assert_eq!(
+        state.tasks[0].status,
+        TaskStatus::Ready,
+        "the lapsed lease was handled"
+    );
+    let broken = f
+        .store
+        .schedule("default", "broken")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(broken.last_error.unwrap().contains("time zone"));
+    assert_eq!(broken.next_fire_at, None);
 }
