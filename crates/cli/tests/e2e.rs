@@ -871,3 +871,172 @@ async fn a_webhook_reaches_a_local_listener_signed_and_is_retried_after_an_error
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Intervals `[start, end]` in milliseconds that shell steps appended to `$E2E_DIR/<file>`.
+fn intervals(dir: &Path, file: &str) -> Vec<(u128, u128)> {
+    std::fs::read_to_string(dir.join(file))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (start, end) = line.split_once(' ')?;
+            Some((start.parse().ok()?, end.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The most intervals that overlap at one moment.
+fn peak_overlap(intervals: &[(u128, u128)]) -> usize {
+    let mut edges: Vec<(u128, i32)> = intervals
+        .iter()
+        .flat_map(|&(start, end)| [(start, 1), (end, -1)])
+        .collect();
+    edges.sort_by_key(|&(at, change)| (at, change)); // an end before a start at the same instant
+    let (mut now, mut peak) = (0i32, 0i32);
+    for (_, change) in edges {
+        now += change;
+        peak = peak.max(now);
+    }
+    peak as usize
+}
+
+/// A step that records when it ran, in milliseconds, to `$E2E_DIR/<file>`.
+fn timed_step(file: &str) -> String {
+    format!(
+        "      s=$(date +%s%3N); sleep 0.3; e=$(date +%s%3N); echo \"$s $e\" >> \"$E2E_DIR/{file}\"\n"
+    )
+}
+
+#[tokio::test]
+async fn a_serial_queue_is_observed_to_run_one_task_at_a_time() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "serialq");
+    h.start_worker("w2", "serialq");
+    let set = h.cli(&["queue", "set", "serialq", "--mode", "serial"]);
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    h.apply(
+        "one_at_a_time",
+        &format!(
+            "steps:\n  - id: a\n    queue: serialq\n    command: |\n{}",
+            timed_step("serial")
+        ),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(h.submit("one_at_a_time", json!({})).await);
+    }
+    for id in &ids {
+        assert_eq!(h.wait_for_end(id).await["status"], "succeeded");
+    }
+    let ran = intervals(h.dir.path(), "serial");
+    assert_eq!(ran.len(), 5);
+    assert_eq!(
+        peak_overlap(&ran),
+        1,
+        "two tasks of a serial queue overlapped: {ran:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_lock_with_two_slots_is_observed_to_run_at_most_two_jobs() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.start_worker("w2", "shell");
+    h.apply(
+        "locked",
+        &format!(
+            "lock: {{key: 'cluster-${{{{ params.cluster }}}}', slots: 2}}\nsteps:\n  - id: a\n    queue: shell\n    command: |\n{}",
+            timed_step("locked")
+        ),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(h.submit("locked", json!({"cluster": "a"})).await);
+    }
+    for id in &ids {
+        assert_eq!(h.wait_for_end(id).await["status"], "succeeded");
+    }
+    let ran = intervals(h.dir.path(), "locked");
+    assert_eq!(ran.len(), 6);
+    assert!(
+        peak_overlap(&ran) <= 2,
+        "more than 2 jobs held the lock: {ran:?}"
+    );
+    assert_eq!(
+        peak_overlap(&ran),
+        2,
+        "the two slots were used together: {ran:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_cron_schedule_keeps_firing_on_time_across_a_server_restart() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.apply(
+        "beat",
+        "steps:\n- {id: a, queue: shell, command: echo beat}\n",
+    )
+    .await;
+    let set = h.cli(&[
+        "schedule",
+        "set",
+        "heartbeat",
+        "--workflow",
+        "beat",
+        "--cron",
+        "* * * * * *",
+        "--overlap",
+        "allow",
+    ]);
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    let count = |list: &Value| list["items"].as_array().map_or(0, Vec::len);
+    let jobs = |h: &Harness| {
+        let http = h.http.clone();
+        let url = format!("{}/api/v1/jobs?workflow=beat&limit=500", h.url);
+        async move { http.get(url).send().await.ok()?.json::<Value>().await.ok() }
+    };
+    let deadline = Instant::now() + STUCK;
+    while jobs(&h).await.map_or(0, |l| count(&l)) < 2 {
+        assert!(Instant::now() < deadline, "the schedule did not fire");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    h.kill_server();
+    h.start_server().await;
+    let restarted = jobs(&h).await.map_or(0, |l| count(&l));
+    while jobs(&h).await.map_or(0, |l| count(&l)) < restarted + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the schedule stopped after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Each job is one fire: keys are distinct and fire times one second apart.
+    let list = jobs(&h).await.unwrap();
+    let mut fires: Vec<i64> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| {
+            let key = job["key"].as_str().unwrap();
+            key.rsplit(':').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    fires.sort();
+    let before = fires.len();
+    fires.dedup();
+    assert_eq!(fires.len(), before, "a fire created two jobs");
+    assert!(
+        fires.windows(2).all(|w| (w[1] - w[0]) % 1000 == 0),
+        "fires on whole seconds: {fires:?}"
+    );
+}
