@@ -355,6 +355,8 @@ pub struct QueueView {
     pub paused: bool,
     /// A ready task older than this goes ahead of priority order, oldest first.
     pub max_wait_ms: u64,
+    /// At most `tokens` task starts per `per_ms`; `null`: no rate limit.
+    pub rate: Option<RateView>,
     /// Ready tasks (including those waiting for a retry or check-later time).
     pub ready: u64,
     pub running: u64,
@@ -362,6 +364,20 @@ pub struct QueueView {
     pub oldest_ready_age_ms: u64,
     pub created_at: Timestamp,
     pub updated_at: Option<Timestamp>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateView {
+    pub tokens: u32,
+    pub per_ms: u64,
+}
+
+/// A queue's rate limit as set: `tokens` starts per `per` (a duration like `"1m"` or seconds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateSettings {
+    pub tokens: u32,
+    pub per: Value,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -384,6 +400,13 @@ pub struct QueueSettings {
     pub concurrency: Option<Option<u32>>,
     /// A duration (`"5m"`) or a number of seconds.
     pub max_wait: Option<Value>,
+    /// An object sets the rate limit; `null` removes it.
+    #[serde(
+        default,
+        deserialize_with = "present_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub rate: Option<Option<RateSettings>>,
 }
 
 /// Tells an absent field (`None`) from an explicit `null` (`Some(None)`).

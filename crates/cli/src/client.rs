@@ -493,6 +493,12 @@ pub(crate) enum QueueCommand {
         /// A ready task older than this goes ahead of priority order (e.g. `5m`).
         #[arg(long)]
         max_wait: Option<String>,
+        /// At most N task starts per duration, e.g. `10/1m`; tasks over it wait ready.
+        #[arg(long, value_name = "N/DURATION", conflicts_with = "no_rate")]
+        rate: Option<String>,
+        /// Remove the rate limit.
+        #[arg(long)]
+        no_rate: bool,
     },
     /// Stop handing out the queue's tasks (they stay queued).
     Pause { name: String },
@@ -509,6 +515,13 @@ fn print_queues(queues: &[api::QueueView]) {
                 q.mode.clone(),
                 q.priority.to_string(),
                 q.concurrency.map_or("-".to_owned(), |c| c.to_string()),
+                q.rate.as_ref().map_or("-".to_owned(), |rate| {
+                    format!(
+                        "{}/{}",
+                        rate.tokens,
+                        starbridge_core::time::Duration::from_millis(rate.per_ms)
+                    )
+                }),
                 if q.paused { "paused" } else { "active" }.to_owned(),
                 q.ready.to_string(),
                 q.running.to_string(),
@@ -541,7 +554,26 @@ pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<E
             concurrency,
             unlimited,
             max_wait,
+            rate,
+            no_rate,
         } => {
+            let rate = match (rate, no_rate) {
+                (_, true) => Some(None),
+                (Some(text), false) => {
+                    let (tokens, per) = text
+                        .split_once('/')
+                        .context("--rate: write N/DURATION, e.g. 10/1m")?;
+                    let tokens: u32 = tokens
+                        .trim()
+                        .parse()
+                        .context("--rate: N must be a whole number")?;
+                    Some(Some(api::RateSettings {
+                        tokens,
+                        per: Value::String(per.trim().to_owned()),
+                    }))
+                }
+                (None, false) => None,
+            };
             let settings = api::QueueSettings {
                 mode: mode.clone(),
                 priority: *priority,
@@ -551,6 +583,7 @@ pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<E
                     concurrency.map(Some)
                 },
                 max_wait: max_wait.clone().map(Value::String),
+                rate,
             };
             let body = serde_json::to_vec(&settings)?;
             context

@@ -42,6 +42,44 @@ impl QueueMode {
     }
 }
 
+/// At most `tokens` task starts per `per` (a token bucket that refills continuously and holds at
+/// most `tokens`). Tasks over the limit wait ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    pub tokens: u32,
+    pub per: Duration,
+}
+
+/// Tokens left in a queue's bucket at a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub tokens: f64,
+    pub at: Timestamp,
+}
+
+impl RateLimit {
+    /// Tokens available at `now`; a queue never limited before starts full.
+    pub fn available(&self, bucket: Option<Bucket>, now: Timestamp) -> f64 {
+        let capacity = f64::from(self.tokens);
+        let Some(bucket) = bucket else {
+            return capacity;
+        };
+        let per = self.per.as_millis().max(1) as f64;
+        let refilled = now.since(bucket.at).as_millis() as f64 * capacity / per;
+        (bucket.tokens + refilled).min(capacity)
+    }
+
+    /// When the bucket, holding `available` tokens at `now`, next holds a whole token.
+    pub fn next_token_at(&self, available: f64, now: Timestamp) -> Timestamp {
+        if available >= 1.0 {
+            return now;
+        }
+        let per = self.per.as_millis().max(1) as f64;
+        let wait = ((1.0 - available) * per / f64::from(self.tokens.max(1))).ceil();
+        now.saturating_add(Duration::from_millis(wait as u64))
+    }
+}
+
 /// How a queue dispatches. A queue nobody configured has the defaults.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueConfig {
@@ -53,6 +91,7 @@ pub struct QueueConfig {
     /// A paused queue keeps its tasks but hands none out.
     pub paused: bool,
     pub max_wait: Duration,
+    pub rate: Option<RateLimit>,
 }
 
 impl Default for QueueConfig {
@@ -63,6 +102,7 @@ impl Default for QueueConfig {
             concurrency: None,
             paused: false,
             max_wait: DEFAULT_MAX_WAIT,
+            rate: None,
         }
     }
 }
@@ -131,6 +171,8 @@ pub const NO_WORKER_AFTER: Duration = Duration::from_secs(300);
 pub struct QueueState {
     pub config: QueueConfig,
     pub running: u32,
+    /// Tokens in the rate-limit bucket now (for a rate-limited queue).
+    pub tokens: Option<f64>,
     /// Time since a worker last polled the queue on this server; `None`: never since start.
     pub last_poll: Option<Duration>,
 }
@@ -168,6 +210,14 @@ pub fn task_waiting_reason(
             let config = &queue.config;
             if config.paused {
                 return Some(format!("queue {} paused", task.queue));
+            }
+            if let (Some(rate), Some(tokens)) = (config.rate, queue.tokens)
+                && tokens < 1.0
+            {
+                return Some(format!(
+                    "queue {} rate limited ({} per {})",
+                    task.queue, rate.tokens, rate.per
+                ));
             }
             if config.free_slots(queue.running) == Some(0) {
                 let limit = if config.mode == QueueMode::Serial {
@@ -297,6 +347,7 @@ mod tests {
         let polled = QueueState {
             config: QueueConfig::default(),
             running: 0,
+            tokens: None,
             last_poll: Some(Duration::from_secs(1)),
         };
         assert_eq!(task_waiting_reason(&task, &[], Some(&polled), now), None);
@@ -335,6 +386,27 @@ mod tests {
             task_waiting_reason(&task, &["a", "b"], None, now).unwrap(),
             "waiting for a, b"
         );
+    }
+
+    #[test]
+    fn a_rate_limit_refills_continuously_up_to_its_capacity() {
+        let rate = RateLimit {
+            tokens: 10,
+            per: Duration::from_secs(60),
+        };
+        assert_eq!(rate.available(None, Timestamp(0)), 10.0, "starts full");
+        let empty = Bucket {
+            tokens: 0.0,
+            at: Timestamp(0),
+        };
+        assert_eq!(rate.available(Some(empty), Timestamp(6_000)), 1.0);
+        assert_eq!(
+            rate.available(Some(empty), Timestamp(600_000)),
+            10.0,
+            "capped"
+        );
+        assert_eq!(rate.next_token_at(0.0, Timestamp(0)), Timestamp(6_000));
+        assert_eq!(rate.next_token_at(0.5, Timestamp(0)), Timestamp(3_000));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use starbridge_api as api;
-use starbridge_core::dispatch::QueueMode;
+use starbridge_core::dispatch::{QueueMode, RateLimit};
 use starbridge_core::time::Duration;
 use starbridge_store::{QueueChange, StoredQueue};
 
@@ -47,6 +47,10 @@ fn view(queue: &StoredQueue, counts: starbridge_store::QueueStats) -> api::Queue
         concurrency: config.concurrency,
         paused: config.paused,
         max_wait_ms: config.max_wait.as_millis(),
+        rate: config.rate.map(|rate| api::RateView {
+            tokens: rate.tokens,
+            per_ms: rate.per.as_millis(),
+        }),
         ready: counts.ready,
         running: counts.running,
         oldest_ready_age_ms: counts.oldest_ready_age.as_millis(),
@@ -123,7 +127,20 @@ async fn configure(
                 .map_err(|error| ApiError::invalid("max_wait", error.to_string()))
         })
         .transpose()?;
+    let rate = match &settings.rate {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(rate)) => {
+            let per = Duration::from_json(&rate.per)
+                .map_err(|error| ApiError::invalid("rate.per", error.to_string()))?;
+            Some(Some(RateLimit {
+                tokens: rate.tokens,
+                per,
+            }))
+        }
+    };
     let queue_change = QueueChange {
+        rate,
         mode,
         priority: settings.priority,
         concurrency: settings.concurrency,

@@ -7,11 +7,12 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 use starbridge_core::Workflow;
 use starbridge_core::definition::{Problem, check_name};
-use starbridge_core::dispatch::{self, QueueConfig};
+use starbridge_core::dispatch::{self, Bucket, QueueConfig};
 use starbridge_core::ids::{IdSource, JobId, TaskId};
 use starbridge_core::machine::{self, Ctx, NewJob};
 use starbridge_core::model::{Action, Input, JobState, OperatorCommand, Rejection, Task};
 use starbridge_core::time::Duration;
+use starbridge_core::time::Timestamp;
 
 use crate::cache::Compiled;
 use crate::writer::WriteCtx;
@@ -196,29 +197,54 @@ pub(crate) fn submit(
     })
 }
 
-/// The polled queues that may hand out work now, with their settings and free slots
-/// (`None`: no limit).
+/// A polled queue that may hand out work now.
+pub(crate) struct OpenQueue {
+    pub(crate) name: String,
+    pub(crate) config: QueueConfig,
+    /// How many tasks it may start now (`None`: no limit).
+    pub(crate) free: Option<u32>,
+    /// Tokens in its rate-limit bucket now, if it has a rate limit.
+    pub(crate) tokens: Option<f64>,
+}
+
+/// The polled queues that may hand out work now, and the rate-limited ones that may again at a
+/// known time (when their next token arrives).
 pub(crate) fn open_queues(
     conn: &rusqlite::Connection,
     namespace: &str,
     queues: &[String],
-) -> Result<Vec<(String, QueueConfig, Option<u32>)>> {
+    now: Timestamp,
+) -> Result<(Vec<OpenQueue>, Vec<(String, Timestamp)>)> {
     let mut open = Vec::with_capacity(queues.len());
+    let mut reopen = Vec::new();
     for name in queues {
-        let config = rows::queue(conn, namespace, name)?
-            .map(|queue| queue.config)
-            .unwrap_or_default();
+        let stored = rows::queue(conn, namespace, name)?;
+        let bucket = stored.as_ref().and_then(|queue| queue.bucket);
+        let config = stored.map(|queue| queue.config).unwrap_or_default();
         let running = if config.is_limited() {
             rows::running_count(conn, namespace, name)?
         } else {
             0
         };
-        let free = config.free_slots(running);
+        let mut free = config.free_slots(running);
+        let tokens = config.rate.map(|rate| rate.available(bucket, now));
+        if let (Some(rate), Some(tokens)) = (config.rate, tokens) {
+            let whole = tokens.floor() as u32;
+            free = Some(free.map_or(whole, |free| free.min(whole)));
+            if whole == 0 && !config.paused {
+                reopen.push((name.clone(), rate.next_token_at(tokens, now)));
+            }
+        }
         if free != Some(0) {
-            open.push((name.clone(), config, free));
+            open.push(OpenQueue {
+                name: name.clone(),
+                config,
+                free,
+                tokens,
+            });
         }
     }
-    Ok(open)
+    Ok((open, reopen))
 }
 
 /// Claims up to `max` ready tasks of the given queues, in dispatch order, within each queue's
@@ -232,14 +258,21 @@ pub(crate) fn claim(
 ) -> Result<Vec<Claimed>> {
     let mut candidates = Vec::new();
     let mut free_slots: HashMap<String, u32> = HashMap::new();
-    for (queue, config, free) in open_queues(ctx.conn, namespace, queues)? {
-        let limit = free.map_or(max, |free| free.min(max));
-        if let Some(free) = free {
-            free_slots.insert(queue.clone(), free);
+    let (open, _) = open_queues(ctx.conn, namespace, queues, ctx.now)?;
+    for queue in &open {
+        let limit = queue.free.map_or(max, |free| free.min(max));
+        if let Some(free) = queue.free {
+            free_slots.insert(queue.name.clone(), free);
         }
         for starving in [true, false] {
             candidates.extend(rows::claim_candidates(
-                ctx.conn, namespace, &queue, &config, ctx.now, limit, starving,
+                ctx.conn,
+                namespace,
+                &queue.name,
+                &queue.config,
+                ctx.now,
+                limit,
+                starving,
             )?);
         }
     }
@@ -278,6 +311,22 @@ pub(crate) fn claim(
                 tracing::debug!(%task_id, %reason, "ready task not claimable");
             }
             Err(error) => return Err(error),
+        }
+    }
+    // Rate-limited queues pay one token per task started.
+    for queue in &open {
+        if let Some(tokens) = queue.tokens {
+            let taken = claimed
+                .iter()
+                .filter(|c| c.task.queue == queue.name)
+                .count();
+            if taken > 0 {
+                let bucket = Bucket {
+                    tokens: (tokens - taken as f64).max(0.0),
+                    at: ctx.now,
+                };
+                rows::save_bucket(ctx.conn, namespace, &queue.name, bucket)?;
+            }
         }
     }
     Ok(claimed)
@@ -348,6 +397,7 @@ pub(crate) fn configure_queue(
         namespace: namespace.to_owned(),
         name: name.to_owned(),
         config: QueueConfig::default(),
+        bucket: None,
         created_at: ctx.now,
         updated_at: None,
     });
@@ -369,6 +419,17 @@ pub(crate) fn configure_queue(
     }
     if let Some(paused) = change.paused {
         config.paused = paused;
+    }
+    if let Some(rate) = change.rate {
+        if let Some(limit) = rate
+            && (limit.tokens == 0 || limit.per.as_millis() == 0)
+        {
+            return Err(invalid(
+                "rate",
+                "needs at least 1 token per a duration longer than zero",
+            ));
+        }
+        config.rate = rate;
     }
     if let Some(max_wait) = change.max_wait {
         if max_wait.as_millis() == 0 {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use starbridge_core::definition::Problem;
-use starbridge_core::dispatch::{QueueConfig, QueueMode, QueueState};
+use starbridge_core::dispatch::{Bucket, QueueConfig, QueueMode, QueueState, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
 use starbridge_core::time::{Duration, Timestamp};
@@ -88,6 +88,8 @@ pub struct StoredQueue {
     pub namespace: String,
     pub name: String,
     pub config: QueueConfig,
+    /// The rate limit's token bucket as of the last claim (`None`: full).
+    pub bucket: Option<Bucket>,
     pub created_at: Timestamp,
     pub updated_at: Option<Timestamp>,
 }
@@ -101,6 +103,8 @@ pub struct QueueChange {
     pub concurrency: Option<Option<u32>>,
     pub paused: Option<bool>,
     pub max_wait: Option<Duration>,
+    /// `Some(None)` removes the rate limit.
+    pub rate: Option<Option<RateLimit>>,
 }
 
 /// A job to create.
@@ -388,19 +392,28 @@ impl Store {
     }
 
     /// When the next ready task of these queues becomes claimable, counting only queues that
-    /// may hand out work now (a paused or full queue wakes its pollers when that changes).
+    /// may hand out work now (a paused or full queue wakes its pollers when that changes) and
+    /// the time a rate-limited queue with ready tasks gets its next token.
     pub async fn next_available(
         &self,
         namespace: &str,
         queues: Vec<String>,
     ) -> Result<Option<Timestamp>> {
         let namespace = namespace.to_owned();
+        let now = self.clock.now();
         self.reader
             .read(move |conn| {
+                let (open, reopen) = commands::open_queues(conn, &namespace, &queues, now)?;
                 let mut next: Option<Timestamp> = None;
-                for (queue, _, _) in commands::open_queues(conn, &namespace, &queues)? {
-                    if let Some(at) = rows::next_available(conn, &namespace, &queue)? {
-                        next = Some(next.map_or(at, |n| n.min(at)));
+                let mut earliest = |at: Timestamp| next = Some(next.map_or(at, |n| n.min(at)));
+                for queue in &open {
+                    if let Some(at) = rows::next_available(conn, &namespace, &queue.name)? {
+                        earliest(at);
+                    }
+                }
+                for (queue, at) in reopen {
+                    if rows::next_available(conn, &namespace, &queue)?.is_some() {
+                        earliest(at);
                     }
                 }
                 Ok(next)
@@ -544,13 +557,15 @@ impl Store {
     ) -> Result<std::collections::HashMap<String, QueueState>> {
         let namespace = namespace.to_owned();
         let notifier = self.notifier.clone();
+        let now = self.clock.now();
         self.reader
             .read(move |conn| {
                 let mut states = std::collections::HashMap::new();
                 for queue in queues {
-                    let config = rows::queue(conn, &namespace, &queue)?
-                        .map(|q| q.config)
-                        .unwrap_or_default();
+                    let stored = rows::queue(conn, &namespace, &queue)?;
+                    let bucket = stored.as_ref().and_then(|q| q.bucket);
+                    let config = stored.map(|q| q.config).unwrap_or_default();
+                    let tokens = config.rate.map(|rate| rate.available(bucket, now));
                     let running = rows::running_count(conn, &namespace, &queue)?;
                     let last_poll = notifier.last_poll(&namespace, &queue).map(|at| {
                         Duration::from_millis(
@@ -562,6 +577,7 @@ impl Store {
                         QueueState {
                             config,
                             running,
+                            tokens,
                             last_poll,
                         },
                     );

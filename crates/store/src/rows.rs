@@ -3,7 +3,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use serde_json::Value;
-use starbridge_core::dispatch::{Candidate, QueueConfig, QueueMode};
+use starbridge_core::dispatch::{Bucket, Candidate, QueueConfig, QueueMode, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{
     Event, EventKind, Job, JobLock, JobState, JobStatus, Task, TaskKind, TaskStatus, WindDown,
@@ -512,8 +512,8 @@ pub(crate) fn next_available(
     Ok(min.map(Timestamp))
 }
 
-const QUEUE_COLUMNS: &str =
-    "name, mode, priority, concurrency, paused, max_wait_ms, created_at, updated_at";
+const QUEUE_COLUMNS: &str = "name, mode, priority, concurrency, paused, max_wait_ms, created_at, \
+     updated_at, rate_tokens, rate_per_ms, bucket_tokens, bucket_at";
 
 struct RawQueue {
     name: String,
@@ -524,6 +524,10 @@ struct RawQueue {
     max_wait_ms: i64,
     created_at: i64,
     updated_at: Option<i64>,
+    rate_tokens: Option<u32>,
+    rate_per_ms: Option<i64>,
+    bucket_tokens: Option<f64>,
+    bucket_at: Option<i64>,
 }
 
 fn queue_from_row(row: &Row<'_>) -> rusqlite::Result<RawQueue> {
@@ -536,6 +540,10 @@ fn queue_from_row(row: &Row<'_>) -> rusqlite::Result<RawQueue> {
         max_wait_ms: row.get(5)?,
         created_at: row.get(6)?,
         updated_at: row.get(7)?,
+        rate_tokens: row.get(8)?,
+        rate_per_ms: row.get(9)?,
+        bucket_tokens: row.get(10)?,
+        bucket_at: row.get(11)?,
     })
 }
 
@@ -549,6 +557,20 @@ fn into_queue(namespace: &str, raw: RawQueue) -> Result<StoredQueue> {
             concurrency: raw.concurrency,
             paused: raw.paused,
             max_wait: Duration::from_millis(u64::try_from(raw.max_wait_ms).unwrap_or(0)),
+            rate: match (raw.rate_tokens, raw.rate_per_ms) {
+                (Some(tokens), Some(per)) => Some(RateLimit {
+                    tokens,
+                    per: Duration::from_millis(u64::try_from(per).unwrap_or(0)),
+                }),
+                _ => None,
+            },
+        },
+        bucket: match (raw.bucket_tokens, raw.bucket_at) {
+            (Some(tokens), Some(at)) => Some(Bucket {
+                tokens,
+                at: Timestamp(at),
+            }),
+            _ => None,
         },
         created_at: Timestamp(raw.created_at),
         updated_at: raw.updated_at.map(Timestamp),
@@ -581,10 +603,12 @@ pub(crate) fn list_queues(conn: &Connection, namespace: &str) -> Result<Vec<Stor
 pub(crate) fn save_queue(conn: &Connection, queue: &StoredQueue, now: Timestamp) -> Result<()> {
     let config = &queue.config;
     conn.prepare_cached(
-        "INSERT INTO queues (namespace, name, created_at, mode, priority, concurrency, paused, max_wait_ms, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (namespace, name) DO UPDATE SET \
+        "INSERT INTO queues (namespace, name, created_at, mode, priority, concurrency, paused, max_wait_ms, \
+         updated_at, rate_tokens, rate_per_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+         ON CONFLICT (namespace, name) DO UPDATE SET \
          mode = excluded.mode, priority = excluded.priority, concurrency = excluded.concurrency, \
-         paused = excluded.paused, max_wait_ms = excluded.max_wait_ms, updated_at = excluded.updated_at",
+         paused = excluded.paused, max_wait_ms = excluded.max_wait_ms, updated_at = excluded.updated_at, \
+         rate_tokens = excluded.rate_tokens, rate_per_ms = excluded.rate_per_ms",
     )?
     .execute(params![
         queue.namespace,
@@ -596,7 +620,25 @@ pub(crate) fn save_queue(conn: &Connection, queue: &StoredQueue, now: Timestamp)
         config.paused,
         i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX),
         now.0,
+        config.rate.map(|rate| rate.tokens),
+        config
+            .rate
+            .map(|rate| i64::try_from(rate.per.as_millis()).unwrap_or(i64::MAX)),
     ])?;
+    Ok(())
+}
+
+/// Stores a rate-limited queue's token bucket after a claim took tokens from it.
+pub(crate) fn save_bucket(
+    conn: &Connection,
+    namespace: &str,
+    queue: &str,
+    bucket: Bucket,
+) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE queues SET bucket_tokens = ?3, bucket_at = ?4 WHERE namespace = ?1 AND name = ?2",
+    )?
+    .execute(params![namespace, queue, bucket.tokens, bucket.at.0])?;
     Ok(())
 }
 

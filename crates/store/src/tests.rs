@@ -1079,3 +1079,71 @@ async fn a_schedule_that_cannot_be_computed_stops_alone_and_timers_go_on() {
     assert!(broken.last_error.unwrap().contains("time zone"));
     assert_eq!(broken.next_fire_at, None);
 }
+
+#[tokio::test]
+async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready() {
+    let f = fixture();
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    let rate = starbridge_core::dispatch::RateLimit {
+        tokens: 2,
+        per: Duration::from_secs(10),
+    };
+    configure(
+        &f.store,
+        "q",
+        QueueChange {
+            rate: Some(Some(rate)),
+            ..QueueChange::default()
+        },
+    )
+    .await;
+    for _ in 0..5 {
+        submit(&f.store, "wf", json!({})).await;
+    }
+    assert_eq!(
+        claim_n(&f.store, &["q"], 10).await.len(),
+        2,
+        "a full bucket: 2 tokens"
+    );
+    assert!(
+        claim_n(&f.store, &["q"], 10).await.is_empty(),
+        "rate limited, not failed"
+    );
+    let next = f
+        .store
+        .next_available("default", vec!["q".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        next,
+        Some(f.store.now().saturating_add(Duration::from_secs(5)))
+    );
+    let states = f
+        .store
+        .queue_states("default", vec!["q".into()])
+        .await
+        .unwrap();
+    assert!(states["q"].tokens.unwrap() < 1.0);
+    f.clock.advance(Duration::from_secs(5));
+    assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 1);
+    f.clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        claim_n(&f.store, &["q"], 10).await.len(),
+        2,
+        "the bucket holds at most 2"
+    );
+    let removed = QueueChange {
+        rate: Some(None),
+        ..QueueChange::default()
+    };
+    configure(&f.store, "q", removed).await;
+    let queue = f.store.queues("default").await.unwrap();
+    assert_eq!(queue[0].config.rate, None);
+}

@@ -24,6 +24,10 @@ CREATE TABLE queues (
     concurrency INTEGER,                          -- most running tasks; NULL: no limit
     paused      INTEGER NOT NULL DEFAULT 0,
     max_wait_ms INTEGER NOT NULL DEFAULT 300000,  -- older ready tasks go first, oldest first
+    rate_tokens INTEGER,                          -- rate limit: starts per rate_per_ms; NULL: none
+    rate_per_ms INTEGER,
+    bucket_tokens REAL,                           -- the token bucket at bucket_at
+    bucket_at   INTEGER,
     updated_at  INTEGER,
     PRIMARY KEY (namespace, name)
 );
