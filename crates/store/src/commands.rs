@@ -207,6 +207,9 @@ pub(crate) struct OpenQueue {
     pub(crate) tokens: Option<f64>,
 }
 
+/// Rate-limited queues out of tokens, with when their next token arrives.
+pub(crate) type Reopening = Vec<(String, Timestamp)>;
+
 /// The polled queues that may hand out work now, and the rate-limited ones that may again at a
 /// known time (when their next token arrives).
 pub(crate) fn open_queues(
@@ -214,7 +217,7 @@ pub(crate) fn open_queues(
     namespace: &str,
     queues: &[String],
     now: Timestamp,
-) -> Result<(Vec<OpenQueue>, Vec<(String, Timestamp)>)> {
+) -> Result<(Vec<OpenQueue>, Reopening)> {
     let mut open = Vec::with_capacity(queues.len());
     let mut reopen = Vec::new();
     for name in queues {
