@@ -329,7 +329,6 @@ async fn list_jobs(
             created_after,
             created_before,
             limit: limit + 1,
-            ..JobFilter::default()
         })
         .await?;
     let more = jobs.len() > limit as usize;
