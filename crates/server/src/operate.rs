@@ -8,7 +8,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use axum::routing::post;
+use axum::routing::{MethodRouter, post};
 use serde::de::DeserializeOwned;
 use starbridge_api as api;
 use starbridge_core::model::{OperatorAction, OperatorCommand};
@@ -24,10 +24,10 @@ pub(crate) const ACTOR_HEADER: &str = "starbridge-actor";
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/jobs/{id}/pause", post(pause))
-        .route("/api/v1/jobs/{id}/resume", post(resume))
+        .route("/api/v1/jobs/{id}/pause", reasoned(OperatorAction::Pause))
+        .route("/api/v1/jobs/{id}/resume", reasoned(OperatorAction::Resume))
         .route("/api/v1/jobs/{id}/cancel", post(cancel))
-        .route("/api/v1/jobs/{id}/retry", post(retry))
+        .route("/api/v1/jobs/{id}/retry", reasoned(OperatorAction::Retry))
         .route("/api/v1/jobs/{id}/rerun", post(rerun))
         .route("/api/v1/jobs/{id}/tasks/{task}/skip", post(skip))
         .route("/api/v1/jobs/bulk/{action}", post(bulk))
@@ -173,61 +173,21 @@ async fn act(
     Ok(Json(job_view(state, &job).await?))
 }
 
-async fn pause(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(query): Query<api::NamespaceQuery>,
-    headers: HeaderMap,
-    bytes: Bytes,
-) -> ApiResult<Json<api::JobView>> {
-    let request: api::ActionRequest = optional_body(&bytes)?;
-    act(
-        &state,
-        &query,
-        &headers,
-        &id,
-        request.reason,
-        OperatorAction::Pause,
+/// A route for an action whose body is only an optional `reason` (pause, resume, retry).
+fn reasoned(action: OperatorAction) -> MethodRouter<AppState> {
+    post(
+        move |State(state): State<AppState>,
+              Path(id): Path<String>,
+              Query(query): Query<api::NamespaceQuery>,
+              headers: HeaderMap,
+              bytes: Bytes| {
+            let action = action.clone();
+            async move {
+                let request: api::ActionRequest = optional_body(&bytes)?;
+                act(&state, &query, &headers, &id, request.reason, action).await
+            }
+        },
     )
-    .await
-}
-
-async fn resume(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(query): Query<api::NamespaceQuery>,
-    headers: HeaderMap,
-    bytes: Bytes,
-) -> ApiResult<Json<api::JobView>> {
-    let request: api::ActionRequest = optional_body(&bytes)?;
-    act(
-        &state,
-        &query,
-        &headers,
-        &id,
-        request.reason,
-        OperatorAction::Resume,
-    )
-    .await
-}
-
-async fn retry(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    Query(query): Query<api::NamespaceQuery>,
-    headers: HeaderMap,
-    bytes: Bytes,
-) -> ApiResult<Json<api::JobView>> {
-    let request: api::ActionRequest = optional_body(&bytes)?;
-    act(
-        &state,
-        &query,
-        &headers,
-        &id,
-        request.reason,
-        OperatorAction::Retry,
-    )
-    .await
 }
 
 async fn cancel(
