@@ -8,10 +8,12 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
-use axum::routing::{MethodRouter, post};
+use axum::routing::post;
 use serde::de::DeserializeOwned;
 use starbridge_api as api;
 use starbridge_core::model::{OperatorAction, OperatorCommand};
+use std::future::Future;
+use std::pin::Pin;
 
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{
@@ -24,10 +26,19 @@ pub(crate) const ACTOR_HEADER: &str = "starbridge-actor";
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/jobs/{id}/pause", reasoned(OperatorAction::Pause))
-        .route("/api/v1/jobs/{id}/resume", reasoned(OperatorAction::Resume))
+        .route(
+            "/api/v1/jobs/{id}/pause",
+            post(reasoned(OperatorAction::Pause)),
+        )
+        .route(
+            "/api/v1/jobs/{id}/resume",
+            post(reasoned(OperatorAction::Resume)),
+        )
         .route("/api/v1/jobs/{id}/cancel", post(cancel))
-        .route("/api/v1/jobs/{id}/retry", reasoned(OperatorAction::Retry))
+        .route(
+            "/api/v1/jobs/{id}/retry",
+            post(reasoned(OperatorAction::Retry)),
+        )
         .route("/api/v1/jobs/{id}/rerun", post(rerun))
         .route("/api/v1/jobs/{id}/tasks/{task}/skip", post(skip))
         .route("/api/v1/jobs/bulk/{action}", post(bulk))
@@ -173,21 +184,23 @@ async fn act(
     Ok(Json(job_view(state, &job).await?))
 }
 
-/// A route for an action whose body is only an optional `reason` (pause, resume, retry).
-fn reasoned(action: OperatorAction) -> MethodRouter<AppState> {
-    post(
-        move |State(state): State<AppState>,
-              Path(id): Path<String>,
-              Query(query): Query<api::NamespaceQuery>,
-              headers: HeaderMap,
-              bytes: Bytes| {
-            let action = action.clone();
-            async move {
-                let request: api::ActionRequest = optional_body(&bytes)?;
-                act(&state, &query, &headers, &id, request.reason, action).await
-            }
-        },
-    )
+type ActionFuture = Pin<Box<dyn Future<Output = ApiResult<Json<api::JobView>>> + Send>>;
+
+/// The handler of an action whose body is only an optional `reason` (pause, resume, retry).
+fn reasoned(
+    action: OperatorAction,
+) -> impl Fn(State<AppState>, Path<String>, Query<api::NamespaceQuery>, HeaderMap, Bytes) -> ActionFuture
++ Clone
++ Send
++ Sync
++ 'static {
+    move |State(state), Path(id), Query(query), headers, bytes| {
+        let action = action.clone();
+        Box::pin(async move {
+            let request: api::ActionRequest = optional_body(&bytes)?;
+            act(&state, &query, &headers, &id, request.reason, action).await
+        })
+    }
 }
 
 async fn cancel(
