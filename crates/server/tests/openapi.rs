@@ -33,6 +33,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/jobs/{id}/retry"),
     ("POST", "/api/v1/jobs/{id}/rerun"),
     ("POST", "/api/v1/jobs/{id}/tasks/{task}/skip"),
+    ("POST", "/api/v1/jobs/bulk/{action}"),
     ("POST", "/api/v1/tasks/poll"),
     ("POST", "/api/v1/tasks/{id}/heartbeat"),
     ("POST", "/api/v1/tasks/{id}/complete"),
@@ -49,6 +50,10 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("DELETE", "/api/v1/schedules/{name}"),
     ("POST", "/api/v1/schedules/{name}/pause"),
     ("POST", "/api/v1/schedules/{name}/resume"),
+    ("GET", "/api/v1/webhooks"),
+    ("POST", "/api/v1/webhooks"),
+    ("DELETE", "/api/v1/webhooks/{id}"),
+    ("GET", "/api/v1/webhooks/{id}/deliveries"),
 ];
 
 const METHODS: &[&str] = &[
@@ -463,25 +468,23 @@ impl Checker {
         );
     }
 
-    /// The documented path template a concrete path matches (the most literal one).
+    /// The documented path template a concrete path matches, chosen as the router does: a literal
+    /// segment wins over a parameter, from the left (`/jobs/bulk/pause` is `/jobs/bulk/{action}`,
+    /// not `/jobs/{id}/pause`).
     fn template(&self, path: &str) -> String {
         let segments: Vec<&str> = path.split('/').collect();
-        let mut best: Option<(usize, &String)> = None;
+        let mut best: Option<(Vec<bool>, &String)> = None;
         for template in self.document["paths"].as_object().unwrap().keys() {
             let parts: Vec<&str> = template.split('/').collect();
             if parts.len() != segments.len() {
                 continue;
             }
-            let mut literal = 0;
-            let matches = parts.iter().zip(&segments).all(|(part, segment)| {
-                if part.starts_with('{') {
-                    true
-                } else {
-                    literal += 1;
-                    part == segment
-                }
-            });
-            if matches && best.is_none_or(|(n, _)| literal > n) {
+            let literal: Vec<bool> = parts.iter().map(|part| !part.starts_with('{')).collect();
+            let matches = parts
+                .iter()
+                .zip(&segments)
+                .all(|(part, segment)| part.starts_with('{') || part == segment);
+            if matches && best.as_ref().is_none_or(|(most, _)| literal > *most) {
                 best = Some((literal, template));
             }
         }
@@ -695,6 +698,89 @@ async fn responses_match_their_documented_schemas() {
     let no_job = c.call("GET", "/api/v1/jobs/job_nope", "").await;
     assert_eq!(no_job.status, StatusCode::NOT_FOUND);
 
+    // Creation time filters: `created_after` takes the time itself, `created_before` does not; a
+    // `+` offset must be sent as `%2B` (a bare `+` is a space, so a malformed time).
+    let created_at = str_of(&job["created_at"]);
+    let since = c
+        .call(
+            "GET",
+            &format!("/api/v1/jobs?workflow=wf&created_after={created_at}"),
+            "",
+        )
+        .await;
+    assert_eq!(since.status, ok);
+    assert_eq!(since.json()["items"][0]["id"], job["id"]);
+    let until = c
+        .call(
+            "GET",
+            &format!("/api/v1/jobs?workflow=wf&created_before={created_at}"),
+            "",
+        )
+        .await;
+    assert_eq!(until.status, ok);
+    assert_eq!(until.json()["items"], json!([]));
+    let offset = c
+        .call(
+            "GET",
+            "/api/v1/jobs?created_before=2000-01-01T01:00:00%2B01:00",
+            "",
+        )
+        .await;
+    assert_eq!(offset.status, ok, "{}", offset.text);
+    assert_eq!(offset.json()["items"], json!([]));
+    for (query, field) in [
+        ("created_after=yesterday", "created_after"),
+        ("created_after=2000-01-01T00:00:00+00:00", "created_after"),
+        ("created_before=2026-13-01T00:00:00Z", "created_before"),
+    ] {
+        let answer = c.call("GET", &format!("/api/v1/jobs?{query}"), "").await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{query}");
+        assert_eq!(answer.json()["errors"][0]["field"], field, "{query}");
+    }
+
+    // A lock with one slot: the second job waits queued, and says so; its task says why it is
+    // not claimed (nobody polls `other`).
+    let locked = "lock: {key: 'db-${{ params.db }}', slots: 1}\n\
+        steps:\n- {id: a, queue: other, command: c}\n";
+    let applied = c
+        .call_as(
+            "PUT",
+            "/api/v1/workflows/locked",
+            "application/yaml",
+            locked,
+        )
+        .await;
+    assert_eq!(applied.status, StatusCode::CREATED, "{}", applied.text);
+    let submit = r#"{"workflow": "locked", "params": {"db": "main"}}"#;
+    let holder = c.call("POST", "/api/v1/jobs", submit).await;
+    assert_eq!(holder.status, StatusCode::CREATED);
+    let holder = holder.json();
+    assert_eq!(
+        (
+            &holder["status"],
+            &holder["lock"],
+            &holder["waiting_reason"]
+        ),
+        (&json!("running"), &json!("db-main"), &Value::Null)
+    );
+    assert!(holder["tasks"][0]["waiting_reason"].is_string(), "{holder}");
+    let waiter = c.call("POST", "/api/v1/jobs", submit).await;
+    assert_eq!(waiter.status, StatusCode::CREATED);
+    let waiter = waiter.json();
+    assert_eq!(waiter["status"], "queued");
+    assert_eq!(
+        waiter["waiting_reason"],
+        "waiting for lock db-main (1/1 held)"
+    );
+    let listed = c
+        .call("GET", "/api/v1/jobs?workflow=locked&status=queued", "")
+        .await;
+    assert_eq!(listed.status, ok);
+    assert_eq!(
+        listed.json()["items"][0]["waiting_reason"],
+        "waiting for lock db-main"
+    );
+
     // The worker protocol: poll, heartbeat, check later, complete, fail for good.
     let poll = r#"{"worker_id": "w", "queues": ["q"], "max_tasks": 1, "wait_ms": 0}"#;
     let claim = || async {
@@ -801,7 +887,9 @@ async fn responses_match_their_documented_schemas() {
         let c = &c;
         async move { c.call("POST", &uri, body).await }
     };
-    assert_eq!(act("pause", "").await.status, ok);
+    let paused = act("pause", "").await;
+    assert_eq!(paused.status, ok);
+    assert_eq!(paused.json()["waiting_reason"], "paused by an operator");
     assert_eq!(act("pause", "").await.status, StatusCode::CONFLICT);
     assert_eq!(act("resume", r#"{"reason": "done"}"#).await.status, ok);
     assert_eq!(act("cancel", r#"{"compensate": false}"#).await.status, ok);
@@ -1107,6 +1195,241 @@ async fn responses_match_their_documented_schemas() {
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
     let left = c.call("GET", "/api/v1/schedules", "").await.json();
     assert_eq!(left["items"].as_array().unwrap().len(), 1);
+
+    // Webhooks: subscriptions refused (400 by the handler, 422 by the store), created with and
+    // without a secret, listed without secrets; a job's status changes write pending deliveries
+    // (no deliverer runs here), read newest first; deleted.
+    let none = c.call("GET", "/api/v1/webhooks", "").await;
+    assert_eq!(none.status, ok);
+    assert_eq!(none.json()["items"], json!([]));
+    let refused = |body: &'static str, status: StatusCode, field: &'static str| {
+        let c = &c;
+        async move {
+            let answer = c.call("POST", "/api/v1/webhooks", body).await;
+            assert_eq!(answer.status, status, "{body}: {}", answer.text);
+            assert_eq!(answer.json()["errors"][0]["field"], field, "{body}");
+        }
+    };
+    for (body, field) in [
+        (
+            r#"{"url": "https://h.example/x", "states": ["done"]}"#,
+            "states",
+        ),
+        (r#"{"url": "https://h.example/x", "states": null}"#, "body"),
+        (r#"{"url": "https://h.example/x", "events": []}"#, "body"),
+        (r#"{"workflow": "wf2"}"#, "body"),
+        ("", "body"),
+    ] {
+        refused(body, bad_request, field).await;
+    }
+    refused(r#"{"url": "ftp://h.example/x"}"#, unprocessable, "url").await;
+    refused(
+        r#"{"url": "https://h.example/x", "secret": "short"}"#,
+        unprocessable,
+        "secret",
+    )
+    .await;
+    let bad_namespace = c
+        .call(
+            "POST",
+            "/api/v1/webhooks?namespace=A!",
+            r#"{"url": "https://h.example/x"}"#,
+        )
+        .await;
+    assert_eq!(bad_namespace.status, bad_request);
+    let subscribe = r#"{"url": "HTTPS://h.example/hook", "workflow": "wf2",
+        "states": ["running", "paused"], "secret": "0123456789abcdef"}"#;
+    let subscribed = c.call("POST", "/api/v1/webhooks", subscribe).await;
+    assert_eq!(
+        subscribed.status,
+        StatusCode::CREATED,
+        "{}",
+        subscribed.text
+    );
+    let hook = subscribed.json();
+    assert_eq!(hook["secret"], "0123456789abcdef");
+    assert_eq!(hook["states"], json!(["running", "paused"]));
+    let hook_id = str_of(&hook["id"]);
+    let everything = r#"{"url": "http://localhost:9/all", "workflow": null, "secret": null}"#;
+    let everything = c.call("POST", "/api/v1/webhooks", everything).await;
+    assert_eq!(
+        everything.status,
+        StatusCode::CREATED,
+        "{}",
+        everything.text
+    );
+    assert_eq!(str_of(&everything.json()["secret"]).len(), 64);
+    let everything_id = str_of(&everything.json()["id"]);
+    let hooks = c.call("GET", "/api/v1/webhooks", "").await;
+    assert_eq!(hooks.status, ok);
+    let ids: Vec<String> = hooks.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|hook| str_of(&hook["id"]))
+        .collect();
+    assert_eq!(
+        ids,
+        [hook_id.clone(), everything_id.clone()],
+        "oldest first"
+    );
+    let elsewhere = c.call("GET", "/api/v1/webhooks?namespace=ops", "").await;
+    assert_eq!(elsewhere.json()["items"], json!([]));
+    let bad_namespace = c.call("GET", "/api/v1/webhooks?namespace=A!", "").await;
+    assert_eq!(bad_namespace.status, bad_request);
+
+    let watched = c
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf2"}"#)
+        .await;
+    assert_eq!(watched.status, StatusCode::CREATED);
+    let watched_id = str_of(&watched.json()["id"]);
+    let paused = c
+        .call("POST", &format!("/api/v1/jobs/{watched_id}/pause"), "")
+        .await;
+    assert_eq!(paused.status, ok);
+    let deliveries = format!("/api/v1/webhooks/{hook_id}/deliveries");
+    let sent = c.call("GET", &deliveries, "").await;
+    assert_eq!(sent.status, ok);
+    let items = sent.json()["items"].clone();
+    assert_eq!(items.as_array().unwrap().len(), 2, "{items:#}");
+    let newest = &items[0];
+    assert_eq!(
+        (&newest["job_id"], &newest["status"], &newest["state"]),
+        (&json!(watched_id), &json!("paused"), &json!("pending"))
+    );
+    assert_eq!(newest["attempts"], 0);
+    assert_eq!(newest["payload"]["job"]["previous_status"], "running");
+    assert_eq!(items[1]["payload"]["job"]["previous_status"], Value::Null);
+    let one = c.call("GET", &format!("{deliveries}?limit=1"), "").await;
+    assert_eq!(one.status, ok);
+    assert_eq!(one.json()["items"].as_array().unwrap().len(), 1);
+    for query in ["limit=0", "limit=1001", "namespace=A!"] {
+        let answer = c.call("GET", &format!("{deliveries}?{query}"), "").await;
+        assert_eq!(answer.status, bad_request, "{query}");
+    }
+    let unparsable = c.call("GET", &format!("{deliveries}?limit=-1"), "").await;
+    assert_eq!(unparsable.status, bad_request);
+    assert!(unparsable.content_type.starts_with("text/plain"));
+    for uri in [
+        "/api/v1/webhooks/whk_nope/deliveries".to_owned(),
+        format!("{deliveries}?namespace=ops"),
+    ] {
+        let answer = c.call("GET", &uri, "").await;
+        assert_eq!(answer.status, StatusCode::NOT_FOUND, "{uri}");
+    }
+    let hook_uri = format!("/api/v1/webhooks/{hook_id}");
+    let elsewhere = c
+        .call("DELETE", &format!("{hook_uri}?namespace=ops"), "")
+        .await;
+    assert_eq!(elsewhere.status, StatusCode::NOT_FOUND);
+    let bad_namespace = c
+        .call("DELETE", &format!("{hook_uri}?namespace=A!"), "")
+        .await;
+    assert_eq!(bad_namespace.status, bad_request);
+    let deleted = c.call("DELETE", &hook_uri, "").await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    let gone = c.call("DELETE", &hook_uri, "").await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    let gone = c.call("GET", &deliveries, "").await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    let hooks = c.call("GET", "/api/v1/webhooks", "").await.json();
+    assert_eq!(hooks["items"].as_array().unwrap().len(), 1);
+
+    // Bulk actions: jobs an action does not apply to are refused, not errors; refusals of the
+    // action, the body and the filter change nothing.
+    let bulk = |action: &'static str, body: &'static str| {
+        let c = &c;
+        async move {
+            c.call("POST", &format!("/api/v1/jobs/bulk/{action}"), body)
+                .await
+        }
+    };
+    let answer = bulk(
+        "pause",
+        r#"{"workflow": "locked", "reason": "maintenance"}"#,
+    )
+    .await;
+    assert_eq!(answer.status, ok, "{}", answer.text);
+    let result = answer.json();
+    assert_eq!(
+        (&result["matched"], &result["affected"]),
+        (&json!(2), &json!(1))
+    );
+    assert_eq!(
+        result["refused"][0]["id"], waiter["id"],
+        "a queued job is not paused"
+    );
+    assert!(result["refused"][0]["reason"].is_string());
+    let answer = bulk(
+        "resume",
+        r#"{"status": "paused", "created_after": "2000-01-01T00:00:00Z", "limit": 10}"#,
+    )
+    .await;
+    assert_eq!(answer.status, ok, "{}", answer.text);
+    assert_eq!(
+        (&answer.json()["matched"], &answer.json()["affected"]),
+        (&json!(2), &json!(2)),
+        "the locked job and the watched one"
+    );
+    let answer = bulk("retry", r#"{"created_before": "2000-01-01T00:00:00Z"}"#).await;
+    assert_eq!(answer.status, ok);
+    assert_eq!(
+        answer.json(),
+        json!({"matched": 0, "affected": 0, "refused": []})
+    );
+    let answer = bulk(
+        "cancel",
+        r#"{"workflow": "locked", "compensate": true, "status": null, "limit": null}"#,
+    )
+    .await;
+    assert_eq!(answer.status, ok, "{}", answer.text);
+    assert_eq!(answer.json()["affected"], 2);
+    for (action, body, field) in [
+        ("rerun", "{}", "action"),
+        ("pause", r#"{"status": "done"}"#, "status"),
+        ("pause", r#"{"limit": 0}"#, "limit"),
+        ("pause", r#"{"limit": 10001}"#, "limit"),
+        (
+            "pause",
+            r#"{"created_after": "yesterday"}"#,
+            "created_after",
+        ),
+        (
+            "pause",
+            r#"{"created_before": "2026-11-22"}"#,
+            "created_before",
+        ),
+        ("cancel", r#"{"compensate": null}"#, "body"),
+        ("pause", r#"{"states": ["running"]}"#, "body"),
+        ("pause", "", "body"),
+    ] {
+        let answer = bulk(action, body).await;
+        assert_eq!(
+            answer.status, bad_request,
+            "{action} {body}: {}",
+            answer.text
+        );
+        assert_eq!(
+            answer.json()["errors"][0]["field"],
+            field,
+            "{action} {body}"
+        );
+    }
+    let cancelled = c
+        .call("GET", "/api/v1/jobs?workflow=locked&status=cancelled", "")
+        .await;
+    assert_eq!(cancelled.json()["items"].as_array().unwrap().len(), 2);
+    // The subscription to every change saw each change since it was made (the watched job's
+    // creation and pause, then the bulk pause, two resumes and two cancels), as documented.
+    let all = format!("/api/v1/webhooks/{everything_id}/deliveries?limit=1000");
+    let all = c.call("GET", &all, "").await;
+    assert_eq!(all.status, ok);
+    assert_eq!(
+        all.json()["items"].as_array().unwrap().len(),
+        7,
+        "{}",
+        all.text
+    );
 
     assert_eq!(c.call("GET", "/metrics", "").await.status, ok);
 
