@@ -204,6 +204,8 @@ async fn send(http: &reqwest::Client, store: &Store, due: &DueDelivery) -> Attem
 pub async fn run_deliveries(store: Store, mut stop: watch::Receiver<bool>) {
     let http = match reqwest::Client::builder()
         .timeout(SEND_TIMEOUT)
+        // A redirect would turn the POST into a body-less GET: report it as a failure instead.
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("starbridge/", env!("CARGO_PKG_VERSION")))
         .build()
     {
