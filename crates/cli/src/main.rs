@@ -2,6 +2,7 @@
 //! talks to a server as a client. `anyhow` lives here, at the edge; the crates below use typed
 //! errors.
 
+mod bench;
 mod client;
 mod local;
 mod output;
@@ -71,6 +72,9 @@ enum Command {
     Events { id: String },
     /// Follow a job's tasks live until it ends (exit status 0 only if it succeeded).
     Watch { id: String },
+    /// Benchmark: an embedded server on a fresh database with in-process workers over loopback
+    /// HTTP; measures a workload and checks every job ran exactly once.
+    Bench(bench::BenchArgs),
     /// Pause a running job: nothing new is dispatched, running tasks finish.
     Pause(client::ActionArgs),
     /// Resume a paused job.
@@ -83,6 +87,23 @@ enum Command {
     Skip(client::SkipArgs),
     /// Run a step of a finished job again, with everything downstream of it.
     Rerun(client::RerunArgs),
+    /// List queues with their settings, depth and oldest wait.
+    Queues,
+    /// Change a queue's settings, or pause or resume it.
+    #[command(subcommand)]
+    Queue(client::QueueCommand),
+    /// List schedules with their next fire times.
+    Schedules,
+    /// Create, replace, show, pause, resume or delete a cron schedule.
+    #[command(subcommand)]
+    Schedule(client::ScheduleCommand),
+    /// Pause, resume, cancel or retry every job a filter selects.
+    Bulk(client::BulkArgs),
+    /// List webhook subscriptions.
+    Webhooks,
+    /// Subscribe a URL to job status changes, unsubscribe, or show deliveries.
+    #[command(subcommand)]
+    Webhook(client::WebhookCommand),
 }
 
 /// Logs go to stderr; `STARBRIDGE_LOG` (e.g. `debug`, `starbridge_store=trace`) overrides the level.
@@ -109,12 +130,20 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Job { ref id } => client::job(&context()?, id).await,
         Command::Events { ref id } => client::events(&context()?, id).await,
         Command::Watch { ref id } => client::watch(&context()?, id).await,
+        Command::Bench(args) => bench::bench(args, cli.output).await,
         Command::Pause(ref args) => client::act(&context()?, "pause", args).await,
         Command::Resume(ref args) => client::act(&context()?, "resume", args).await,
         Command::Retry(ref args) => client::act(&context()?, "retry", args).await,
         Command::Cancel(ref args) => client::cancel(&context()?, args).await,
         Command::Skip(ref args) => client::skip(&context()?, args).await,
         Command::Rerun(ref args) => client::rerun(&context()?, args).await,
+        Command::Queues => client::queues(&context()?).await,
+        Command::Queue(ref command) => client::queue(&context()?, command).await,
+        Command::Schedules => client::schedules(&context()?).await,
+        Command::Schedule(ref command) => client::schedule(&context()?, command).await,
+        Command::Bulk(ref args) => client::bulk(&context()?, args).await,
+        Command::Webhooks => client::webhooks(&context()?).await,
+        Command::Webhook(ref command) => client::webhook(&context()?, command).await,
     }
 }
 

@@ -1,0 +1,141 @@
+//! `starbridge bench`: the built-in benchmark.
+//!
+//! It starts an embedded server in this process on a fresh SQLite database (durable as in
+//! production: WAL, `synchronous=FULL`), bound to `127.0.0.1:0`, and runs worker-SDK workers with
+//! no-op handlers in the same process, talking real HTTP over loopback. Then it runs one workload,
+//! measures it, and checks through the HTTP API that every job submitted ended `succeeded` with
+//! every task run exactly once; anomalies are printed and make the command exit non-zero.
+//!
+//! - `harness`: the embedded server, the workers, the in-process handler record, submissions.
+//! - `workloads`: `single`, `chain` and `fanout`, phase by phase.
+//! - `verify`: the correctness check.
+//! - `stats`: HDR latency histograms and the figures of the report.
+//! - `report`: the human table and the JSON document.
+
+mod harness;
+mod report;
+mod stats;
+mod verify;
+mod workloads;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use clap::{Args, ValueEnum};
+
+use crate::Format;
+
+/// Most tasks one poll may claim on the server; a worker polls for up to its concurrency.
+const MAX_CONCURRENCY: usize = 256;
+
+#[derive(Args)]
+pub(crate) struct BenchArgs {
+    /// What to run: `single` (one-step jobs: submit rate, drain rate, end to end at a fixed
+    /// rate), `chain` (10 sequential steps per job) or `fanout` (a root, 100 parallel children,
+    /// a join).
+    #[arg(long, value_enum, default_value = "single")]
+    workload: Workload,
+    /// Jobs to run (default: 10000 single, 500 chain, 50 fanout).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Concurrent HTTP clients submitting jobs.
+    #[arg(long, default_value_t = 32)]
+    submitters: usize,
+    /// Worker instances (each with its own HTTP client) in this process.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Tasks each worker runs at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// `single`: arrival rate of the end-to-end phase in jobs/s (default: half the measured
+    /// drain rate).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// `single`: length of the end-to-end phase in seconds.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Database: sqlite://FILE (default: a new file in a temporary folder, removed afterwards).
+    /// An existing file is refused unless --reuse.
+    #[arg(long)]
+    database: Option<String>,
+    /// Allow --database to name an existing file (the run uses a namespace of its own).
+    #[arg(long)]
+    reuse: bool,
+    /// Keep the temporary database folder instead of removing it.
+    #[arg(long)]
+    keep: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Workload {
+    Single,
+    Chain,
+    Fanout,
+}
+
+impl Workload {
+    fn name(self) -> &'static str {
+        match self {
+            Workload::Single => "single",
+            Workload::Chain => "chain",
+            Workload::Fanout => "fanout",
+        }
+    }
+
+    fn default_jobs(self) -> usize {
+        match self {
+            Workload::Single => 10_000,
+            Workload::Chain => 500,
+            Workload::Fanout => 50,
+        }
+    }
+}
+
+impl BenchArgs {
+    fn check(&self) -> Result<()> {
+        if self.jobs == Some(0) {
+            bail!("--jobs must be at least 1");
+        }
+        if self.submitters == 0 || self.workers == 0 {
+            bail!("--submitters and --workers must be at least 1");
+        }
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            bail!(
+                "--concurrency must be between 1 and {MAX_CONCURRENCY} (a worker polls for as many \
+                 tasks as it has free slots, and the server hands out at most {MAX_CONCURRENCY} \
+                 per poll)"
+            );
+        }
+        if let Some(rate) = self.rate
+            && !(rate.is_finite() && rate > 0.0)
+        {
+            bail!("--rate must be a positive number of jobs per second");
+        }
+        if !(self.seconds.is_finite() && self.seconds > 0.0) {
+            bail!("--seconds must be positive");
+        }
+        Ok(())
+    }
+}
+
+pub(crate) async fn bench(args: BenchArgs, format: Format) -> Result<ExitCode> {
+    args.check()?;
+    let started = Instant::now();
+    let jobs = args.jobs.unwrap_or_else(|| args.workload.default_jobs());
+    let bench = harness::Bench::start(&args).await?;
+    let outcome = workloads::run(&bench, &args, jobs).await;
+    let stopped = bench.stop().await;
+    let mut report = outcome?;
+    stopped?;
+    report.wall_seconds = started.elapsed().as_secs_f64();
+    match format {
+        Format::Json => report::print_json(&report)?,
+        Format::Table => report::print_table(&report),
+    }
+    Ok(if report.correctness.anomaly_count == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

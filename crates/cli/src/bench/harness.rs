@@ -1,0 +1,580 @@
+//! The benchmark's harness: an embedded server on a fresh database, worker-SDK workers with no-op
+//! handlers that record every invocation, and the HTTP calls the workloads make (submit, list,
+//! read a job), all over loopback in this process.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, Result, bail};
+use serde::Deserialize;
+use serde_json::json;
+use starbridge_api as api;
+use starbridge_server::Server;
+use starbridge_store::Store;
+use starbridge_worker::{Client, Outcome, TaskContext, Worker};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::BenchArgs;
+use super::stats::Latencies;
+
+/// The queue and command of every benchmark step.
+pub(crate) const QUEUE: &str = "bench";
+pub(crate) const COMMAND: &str = "noop";
+
+/// How long a wait may go without a task run before the benchmark stops waiting.
+const STALL: Duration = Duration::from_secs(60);
+/// How often long phases print their progress.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+/// Most jobs per page of `GET /api/v1/jobs`.
+const PAGE: u32 = 500;
+/// How long stopping the workers and the server may take before they are left behind.
+const STOP_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// Where the benchmark's database lives.
+pub(crate) struct Database {
+    pub(crate) url: String,
+    pub(crate) path: PathBuf,
+    /// The temporary folder holding a default database, removed at the end unless kept.
+    temp: Option<tempfile::TempDir>,
+    keep: bool,
+}
+
+impl Database {
+    fn choose(args: &BenchArgs) -> Result<Database> {
+        if let Some(url) = &args.database {
+            let path = starbridge_store::sqlite_path(url)?;
+            if path.exists() && !args.reuse {
+                bail!(
+                    "{} exists: the benchmark wants a fresh database (pass --reuse to run in it \
+                     anyway, in a namespace of its own)",
+                    path.display()
+                );
+            }
+            return Ok(Database {
+                url: url.clone(),
+                path,
+                temp: None,
+                keep: true,
+            });
+        }
+        let temp = tempfile::Builder::new()
+            .prefix("starbridge-bench-")
+            .tempdir()
+            .context("cannot make a temporary folder for the database")?;
+        let path = temp.path().join("bench.db");
+        Ok(Database {
+            url: format!("sqlite://{}", path.display()),
+            path,
+            temp: Some(temp),
+            keep: args.keep,
+        })
+    }
+
+    /// True when the database stays after the run.
+    pub(crate) fn kept(&self) -> bool {
+        self.keep
+    }
+
+    fn finish(self) -> Result<()> {
+        if let Some(temp) = self.temp {
+            if self.keep {
+                let _ = temp.keep();
+            } else {
+                temp.close()
+                    .context("cannot remove the temporary database folder")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Maps `Instant`s to wall-clock milliseconds, to compare them with the server's timestamps (the
+/// server runs in this process and reads the same system clock).
+#[derive(Clone, Copy)]
+pub(crate) struct WallClock {
+    anchor: Instant,
+    anchor_ms: f64,
+}
+
+impl WallClock {
+    fn new() -> WallClock {
+        let anchor = Instant::now();
+        let anchor_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |since| since.as_secs_f64() * 1000.0);
+        WallClock { anchor, anchor_ms }
+    }
+
+    /// Milliseconds since the Unix epoch at `at`.
+    pub(crate) fn epoch_ms(&self, at: Instant) -> f64 {
+        if at >= self.anchor {
+            self.anchor_ms + (at - self.anchor).as_secs_f64() * 1000.0
+        } else {
+            self.anchor_ms - (self.anchor - at).as_secs_f64() * 1000.0
+        }
+    }
+}
+
+/// What the no-op handler saw of one task.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskRun {
+    pub(crate) job_id: String,
+    /// When the handler was first invoked for the task.
+    pub(crate) first_start: Instant,
+    /// Time spent inside the handler, all invocations together.
+    pub(crate) handler_time: Duration,
+    /// `(attempt, invocations)` for each attempt the handler was invoked with.
+    pub(crate) attempts: Vec<(u32, u32)>,
+}
+
+/// Every handler invocation, per task id: a concurrent map shared by all workers' handlers.
+#[derive(Default)]
+pub(crate) struct Recorder {
+    tasks: Mutex<HashMap<String, TaskRun>>,
+    invocations: AtomicU64,
+}
+
+impl Recorder {
+    fn record(&self, task: &TaskContext, start: Instant, end: Instant) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        let run = tasks
+            .entry(task.id().to_owned())
+            .or_insert_with(|| TaskRun {
+                job_id: task.job_id().to_owned(),
+                first_start: start,
+                handler_time: Duration::ZERO,
+                attempts: Vec::new(),
+            });
+        run.handler_time += end - start;
+        match run.attempts.iter_mut().find(|(a, _)| *a == task.attempt()) {
+            Some((_, count)) => *count += 1,
+            None => run.attempts.push((task.attempt(), 1)),
+        }
+        drop(tasks);
+        self.invocations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Handler invocations so far.
+    pub(crate) fn invocations(&self) -> u64 {
+        self.invocations.load(Ordering::Relaxed)
+    }
+
+    /// Runs `read` on the record of every task.
+    pub(crate) fn read<R>(&self, read: impl FnOnce(&HashMap<String, TaskRun>) -> R) -> R {
+        read(&self.tasks.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// The HTTP API of the embedded server, in the benchmark's namespace. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct Api {
+    client: Client,
+    namespace: String,
+}
+
+/// The part of a submitted job's answer the benchmark reads.
+#[derive(Deserialize)]
+struct Created {
+    id: String,
+}
+
+impl Api {
+    pub(crate) async fn apply(&self, name: &str, definition: &str) -> Result<()> {
+        let _: api::AppliedWorkflow = self
+            .client
+            .put_raw(
+                &format!("/api/v1/workflows/{name}?namespace={}", self.namespace),
+                "application/yaml",
+                definition.to_owned(),
+            )
+            .await
+            .with_context(|| format!("cannot apply workflow {name}"))?;
+        Ok(())
+    }
+
+    /// Submits one job with empty params; returns its id.
+    pub(crate) async fn submit(&self, workflow: &str) -> Result<String, starbridge_worker::Error> {
+        let request = api::SubmitJob {
+            workflow: Some(workflow.to_owned()),
+            params: Some(json!({})),
+            ..Default::default()
+        };
+        let created: Created = self
+            .client
+            .post_json(
+                &format!("/api/v1/jobs?namespace={}", self.namespace),
+                &request,
+            )
+            .await?;
+        Ok(created.id)
+    }
+
+    /// Every job of the namespace (with `status`, only those), page by page.
+    pub(crate) async fn list_jobs(&self, status: Option<&str>) -> Result<Vec<api::JobSummary>> {
+        let mut jobs = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let query = api::JobListQuery {
+                namespace: Some(self.namespace.clone()),
+                status: status.map(str::to_owned),
+                workflow: None,
+                limit: Some(PAGE),
+                cursor: cursor.take(),
+                ..api::JobListQuery::default()
+            };
+            let page: api::JobList = self
+                .client
+                .get_json_query("/api/v1/jobs", &query)
+                .await
+                .context("cannot list jobs")?;
+            jobs.extend(page.items);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(jobs),
+            }
+        }
+    }
+
+    /// One job with its tasks.
+    pub(crate) async fn job(&self, id: &str) -> Result<api::JobView> {
+        self.client
+            .get_json(&format!(
+                "/api/v1/jobs/{}?namespace={}",
+                starbridge_worker::encode_path_segment(id),
+                self.namespace
+            ))
+            .await
+            .with_context(|| format!("cannot read job {id}"))
+    }
+
+    /// True while some job of the namespace has not ended.
+    async fn unfinished(&self) -> Result<bool> {
+        for status in ["running", "compensating", "queued", "paused"] {
+            let page: api::JobList = self
+                .client
+                .get_json(&format!(
+                    "/api/v1/jobs?namespace={}&status={status}&limit=1",
+                    self.namespace
+                ))
+                .await
+                .context("cannot list unfinished jobs")?;
+            if !page.items.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// A submitted job and the moment its submit was planned (or sent, when not paced).
+pub(crate) struct SubmittedJob {
+    pub(crate) id: String,
+    pub(crate) planned: Instant,
+}
+
+/// What a round of submissions did.
+pub(crate) struct Submission {
+    pub(crate) jobs: Vec<SubmittedJob>,
+    /// Submits that failed, as messages.
+    pub(crate) errors: Vec<String>,
+    /// Request to answer, per submit.
+    pub(crate) request_latency: Latencies,
+    pub(crate) first_send: Instant,
+    pub(crate) last_answer: Instant,
+    /// The longest a submit was sent after its planned time (paced submissions).
+    pub(crate) max_lag: Duration,
+}
+
+impl Submission {
+    pub(crate) fn seconds(&self) -> f64 {
+        self.last_answer
+            .saturating_duration_since(self.first_send)
+            .as_secs_f64()
+    }
+}
+
+/// An arrival schedule: submit `i` is planned at `start + i / rate`.
+#[derive(Clone, Copy)]
+pub(crate) struct Pace {
+    pub(crate) start: Instant,
+    pub(crate) rate: f64,
+}
+
+impl Pace {
+    fn planned(&self, index: usize) -> Instant {
+        self.start + Duration::from_secs_f64(index as f64 / self.rate)
+    }
+}
+
+/// Prints a counter's progress to stderr every few seconds until dropped.
+struct Ticker(JoinHandle<()>);
+
+impl Ticker {
+    fn start(label: String, done: Arc<AtomicUsize>, total: usize) -> Ticker {
+        Ticker(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PROGRESS_EVERY).await;
+                eprintln!(
+                    "bench: {label}: {}/{total}",
+                    done.load(Ordering::Relaxed).min(total)
+                );
+            }
+        }))
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct SubmitterResult {
+    jobs: Vec<SubmittedJob>,
+    errors: Vec<String>,
+    latency: Latencies,
+    first_send: Option<Instant>,
+    last_answer: Option<Instant>,
+    max_lag: Duration,
+}
+
+/// Submits `count` jobs of `workflow` from `submitters` concurrent clients, as fast as they go
+/// or on the schedule of `pace`.
+pub(crate) async fn submit_jobs(
+    api: &Api,
+    workflow: &str,
+    count: usize,
+    submitters: usize,
+    pace: Option<Pace>,
+    label: &str,
+) -> Result<Submission> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let _ticker = Ticker::start(label.to_owned(), done.clone(), count);
+    let mut set = JoinSet::new();
+    for _ in 0..submitters.min(count) {
+        let (api, workflow) = (api.clone(), workflow.to_owned());
+        let (next, done) = (next.clone(), done.clone());
+        set.spawn(async move {
+            let mut out = SubmitterResult {
+                jobs: Vec::new(),
+                errors: Vec::new(),
+                latency: Latencies::new(),
+                first_send: None,
+                last_answer: None,
+                max_lag: Duration::ZERO,
+            };
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                if index >= count {
+                    return out;
+                }
+                let planned = pace.map(|pace| pace.planned(index));
+                if let Some(planned) = planned {
+                    tokio::time::sleep_until(planned.into()).await;
+                }
+                let sent = Instant::now();
+                if let Some(planned) = planned {
+                    out.max_lag = out.max_lag.max(sent.saturating_duration_since(planned));
+                }
+                let submitted = api.submit(&workflow).await;
+                let answered = Instant::now();
+                out.latency.record(answered - sent);
+                out.first_send = Some(out.first_send.map_or(sent, |first| first.min(sent)));
+                out.last_answer = Some(answered);
+                match submitted {
+                    Ok(id) => out.jobs.push(SubmittedJob {
+                        id,
+                        planned: planned.unwrap_or(sent),
+                    }),
+                    Err(error) => out.errors.push(format!("submit {index} failed: {error}")),
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let now = Instant::now();
+    let mut submission = Submission {
+        jobs: Vec::with_capacity(count),
+        errors: Vec::new(),
+        request_latency: Latencies::new(),
+        first_send: now,
+        last_answer: now,
+        max_lag: Duration::ZERO,
+    };
+    let (mut first, mut last): (Option<Instant>, Option<Instant>) = (None, None);
+    while let Some(joined) = set.join_next().await {
+        let result = joined.context("a submitter failed")?;
+        submission.jobs.extend(result.jobs);
+        submission.errors.extend(result.errors);
+        submission.request_latency.add(&result.latency);
+        submission.max_lag = submission.max_lag.max(result.max_lag);
+        first = match (first, result.first_send) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        last = last.max(result.last_answer);
+    }
+    submission.first_send = first.unwrap_or(now);
+    submission.last_answer = last.unwrap_or(now);
+    Ok(submission)
+}
+
+/// Workers running in this process and how to stop them.
+struct RunningWorkers {
+    stop: watch::Sender<bool>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+/// The embedded server, its database and the benchmark's workers.
+pub(crate) struct Bench {
+    pub(crate) api: Api,
+    pub(crate) namespace: String,
+    pub(crate) database: Database,
+    pub(crate) recorder: Arc<Recorder>,
+    pub(crate) clock: WallClock,
+    url: String,
+    workers: usize,
+    concurrency: usize,
+    running: Mutex<Option<RunningWorkers>>,
+    stop_server: watch::Sender<bool>,
+    server: JoinHandle<Result<(), starbridge_server::Error>>,
+}
+
+impl Bench {
+    /// Opens the database and starts the server on a free loopback port (workers come later).
+    pub(crate) async fn start(args: &BenchArgs) -> Result<Bench> {
+        let database = Database::choose(args)?;
+        let store =
+            Store::open(&database.url).with_context(|| format!("cannot open {}", database.url))?;
+        let server = Server::bind(store, "127.0.0.1:0").await?;
+        let url = format!("http://{}", server.local_addr());
+        let (stop_server, mut stopped) = watch::channel(false);
+        let server = tokio::spawn(server.run(async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }));
+        let clock = WallClock::new();
+        // A namespace of the run's own, so a reused database's older jobs are not counted.
+        let namespace = format!("bench-{}", clock.anchor_ms as u64);
+        let api = Api {
+            client: Client::new(url.clone())?,
+            namespace: namespace.clone(),
+        };
+        eprintln!(
+            "bench: server at {url}, database {}, namespace {namespace}",
+            database.url
+        );
+        Ok(Bench {
+            api,
+            namespace,
+            database,
+            recorder: Arc::new(Recorder::default()),
+            clock,
+            url,
+            workers: args.workers,
+            concurrency: args.concurrency,
+            running: Mutex::new(None),
+            stop_server,
+            server,
+        })
+    }
+
+    /// Starts the workers: each its own HTTP client, polling the benchmark queue with a no-op
+    /// handler that records its invocation.
+    pub(crate) fn start_workers(&self) -> Result<()> {
+        let (stop, stopped) = watch::channel(false);
+        let mut handles = Vec::with_capacity(self.workers);
+        for index in 0..self.workers {
+            let recorder = self.recorder.clone();
+            let handler = move |task: TaskContext| {
+                let recorder = recorder.clone();
+                async move {
+                    let start = Instant::now();
+                    let outcome = Outcome::complete(json!({}));
+                    recorder.record(&task, start, Instant::now());
+                    outcome
+                }
+            };
+            let worker = Worker::builder(Client::new(self.url.clone())?)
+                .worker_id(format!("bench-worker-{index}"))
+                .namespace(self.namespace.clone())
+                .concurrency(self.concurrency)
+                .handler(QUEUE, COMMAND, handler)
+                .build()?;
+            let mut stopped = stopped.clone();
+            handles.push(tokio::spawn(worker.run(async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            })));
+        }
+        let previous = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(RunningWorkers { stop, handles });
+        if previous.is_some() {
+            bail!("the workers were started twice");
+        }
+        Ok(())
+    }
+
+    /// Waits until the handler has run `expected` times in all and no job of the namespace is
+    /// unfinished. Returns false when nothing moved for a minute: the correctness check then
+    /// names what is stuck.
+    pub(crate) async fn wait_until_done(&self, expected: u64, label: &str) -> Result<bool> {
+        let mut count = self.recorder.invocations();
+        let mut last_move = Instant::now();
+        let mut last_print = Instant::now();
+        loop {
+            let now_count = self.recorder.invocations();
+            if now_count != count {
+                count = now_count;
+                last_move = Instant::now();
+            }
+            if count >= expected && !self.api.unfinished().await? {
+                return Ok(true);
+            }
+            if last_move.elapsed() >= STALL {
+                eprintln!(
+                    "bench: {label}: nothing ran for {}s with {count}/{expected} tasks run; \
+                     giving up waiting",
+                    STALL.as_secs()
+                );
+                return Ok(false);
+            }
+            if last_print.elapsed() >= PROGRESS_EVERY {
+                eprintln!("bench: {label}: {count}/{expected} tasks run");
+                last_print = Instant::now();
+            }
+            let pause = if count >= expected { 2 } else { 10 };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+
+    /// Stops the workers and the server, and removes the temporary database unless kept.
+    pub(crate) async fn stop(self) -> Result<()> {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(running) = running {
+            let _ = running.stop.send(true);
+            for handle in running.handles {
+                match tokio::time::timeout(STOP_TIMEOUT, handle).await {
+                    Ok(joined) => joined.context("a worker failed")?,
+                    Err(_) => bail!("a worker did not stop within {STOP_TIMEOUT:?}"),
+                }
+            }
+        }
+        let _ = self.stop_server.send(true);
+        match tokio::time::timeout(STOP_TIMEOUT, self.server).await {
+            Ok(joined) => joined.context("the server task failed")??,
+            Err(_) => bail!("the server did not stop within {STOP_TIMEOUT:?}"),
+        }
+        self.database.finish()
+    }
+}

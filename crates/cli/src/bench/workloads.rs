@@ -1,0 +1,604 @@
+//! The workloads, phase by phase, and the figures drawn from them.
+//!
+//! - `single`: one-step jobs. (1) submit rate with no worker running, (2) drain rate once the
+//!   workers start, (3) end to end at a fixed arrival rate: latency from each submit's *planned*
+//!   send time (so a slow server cannot hide behind a late send: no coordinated omission) to the
+//!   handler being invoked, and to the job's `ended_at`.
+//! - `chain`: 10 sequential steps per job: steps/s and per-step overhead.
+//! - `fanout`: a root, 100 parallel children (`for_each: range(100)`), a join: fan-out and
+//!   fan-in latency.
+//!
+//! Chain and fanout jobs are all submitted at once with the workers running.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use starbridge_api as api;
+
+use super::harness::{Bench, COMMAND, Pace, QUEUE, Submission, submit_jobs};
+use super::report::{Config, DURABILITY, DatabaseInfo, Report, Resources};
+use super::stats::{DatabaseSize, Latencies, LatencySummary, Throughput, peak_rss_bytes};
+use super::verify::{Verified, verify};
+use super::{BenchArgs, Workload};
+
+/// Steps of a `chain` job.
+const CHAIN_STEPS: usize = 10;
+/// Children of a `fanout` job.
+const FAN_OUT_WIDTH: usize = 100;
+/// A submitter falling further behind its schedule than this is worth a note.
+const LAG_NOTE: Duration = Duration::from_millis(10);
+
+fn single_definition() -> String {
+    format!(
+        "name: bench_single\ndescription: one no-op step (starbridge bench)\nsteps:\n  \
+         - {{ id: noop, queue: {QUEUE}, command: {COMMAND} }}\n"
+    )
+}
+
+fn chain_definition() -> String {
+    let mut text = format!(
+        "name: bench_chain\ndescription: {CHAIN_STEPS} sequential no-op steps (starbridge \
+         bench)\nsteps:\n"
+    );
+    for step in 1..=CHAIN_STEPS {
+        text.push_str(&format!(
+            "  - {{ id: s{step:02}, queue: {QUEUE}, command: {COMMAND} }}\n"
+        ));
+    }
+    text
+}
+
+fn fanout_definition() -> String {
+    let step = |id: &str, extra: &str| {
+        format!("  - {{ id: {id}, queue: {QUEUE}, command: {COMMAND}{extra} }}\n")
+    };
+    let for_each = format!(", for_each: \"${{{{ range({FAN_OUT_WIDTH}) }}}}\"");
+    format!(
+        "name: bench_fanout\ndescription: a root, {FAN_OUT_WIDTH} parallel children, a join \
+         (starbridge bench)\nsteps:\n{}{}{}",
+        step("root", ""),
+        step("children", &for_each),
+        step("join", "")
+    )
+}
+
+/// The figures one workload measured, before they are put in the report.
+struct Figures {
+    jobs: usize,
+    tasks_per_job: usize,
+    rate: Option<f64>,
+    seconds: Option<f64>,
+    throughput: Vec<Throughput>,
+    latency: Vec<LatencySummary>,
+    notes: Vec<String>,
+}
+
+/// The correctness check and what was measured around it.
+struct Checked {
+    verified: Verified,
+    after: DatabaseSize,
+    peak_rss: Option<u64>,
+    seconds: f64,
+}
+
+/// Runs the workload `args` names with `jobs` jobs, then checks it.
+pub(crate) async fn run(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<Report> {
+    let (name, definition) = match args.workload {
+        Workload::Single => ("bench_single", single_definition()),
+        Workload::Chain => ("bench_chain", chain_definition()),
+        Workload::Fanout => ("bench_fanout", fanout_definition()),
+    };
+    bench.api.apply(name, &definition).await?;
+    let before = DatabaseSize::of(&bench.database.path);
+    let (figures, checked) = match args.workload {
+        Workload::Single => single(bench, args, jobs).await?,
+        Workload::Chain => chain(bench, args, jobs).await?,
+        Workload::Fanout => fanout(bench, args, jobs).await?,
+    };
+    Ok(report(bench, args, before, figures, checked))
+}
+
+/// Reads the sizes and memory, then checks every job.
+async fn check(
+    bench: &Bench,
+    args: &BenchArgs,
+    submitted: &[&Submission],
+    tasks_per_job: usize,
+) -> Result<Checked> {
+    let after = DatabaseSize::of(&bench.database.path);
+    let peak_rss = peak_rss_bytes();
+    let ids: Vec<String> = submitted
+        .iter()
+        .flat_map(|submission| submission.jobs.iter().map(|job| job.id.clone()))
+        .collect();
+    let errors: Vec<String> = submitted
+        .iter()
+        .flat_map(|submission| submission.errors.iter().cloned())
+        .collect();
+    eprintln!("bench: checking {} jobs through the API", ids.len());
+    let started = Instant::now();
+    let verified = verify(
+        &bench.api,
+        &bench.recorder,
+        &ids,
+        &errors,
+        tasks_per_job,
+        args.submitters,
+    )
+    .await?;
+    Ok(Checked {
+        verified,
+        after,
+        peak_rss,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn report(
+    bench: &Bench,
+    args: &BenchArgs,
+    before: DatabaseSize,
+    figures: Figures,
+    checked: Checked,
+) -> Report {
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut notes = figures.notes;
+    notes.push(format!(
+        "one process on {cpus} CPUs: the server, the {} workers and the submitters share them",
+        args.workers
+    ));
+    notes.push("server timestamps (created_at, started_at, ended_at) have 1 ms resolution".into());
+    Report {
+        workload: args.workload.name(),
+        config: Config {
+            jobs: figures.jobs,
+            submitters: args.submitters,
+            workers: args.workers,
+            concurrency: args.concurrency,
+            tasks_per_job: figures.tasks_per_job,
+            rate: figures.rate.map(|rate| rate.round()),
+            seconds: figures.seconds,
+            cpus,
+        },
+        durability: DURABILITY,
+        database: DatabaseInfo {
+            url: bench.database.url.clone(),
+            namespace: bench.namespace.clone(),
+            kept: bench.database.kept(),
+        },
+        throughput: figures.throughput,
+        latency_ms: figures.latency,
+        resources: Resources {
+            peak_rss_bytes: checked.peak_rss,
+            database_bytes_before: before.total(),
+            database_bytes_after: checked.after.total(),
+            database_growth_bytes: i64::try_from(checked.after.total()).unwrap_or(i64::MAX)
+                - i64::try_from(before.total()).unwrap_or(i64::MAX),
+            db_file_bytes_after: checked.after.db_bytes,
+            wal_file_bytes_after: checked.after.wal_bytes,
+        },
+        notes,
+        verification_seconds: checked.seconds,
+        wall_seconds: 0.0,
+        correctness: checked.verified.correctness,
+    }
+}
+
+fn millis(timestamp: Option<api::Timestamp>) -> Option<i64> {
+    timestamp.map(|ts| ts.as_millisecond())
+}
+
+/// The latest `ended_at` of the given jobs, in epoch milliseconds.
+fn last_end<'a>(jobs: impl IntoIterator<Item = &'a api::JobSummary>) -> Option<i64> {
+    jobs.into_iter()
+        .filter_map(|job| millis(job.ended_at))
+        .max()
+}
+
+/// Seconds from `start` to the epoch millisecond `end` (or to now, when unknown).
+fn seconds_until(bench: &Bench, start: Instant, end: Option<i64>) -> f64 {
+    match end {
+        Some(end) => ((end as f64 - bench.clock.epoch_ms(start)) / 1000.0).max(0.0),
+        None => start.elapsed().as_secs_f64(),
+    }
+}
+
+async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
+    eprintln!(
+        "bench: phase 1/3: submitting {jobs} jobs from {} clients, no worker running",
+        args.submitters
+    );
+    let queued = submit_jobs(
+        &bench.api,
+        "bench_single",
+        jobs,
+        args.submitters,
+        None,
+        "submit",
+    )
+    .await?;
+    let mut throughput = vec![Throughput::new(
+        "submit",
+        "submit (no workers)",
+        queued.jobs.len() as u64,
+        "jobs",
+        queued.seconds(),
+    )];
+    let mut latency = vec![
+        queued
+            .request_latency
+            .summary("submit_request", "submit request (no workers)"),
+    ];
+    let mut notes = Vec::new();
+
+    eprintln!(
+        "bench: phase 2/3: draining with {} workers x {}",
+        args.workers, args.concurrency
+    );
+    let drain_start = Instant::now();
+    bench.start_workers()?;
+    let drained = bench
+        .wait_until_done(queued.jobs.len() as u64, "drain")
+        .await?;
+    let mut rate = None;
+    let mut paced = None;
+    if drained {
+        let listed = bench.api.list_jobs(Some("succeeded")).await?;
+        let seconds = seconds_until(bench, drain_start, last_end(&listed));
+        let drain = Throughput::new(
+            "drain",
+            format!("drain ({} workers x {})", args.workers, args.concurrency),
+            queued.jobs.len() as u64,
+            "jobs",
+            seconds,
+        );
+        let target = args.rate.unwrap_or(drain.per_second / 2.0).max(1.0);
+        throughput.push(drain);
+        rate = Some(target);
+        let count = ((target * args.seconds).round() as usize).max(1);
+        eprintln!(
+            "bench: phase 3/3: {count} jobs at {target:.0} jobs/s for {}s, workers running",
+            args.seconds
+        );
+        let pace = Pace {
+            start: Instant::now() + Duration::from_millis(20),
+            rate: target,
+        };
+        let submitted = submit_jobs(
+            &bench.api,
+            "bench_single",
+            count,
+            args.submitters,
+            Some(pace),
+            "end to end",
+        )
+        .await?;
+        bench
+            .wait_until_done(
+                (queued.jobs.len() + submitted.jobs.len()) as u64,
+                "end to end",
+            )
+            .await?;
+        let mut sent = Throughput::new(
+            "end_to_end",
+            format!("end to end, submitted at {target:.0}/s"),
+            submitted.jobs.len() as u64,
+            "jobs",
+            submitted
+                .last_answer
+                .saturating_duration_since(pace.start)
+                .as_secs_f64(),
+        );
+        sent.target_per_second = Some(target.round());
+        if sent.per_second < 0.95 * target {
+            notes.push(format!(
+                "the end-to-end phase reached {:.0} of the {target:.0} jobs/s asked for: the \
+                 server (with {} submitting clients) could not keep up, so its latencies include \
+                 a backlog that grew during the phase; try a lower --rate",
+                sent.per_second, args.submitters
+            ));
+        }
+        throughput.push(sent);
+        if submitted.max_lag > LAG_NOTE {
+            notes.push(format!(
+                "the submitters sent up to {:.1} ms after the planned time; latencies count from \
+                 the planned time",
+                submitted.max_lag.as_secs_f64() * 1000.0
+            ));
+        }
+        paced = Some((submitted, pace));
+    } else {
+        notes.push("the drain did not finish: the end-to-end phase was not run".into());
+    }
+
+    let mut submissions = vec![&queued];
+    if let Some((submitted, _)) = &paced {
+        submissions.push(submitted);
+    }
+    let checked = check(bench, args, &submissions, 1).await?;
+
+    if let Some((submitted, pace)) = &paced {
+        latency.push(
+            submitted
+                .request_latency
+                .summary("submit_request_loaded", "submit request (workers running)"),
+        );
+        let starts: HashMap<String, Instant> = bench.recorder.read(|runs| {
+            let mut starts: HashMap<String, Instant> = HashMap::new();
+            for run in runs.values() {
+                let start = starts.entry(run.job_id.clone()).or_insert(run.first_start);
+                *start = (*start).min(run.first_start);
+            }
+            starts
+        });
+        let mut to_start = Latencies::new();
+        let mut to_complete = Latencies::new();
+        let mut completed = Vec::new();
+        for job in &submitted.jobs {
+            if let Some(start) = starts.get(&job.id) {
+                to_start.record(start.saturating_duration_since(job.planned));
+            }
+            if let Some(view) = checked.verified.jobs.get(&job.id)
+                && let Some(end) = millis(view.summary.ended_at)
+            {
+                to_complete.record_ms(end as f64 - bench.clock.epoch_ms(job.planned));
+                completed.push(&view.summary);
+            }
+        }
+        latency.push(to_start.summary("submit_to_start", "submit -> handler start"));
+        latency.push(to_complete.summary("submit_to_complete", "submit -> job ended_at"));
+        throughput.push(Throughput::new(
+            "end_to_end_completed",
+            "end to end, completed",
+            completed.len() as u64,
+            "jobs",
+            seconds_until(bench, pace.start, last_end(completed)),
+        ));
+    }
+    let figures = Figures {
+        jobs,
+        tasks_per_job: 1,
+        rate,
+        seconds: Some(args.seconds),
+        throughput,
+        latency,
+        notes,
+    };
+    Ok((figures, checked))
+}
+
+/// Submits every job at once with the workers running and waits for them all.
+async fn submit_and_run(
+    bench: &Bench,
+    args: &BenchArgs,
+    workflow: &str,
+    jobs: usize,
+    tasks_per_job: usize,
+) -> Result<Submission> {
+    eprintln!(
+        "bench: submitting {jobs} {workflow} jobs from {} clients to {} workers x {}",
+        args.submitters, args.workers, args.concurrency
+    );
+    bench.start_workers()?;
+    let submission =
+        submit_jobs(&bench.api, workflow, jobs, args.submitters, None, "submit").await?;
+    bench
+        .wait_until_done((submission.jobs.len() * tasks_per_job) as u64, "run")
+        .await?;
+    Ok(submission)
+}
+
+/// The handler time of each job, all its tasks together.
+fn handler_time_per_job(bench: &Bench) -> HashMap<String, Duration> {
+    bench.recorder.read(|runs| {
+        let mut per_job: HashMap<String, Duration> = HashMap::new();
+        for run in runs.values() {
+            *per_job.entry(run.job_id.clone()).or_default() += run.handler_time;
+        }
+        per_job
+    })
+}
+
+/// A job's run time (created → ended), in milliseconds.
+fn job_millis(job: &api::JobView) -> Option<i64> {
+    Some(millis(job.summary.ended_at)? - job.summary.created_at.as_millisecond())
+}
+
+const QUEUEING_NOTE: &str = "every job is submitted at once with the workers running: latencies \
+                             include waiting behind other jobs' tasks";
+
+async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
+    let submission = submit_and_run(bench, args, "bench_chain", jobs, CHAIN_STEPS).await?;
+    let checked = check(bench, args, &[&submission], CHAIN_STEPS).await?;
+    let views = &checked.verified.jobs;
+    let seconds = seconds_until(
+        bench,
+        submission.first_send,
+        last_end(views.values().map(|job| &job.summary)),
+    );
+    let handler_time = handler_time_per_job(bench);
+    let mut overhead = Latencies::new();
+    let mut handoff = Latencies::new();
+    let mut whole = Latencies::new();
+    for job in views.values() {
+        if let Some(total) = job_millis(job) {
+            let handlers = handler_time
+                .get(&job.summary.id)
+                .map_or(0.0, |time| time.as_secs_f64() * 1000.0);
+            overhead.record_ms((total as f64 - handlers) / CHAIN_STEPS as f64);
+            whole.record_ms(total as f64);
+        }
+        let mut steps: Vec<&api::TaskView> = job
+            .tasks
+            .iter()
+            .filter(|task| task.kind == "step")
+            .collect();
+        steps.sort_by(|a, b| a.step.cmp(&b.step));
+        for pair in steps.windows(2) {
+            if let (Some(ended), Some(started)) =
+                (millis(pair[0].ended_at), millis(pair[1].started_at))
+            {
+                handoff.record_ms((started - ended) as f64);
+            }
+        }
+    }
+    let count = submission.jobs.len() as u64;
+    let figures = Figures {
+        jobs,
+        tasks_per_job: CHAIN_STEPS,
+        rate: None,
+        seconds: None,
+        throughput: vec![
+            Throughput::new(
+                "submit",
+                "submit (workers running)",
+                count,
+                "jobs",
+                submission.seconds(),
+            ),
+            Throughput::new(
+                "steps",
+                format!("steps ({CHAIN_STEPS} per job)"),
+                count * CHAIN_STEPS as u64,
+                "steps",
+                seconds,
+            ),
+            Throughput::new(
+                "jobs",
+                "jobs, first submit to last end",
+                count,
+                "jobs",
+                seconds,
+            ),
+        ],
+        latency: vec![
+            submission
+                .request_latency
+                .summary("submit_request", "submit request"),
+            overhead.summary(
+                "step_overhead",
+                "per-step overhead ((job time - handler time) / 10)",
+            ),
+            handoff.summary("step_handoff", "step ended -> next step claimed"),
+            whole.summary("job", "job created -> ended"),
+        ],
+        notes: vec![QUEUEING_NOTE.to_owned()],
+    };
+    Ok((figures, checked))
+}
+
+async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
+    let tasks_per_job = FAN_OUT_WIDTH + 2;
+    let submission = submit_and_run(bench, args, "bench_fanout", jobs, tasks_per_job).await?;
+    let checked = check(bench, args, &[&submission], tasks_per_job).await?;
+    let views = &checked.verified.jobs;
+    let seconds = seconds_until(
+        bench,
+        submission.first_send,
+        last_end(views.values().map(|job| &job.summary)),
+    );
+    let mut fan_out = Latencies::new();
+    let mut fan_in = Latencies::new();
+    let mut whole = Latencies::new();
+    for job in views.values() {
+        let step = |id: &str| {
+            job.tasks
+                .iter()
+                .find(|task| task.kind == "step" && task.step == id)
+        };
+        let children: Vec<&api::TaskView> = job
+            .tasks
+            .iter()
+            .filter(|task| task.kind == "item")
+            .collect();
+        let last_claimed = children
+            .iter()
+            .filter_map(|task| millis(task.started_at))
+            .max();
+        let last_ended = children
+            .iter()
+            .filter_map(|task| millis(task.ended_at))
+            .max();
+        if let (Some(root_end), Some(last_claimed)) = (
+            step("root").and_then(|root| millis(root.ended_at)),
+            last_claimed,
+        ) {
+            fan_out.record_ms((last_claimed - root_end) as f64);
+        }
+        if let (Some(last_ended), Some(join_claimed)) = (
+            last_ended,
+            step("join").and_then(|join| millis(join.started_at)),
+        ) {
+            fan_in.record_ms((join_claimed - last_ended) as f64);
+        }
+        if let Some(total) = job_millis(job) {
+            whole.record_ms(total as f64);
+        }
+    }
+    let count = submission.jobs.len() as u64;
+    let figures = Figures {
+        jobs,
+        tasks_per_job,
+        rate: None,
+        seconds: None,
+        throughput: vec![
+            Throughput::new(
+                "submit",
+                "submit (workers running)",
+                count,
+                "jobs",
+                submission.seconds(),
+            ),
+            Throughput::new(
+                "tasks",
+                format!("tasks (root, {FAN_OUT_WIDTH} children, join per job)"),
+                count * tasks_per_job as u64,
+                "tasks",
+                seconds,
+            ),
+            Throughput::new(
+                "jobs",
+                "jobs, first submit to last end",
+                count,
+                "jobs",
+                seconds,
+            ),
+        ],
+        latency: vec![
+            submission
+                .request_latency
+                .summary("submit_request", "submit request"),
+            fan_out.summary("fan_out", "root ended -> last child claimed"),
+            fan_in.summary("fan_in", "last child ended -> join claimed"),
+            whole.summary("job", "job created -> ended"),
+        ],
+        notes: vec![QUEUEING_NOTE.to_owned()],
+    };
+    Ok((figures, checked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn definitions_are_valid_workflows_of_the_expected_shape() {
+        for (name, text, steps) in [
+            ("bench_single", single_definition(), 1),
+            ("bench_chain", chain_definition(), CHAIN_STEPS),
+            ("bench_fanout", fanout_definition(), 3),
+        ] {
+            let document = starbridge_core::definition::parse_document(&text).unwrap();
+            let workflow = starbridge_core::Workflow::from_value(name, document)
+                .unwrap_or_else(|error| panic!("{name}: {error}\n{text}"));
+            assert_eq!(workflow.steps.len(), steps, "{name}");
+            assert!(
+                workflow
+                    .steps
+                    .iter()
+                    .all(|step| step.handler.queue == QUEUE)
+            );
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! `starbridge bench` end to end: the real binary runs each workload at a small size with
+//! `-o json`. The test checks correctness figures and that every figure is present — never
+//! throughput or latency values, which depend on the machine.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
+
+/// Runs the benchmark with `args` and returns its JSON report; fails on a non-zero exit.
+fn bench(args: &[&str]) -> Value {
+    let output = Command::new(BIN)
+        .arg("bench")
+        .args(args)
+        .args(["-o", "json"])
+        .env("STARBRIDGE_LOG", "warn")
+        .output()
+        .expect("the starbridge binary runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "bench {args:?} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    serde_json::from_str(&stdout)
+        .unwrap_or_else(|error| panic!("bench {args:?} printed no JSON ({error}):\n{stdout}"))
+}
+
+fn assert_latency(report: &Value, key: &str) {
+    let latency = &report["latency_ms"][key];
+    for field in ["count", "p50", "p90", "p99", "p99_9", "max"] {
+        assert!(
+            latency[field].is_number(),
+            "latency_ms.{key}.{field}: {report:#}"
+        );
+    }
+    assert!(
+        latency["count"].as_u64().unwrap() > 0,
+        "latency_ms.{key}: {report:#}"
+    );
+}
+
+fn assert_throughput(report: &Value, key: &str) {
+    let rate = &report["throughput"][key];
+    for field in ["count", "seconds", "per_second"] {
+        assert!(
+            rate[field].is_number(),
+            "throughput.{key}.{field}: {report:#}"
+        );
+    }
+}
+
+/// Every job succeeded, each task ran once, nothing else was found.
+fn assert_correct(report: &Value, jobs: u64, tasks_per_job: u64) {
+    let correctness = &report["correctness"];
+    assert_eq!(correctness["ok"], true, "{report:#}");
+    assert_eq!(correctness["anomaly_count"], 0, "{report:#}");
+    assert_eq!(correctness["anomalies"], Value::Array(Vec::new()));
+    assert_eq!(correctness["submit_errors"], 0);
+    let submitted = correctness["jobs_submitted"].as_u64().unwrap();
+    assert!(submitted >= jobs, "{report:#}");
+    assert_eq!(correctness["jobs_succeeded"].as_u64(), Some(submitted));
+    let by_status = correctness["jobs_by_status"].as_object().unwrap();
+    assert_eq!(by_status.len(), 1, "{report:#}");
+    assert_eq!(by_status["succeeded"].as_u64(), Some(submitted));
+    assert_eq!(
+        correctness["tasks_checked"].as_u64(),
+        Some(submitted * tasks_per_job)
+    );
+    assert_eq!(
+        correctness["handler_invocations"].as_u64(),
+        Some(submitted * tasks_per_job)
+    );
+    assert_eq!(correctness["tasks_not_attempt_1"], 0);
+    assert_eq!(correctness["duplicate_invocations"], 0);
+}
+
+fn assert_common(report: &Value, workload: &str) {
+    assert_eq!(report["workload"], workload);
+    assert_eq!(report["durability"], "sqlite synchronous=FULL (WAL)");
+    for field in [
+        "database_bytes_before",
+        "database_bytes_after",
+        "database_growth_bytes",
+        "db_file_bytes_after",
+        "wal_file_bytes_after",
+    ] {
+        assert!(report["resources"][field].is_number(), "resources.{field}");
+    }
+    assert!(report["resources"].get("peak_rss_bytes").is_some());
+    assert!(report["wall_seconds"].is_number());
+    assert!(report["verification_seconds"].is_number());
+    assert_eq!(report["database"]["kept"], false);
+}
+
+#[test]
+fn every_workload_runs_each_job_exactly_once() {
+    let single = bench(&["--workload", "single", "--jobs", "200"]);
+    assert_common(&single, "single");
+    assert_correct(&single, 200, 1);
+    for key in ["submit", "drain", "end_to_end", "end_to_end_completed"] {
+        assert_throughput(&single, key);
+    }
+    assert!(single["throughput"]["end_to_end"]["target_per_second"].is_number());
+    for key in [
+        "submit_request",
+        "submit_request_loaded",
+        "submit_to_start",
+        "submit_to_complete",
+    ] {
+        assert_latency(&single, key);
+    }
+
+    let chain = bench(&["--workload", "chain", "--jobs", "5"]);
+    assert_common(&chain, "chain");
+    assert_correct(&chain, 5, 10);
+    for key in ["submit", "steps", "jobs"] {
+        assert_throughput(&chain, key);
+    }
+    for key in ["submit_request", "step_overhead", "step_handoff", "job"] {
+        assert_latency(&chain, key);
+    }
+
+    let fanout = bench(&["--workload", "fanout", "--jobs", "2"]);
+    assert_common(&fanout, "fanout");
+    assert_correct(&fanout, 2, 102);
+    for key in ["submit", "tasks", "jobs"] {
+        assert_throughput(&fanout, key);
+    }
+    for key in ["submit_request", "fan_out", "fan_in", "job"] {
+        assert_latency(&fanout, key);
+    }
+}
+
+#[test]
+fn an_existing_database_is_refused_without_reuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("taken.db");
+    std::fs::write(&path, b"").unwrap();
+    let output = Command::new(BIN)
+        .args(["bench", "--jobs", "1", "--database"])
+        .arg(format!("sqlite://{}", path.display()))
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--reuse"), "{stderr}");
+}
