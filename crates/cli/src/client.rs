@@ -531,7 +531,7 @@ fn print_queues(queues: &[api::QueueView]) {
         .collect();
     table(
         &[
-            "QUEUE", "MODE", "PRIORITY", "LIMIT", "STATE", "READY", "RUNNING", "OLDEST",
+            "QUEUE", "MODE", "PRIORITY", "LIMIT", "RATE", "STATE", "READY", "RUNNING", "OLDEST",
         ],
         &rows,
     );

@@ -16,7 +16,10 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) {
         let line: Vec<String> = cells
             .iter()
             .enumerate()
-            .map(|(index, cell)| format!("{cell:<width$}", width = widths[index]))
+            .map(|(index, cell)| {
+                let width = widths.get(index).copied().unwrap_or(0);
+                format!("{cell:<width$}")
+            })
             .collect();
         println!("{}", line.join("  ").trim_end());
     };

@@ -183,6 +183,12 @@ fn open_connection(path: &Path) -> Result<rusqlite::Connection> {
     let conn = rusqlite::Connection::open(path)
         .map_err(|error| Error::Open(format!("{}: {error}", path.display())))?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    // With the query planner stability guarantee a cached statement keeps its plan when its
+    // parameters are rebound, instead of being re-prepared on every use.
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
     )?;

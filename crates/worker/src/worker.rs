@@ -25,6 +25,10 @@ use crate::client::{Client, Error, error_chain};
 use crate::context::{Signal, TaskContext};
 use crate::outcome::{Handler, HandlerResult, Outcome};
 
+/// The most tasks the server hands out per poll; a worker with more free slots asks for this
+/// many and polls again.
+pub(crate) const MAX_TASKS_PER_POLL: u32 = 256;
+
 /// How long a poll may be held by the server when no task is ready.
 pub const DEFAULT_POLL_WAIT: Duration = Duration::from_secs(20);
 /// How long [`Worker::run`] waits for running handlers after shutdown is requested.
@@ -326,7 +330,11 @@ impl Worker {
             let request = PollRequest {
                 worker_id: shared.worker_id.clone(),
                 queues: self.queues.clone(),
-                max_tasks: Some(u32::try_from(permits.len()).unwrap_or(u32::MAX)),
+                max_tasks: Some(
+                    u32::try_from(permits.len())
+                        .unwrap_or(u32::MAX)
+                        .min(MAX_TASKS_PER_POLL),
+                ),
                 wait_ms: Some(wait_ms),
                 namespace: self.namespace.clone(),
             };
