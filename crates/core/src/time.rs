@@ -44,7 +44,7 @@ impl Duration {
         Duration(secs.saturating_mul(1000))
     }
 
-    pub fn as_millis(self) -> u64 {
+    pub const fn as_millis(self) -> u64 {
         self.0
     }
 

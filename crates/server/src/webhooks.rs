@@ -27,6 +27,10 @@ use crate::routes::{AppState, body, namespace};
 const BATCH: u32 = 50;
 /// How long a receiver has to answer.
 const SEND_TIMEOUT: StdDuration = StdDuration::from_secs(10);
+const _: () = assert!(
+    SEND_TIMEOUT.as_millis() * 3 < starbridge_store::DELIVERY_LEASE.as_millis() as u128,
+    "a claimed delivery must be sent well within its lease"
+);
 /// Longest sleep of the deliverer without a wake-up (a guard, not the main path).
 const MAX_SLEEP: StdDuration = StdDuration::from_secs(5);
 
@@ -221,18 +225,28 @@ pub async fn run_deliveries(store: Store, mut stop: watch::Receiver<bool>) {
             return;
         }
         let notified = changed.notified();
-        let sent = match store.due_deliveries(BATCH).await {
+        let sent = match store.claim_deliveries(BATCH).await {
             Ok(due) => {
-                for delivery in &due {
-                    let attempt = send(&http, &store, delivery).await;
-                    if let Attempt::Failed { error, .. } = &attempt {
-                        tracing::warn!(delivery = delivery.delivery.id, url = %delivery.url, %error, "webhook delivery failed");
-                    }
-                    if let Err(error) = store.record_delivery(delivery.delivery.id, attempt).await {
-                        tracing::warn!(%error, "cannot record a webhook delivery");
-                    }
+                let count = due.len();
+                // Sent side by side: one slow receiver does not hold up the others, and every
+                // claimed delivery is sent well within its lease.
+                let mut sending = tokio::task::JoinSet::new();
+                for delivery in due {
+                    let (http, store) = (http.clone(), store.clone());
+                    sending.spawn(async move {
+                        let attempt = send(&http, &store, &delivery).await;
+                        if let Attempt::Failed { error, .. } = &attempt {
+                            tracing::warn!(delivery = delivery.delivery.id, url = %delivery.url, %error, "webhook delivery failed");
+                        }
+                        if let Err(error) =
+                            store.record_delivery(delivery.delivery.id, attempt).await
+                        {
+                            tracing::warn!(%error, "cannot record a webhook delivery");
+                        }
+                    });
                 }
-                due.len()
+                while sending.join_next().await.is_some() {}
+                count
             }
             Err(error) => {
                 tracing::warn!(%error, "webhook deliverer: database error");

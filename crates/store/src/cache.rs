@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::Connection;
+use crate::db::Conn;
 use starbridge_core::Workflow;
 use starbridge_core::definition::Problem;
 
@@ -69,7 +69,7 @@ impl WorkflowCache {
     /// The compiled version, loading it from `conn` on a miss.
     pub(crate) fn get(
         &self,
-        conn: &Connection,
+        conn: &mut dyn Conn,
         namespace: &str,
         name: &str,
         version: u32,

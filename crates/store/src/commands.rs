@@ -15,6 +15,8 @@ use starbridge_core::time::Duration;
 use starbridge_core::time::Timestamp;
 
 use crate::cache::Compiled;
+use crate::db::Conn;
+use crate::rows::RowLock;
 use crate::writer::WriteCtx;
 use crate::{
     Applied, Claimed, Error, QueueChange, Reported, Result, StoredQueue, StoredWorkflow, Submit,
@@ -212,11 +214,16 @@ pub(crate) type Reopening = Vec<(String, Timestamp)>;
 
 /// The polled queues that may hand out work now, and the rate-limited ones that may again at a
 /// known time (when their next token arrives).
+///
+/// A claim passes `serialize`: then each limited queue (serial, concurrency, rate) is locked
+/// until the transaction ends before its running tasks are counted, so claims of several
+/// server nodes cannot both take its last free slot or token.
 pub(crate) fn open_queues(
-    conn: &rusqlite::Connection,
+    conn: &mut dyn Conn,
     namespace: &str,
     queues: &[String],
     now: Timestamp,
+    serialize: bool,
 ) -> Result<(Vec<OpenQueue>, Reopening)> {
     let mut open = Vec::with_capacity(queues.len());
     let mut reopen = Vec::new();
@@ -224,6 +231,9 @@ pub(crate) fn open_queues(
         let stored = rows::queue(conn, namespace, name)?;
         let bucket = stored.as_ref().and_then(|queue| queue.bucket);
         let config = stored.map(|queue| queue.config).unwrap_or_default();
+        if serialize && (config.is_limited() || config.rate.is_some()) {
+            conn.lock_key(&format!("queue\t{namespace}\t{name}"))?;
+        }
         let running = if config.is_limited() {
             rows::running_count(conn, namespace, name)?
         } else {
@@ -261,7 +271,7 @@ pub(crate) fn claim(
 ) -> Result<Vec<Claimed>> {
     let mut candidates = Vec::new();
     let mut free_slots: HashMap<String, u32> = HashMap::new();
-    let (open, _) = open_queues(ctx.conn, namespace, queues, ctx.now)?;
+    let (open, _) = open_queues(ctx.conn, namespace, queues, ctx.now, true)?;
     for queue in &open {
         let limit = queue.free.map_or(max, |free| free.min(max));
         if let Some(free) = queue.free {
@@ -290,7 +300,9 @@ pub(crate) fn claim(
             }
             *free -= 1;
         }
-        let Some(mut state) = rows::load_job_state(ctx.conn, &candidate.job)? else {
+        // A job another node is changing right now is left for a later claim.
+        let Some(mut state) = rows::lock_job_state(ctx.conn, &candidate.job, RowLock::Skip)?
+        else {
             continue;
         };
         let compiled = workflow_of(ctx, &state)?;
@@ -353,7 +365,7 @@ fn lease_of(workflow: &Workflow, task: &Task) -> Duration {
 pub(crate) fn report(ctx: &mut WriteCtx<'_>, task_id: &TaskId, input: Input) -> Result<Reported> {
     let job_id = rows::job_of_task(ctx.conn, task_id)?
         .ok_or_else(|| Error::NotFound(format!("task {task_id} not found")))?;
-    let mut state = rows::load_job_state(ctx.conn, &job_id)?
+    let mut state = rows::lock_job_state(ctx.conn, &job_id, RowLock::Wait)?
         .ok_or_else(|| Error::Corrupt(format!("job {job_id} of task {task_id} not found")))?;
     let compiled = workflow_of(ctx, &state)?;
     apply(ctx, &compiled.workflow, &mut state, input)?;
@@ -376,7 +388,7 @@ pub(crate) fn operate(
     job_id: &JobId,
     command: OperatorCommand,
 ) -> Result<JobState> {
-    let mut state = rows::load_job_state(ctx.conn, job_id)?
+    let mut state = rows::lock_job_state(ctx.conn, job_id, RowLock::Wait)?
         .filter(|state| state.job.namespace == namespace)
         .ok_or_else(|| Error::NotFound(format!("job {job_id} not found")))?;
     let compiled = workflow_of(ctx, &state)?;
@@ -396,6 +408,7 @@ pub(crate) fn configure_queue(
     change: QueueChange,
 ) -> Result<StoredQueue> {
     check_queue_name(name)?;
+    ctx.conn.lock_key(&format!("queue\t{namespace}\t{name}"))?;
     let mut queue = rows::queue(ctx.conn, namespace, name)?.unwrap_or_else(|| StoredQueue {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -468,7 +481,8 @@ pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
     crate::schedules::fire_due(ctx)?;
     let due = rows::due_jobs(ctx.conn, ctx.now, u32::try_from(limit).unwrap_or(u32::MAX))?;
     for job_id in &due {
-        let Some(mut state) = rows::load_job_state(ctx.conn, job_id)? else {
+        // A job another node holds is being handled there (or will be at its next tick).
+        let Some(mut state) = rows::lock_job_state(ctx.conn, job_id, RowLock::Skip)? else {
             continue;
         };
         let compiled = workflow_of(ctx, &state)?;
@@ -477,7 +491,7 @@ pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
     Ok(due.len())
 }
 
-fn workflow_of(ctx: &WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Compiled>> {
+fn workflow_of(ctx: &mut WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Compiled>> {
     ctx.workflows.get(
         ctx.conn,
         &state.job.namespace,
@@ -556,8 +570,9 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
 /// Gives free slots of a lock to the jobs waiting for it, first come first served, and starts
 /// them. A job that starts and ends at once frees its slot again, which this loop sees.
 fn start_waiting_jobs(ctx: &mut WriteCtx<'_>, namespace: &str, key: &str) -> Result<()> {
+    ctx.conn.lock_key(&format!("lock\t{namespace}\t{key}"))?;
     while let Some(job_id) = rows::first_queued(ctx.conn, namespace, key)? {
-        let Some(mut state) = rows::load_job_state(ctx.conn, &job_id)? else {
+        let Some(mut state) = rows::lock_job_state(ctx.conn, &job_id, RowLock::Wait)? else {
             break;
         };
         let slots = state.job.lock.as_ref().map_or(1, |lock| lock.slots);

@@ -1,24 +1,29 @@
 //! The durable state of Starbridge. The store is the single source of truth: every state change
 //! and its history event are written in one transaction, and there is no other queue.
 //!
-//! Writes go through one writer thread that commits many requests together (group commit, see
-//! `writer`); reads use a small pool of separate connections (SQLite in WAL mode lets them run
-//! beside the writer).
+//! Two backends share one SQL layer (`db`): an embedded SQLite file (`sqlite`), the default, and
+//! PostgreSQL (`postgres`) for several server nodes on one database. On either, writes go through
+//! one writer thread per node that commits many requests together (group commit, see `writer`);
+//! reads use a bounded pool of separate connections.
 
 mod cache;
 mod clock;
 mod commands;
-mod migrate;
+mod db;
 mod notify;
+mod postgres;
 mod reader;
 mod rows;
 mod schedules;
+pub mod scratch;
+mod sqlite;
 mod stats;
 mod webhooks;
 mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration as StdDuration;
 
 use serde_json::Value;
 use starbridge_core::definition::Problem;
@@ -29,15 +34,19 @@ use starbridge_core::time::{Duration, Timestamp};
 
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use db::DatabaseError;
+pub use sqlite::sqlite_path;
 pub use notify::Notifier;
 pub use schedules::{ScheduleSpec, StoredSchedule, time_zone};
 pub use stats::{QueueStats, Stats};
 pub use webhooks::{
-    Attempt, Delivery, DueDelivery, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF, Webhook,
+    Attempt, DELIVERY_LEASE, Delivery, DueDelivery, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF,
+    Webhook,
 };
 
+use db::Conn;
 use reader::ReadPool;
-use writer::Writer;
+use writer::{Connect, Shared, Writer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -48,7 +57,10 @@ pub enum Error {
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Invalid(Vec<Problem>),
     #[error("database error: {0}")]
-    Database(#[from] rusqlite::Error),
+    Database(DatabaseError),
+    /// Another server node held the rows a request needed for too long, even after retries.
+    #[error("contended: {0}")]
+    Contended(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
     #[error("database unavailable: {0}")]
@@ -160,40 +172,36 @@ pub struct JobFilter {
     pub limit: u32,
 }
 
-/// Where the database lives: `sqlite://path`, `sqlite:path` or a plain path.
-pub fn sqlite_path(url: &str) -> Result<PathBuf> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Err(Error::Open(
-            "PostgreSQL is not supported by this build yet: use sqlite://FILE".to_owned(),
-        ));
-    }
-    let path = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-        .unwrap_or(url);
-    if path.is_empty() || path == ":memory:" {
-        return Err(Error::Open(format!(
-            "'{url}' names no file: use sqlite://FILE (the store must be durable)"
-        )));
-    }
-    Ok(PathBuf::from(path))
+/// How a store connects and how long it keeps finished jobs.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Most read connections open at once.
+    pub read_pool: usize,
+    /// PostgreSQL: how long to wait for a connection before a request fails as unavailable.
+    pub connect_timeout: StdDuration,
+    /// PostgreSQL: longest a statement may run before it is cancelled.
+    pub statement_timeout: StdDuration,
+    /// PostgreSQL: longest a write waits for rows another node holds before it runs again in
+    /// the next transaction (this also breaks deadlocks between nodes quickly).
+    pub lock_timeout: StdDuration,
+    /// Finished jobs older than this are deleted with their tasks and history (`None`: kept).
+    pub retain_finished: Option<Duration>,
 }
 
-fn open_connection(path: &Path) -> Result<rusqlite::Connection> {
-    let conn = rusqlite::Connection::open(path)
-        .map_err(|error| Error::Open(format!("{}: {error}", path.display())))?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    // With the query planner stability guarantee a cached statement keeps its plan when its
-    // parameters are rebound, instead of being re-prepared on every use.
-    conn.set_db_config(
-        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
-        true,
-    )?;
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
-    )?;
-    Ok(conn)
+impl Default for StoreOptions {
+    fn default() -> StoreOptions {
+        StoreOptions {
+            read_pool: 8,
+            connect_timeout: StdDuration::from_secs(5),
+            statement_timeout: StdDuration::from_secs(30),
+            lock_timeout: StdDuration::from_millis(200),
+            retain_finished: Some(Duration::from_secs(30 * 24 * 3600)),
+        }
+    }
 }
+
+/// Most finished jobs one `Store::prune` call deletes.
+pub const PRUNE_BATCH: u32 = 500;
 
 /// The store: cheap to clone, shared by every request handler.
 #[derive(Clone)]
@@ -203,37 +211,129 @@ pub struct Store {
     workflows: Arc<cache::WorkflowCache>,
     notifier: Arc<Notifier>,
     clock: Arc<dyn Clock>,
-    path: PathBuf,
+    sqlite_file: Option<PathBuf>,
+    options: StoreOptions,
+}
+
+/// Runs `open` on a thread of its own: the PostgreSQL client blocks, which the async runtime
+/// that usually calls `Store::open` does not allow on its threads.
+fn off_runtime<T: Send + 'static>(open: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    std::thread::spawn(open)
+        .join()
+        .map_err(|_| Error::Open("opening the database panicked".to_owned()))?
+}
+
+/// What opening a backend gives the store: the migrated write connection and how to open more.
+struct Opened {
+    writer: Box<dyn Conn>,
+    connect: Connect,
+    sqlite_file: Option<PathBuf>,
+    applied: usize,
+    listener: Option<postgres::Connector>,
+}
+
+fn open_backend(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Opened> {
+    if postgres::is_postgres_url(url) {
+        let connector = postgres::Connector::new(url, options)?;
+        let opener = connector.clone();
+        let (applied, writer) = off_runtime(move || {
+            let applied = opener.migrate(now_millis)?;
+            Ok((applied, opener.connect()?))
+        })?;
+        let for_pool = connector.clone();
+        let connect: Connect =
+            Arc::new(move || for_pool.connect().map(|conn| Box::new(conn) as Box<dyn Conn>));
+        return Ok(Opened {
+            writer: Box::new(writer),
+            connect,
+            sqlite_file: None,
+            applied,
+            listener: Some(connector),
+        });
+    }
+    let path = sqlite_path(url)?;
+    let mut writer = sqlite::SqliteConn::open(&path)?;
+    let applied = writer.migrate(now_millis)?;
+    let file = path.clone();
+    let connect: Connect = Arc::new(move || {
+        sqlite::SqliteConn::open(&file).map(|conn| Box::new(conn) as Box<dyn Conn>)
+    });
+    Ok(Opened {
+        writer: Box::new(writer),
+        connect,
+        sqlite_file: Some(path),
+        applied,
+        listener: None,
+    })
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `url` and brings its schema up to date.
+    /// Opens (creating if needed) the database at `url` and brings its schema up to date:
+    /// `sqlite://FILE` (or a plain path) or `postgres://...`.
     pub fn open(url: &str) -> Result<Store> {
-        Store::open_with_clock(url, Arc::new(SystemClock))
+        Store::open_with(url, StoreOptions::default(), Arc::new(SystemClock))
     }
 
     pub fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store> {
-        let path = sqlite_path(url)?;
-        let mut conn = open_connection(&path)?;
-        let applied = migrate::migrate(&mut conn, clock.now().0)?;
-        if applied > 0 {
-            tracing::info!(path = %path.display(), applied, "database schema migrated");
+        Store::open_with(url, StoreOptions::default(), clock)
+    }
+
+    pub fn open_with(url: &str, options: StoreOptions, clock: Arc<dyn Clock>) -> Result<Store> {
+        let opened = open_backend(url, &options, clock.now().0)?;
+        if opened.applied > 0 {
+            tracing::info!(applied = opened.applied, "database schema migrated");
         }
         let workflows = Arc::new(cache::WorkflowCache::default());
         let notifier = Arc::new(Notifier::default());
-        let writer = Writer::start(conn, clock.clone(), workflows.clone(), notifier.clone());
+        let node = uuid::Uuid::new_v4().simple().to_string();
+        if let Some(connector) = opened.listener {
+            postgres::start_listener(connector, node.clone(), &notifier);
+        }
+        let writer = Writer::start(
+            opened.writer,
+            Shared {
+                connect: opened.connect.clone(),
+                clock: clock.clone(),
+                workflows: workflows.clone(),
+                notifier: notifier.clone(),
+                node,
+            },
+        );
         Ok(Store {
             writer,
-            reader: Arc::new(ReadPool::new(path.clone())),
+            reader: Arc::new(ReadPool::new(opened.connect, options.read_pool)),
             workflows,
             notifier,
             clock,
-            path,
+            sqlite_file: opened.sqlite_file,
+            options,
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Brings the schema of the database at `url` up to date without starting a store;
+    /// returns how many migrations were applied.
+    pub fn migrate(url: &str, options: &StoreOptions) -> Result<usize> {
+        let now = SystemClock.now().0;
+        if postgres::is_postgres_url(url) {
+            let connector = postgres::Connector::new(url, options)?;
+            return off_runtime(move || connector.migrate(now));
+        }
+        sqlite::SqliteConn::open(&sqlite_path(url)?)?.migrate(now)
+    }
+
+    /// The SQLite file, when the store is one.
+    pub fn path(&self) -> Option<&Path> {
+        self.sqlite_file.as_deref()
+    }
+
+    /// False on SQLite (one node owns the file); true on PostgreSQL, where other server nodes
+    /// may change the store at any time.
+    pub fn is_shared(&self) -> bool {
+        self.sqlite_file.is_none()
+    }
+
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
     }
 
     pub fn notifier(&self) -> &Arc<Notifier> {
@@ -253,14 +353,14 @@ impl Store {
     ) -> Result<Applied> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         self.writer
-            .write(move |ctx| commands::apply_workflow(ctx, &namespace, &name, document))
+            .write(move |ctx| commands::apply_workflow(ctx, &namespace, &name, document.clone()))
             .await
     }
 
     pub async fn submit(&self, namespace: &str, request: Submit) -> Result<Submitted> {
         let namespace = namespace.to_owned();
         self.writer
-            .write(move |ctx| commands::submit(ctx, &namespace, request))
+            .write(move |ctx| commands::submit(ctx, &namespace, request.clone()))
             .await
     }
 
@@ -279,11 +379,10 @@ impl Store {
 
     pub async fn report(&self, task: TaskId, input: Input) -> Result<Reported> {
         self.writer
-            .write(move |ctx| commands::report(ctx, &task, input))
+            .write(move |ctx| commands::report(ctx, &task, input.clone()))
             .await
     }
 
-    /// Handles lapsed leases and passed deadlines; returns how many jobs it moved.
     /// An operator's action (pause, resume, cancel, retry, skip, rerun) on a job of `namespace`.
     /// A job of another namespace is not found; an action that does not apply is a conflict.
     pub async fn operate(
@@ -294,7 +393,7 @@ impl Store {
     ) -> Result<JobState> {
         let (namespace, job) = (namespace.to_owned(), job.clone());
         self.writer
-            .write(move |ctx| commands::operate(ctx, &namespace, &job, command))
+            .write(move |ctx| commands::operate(ctx, &namespace, &job, command.clone()))
             .await
     }
 
@@ -308,7 +407,7 @@ impl Store {
     ) -> Result<StoredQueue> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         self.writer
-            .write(move |ctx| commands::configure_queue(ctx, &namespace, &name, change))
+            .write(move |ctx| commands::configure_queue(ctx, &namespace, &name, change.clone()))
             .await
     }
 
@@ -324,6 +423,23 @@ impl Store {
     pub async fn tick(&self) -> Result<usize> {
         self.writer
             .write(|ctx| commands::tick(ctx, TICK_BATCH))
+            .await
+    }
+
+    /// Deletes up to `PRUNE_BATCH` jobs that finished longer ago than the retention allows
+    /// (with their tasks and history); returns how many went. Call again while it returns
+    /// `PRUNE_BATCH`.
+    pub async fn prune(&self) -> Result<usize> {
+        let Some(retain) = self.options.retain_finished else {
+            return Ok(0);
+        };
+        self.writer
+            .write(move |ctx| {
+                let before = Timestamp(ctx.now.0.saturating_sub(
+                    i64::try_from(retain.as_millis()).unwrap_or(i64::MAX),
+                ));
+                rows::prune_finished(ctx.conn, before, PRUNE_BATCH)
+            })
             .await
     }
 
@@ -409,7 +525,7 @@ impl Store {
         let now = self.clock.now();
         self.reader
             .read(move |conn| {
-                let (open, reopen) = commands::open_queues(conn, &namespace, &queues, now)?;
+                let (open, reopen) = commands::open_queues(conn, &namespace, &queues, now, false)?;
                 let mut next: Option<Timestamp> = None;
                 let mut earliest = |at: Timestamp| next = Some(next.map_or(at, |n| n.min(at)));
                 for queue in &open {
@@ -452,7 +568,7 @@ impl Store {
     ) -> Result<Webhook> {
         let (namespace, url) = (namespace.to_owned(), url.to_owned());
         self.writer
-            .write(move |ctx| webhooks::create(ctx, &namespace, &url, workflow, states, secret))
+            .write(move |ctx| webhooks::create(ctx, &namespace, &url, workflow.clone(), states.clone(), secret.clone()))
             .await
     }
 
@@ -484,11 +600,10 @@ impl Store {
             .await
     }
 
-    /// Deliveries due now, for the deliverer.
-    pub async fn due_deliveries(&self, limit: u32) -> Result<Vec<DueDelivery>> {
-        let now = self.clock.now();
-        self.reader
-            .read(move |conn| webhooks::due(conn, now, limit))
+    /// Claims the deliveries due now for this node's deliverer (see `DELIVERY_LEASE`).
+    pub async fn claim_deliveries(&self, limit: u32) -> Result<Vec<DueDelivery>> {
+        self.writer
+            .write(move |ctx| webhooks::claim_due(ctx, limit))
             .await
     }
 
@@ -499,7 +614,7 @@ impl Store {
 
     pub async fn record_delivery(&self, id: i64, attempt: Attempt) -> Result<()> {
         self.writer
-            .write(move |ctx| webhooks::record(ctx, id, attempt))
+            .write(move |ctx| webhooks::record(ctx, id, attempt.clone()))
             .await
     }
 
@@ -512,7 +627,7 @@ impl Store {
     ) -> Result<StoredSchedule> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         self.writer
-            .write(move |ctx| schedules::put(ctx, &namespace, &name, spec))
+            .write(move |ctx| schedules::put(ctx, &namespace, &name, spec.clone()))
             .await
     }
 
@@ -605,7 +720,7 @@ impl Store {
     pub async fn ping(&self) -> Result<()> {
         self.reader
             .read(|conn| {
-                conn.query_row("SELECT 1", [], |_| Ok(()))?;
+                conn.query_value::<i64>("SELECT 1", &[])?;
                 Ok(())
             })
             .await

@@ -1,7 +1,8 @@
-//! Mapping between core types and SQLite rows. The store's SQL lives here, in `migrate.rs` (schema)
-//! and in `stats.rs` (metrics), so the SQL of one backend stays in a few known places.
+//! Mapping between core types and table rows. Most of the store's SQL lives here (the rest is in
+//! `stats.rs`, `schedules.rs`, `webhooks.rs` and the migrations); it is written once for both
+//! backends (see `db`).
 
-use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use crate::db::{Arg, Conn, Row, args};
 use serde_json::Value;
 use starbridge_core::dispatch::{Bucket, Candidate, QueueConfig, QueueMode, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
@@ -37,7 +38,7 @@ const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key
      started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, lock_key, \
      lock_slots";
 
-fn job_from_row(row: &Row<'_>) -> rusqlite::Result<RawJob> {
+fn job_from_row(row: &mut Row) -> Result<RawJob> {
     Ok(RawJob {
         id: row.get(0)?,
         namespace: row.get(1)?,
@@ -117,7 +118,7 @@ const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queu
      input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq, \
      held, round, attempt_base";
 
-fn task_from_row(row: &Row<'_>) -> rusqlite::Result<RawTask> {
+fn task_from_row(row: &mut Row) -> Result<RawTask> {
     Ok(RawTask {
         id: row.get(0)?,
         job_id: row.get(1)?,
@@ -232,50 +233,90 @@ impl RawTask {
     }
 }
 
-pub(crate) fn load_job(conn: &Connection, id: &JobId) -> Result<Option<Job>> {
-    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
-    let raw = conn
-        .prepare_cached(&sql)?
-        .query_row([id.as_str()], job_from_row)
-        .optional()?;
-    raw.map(RawJob::into_job).transpose()
+/// How a write holds the job it loads against other server nodes (on SQLite, with its single
+/// writer, every variant reads the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RowLock {
+    /// A read: no lock.
+    None,
+    /// Lock the job row, waiting for a node that holds it.
+    Wait,
+    /// Lock the job row, or skip the job when another node holds it (it is being handled).
+    Skip,
 }
 
-pub(crate) fn load_job_state(conn: &Connection, id: &JobId) -> Result<Option<JobState>> {
-    let Some(job) = load_job(conn, id)? else {
+impl RowLock {
+    fn clause(self) -> &'static str {
+        match self {
+            RowLock::None => "",
+            RowLock::Wait => " FOR UPDATE",
+            RowLock::Skip => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+}
+
+pub(crate) fn load_job(conn: &mut dyn Conn, id: &JobId) -> Result<Option<Job>> {
+    locked_job(conn, id, RowLock::None)
+}
+
+fn locked_job(conn: &mut dyn Conn, id: &JobId, lock: RowLock) -> Result<Option<Job>> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1{}", lock.clause());
+    conn.query_opt(&sql, args![id.as_str()], job_from_row)?
+        .map(RawJob::into_job)
+        .transpose()
+}
+
+pub(crate) fn load_job_state(conn: &mut dyn Conn, id: &JobId) -> Result<Option<JobState>> {
+    lock_job_state(conn, id, RowLock::None)
+}
+
+/// A job with its tasks, the job row locked as `lock` says (`None` when it does not exist or,
+/// with `RowLock::Skip`, another node holds it).
+pub(crate) fn lock_job_state(
+    conn: &mut dyn Conn,
+    id: &JobId,
+    lock: RowLock,
+) -> Result<Option<JobState>> {
+    let Some(job) = locked_job(conn, id, lock)? else {
         return Ok(None);
     };
     let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE job_id = ?1 ORDER BY seq");
-    let mut statement = conn.prepare_cached(&sql)?;
-    let tasks = statement
-        .query_map([id.as_str()], task_from_row)?
-        .map(|raw| raw.map_err(Error::from).and_then(RawTask::into_task))
+    let tasks = conn
+        .query_map(&sql, args![id.as_str()], task_from_row)?
+        .into_iter()
+        .map(RawTask::into_task)
         .collect::<Result<Vec<_>>>()?;
     Ok(Some(JobState { job, tasks }))
 }
 
-pub(crate) fn job_of_task(conn: &Connection, task: &TaskId) -> Result<Option<JobId>> {
-    let id: Option<String> = conn
-        .prepare_cached("SELECT job_id FROM tasks WHERE id = ?1")?
-        .query_row([task.as_str()], |row| row.get(0))
-        .optional()?;
+pub(crate) fn job_of_task(conn: &mut dyn Conn, task: &TaskId) -> Result<Option<JobId>> {
+    let id: Option<String> = conn.query_opt(
+        "SELECT job_id FROM tasks WHERE id = ?1",
+        args![task.as_str()],
+        |row| row.get(0),
+    )?;
     Ok(id.and_then(|id| JobId::parse(&id)))
 }
 
-pub(crate) fn job_by_key(conn: &Connection, namespace: &str, key: &str) -> Result<Option<JobId>> {
-    let id: Option<String> = conn
-        .prepare_cached("SELECT id FROM jobs WHERE namespace = ?1 AND key = ?2")?
-        .query_row([namespace, key], |row| row.get(0))
-        .optional()?;
+pub(crate) fn job_by_key(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    key: &str,
+) -> Result<Option<JobId>> {
+    let id: Option<String> = conn.query_opt(
+        "SELECT id FROM jobs WHERE namespace = ?1 AND key = ?2",
+        args![namespace, key],
+        |row| row.get(0),
+    )?;
     Ok(id.and_then(|id| JobId::parse(&id)))
 }
 
-pub(crate) fn save_job(conn: &Connection, job: &Job) -> Result<()> {
+pub(crate) fn save_job(conn: &mut dyn Conn, job: &Job) -> Result<()> {
     let wind_down = job
         .wind_down
         .as_ref()
         .map(|w| serde_json::to_string(w).unwrap_or_default());
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO jobs (id, namespace, workflow, version, status, params, key, priority, created_at, \
          started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, \
          lock_key, lock_slots) \
@@ -284,36 +325,36 @@ pub(crate) fn save_job(conn: &Connection, job: &Job) -> Result<()> {
          ended_at = excluded.ended_at, deadline_at = excluded.deadline_at, wind_down = excluded.wind_down, \
          compensation_planned = excluded.compensation_planned, completions = excluded.completions, \
          round = excluded.round",
-    )?
-    .execute(params![
-        job.id.as_str(),
-        job.namespace,
-        job.workflow,
-        job.version,
-        job.status.as_str(),
-        json_text(&job.params),
-        job.key,
-        job.priority,
-        job.created_at.0,
-        job.started_at.map(|t| t.0),
-        job.ended_at.map(|t| t.0),
-        job.deadline_at.map(|t| t.0),
-        wind_down,
-        job.compensation_planned,
-        i64::try_from(job.completions).unwrap_or(i64::MAX),
-        job.round,
-        job.lock.as_ref().map(|lock| lock.key.as_str()),
-        job.lock.as_ref().map(|lock| lock.slots),
-    ])?;
+        args![
+            job.id.as_str(),
+            job.namespace,
+            job.workflow,
+            job.version,
+            job.status.as_str(),
+            json_text(&job.params),
+            job.key,
+            job.priority,
+            job.created_at.0,
+            job.started_at.map(|t| t.0),
+            job.ended_at.map(|t| t.0),
+            job.deadline_at.map(|t| t.0),
+            wind_down,
+            job.compensation_planned,
+            job.completions,
+            job.round,
+            job.lock.as_ref().map(|lock| lock.key.as_str()),
+            job.lock.as_ref().map(|lock| lock.slots),
+        ],
+    )?;
     Ok(())
 }
 
-pub(crate) fn save_task(conn: &Connection, namespace: &str, task: &Task) -> Result<()> {
+pub(crate) fn save_task(conn: &mut dyn Conn, namespace: &str, task: &Task) -> Result<()> {
     let error = task
         .error
         .as_ref()
         .map(|e| serde_json::to_string(e).unwrap_or_default());
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO tasks (id, job_id, namespace, seq, kind, step, item, compensates, queue, command, \
          status, priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, \
          worker_id, input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, \
@@ -329,112 +370,100 @@ pub(crate) fn save_task(conn: &Connection, namespace: &str, task: &Task) -> Resu
          started_at = excluded.started_at, ended_at = excluded.ended_at, \
          completed_seq = excluded.completed_seq, held = excluded.held, round = excluded.round, \
          attempt_base = excluded.attempt_base",
-    )?
-    .execute(params![
-        task.id.as_str(),
-        task.job_id.as_str(),
-        namespace,
-        task.seq,
-        task.kind.as_str(),
-        task.step,
-        task.item,
-        task.compensates.as_ref().map(TaskId::as_str),
-        task.queue,
-        task.command,
-        task.status.as_str(),
-        task.priority,
-        task.attempt,
-        task.checking,
-        task.available_at.map(|t| t.0),
-        task.deadline_at.map(|t| t.0),
-        task.lease_token,
-        task.lease_expires_at.map(|t| t.0),
-        task.worker_id,
-        opt_json_text(task.input.as_ref()),
-        opt_json_text(task.output.as_ref()),
-        error,
-        opt_json_text(task.progress.as_ref()),
-        opt_json_text(task.logs.as_ref()),
-        task.created_at.0,
-        task.ready_at.map(|t| t.0),
-        task.started_at.map(|t| t.0),
-        task.ended_at.map(|t| t.0),
-        task.completed_seq.and_then(|n| i64::try_from(n).ok()),
-        task.held,
-        task.round,
-        task.attempt_base,
-    ])?;
+        args![
+            task.id.as_str(),
+            task.job_id.as_str(),
+            namespace,
+            task.seq,
+            task.kind.as_str(),
+            task.step,
+            task.item,
+            task.compensates.as_ref().map(TaskId::as_str),
+            task.queue,
+            task.command,
+            task.status.as_str(),
+            task.priority,
+            task.attempt,
+            task.checking,
+            task.available_at.map(|t| t.0),
+            task.deadline_at.map(|t| t.0),
+            task.lease_token,
+            task.lease_expires_at.map(|t| t.0),
+            task.worker_id,
+            opt_json_text(task.input.as_ref()),
+            opt_json_text(task.output.as_ref()),
+            error,
+            opt_json_text(task.progress.as_ref()),
+            opt_json_text(task.logs.as_ref()),
+            task.created_at.0,
+            task.ready_at.map(|t| t.0),
+            task.started_at.map(|t| t.0),
+            task.ended_at.map(|t| t.0),
+            task.completed_seq,
+            task.held,
+            task.round,
+            task.attempt_base,
+        ],
+    )?;
     Ok(())
 }
 
 pub(crate) fn insert_event(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     job: &JobId,
     step: Option<&str>,
     event: &Event,
 ) -> Result<()> {
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO events (job_id, task_id, step, at, kind, attempt, worker_id, detail) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?
-    .execute(params![
-        job.as_str(),
-        event.task.as_ref().map(TaskId::as_str),
-        step,
-        event.at.0,
-        event.kind.as_str(),
-        event.attempt,
-        event.worker,
-        json_text(&event.detail),
-    ])?;
+        args![
+            job.as_str(),
+            event.task.as_ref().map(TaskId::as_str),
+            step,
+            event.at.0,
+            event.kind.as_str(),
+            event.attempt,
+            event.worker,
+            json_text(&event.detail),
+        ],
+    )?;
     Ok(())
 }
 
 pub(crate) fn events(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     job: &JobId,
     after: i64,
     limit: u32,
 ) -> Result<Vec<StoredEvent>> {
-    let mut statement = conn.prepare_cached(
+    conn.query_map(
         "SELECT seq, task_id, step, at, kind, attempt, worker_id, detail FROM events \
          WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-    )?;
-    let rows = statement.query_map(params![job.as_str(), after, limit], |row| {
-        Ok((
-            row.get::<_, i64>(0)?,
-            row.get::<_, Option<String>>(1)?,
-            row.get::<_, Option<String>>(2)?,
-            row.get::<_, i64>(3)?,
-            row.get::<_, String>(4)?,
-            row.get::<_, Option<u32>>(5)?,
-            row.get::<_, Option<String>>(6)?,
-            row.get::<_, String>(7)?,
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (seq, task, step, at, kind, attempt, worker, detail) = row?;
-        out.push(StoredEvent {
-            seq,
-            step,
-            event: Event {
-                at: Timestamp(at),
-                kind: enum_column(kind, EventKind::parse)?,
-                task: task.and_then(|t| TaskId::parse(&t)),
-                attempt,
-                worker,
-                detail: parse_json(Some(detail))?.unwrap_or(Value::Null),
-            },
-        });
-    }
-    Ok(out)
+        args![job.as_str(), after, limit],
+        |row| {
+            let task: Option<String> = row.get(1)?;
+            Ok(StoredEvent {
+                seq: row.get(0)?,
+                step: row.get(2)?,
+                event: Event {
+                    at: Timestamp(row.get(3)?),
+                    kind: enum_column(row.get(4)?, EventKind::parse)?,
+                    task: task.and_then(|t| TaskId::parse(&t)),
+                    attempt: row.get(5)?,
+                    worker: row.get(6)?,
+                    detail: parse_json(Some(row.get(7)?))?.unwrap_or(Value::Null),
+                },
+            })
+        },
+    )
 }
 
 /// Ready tasks of one queue in priority order (priority, then age, then id), or, with
-/// `starving_before`, those that became claimable before that time, oldest first.
+/// `starving_before`, those that became claimable before that time, oldest first. On
+/// PostgreSQL the rows are locked, skipping those another node's claim holds.
 pub(crate) fn claim_candidates(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     namespace: &str,
     queue: &str,
     config: &QueueConfig,
@@ -445,11 +474,11 @@ pub(crate) fn claim_candidates(
     let sql = if starving {
         "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_age \
          WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
-         ORDER BY available_at, id LIMIT ?4"
+         ORDER BY available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
     } else {
         "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_dispatch \
          WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
-         ORDER BY priority DESC, available_at, id LIMIT ?4"
+         ORDER BY priority DESC, available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
     };
     let bound = if starving {
         Timestamp(
@@ -459,56 +488,50 @@ pub(crate) fn claim_candidates(
     } else {
         now
     };
-    let mut statement = conn.prepare_cached(sql)?;
-    let rows = statement.query_map(params![namespace, queue, bound.0, limit], |row| {
+    let rows = conn.query_map(sql, args![namespace, queue, bound.0, limit], |row| {
         Ok((
-            row.get::<_, String>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, i32>(2)?,
-            row.get::<_, i64>(3)?,
+            row.get::<String>(0)?,
+            row.get::<String>(1)?,
+            row.get::<i32>(2)?,
+            row.get::<i64>(3)?,
         ))
     })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (job, task, priority, available_at) = row?;
-        if let (Some(job), Some(task)) = (JobId::parse(&job), TaskId::parse(&task)) {
-            out.push(Candidate {
-                job,
-                task,
+    Ok(rows
+        .into_iter()
+        .filter_map(|(job, task, priority, available_at)| {
+            Some(Candidate {
+                job: JobId::parse(&job)?,
+                task: TaskId::parse(&task)?,
                 queue: queue.to_owned(),
                 queue_priority: config.priority,
                 priority,
                 available_at: Timestamp(available_at),
                 starving,
-            });
-        }
-    }
-    Ok(out)
+            })
+        })
+        .collect())
 }
 
 /// How many tasks of a queue are running.
-pub(crate) fn running_count(conn: &Connection, namespace: &str, queue: &str) -> Result<u32> {
-    let count: u32 = conn
-        .prepare_cached(
-            "SELECT COUNT(*) FROM tasks INDEXED BY tasks_running WHERE status = 'running' \
-             AND namespace = ?1 AND queue = ?2",
-        )?
-        .query_row(params![namespace, queue], |row| row.get(0))?;
-    Ok(count)
+pub(crate) fn running_count(conn: &mut dyn Conn, namespace: &str, queue: &str) -> Result<u32> {
+    conn.query_value(
+        "SELECT COUNT(*) FROM tasks INDEXED BY tasks_running WHERE status = 'running' \
+         AND namespace = ?1 AND queue = ?2",
+        args![namespace, queue],
+    )
 }
 
 /// The earliest time a ready task of this queue becomes claimable, if any is waiting.
 pub(crate) fn next_available(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     namespace: &str,
     queue: &str,
 ) -> Result<Option<Timestamp>> {
-    let min: Option<i64> = conn
-        .prepare_cached(
-            "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_age \
-             WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2",
-        )?
-        .query_row(params![namespace, queue], |row| row.get(0))?;
+    let min: Option<i64> = conn.query_value(
+        "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_age \
+         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2",
+        args![namespace, queue],
+    )?;
     Ok(min.map(Timestamp))
 }
 
@@ -530,7 +553,7 @@ struct RawQueue {
     bucket_at: Option<i64>,
 }
 
-fn queue_from_row(row: &Row<'_>) -> rusqlite::Result<RawQueue> {
+fn queue_from_row(row: &mut Row) -> Result<RawQueue> {
     Ok(RawQueue {
         name: row.get(0)?,
         mode: row.get(1)?,
@@ -546,7 +569,6 @@ fn queue_from_row(row: &Row<'_>) -> rusqlite::Result<RawQueue> {
         bucket_at: row.get(11)?,
     })
 }
-
 fn into_queue(namespace: &str, raw: RawQueue) -> Result<StoredQueue> {
     Ok(StoredQueue {
         namespace: namespace.to_owned(),
@@ -578,119 +600,120 @@ fn into_queue(namespace: &str, raw: RawQueue) -> Result<StoredQueue> {
 }
 
 /// A queue's settings; `None` when nobody created or configured it.
-pub(crate) fn queue(conn: &Connection, namespace: &str, name: &str) -> Result<Option<StoredQueue>> {
-    let raw = conn
-        .prepare_cached(&format!(
-            "SELECT {QUEUE_COLUMNS} FROM queues WHERE namespace = ?1 AND name = ?2"
-        ))?
-        .query_row(params![namespace, name], queue_from_row)
-        .optional()?;
-    raw.map(|raw| into_queue(namespace, raw)).transpose()
+
+/// A queue's settings; `None` when nobody created or configured it.
+pub(crate) fn queue(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<StoredQueue>> {
+    conn.query_opt(
+        &format!("SELECT {QUEUE_COLUMNS} FROM queues WHERE namespace = ?1 AND name = ?2"),
+        args![namespace, name],
+        queue_from_row,
+    )?
+    .map(|raw| into_queue(namespace, raw))
+    .transpose()
 }
 
-pub(crate) fn list_queues(conn: &Connection, namespace: &str) -> Result<Vec<StoredQueue>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {QUEUE_COLUMNS} FROM queues WHERE namespace = ?1 ORDER BY name"
-    ))?;
-    let rows = statement.query_map([namespace], queue_from_row)?;
-    rows.map(|raw| {
-        raw.map_err(Error::from)
-            .and_then(|raw| into_queue(namespace, raw))
-    })
+pub(crate) fn list_queues(conn: &mut dyn Conn, namespace: &str) -> Result<Vec<StoredQueue>> {
+    conn.query_map(
+        &format!("SELECT {QUEUE_COLUMNS} FROM queues WHERE namespace = ?1 ORDER BY name"),
+        args![namespace],
+        queue_from_row,
+    )?
+    .into_iter()
+    .map(|raw| into_queue(namespace, raw))
     .collect()
 }
 
-pub(crate) fn save_queue(conn: &Connection, queue: &StoredQueue, now: Timestamp) -> Result<()> {
+pub(crate) fn save_queue(conn: &mut dyn Conn, queue: &StoredQueue, now: Timestamp) -> Result<()> {
     let config = &queue.config;
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO queues (namespace, name, created_at, mode, priority, concurrency, paused, max_wait_ms, \
          updated_at, rate_tokens, rate_per_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
          ON CONFLICT (namespace, name) DO UPDATE SET \
          mode = excluded.mode, priority = excluded.priority, concurrency = excluded.concurrency, \
          paused = excluded.paused, max_wait_ms = excluded.max_wait_ms, updated_at = excluded.updated_at, \
          rate_tokens = excluded.rate_tokens, rate_per_ms = excluded.rate_per_ms",
-    )?
-    .execute(params![
-        queue.namespace,
-        queue.name,
-        queue.created_at.0,
-        config.mode.as_str(),
-        config.priority,
-        config.concurrency,
-        config.paused,
-        i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX),
-        now.0,
-        config.rate.map(|rate| rate.tokens),
-        config
-            .rate
-            .map(|rate| i64::try_from(rate.per.as_millis()).unwrap_or(i64::MAX)),
-    ])?;
+        args![
+            queue.namespace,
+            queue.name,
+            queue.created_at.0,
+            config.mode.as_str(),
+            config.priority,
+            config.concurrency,
+            config.paused,
+            config.max_wait.as_millis(),
+            now.0,
+            config.rate.map(|rate| rate.tokens),
+            config.rate.map(|rate| rate.per.as_millis()),
+        ],
+    )?;
     Ok(())
 }
 
 /// Stores a rate-limited queue's token bucket after a claim took tokens from it.
 pub(crate) fn save_bucket(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     namespace: &str,
     queue: &str,
     bucket: Bucket,
 ) -> Result<()> {
-    conn.prepare_cached(
+    conn.execute(
         "UPDATE queues SET bucket_tokens = ?3, bucket_at = ?4 WHERE namespace = ?1 AND name = ?2",
-    )?
-    .execute(params![namespace, queue, bucket.tokens, bucket.at.0])?;
+        args![namespace, queue, bucket.tokens, bucket.at.0],
+    )?;
     Ok(())
 }
 
+fn job_ids(ids: Vec<String>) -> Vec<JobId> {
+    ids.iter().filter_map(|id| JobId::parse(id)).collect()
+}
+
 /// Jobs with a lapsed lease or a passed deadline at `now`.
-pub(crate) fn due_jobs(conn: &Connection, now: Timestamp, limit: u32) -> Result<Vec<JobId>> {
-    let mut statement = conn.prepare_cached(
+pub(crate) fn due_jobs(conn: &mut dyn Conn, now: Timestamp, limit: u32) -> Result<Vec<JobId>> {
+    let ids = conn.query_map(
         "SELECT job_id FROM tasks WHERE status = 'running' AND lease_expires_at <= ?1 \
          UNION SELECT job_id FROM tasks WHERE status IN ('ready', 'running') AND deadline_at <= ?1 \
          UNION SELECT id FROM jobs WHERE status = 'running' AND deadline_at <= ?1 \
          LIMIT ?2",
+        args![now.0, limit],
+        |row| row.get::<String>(0),
     )?;
-    let rows = statement.query_map(params![now.0, limit], |row| row.get::<_, String>(0))?;
-    let mut out = Vec::new();
-    for row in rows {
-        if let Some(id) = JobId::parse(&row?) {
-            out.push(id);
-        }
-    }
-    Ok(out)
+    Ok(job_ids(ids))
 }
 
 /// The next time a lease lapses or a deadline passes.
-pub(crate) fn next_timer(conn: &Connection) -> Result<Option<Timestamp>> {
-    let min: Option<i64> = conn
-        .prepare_cached(
-            "SELECT MIN(t) FROM ( \
-             SELECT MIN(lease_expires_at) AS t FROM tasks WHERE status = 'running' \
-             UNION ALL SELECT MIN(deadline_at) FROM tasks WHERE deadline_at IS NOT NULL AND status IN ('ready', 'running') \
-             UNION ALL SELECT MIN(deadline_at) FROM jobs WHERE deadline_at IS NOT NULL AND status = 'running')",
-        )?
-        .query_row([], |row| row.get(0))?;
+pub(crate) fn next_timer(conn: &mut dyn Conn) -> Result<Option<Timestamp>> {
+    let min: Option<i64> = conn.query_value(
+        "SELECT MIN(t) FROM ( \
+         SELECT MIN(lease_expires_at) AS t FROM tasks WHERE status = 'running' \
+         UNION ALL SELECT MIN(deadline_at) FROM tasks WHERE deadline_at IS NOT NULL AND status IN ('ready', 'running') \
+         UNION ALL SELECT MIN(deadline_at) FROM jobs WHERE deadline_at IS NOT NULL AND status = 'running') AS timers",
+        &[],
+    )?;
     Ok(min.map(Timestamp))
 }
 
 pub(crate) fn ensure_queue(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     namespace: &str,
     queue: &str,
     now: Timestamp,
 ) -> Result<()> {
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO queues (namespace, name, created_at) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
-    )?
-    .execute(params![namespace, queue, now.0])?;
+        args![namespace, queue, now.0],
+    )?;
     Ok(())
 }
 
-pub(crate) fn ensure_namespace(conn: &Connection, namespace: &str, now: Timestamp) -> Result<()> {
-    conn.prepare_cached(
+pub(crate) fn ensure_namespace(conn: &mut dyn Conn, namespace: &str, now: Timestamp) -> Result<()> {
+    conn.execute(
         "INSERT INTO namespaces (name, created_at) VALUES (?1, ?2) ON CONFLICT DO NOTHING",
-    )?
-    .execute(params![namespace, now.0])?;
+        args![namespace, now.0],
+    )?;
     Ok(())
 }
 
@@ -707,7 +730,7 @@ struct RawWorkflow {
     created_at: i64,
 }
 
-fn workflow_from_row(row: &Row<'_>) -> rusqlite::Result<RawWorkflow> {
+fn workflow_from_row(row: &mut Row) -> Result<RawWorkflow> {
     Ok(RawWorkflow {
         namespace: row.get(0)?,
         name: row.get(1)?,
@@ -733,126 +756,163 @@ fn into_stored(raw: RawWorkflow) -> Result<StoredWorkflow> {
 
 /// A workflow version, or the latest when `version` is `None`.
 pub(crate) fn workflow(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     namespace: &str,
     name: &str,
     version: Option<u32>,
 ) -> Result<Option<StoredWorkflow>> {
     let raw = match version {
-        Some(version) => conn
-            .prepare_cached(&format!(
+        Some(version) => conn.query_opt(
+            &format!(
                 "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE namespace = ?1 AND name = ?2 AND version = ?3"
-            ))?
-            .query_row(params![namespace, name, version], workflow_from_row)
-            .optional()?,
-        None => conn
-            .prepare_cached(&format!(
+            ),
+            args![namespace, name, version],
+            workflow_from_row,
+        )?,
+        None => conn.query_opt(
+            &format!(
                 "SELECT {WORKFLOW_COLUMNS} FROM workflows WHERE namespace = ?1 AND name = ?2 \
                  ORDER BY version DESC LIMIT 1"
-            ))?
-            .query_row(params![namespace, name], workflow_from_row)
-            .optional()?,
+            ),
+            args![namespace, name],
+            workflow_from_row,
+        )?,
     };
     raw.map(into_stored).transpose()
 }
 
 /// The latest version of every workflow of a namespace.
-pub(crate) fn list_workflows(conn: &Connection, namespace: &str) -> Result<Vec<StoredWorkflow>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM workflows w WHERE namespace = ?1 AND version = \
-         (SELECT MAX(version) FROM workflows v WHERE v.namespace = w.namespace AND v.name = w.name) \
-         ORDER BY name"
-    ))?;
-    let rows = statement.query_map([namespace], workflow_from_row)?;
-    rows.map(|raw| raw.map_err(Error::from).and_then(into_stored))
-        .collect()
+pub(crate) fn list_workflows(conn: &mut dyn Conn, namespace: &str) -> Result<Vec<StoredWorkflow>> {
+    conn.query_map(
+        &format!(
+            "SELECT {WORKFLOW_COLUMNS} FROM workflows w WHERE namespace = ?1 AND version = \
+             (SELECT MAX(version) FROM workflows v WHERE v.namespace = w.namespace AND v.name = w.name) \
+             ORDER BY name"
+        ),
+        args![namespace],
+        workflow_from_row,
+    )?
+    .into_iter()
+    .map(into_stored)
+    .collect()
 }
 
-pub(crate) fn insert_workflow(conn: &Connection, stored: &StoredWorkflow) -> Result<()> {
-    conn.prepare_cached(
+pub(crate) fn insert_workflow(conn: &mut dyn Conn, stored: &StoredWorkflow) -> Result<()> {
+    conn.execute(
         "INSERT INTO workflows (namespace, name, version, definition, description, steps, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![
-        stored.namespace,
-        stored.name,
-        stored.version,
-        json_text(&stored.definition),
-        stored.description,
-        stored.steps,
-        stored.created_at.0,
-    ])?;
+        args![
+            stored.namespace,
+            stored.name,
+            stored.version,
+            json_text(&stored.definition),
+            stored.description,
+            stored.steps,
+            stored.created_at.0,
+        ],
+    )?;
     Ok(())
 }
 
 /// Jobs of a namespace, newest first, after the cursor (a job id).
-pub(crate) fn list_jobs(conn: &Connection, filter: &crate::JobFilter) -> Result<Vec<Job>> {
+pub(crate) fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a crate::JobFilter) -> Result<Vec<Job>> {
     let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1");
-    let mut values: Vec<rusqlite::types::Value> = vec![filter.namespace.clone().into()];
+    let mut values: Vec<Arg<'a>> = vec![Arg::Text(&filter.namespace)];
+    let mut condition = |sql: &mut String, clause: &str, value: Arg<'a>| {
+        values.push(value);
+        sql.push_str(&format!(" AND {clause} ?{}", values.len()));
+    };
     if let Some(status) = filter.status {
-        values.push(status.as_str().to_owned().into());
-        sql.push_str(&format!(" AND status = ?{}", values.len()));
+        condition(&mut sql, "status =", Arg::Text(status.as_str()));
     }
     if let Some(workflow) = &filter.workflow {
-        values.push(workflow.clone().into());
-        sql.push_str(&format!(" AND workflow = ?{}", values.len()));
+        condition(&mut sql, "workflow =", Arg::Text(workflow));
     }
     if let Some(after) = filter.created_after {
-        values.push(after.0.into());
-        sql.push_str(&format!(" AND created_at >= ?{}", values.len()));
+        condition(&mut sql, "created_at >=", Arg::Int(after.0));
     }
     if let Some(before) = filter.created_before {
-        values.push(before.0.into());
-        sql.push_str(&format!(" AND created_at < ?{}", values.len()));
+        condition(&mut sql, "created_at <", Arg::Int(before.0));
     }
     if let Some(cursor) = &filter.before {
-        values.push(cursor.as_str().to_owned().into());
-        sql.push_str(&format!(" AND id < ?{}", values.len()));
+        condition(&mut sql, "id <", Arg::Text(cursor.as_str()));
     }
-    values.push(i64::from(filter.limit).into());
+    values.push(Arg::Int(i64::from(filter.limit)));
     sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", values.len()));
-    let mut statement = conn.prepare_cached(&sql)?;
-    let rows = statement.query_map(params_from_iter(values), job_from_row)?;
-    rows.map(|raw| raw.map_err(Error::from).and_then(RawJob::into_job))
+    conn.query_map(&sql, &values, job_from_row)?
+        .into_iter()
+        .map(RawJob::into_job)
         .collect()
 }
 
 /// How many jobs hold a slot of this lock.
-pub(crate) fn lock_holders(conn: &Connection, namespace: &str, key: &str) -> Result<u32> {
-    let count: u32 = conn
-        .prepare_cached("SELECT COUNT(*) FROM lock_holders WHERE namespace = ?1 AND key = ?2")?
-        .query_row(params![namespace, key], |row| row.get(0))?;
-    Ok(count)
+pub(crate) fn lock_holders(conn: &mut dyn Conn, namespace: &str, key: &str) -> Result<u32> {
+    conn.query_value(
+        "SELECT COUNT(*) FROM lock_holders WHERE namespace = ?1 AND key = ?2",
+        args![namespace, key],
+    )
 }
 
 pub(crate) fn hold_lock(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     namespace: &str,
     key: &str,
     job: &JobId,
     now: Timestamp,
 ) -> Result<()> {
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO lock_holders (job_id, namespace, key, acquired_at) VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![job.as_str(), namespace, key, now.0])?;
+        args![job.as_str(), namespace, key, now.0],
+    )?;
     Ok(())
 }
 
-pub(crate) fn release_lock(conn: &Connection, job: &JobId) -> Result<()> {
-    conn.prepare_cached("DELETE FROM lock_holders WHERE job_id = ?1")?
-        .execute([job.as_str()])?;
+pub(crate) fn release_lock(conn: &mut dyn Conn, job: &JobId) -> Result<()> {
+    conn.execute(
+        "DELETE FROM lock_holders WHERE job_id = ?1",
+        args![job.as_str()],
+    )?;
     Ok(())
 }
 
 /// The job waiting longest for this lock.
-pub(crate) fn first_queued(conn: &Connection, namespace: &str, key: &str) -> Result<Option<JobId>> {
-    let id: Option<String> = conn
-        .prepare_cached(
-            "SELECT id FROM jobs INDEXED BY jobs_queued WHERE status = 'queued' AND namespace = ?1 \
-             AND lock_key = ?2 ORDER BY id LIMIT 1",
-        )?
-        .query_row(params![namespace, key], |row| row.get(0))
-        .optional()?;
+pub(crate) fn first_queued(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    key: &str,
+) -> Result<Option<JobId>> {
+    let id: Option<String> = conn.query_opt(
+        "SELECT id FROM jobs INDEXED BY jobs_queued WHERE status = 'queued' AND namespace = ?1 \
+         AND lock_key = ?2 ORDER BY id LIMIT 1",
+        args![namespace, key],
+        |row| row.get(0),
+    )?;
     Ok(id.and_then(|id| JobId::parse(&id)))
+}
+
+/// Deletes up to `limit` jobs that finished before `ended_before`, with their tasks, history,
+/// lock rows and webhook deliveries; returns how many jobs went.
+pub(crate) fn prune_finished(
+    conn: &mut dyn Conn,
+    ended_before: Timestamp,
+    limit: u32,
+) -> Result<usize> {
+    let ids = conn.query_map(
+        "SELECT id FROM jobs INDEXED BY jobs_ended WHERE ended_at IS NOT NULL AND ended_at < ?1 \
+         ORDER BY ended_at LIMIT ?2 FOR UPDATE SKIP LOCKED",
+        args![ended_before.0, limit],
+        |row| row.get::<String>(0),
+    )?;
+    for id in &ids {
+        for sql in [
+            "DELETE FROM events WHERE job_id = ?1",
+            "DELETE FROM tasks WHERE job_id = ?1",
+            "DELETE FROM lock_holders WHERE job_id = ?1",
+            "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND next_attempt_at IS NULL",
+            "DELETE FROM jobs WHERE id = ?1",
+        ] {
+            conn.execute(sql, args![id])?;
+        }
+    }
+    Ok(ids.len())
 }

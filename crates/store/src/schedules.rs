@@ -2,7 +2,7 @@
 //! transaction. Each fire submits a job keyed by schedule and fire time, so a fire never creates
 //! two jobs, whichever node or retry runs it.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::db::{Conn, Row, args};
 use serde_json::Value;
 use starbridge_core::ids::JobId;
 use starbridge_core::schedule::{self, CatchUp, CronSpec, FireDecision, Overlap};
@@ -58,11 +58,11 @@ pub fn time_zone(name: &str) -> Result<jiff::tz::TimeZone> {
 const COLUMNS: &str = "namespace, name, workflow, params, cron, timezone, overlap, catch_up, paused, \
      next_fire_at, pending_fire_at, last_fire_at, last_job_id, last_error, created_at, updated_at";
 
-fn corrupt(what: &str) -> rusqlite::Error {
-    rusqlite::Error::InvalidColumnType(0, what.to_owned(), rusqlite::types::Type::Text)
+fn corrupt(what: &str) -> Error {
+    Error::Corrupt(format!("stored schedule has a bad {what}"))
 }
 
-fn from_row(row: &Row<'_>) -> rusqlite::Result<StoredSchedule> {
+fn from_row(row: &mut Row) -> Result<StoredSchedule> {
     let params: String = row.get(3)?;
     let overlap: String = row.get(6)?;
     let catch_up: String = row.get(7)?;
@@ -77,9 +77,9 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<StoredSchedule> {
         overlap: Overlap::parse(&overlap).ok_or_else(|| corrupt("overlap"))?,
         catch_up: serde_json::from_str(&catch_up).map_err(|_| corrupt("catch_up"))?,
         paused: row.get(8)?,
-        next_fire_at: row.get::<_, Option<i64>>(9)?.map(Timestamp),
-        pending_fire_at: row.get::<_, Option<i64>>(10)?.map(Timestamp),
-        last_fire_at: row.get::<_, Option<i64>>(11)?.map(Timestamp),
+        next_fire_at: row.get::<Option<i64>>(9)?.map(Timestamp),
+        pending_fire_at: row.get::<Option<i64>>(10)?.map(Timestamp),
+        last_fire_at: row.get::<Option<i64>>(11)?.map(Timestamp),
         last_job_id: last_job.and_then(|id| JobId::parse(&id)),
         last_error: row.get(13)?,
         created_at: Timestamp(row.get(14)?),
@@ -88,28 +88,40 @@ fn from_row(row: &Row<'_>) -> rusqlite::Result<StoredSchedule> {
 }
 
 pub(crate) fn get(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     namespace: &str,
     name: &str,
 ) -> Result<Option<StoredSchedule>> {
-    Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM schedules WHERE namespace = ?1 AND name = ?2"
-        ))?
-        .query_row(params![namespace, name], from_row)
-        .optional()?)
+    conn.query_opt(
+        &format!("SELECT {COLUMNS} FROM schedules WHERE namespace = ?1 AND name = ?2"),
+        args![namespace, name],
+        from_row,
+    )
 }
 
-pub(crate) fn list(conn: &Connection, namespace: &str) -> Result<Vec<StoredSchedule>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM schedules WHERE namespace = ?1 ORDER BY name"
-    ))?;
-    let rows = statement.query_map([namespace], from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+/// A schedule to change, locked against other server nodes until the transaction ends.
+fn get_for_update(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<StoredSchedule>> {
+    conn.query_opt(
+        &format!("SELECT {COLUMNS} FROM schedules WHERE namespace = ?1 AND name = ?2 FOR UPDATE"),
+        args![namespace, name],
+        from_row,
+    )
 }
 
-fn save(conn: &Connection, schedule: &StoredSchedule) -> Result<()> {
-    conn.prepare_cached(
+pub(crate) fn list(conn: &mut dyn Conn, namespace: &str) -> Result<Vec<StoredSchedule>> {
+    conn.query_map(
+        &format!("SELECT {COLUMNS} FROM schedules WHERE namespace = ?1 ORDER BY name"),
+        args![namespace],
+        from_row,
+    )
+}
+
+fn save(conn: &mut dyn Conn, schedule: &StoredSchedule) -> Result<()> {
+    conn.execute(
         "INSERT INTO schedules (namespace, name, workflow, params, cron, timezone, overlap, catch_up, \
          paused, next_fire_at, pending_fire_at, last_fire_at, last_job_id, last_error, created_at, \
          updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
@@ -119,8 +131,7 @@ fn save(conn: &Connection, schedule: &StoredSchedule) -> Result<()> {
          next_fire_at = excluded.next_fire_at, pending_fire_at = excluded.pending_fire_at, \
          last_fire_at = excluded.last_fire_at, last_job_id = excluded.last_job_id, \
          last_error = excluded.last_error, updated_at = excluded.updated_at",
-    )?
-    .execute(params![
+        args![
         schedule.namespace,
         schedule.name,
         schedule.workflow,
@@ -137,7 +148,8 @@ fn save(conn: &Connection, schedule: &StoredSchedule) -> Result<()> {
         schedule.last_error,
         schedule.created_at.0,
         schedule.updated_at.0,
-    ])?;
+        ],
+    )?;
     Ok(())
 }
 
@@ -168,7 +180,7 @@ pub(crate) fn put(
     {
         return Err(invalid("catch_up.limit", "must be at least 1"));
     }
-    let existing = get(ctx.conn, namespace, name)?;
+    let existing = get_for_update(ctx.conn, namespace, name)?;
     let schedule = StoredSchedule {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -200,7 +212,7 @@ pub(crate) fn set_paused(
     name: &str,
     paused: bool,
 ) -> Result<StoredSchedule> {
-    let mut schedule = get(ctx.conn, namespace, name)?
+    let mut schedule = get_for_update(ctx.conn, namespace, name)?
         .ok_or_else(|| Error::NotFound(format!("schedule {name} not found")))?;
     if schedule.paused != paused && !paused {
         let cron = CronSpec::parse(&schedule.cron).map_err(Error::Corrupt)?;
@@ -213,10 +225,10 @@ pub(crate) fn set_paused(
 }
 
 pub(crate) fn delete(ctx: &mut WriteCtx<'_>, namespace: &str, name: &str) -> Result<()> {
-    let deleted = ctx
-        .conn
-        .prepare_cached("DELETE FROM schedules WHERE namespace = ?1 AND name = ?2")?
-        .execute(params![namespace, name])?;
+    let deleted = ctx.conn.execute(
+        "DELETE FROM schedules WHERE namespace = ?1 AND name = ?2",
+        args![namespace, name],
+    )?;
     if deleted == 0 {
         return Err(Error::NotFound(format!("schedule {name} not found")));
     }
@@ -224,29 +236,29 @@ pub(crate) fn delete(ctx: &mut WriteCtx<'_>, namespace: &str, name: &str) -> Res
 }
 
 /// The next time a schedule needs the timer: its next fire, or now when a held fire can start.
-pub(crate) fn next_due(conn: &Connection) -> Result<Option<Timestamp>> {
-    let at: Option<i64> = conn
-        .prepare_cached(
-            "SELECT MIN(t) FROM ( \
+pub(crate) fn next_due(conn: &mut dyn Conn) -> Result<Option<Timestamp>> {
+    let at: Option<i64> = conn.query_value(
+        "SELECT MIN(t) FROM ( \
              SELECT MIN(next_fire_at) AS t FROM schedules WHERE paused = 0 \
              UNION ALL SELECT MIN(s.pending_fire_at) FROM schedules s JOIN jobs j ON j.id = s.last_job_id \
              WHERE s.paused = 0 AND s.pending_fire_at IS NOT NULL \
-             AND j.status IN ('succeeded', 'failed', 'compensation_failed', 'cancelled', 'timed_out'))",
-        )?
-        .query_row([], |row| row.get(0))?;
+             AND j.status IN ('succeeded', 'failed', 'compensation_failed', 'cancelled', 'timed_out')) AS due",
+        &[],
+    )?;
     Ok(at.map(Timestamp))
 }
 
 /// Fires every due schedule; returns how many fires started a job.
 pub(crate) fn fire_due(ctx: &mut WriteCtx<'_>) -> Result<usize> {
-    let due: Vec<StoredSchedule> = {
-        let mut statement = ctx.conn.prepare_cached(&format!(
+    // Another node firing a schedule right now holds its row: it is skipped here.
+    let due = ctx.conn.query_map(
+        &format!(
             "SELECT {COLUMNS} FROM schedules WHERE paused = 0 AND \
-             (next_fire_at <= ?1 OR pending_fire_at IS NOT NULL) LIMIT 500"
-        ))?;
-        let rows = statement.query_map([ctx.now.0], from_row)?;
-        rows.collect::<rusqlite::Result<Vec<_>>>()?
-    };
+             (next_fire_at <= ?1 OR pending_fire_at IS NOT NULL) LIMIT 500 FOR UPDATE SKIP LOCKED"
+        ),
+        args![ctx.now.0],
+        from_row,
+    )?;
     let mut started = 0;
     for mut schedule in due {
         let previous_unfinished = match &schedule.last_job_id {
@@ -312,7 +324,7 @@ pub(crate) fn fire_due(ctx: &mut WriteCtx<'_>) -> Result<usize> {
 
 /// Starts the job of one fire under its own savepoint, so a refused submit writes nothing.
 fn start(ctx: &mut WriteCtx<'_>, schedule: &StoredSchedule, fire: Timestamp) -> Result<JobId> {
-    ctx.conn.execute_batch("SAVEPOINT fire")?;
+    ctx.conn.batch("SAVEPOINT fire")?;
     let request = Submit {
         workflow: Some(schedule.workflow.clone()),
         params: Some(schedule.params.clone()),
@@ -322,11 +334,11 @@ fn start(ctx: &mut WriteCtx<'_>, schedule: &StoredSchedule, fire: Timestamp) -> 
     let wakes = ctx.wakes.len();
     match commands::submit(ctx, &schedule.namespace, request) {
         Ok(submitted) => {
-            ctx.conn.execute_batch("RELEASE fire")?;
+            ctx.conn.batch("RELEASE fire")?;
             Ok(submitted.state.job.id)
         }
         Err(error) => {
-            ctx.conn.execute_batch("ROLLBACK TO fire; RELEASE fire")?;
+            ctx.conn.batch("ROLLBACK TO fire; RELEASE fire")?;
             ctx.wakes.truncate(wakes);
             Err(error)
         }

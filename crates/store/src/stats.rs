@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{Connection, params};
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::{Duration, Timestamp};
 
 use crate::Result;
+use crate::db::{Conn, args};
 
 /// Jobs per namespace and status, tasks per namespace and queue, at one moment.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,15 +54,14 @@ const STATS_SQL: &str = "\
     UNION ALL \
     SELECT 4, name, '', 0, NULL FROM namespaces";
 
-pub(crate) fn read(conn: &Connection, now: Timestamp) -> Result<Stats> {
-    let mut statement = conn.prepare_cached(STATS_SQL)?;
-    let rows = statement.query_map(params![now.0], |row| {
+pub(crate) fn read(conn: &mut dyn Conn, now: Timestamp) -> Result<Stats> {
+    let rows = conn.query_map(STATS_SQL, args![now.0], |row| {
         Ok((
-            row.get::<_, i64>(0)?,
-            row.get::<_, String>(1)?,
-            row.get::<_, String>(2)?,
-            row.get::<_, i64>(3)?,
-            row.get::<_, Option<i64>>(4)?,
+            row.get::<i64>(0)?,
+            row.get::<String>(1)?,
+            row.get::<String>(2)?,
+            row.get::<i64>(3)?,
+            row.get::<Option<i64>>(4)?,
         ))
     })?;
     let mut stats = Stats {
@@ -71,8 +70,7 @@ pub(crate) fn read(conn: &Connection, now: Timestamp) -> Result<Stats> {
         queues: BTreeMap::new(),
     };
     let mut namespaces = Vec::new();
-    for row in rows {
-        let (part, namespace, name, count, oldest) = row?;
+    for (part, namespace, name, count, oldest) in rows {
         let count = u64::try_from(count).unwrap_or(0);
         match part {
             0 => {
@@ -175,7 +173,7 @@ mod tests {
     #[tokio::test]
     async fn reads_tasks_only_through_indexes() {
         let (store, _clock, _dir) = open();
-        let conn = Connection::open(store.path()).unwrap();
+        let conn = rusqlite::Connection::open(store.path().unwrap()).unwrap();
         let mut statement = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {STATS_SQL}"))
             .unwrap();

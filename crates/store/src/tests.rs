@@ -1,4 +1,6 @@
-//! Store tests on real SQLite files, with a manual clock.
+//! The store's behaviour suite: every test runs on a real SQLite file and on a real PostgreSQL
+//! schema of its own (see `scratch`), with a manual clock, so both backends are held to the same
+//! semantics.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -16,19 +18,77 @@ use super::*;
 struct Fixture {
     store: Store,
     clock: Arc<ManualClock>,
-    _dir: tempfile::TempDir,
+    url: String,
+    /// Where the database lives (a directory or a schema), dropped after the store.
+    _place: Box<dyn std::any::Any>,
 }
 
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
-    let url = format!("sqlite://{}", dir.path().join("test.db").display());
-    let store = Store::open_with_clock(&url, clock.clone()).unwrap();
-    Fixture {
-        store,
-        clock,
-        _dir: dir,
+impl Fixture {
+    fn sqlite() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("test.db").display());
+        Fixture::open(url, Box::new(dir))
     }
+
+    /// `None` when no PostgreSQL server is reachable (and none is required).
+    fn postgres(label: &str) -> Option<Fixture> {
+        let schema = scratch::ScratchSchema::create(label)?;
+        Some(Fixture::open(schema.url.clone(), Box::new(schema)))
+    }
+
+    fn open(url: String, place: Box<dyn std::any::Any>) -> Fixture {
+        let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
+        let store = Store::open_with_clock(&url, clock.clone()).unwrap();
+        Fixture {
+            store,
+            clock,
+            url,
+            _place: place,
+        }
+    }
+
+    /// Runs SQL on the database behind the store's back (to break rows on purpose).
+    fn raw_sql(&self, sql: &str) {
+        match self.store.path() {
+            Some(file) => {
+                let raw = rusqlite::Connection::open(file).unwrap();
+                raw.execute_batch(sql).unwrap();
+            }
+            None => {
+                let (url, sql) = (self.url.clone(), sql.to_owned());
+                std::thread::spawn(move || {
+                    let mut client = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+                    client.batch_execute(&sql).unwrap();
+                })
+                .join()
+                .unwrap();
+            }
+        }
+    }
+}
+
+/// Runs each listed test on both backends: `sqlite::name` and `postgres::name`.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::Fixture::sqlite()).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(fixture) = super::Fixture::postgres(stringify!($name)) {
+                        super::$name(fixture).await;
+                    }
+                }
+            )*
+        }
+    };
 }
 
 fn definition(yaml: &str) -> Value {
@@ -74,9 +134,7 @@ async fn complete(store: &Store, claimed: &Claimed, output: Value) -> Result<Rep
         .await
 }
 
-#[tokio::test]
-async fn applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one() {
-    let f = fixture();
+async fn applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one(f: Fixture) {
     let first = f
         .store
         .apply_workflow("default", "wf", definition(TWO_STEPS))
@@ -111,9 +169,7 @@ async fn applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one()
     );
 }
 
-#[tokio::test]
-async fn invalid_definition_is_refused_with_problems_and_nothing_is_stored() {
-    let f = fixture();
+async fn invalid_definition_is_refused_with_problems_and_nothing_is_stored(f: Fixture) {
     let error = f
         .store
         .apply_workflow("default", "wf", definition("steps:\n- {id: a, queue: q}\n"))
@@ -126,9 +182,7 @@ async fn invalid_definition_is_refused_with_problems_and_nothing_is_stored() {
     assert!(f.store.workflows("default").await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn submit_with_the_same_key_returns_the_existing_job() {
-    let f = fixture();
+async fn submit_with_the_same_key_returns_the_existing_job(f: Fixture) {
     f.store
         .apply_workflow("default", "wf", definition(TWO_STEPS))
         .await
@@ -158,9 +212,7 @@ async fn submit_with_the_same_key_returns_the_existing_job() {
     assert_eq!(jobs.len(), 1);
 }
 
-#[tokio::test]
-async fn params_are_checked_against_the_schema_naming_the_field() {
-    let f = fixture();
+async fn params_are_checked_against_the_schema_naming_the_field(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -199,9 +251,7 @@ async fn params_are_checked_against_the_schema_naming_the_field() {
     assert!(missing.to_string().contains("cpu"), "{missing}");
 }
 
-#[tokio::test]
-async fn a_job_runs_to_success_and_its_history_is_stored_in_order() {
-    let f = fixture();
+async fn a_job_runs_to_success_and_its_history_is_stored_in_order(f: Fixture) {
     f.store
         .apply_workflow("default", "wf", definition(TWO_STEPS))
         .await
@@ -235,9 +285,7 @@ async fn a_job_runs_to_success_and_its_history_is_stored_in_order() {
     );
 }
 
-#[tokio::test]
-async fn concurrent_claims_never_hand_out_the_same_task() {
-    let f = fixture();
+async fn concurrent_claims_never_hand_out_the_same_task(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -270,9 +318,7 @@ async fn concurrent_claims_never_hand_out_the_same_task() {
     assert_eq!(total, 30);
 }
 
-#[tokio::test]
-async fn lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change() {
-    let f = fixture();
+async fn lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change(f: Fixture) {
     f.store
         .apply_workflow("default", "wf", definition(TWO_STEPS))
         .await
@@ -309,9 +355,7 @@ async fn lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change(
     complete(&f.store, &second, json!({})).await.unwrap();
 }
 
-#[tokio::test]
-async fn the_next_timer_and_next_available_time_are_reported() {
-    let f = fixture();
+async fn the_next_timer_and_next_available_time_are_reported(f: Fixture) {
     f.store
         .apply_workflow("default", "wf", definition(TWO_STEPS))
         .await
@@ -355,12 +399,10 @@ async fn the_next_timer_and_next_available_time_are_reported() {
     );
 }
 
-#[tokio::test]
-async fn jobs_survive_reopening_the_database() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("durable.db").display());
+async fn jobs_survive_reopening_the_database(f: Fixture) {
+    let url = f.url.clone();
     let job = {
-        let store = Store::open(&url).unwrap();
+        let store = f.store;
         store
             .apply_workflow("default", "wf", definition(TWO_STEPS))
             .await
@@ -373,9 +415,7 @@ async fn jobs_survive_reopening_the_database() {
     assert_eq!(state.tasks[0].status, TaskStatus::Ready);
 }
 
-#[tokio::test]
-async fn a_job_is_invisible_from_another_namespace() {
-    let f = fixture();
+async fn a_job_is_invisible_from_another_namespace(f: Fixture) {
     f.store
         .apply_workflow("team-a", "wf", definition(TWO_STEPS))
         .await
@@ -423,9 +463,7 @@ async fn a_job_is_invisible_from_another_namespace() {
     assert!(matches!(unknown, Error::NotFound(_)));
 }
 
-#[tokio::test]
-async fn dispatch_prefers_job_priority_then_age() {
-    let f = fixture();
+async fn dispatch_prefers_job_priority_then_age(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -465,9 +503,7 @@ async fn dispatch_prefers_job_priority_then_age() {
     assert_eq!(order[1], old_low);
 }
 
-#[tokio::test]
-async fn a_long_poll_registration_is_woken_by_a_new_ready_task() {
-    let f = fixture();
+async fn a_long_poll_registration_is_woken_by_a_new_ready_task(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -500,9 +536,7 @@ async fn claim_n(store: &Store, queues: &[&str], max: u32) -> Vec<Claimed> {
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_serial_queue_runs_one_task_at_a_time_in_order() {
-    let f = fixture();
+async fn a_serial_queue_runs_one_task_at_a_time_in_order(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -534,9 +568,7 @@ async fn a_serial_queue_runs_one_task_at_a_time_in_order() {
     assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 1);
 }
 
-#[tokio::test]
-async fn a_queue_concurrency_limit_bounds_running_tasks() {
-    let f = fixture();
+async fn a_queue_concurrency_limit_bounds_running_tasks(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -561,9 +593,7 @@ async fn a_queue_concurrency_limit_bounds_running_tasks() {
     assert!(claim_n(&f.store, &["q"], 10).await.is_empty());
 }
 
-#[tokio::test]
-async fn a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed() {
-    let f = fixture();
+async fn a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -597,9 +627,7 @@ async fn a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed() {
     assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 1);
 }
 
-#[tokio::test]
-async fn higher_priority_queues_are_served_first() {
-    let f = fixture();
+async fn higher_priority_queues_are_served_first(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -622,9 +650,7 @@ async fn higher_priority_queues_are_served_first() {
     assert_eq!(claimed[0].task.queue, "high");
 }
 
-#[tokio::test]
-async fn a_task_waiting_longer_than_max_wait_goes_ahead_of_priority() {
-    let f = fixture();
+async fn a_task_waiting_longer_than_max_wait_goes_ahead_of_priority(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -663,9 +689,7 @@ async fn a_task_waiting_longer_than_max_wait_goes_ahead_of_priority() {
     assert_eq!(next[0].task.priority, 100, "the rest go by priority");
 }
 
-#[tokio::test]
-async fn queue_settings_are_validated() {
-    let f = fixture();
+async fn queue_settings_are_validated(f: Fixture) {
     let zero = f
         .store
         .configure_queue(
@@ -693,9 +717,7 @@ async fn submit_locked(store: &Store, cluster: &str) -> Submitted {
     submit(store, "locked", json!({"cluster": cluster})).await
 }
 
-#[tokio::test]
-async fn a_lock_lets_its_slots_run_and_queues_the_rest_first_come_first_served() {
-    let f = fixture();
+async fn a_lock_lets_its_slots_run_and_queues_the_rest_first_come_first_served(f: Fixture) {
     f.store
         .apply_workflow("default", "locked", definition(LOCKED))
         .await
@@ -780,9 +802,7 @@ async fn a_lock_lets_its_slots_run_and_queues_the_rest_first_come_first_served()
     assert!(kinds.contains(&EventKind::JobStarted));
 }
 
-#[tokio::test]
-async fn a_lock_key_that_does_not_render_is_refused_at_submit() {
-    let f = fixture();
+async fn a_lock_key_that_does_not_render_is_refused_at_submit(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -837,9 +857,7 @@ async fn all_jobs(store: &Store) -> Vec<starbridge_core::model::Job> {
         .unwrap()
 }
 
-#[tokio::test]
-async fn a_schedule_fires_one_job_per_fire_time_with_its_params() {
-    let f = fixture();
+async fn a_schedule_fires_one_job_per_fire_time_with_its_params(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -883,9 +901,7 @@ async fn a_schedule_fires_one_job_per_fire_time_with_its_params() {
     );
 }
 
-#[tokio::test]
-async fn overlap_skip_starts_nothing_while_the_previous_job_runs_and_queue_one_holds_one_fire() {
-    let f = fixture();
+async fn overlap_skip_starts_nothing_while_the_previous_job_runs_and_queue_one_holds_one_fire(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -944,9 +960,7 @@ async fn overlap_skip_starts_nothing_while_the_previous_job_runs_and_queue_one_h
     assert_eq!(all_jobs(&f.store).await.len(), 3);
 }
 
-#[tokio::test]
-async fn catch_up_all_runs_missed_fires_up_to_its_limit() {
-    let f = fixture();
+async fn catch_up_all_runs_missed_fires_up_to_its_limit(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -969,9 +983,7 @@ async fn catch_up_all_runs_missed_fires_up_to_its_limit() {
     assert_eq!(all_jobs(&f.store).await.len(), 3);
 }
 
-#[tokio::test]
-async fn schedule_input_is_validated_naming_the_field() {
-    let f = fixture();
+async fn schedule_input_is_validated_naming_the_field(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -1037,9 +1049,7 @@ async fn schedule_input_is_validated_naming_the_field() {
     ));
 }
 
-#[tokio::test]
-async fn a_schedule_that_cannot_be_computed_stops_alone_and_timers_go_on() {
-    let f = fixture();
+async fn a_schedule_that_cannot_be_computed_stops_alone_and_timers_go_on(f: Fixture) {
     f.store
         .apply_workflow("default", "wf", definition(TWO_STEPS))
         .await
@@ -1053,9 +1063,7 @@ async fn a_schedule_that_cannot_be_computed_stops_alone_and_timers_go_on() {
         .await
         .unwrap();
     // The time zone disappears from the system after the schedule was stored.
-    let raw = rusqlite::Connection::open(f.store.path()).unwrap();
-    raw.execute("UPDATE schedules SET timezone = 'Nowhere/Gone'", [])
-        .unwrap();
+    f.raw_sql("UPDATE schedules SET timezone = 'Nowhere/Gone'");
     submit(&f.store, "wf", json!({})).await;
     claim_one(&f.store).await;
     f.clock.advance(Duration::from_secs(11));
@@ -1080,9 +1088,7 @@ async fn a_schedule_that_cannot_be_computed_stops_alone_and_timers_go_on() {
     assert_eq!(broken.next_fire_at, None);
 }
 
-#[tokio::test]
-async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready() {
-    let f = fixture();
+async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(f: Fixture) {
     f.store
         .apply_workflow(
             "default",
@@ -1147,3 +1153,32 @@ async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(
     let queue = f.store.queues("default").await.unwrap();
     assert_eq!(queue[0].config.rate, None);
 }
+
+on_both_backends!(
+    applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one,
+    invalid_definition_is_refused_with_problems_and_nothing_is_stored,
+    submit_with_the_same_key_returns_the_existing_job,
+    params_are_checked_against_the_schema_naming_the_field,
+    a_job_runs_to_success_and_its_history_is_stored_in_order,
+    concurrent_claims_never_hand_out_the_same_task,
+    lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change,
+    the_next_timer_and_next_available_time_are_reported,
+    a_job_is_invisible_from_another_namespace,
+    dispatch_prefers_job_priority_then_age,
+    a_long_poll_registration_is_woken_by_a_new_ready_task,
+    a_serial_queue_runs_one_task_at_a_time_in_order,
+    a_queue_concurrency_limit_bounds_running_tasks,
+    a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed,
+    higher_priority_queues_are_served_first,
+    a_task_waiting_longer_than_max_wait_goes_ahead_of_priority,
+    queue_settings_are_validated,
+    a_lock_lets_its_slots_run_and_queues_the_rest_first_come_first_served,
+    a_lock_key_that_does_not_render_is_refused_at_submit,
+    a_schedule_fires_one_job_per_fire_time_with_its_params,
+    overlap_skip_starts_nothing_while_the_previous_job_runs_and_queue_one_holds_one_fire,
+    catch_up_all_runs_missed_fires_up_to_its_limit,
+    schedule_input_is_validated_naming_the_field,
+    a_schedule_that_cannot_be_computed_stops_alone_and_timers_go_on,
+    a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready,
+    jobs_survive_reopening_the_database,
+);

@@ -3,12 +3,12 @@
 //! is always reported (at least once) and a rolled-back one never is. The server's deliverer sends
 //! the rows and records each attempt here.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::{Value, json};
 use starbridge_core::model::{Job, JobStatus};
 use starbridge_core::time::{Duration, Timestamp};
 
 use crate::commands::invalid;
+use crate::db::{Conn, Row, args};
 use crate::writer::WriteCtx;
 use crate::{Error, Result};
 
@@ -61,7 +61,7 @@ pub struct DueDelivery {
     pub secret: String,
 }
 
-fn webhook_from_row(row: &Row<'_>) -> rusqlite::Result<Webhook> {
+fn webhook_from_row(row: &mut Row) -> Result<Webhook> {
     let states: String = row.get(5)?;
     let states: Vec<String> = serde_json::from_str(&states).unwrap_or_default();
     Ok(Webhook {
@@ -77,21 +77,22 @@ fn webhook_from_row(row: &Row<'_>) -> rusqlite::Result<Webhook> {
 
 const WEBHOOK_COLUMNS: &str = "id, namespace, url, secret, workflow, states, created_at";
 
-pub(crate) fn list(conn: &Connection, namespace: &str) -> Result<Vec<Webhook>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE namespace = ?1 ORDER BY created_at, id"
-    ))?;
-    let rows = statement.query_map([namespace], webhook_from_row)?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+pub(crate) fn list(conn: &mut dyn Conn, namespace: &str) -> Result<Vec<Webhook>> {
+    conn.query_map(
+        &format!(
+            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE namespace = ?1 ORDER BY created_at, id"
+        ),
+        args![namespace],
+        webhook_from_row,
+    )
 }
 
-fn get(conn: &Connection, namespace: &str, id: &str) -> Result<Option<Webhook>> {
-    Ok(conn
-        .prepare_cached(&format!(
-            "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE namespace = ?1 AND id = ?2"
-        ))?
-        .query_row(params![namespace, id], webhook_from_row)
-        .optional()?)
+fn get(conn: &mut dyn Conn, namespace: &str, id: &str) -> Result<Option<Webhook>> {
+    conn.query_opt(
+        &format!("SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE namespace = ?1 AND id = ?2"),
+        args![namespace, id],
+        webhook_from_row,
+    )
 }
 
 pub(crate) fn create(
@@ -134,12 +135,10 @@ pub(crate) fn create(
     };
     let states: Vec<&str> = webhook.states.iter().map(|s| s.as_str()).collect();
     crate::rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
-    ctx.conn
-        .prepare_cached(
-            "INSERT INTO webhooks (id, namespace, url, secret, workflow, states, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?
-        .execute(params![
+    ctx.conn.execute(
+        "INSERT INTO webhooks (id, namespace, url, secret, workflow, states, created_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        args![
             webhook.id,
             webhook.namespace,
             webhook.url,
@@ -147,7 +146,8 @@ pub(crate) fn create(
             webhook.workflow,
             serde_json::to_string(&states).unwrap_or_default(),
             webhook.created_at.0,
-        ])?;
+        ],
+    )?;
     Ok(webhook)
 }
 
@@ -155,14 +155,12 @@ pub(crate) fn delete(ctx: &mut WriteCtx<'_>, namespace: &str, id: &str) -> Resul
     if get(ctx.conn, namespace, id)?.is_none() {
         return Err(Error::NotFound(format!("webhook {id} not found")));
     }
+    ctx.conn.execute(
+        "DELETE FROM webhook_deliveries WHERE webhook_id = ?1 AND next_attempt_at IS NOT NULL",
+        args![id],
+    )?;
     ctx.conn
-        .prepare_cached(
-            "DELETE FROM webhook_deliveries WHERE webhook_id = ?1 AND next_attempt_at IS NOT NULL",
-        )?
-        .execute([id])?;
-    ctx.conn
-        .prepare_cached("DELETE FROM webhooks WHERE id = ?1")?
-        .execute([id])?;
+        .execute("DELETE FROM webhooks WHERE id = ?1", args![id])?;
     Ok(())
 }
 
@@ -189,25 +187,24 @@ pub(crate) fn enqueue(
             },
             "at": ctx.now.0,
         });
-        ctx.conn
-            .prepare_cached(
-                "INSERT INTO webhook_deliveries (webhook_id, namespace, job_id, status, payload, \
-                 created_at, attempts, next_attempt_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?6)",
-            )?
-            .execute(params![
+        ctx.conn.execute(
+            "INSERT INTO webhook_deliveries (webhook_id, namespace, job_id, status, payload, \
+             created_at, attempts, next_attempt_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?6)",
+            args![
                 webhook.id,
                 job.namespace,
                 job.id.as_str(),
                 job.status.as_str(),
                 payload.to_string(),
                 ctx.now.0,
-            ])?;
+            ],
+        )?;
         ctx.deliveries = true;
     }
     Ok(())
 }
 
-fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<Delivery> {
+fn delivery_from_row(row: &mut Row) -> Result<Delivery> {
     let payload: String = row.get(4)?;
     Ok(Delivery {
         id: row.get(0)?,
@@ -217,8 +214,8 @@ fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<Delivery> {
         payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
         created_at: Timestamp(row.get(5)?),
         attempts: row.get(6)?,
-        next_attempt_at: row.get::<_, Option<i64>>(7)?.map(Timestamp),
-        delivered_at: row.get::<_, Option<i64>>(8)?.map(Timestamp),
+        next_attempt_at: row.get::<Option<i64>>(7)?.map(Timestamp),
+        delivered_at: row.get::<Option<i64>>(8)?.map(Timestamp),
         last_status: row.get(9)?,
         last_error: row.get(10)?,
     })
@@ -229,7 +226,7 @@ const DELIVERY_COLUMNS: &str = "d.id, d.webhook_id, d.job_id, d.status, d.payloa
 
 /// A subscription's deliveries, newest first.
 pub(crate) fn deliveries(
-    conn: &Connection,
+    conn: &mut dyn Conn,
     namespace: &str,
     webhook: &str,
     limit: u32,
@@ -237,38 +234,62 @@ pub(crate) fn deliveries(
     if get(conn, namespace, webhook)?.is_none() {
         return Ok(None);
     }
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d WHERE d.webhook_id = ?1 ORDER BY d.id DESC LIMIT ?2"
-    ))?;
-    let rows = statement.query_map(params![webhook, limit], delivery_from_row)?;
-    Ok(Some(rows.collect::<rusqlite::Result<Vec<_>>>()?))
+    conn.query_map(
+        &format!(
+            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d WHERE d.webhook_id = ?1 \
+             ORDER BY d.id DESC LIMIT ?2"
+        ),
+        args![webhook, limit],
+        delivery_from_row,
+    )
+    .map(Some)
 }
 
-/// Deliveries whose next attempt is due, oldest first.
-pub(crate) fn due(conn: &Connection, now: Timestamp, limit: u32) -> Result<Vec<DueDelivery>> {
-    let mut statement = conn.prepare_cached(&format!(
-        "SELECT {DELIVERY_COLUMNS}, w.url, w.secret FROM webhook_deliveries d \
-         JOIN webhooks w ON w.id = d.webhook_id \
-         WHERE d.next_attempt_at IS NOT NULL AND d.next_attempt_at <= ?1 \
-         ORDER BY d.next_attempt_at, d.id LIMIT ?2"
-    ))?;
-    let rows = statement.query_map(params![now.0, limit], |row| {
-        Ok(DueDelivery {
-            delivery: delivery_from_row(row)?,
-            url: row.get(11)?,
-            secret: row.get(12)?,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+/// How long a claimed delivery belongs to the node that claimed it: if that node dies before
+/// recording the attempt, another node sends it once this has passed.
+pub const DELIVERY_LEASE: Duration = Duration::from_secs(60);
+
+/// Claims the deliveries whose next attempt is due, oldest first: each is pushed
+/// `DELIVERY_LEASE` into the future, so no other server node sends it meanwhile.
+pub(crate) fn claim_due(ctx: &mut WriteCtx<'_>, limit: u32) -> Result<Vec<DueDelivery>> {
+    let due = ctx.conn.query_map(
+        &format!(
+            "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d \
+             WHERE d.next_attempt_at IS NOT NULL AND d.next_attempt_at <= ?1 \
+             ORDER BY d.next_attempt_at, d.id LIMIT ?2 FOR UPDATE SKIP LOCKED"
+        ),
+        args![ctx.now.0, limit],
+        delivery_from_row,
+    )?;
+    let lease_end = ctx.now.saturating_add(DELIVERY_LEASE).0;
+    let mut out = Vec::with_capacity(due.len());
+    for delivery in due {
+        ctx.conn.execute(
+            "UPDATE webhook_deliveries SET next_attempt_at = ?2 WHERE id = ?1",
+            args![delivery.id, lease_end],
+        )?;
+        let target = ctx.conn.query_opt(
+            "SELECT url, secret FROM webhooks WHERE id = ?1",
+            args![delivery.webhook_id],
+            |row| Ok((row.get::<String>(0)?, row.get::<String>(1)?)),
+        )?;
+        if let Some((url, secret)) = target {
+            out.push(DueDelivery {
+                delivery,
+                url,
+                secret,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// When the next attempt of any delivery is due.
-pub(crate) fn next_due(conn: &Connection) -> Result<Option<Timestamp>> {
-    let at: Option<i64> = conn
-        .prepare_cached(
-            "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL",
-        )?
-        .query_row([], |row| row.get(0))?;
+pub(crate) fn next_due(conn: &mut dyn Conn) -> Result<Option<Timestamp>> {
+    let at: Option<i64> = conn.query_value(
+        "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE next_attempt_at IS NOT NULL",
+        &[],
+    )?;
     Ok(at.map(Timestamp))
 }
 
@@ -283,23 +304,22 @@ pub enum Attempt {
 
 /// Records an attempt: delivered, retried after `min(2^attempts s, 1 h)`, or given up.
 pub(crate) fn record(ctx: &mut WriteCtx<'_>, id: i64, attempt: Attempt) -> Result<()> {
-    let attempts: Option<u32> = ctx
-        .conn
-        .prepare_cached("SELECT attempts FROM webhook_deliveries WHERE id = ?1")?
-        .query_row([id], |row| row.get(0))
-        .optional()?;
+    let attempts: Option<u32> = ctx.conn.query_opt(
+        "SELECT attempts FROM webhook_deliveries WHERE id = ?1",
+        args![id],
+        |row| row.get(0),
+    )?;
     let Some(attempts) = attempts else {
         return Ok(()); // its subscription was deleted meanwhile
     };
     let attempts = attempts + 1;
     match attempt {
         Attempt::Delivered { status } => {
-            ctx.conn
-                .prepare_cached(
-                    "UPDATE webhook_deliveries SET attempts = ?2, next_attempt_at = NULL, \
-                     delivered_at = ?3, last_status = ?4, last_error = NULL WHERE id = ?1",
-                )?
-                .execute(params![id, attempts, ctx.now.0, status])?;
+            ctx.conn.execute(
+                "UPDATE webhook_deliveries SET attempts = ?2, next_attempt_at = NULL, \
+                 delivered_at = ?3, last_status = ?4, last_error = NULL WHERE id = ?1",
+                args![id, attempts, ctx.now.0, status],
+            )?;
         }
         Attempt::Failed { status, error } => {
             let next = (attempts < MAX_DELIVERY_ATTEMPTS).then(|| {
@@ -307,12 +327,11 @@ pub(crate) fn record(ctx: &mut WriteCtx<'_>, id: i64, attempt: Attempt) -> Resul
                     Duration::from_secs(1u64 << attempts.min(12)).min(MAX_DELIVERY_BACKOFF);
                 ctx.now.saturating_add(backoff).0
             });
-            ctx.conn
-                .prepare_cached(
-                    "UPDATE webhook_deliveries SET attempts = ?2, next_attempt_at = ?3, \
-                     last_status = ?4, last_error = ?5 WHERE id = ?1",
-                )?
-                .execute(params![id, attempts, next, status, error])?;
+            ctx.conn.execute(
+                "UPDATE webhook_deliveries SET attempts = ?2, next_attempt_at = ?3, \
+                 last_status = ?4, last_error = ?5 WHERE id = ?1",
+                args![id, attempts, next, status, error],
+            )?;
         }
     }
     Ok(())

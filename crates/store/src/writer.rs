@@ -1,26 +1,34 @@
-//! Group commit: one thread owns the only write connection. Requests queue up while a commit is
-//! in flight; the next transaction takes all of them (up to `MAX_BATCH`), runs each under its own
-//! savepoint (a failing request rolls back only its own changes), commits once, and only then
-//! answers every request and wakes the pollers of queues that got work. One fsync serves many
-//! requests, and no request is answered before its change is durable.
+//! Group commit: one thread owns the node's only write connection. Requests queue up while a
+//! commit is in flight; the next transaction takes all of them (up to `MAX_BATCH`), runs each
+//! under its own savepoint (a failing request rolls back only its own changes), commits once,
+//! and only then answers every request and wakes the pollers of queues that got work. One fsync
+//! serves many requests, and no request is answered before its change is durable.
+//!
+//! On PostgreSQL other nodes write too. A request that waited too long for a row another node
+//! holds (or lost a deadlock, or a unique key race) is rolled back to its savepoint and runs
+//! again at the head of the next transaction, after this one has released its locks. Before
+//! committing, the transaction announces the queues that got work to the other nodes. A broken
+//! connection is replaced before the next transaction.
 
 use std::sync::Arc;
 use std::thread;
 
-use rusqlite::Connection;
 use starbridge_core::time::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::WorkflowCache;
 use crate::clock::Clock;
+use crate::db::{Backend, Conn};
 use crate::notify::Notifier;
 use crate::{Error, Result};
 
 const MAX_BATCH: usize = 512;
+/// How often a request contended by other nodes runs again before it is refused.
+const MAX_TRIES: u32 = 8;
 
 /// What a write request sees: the open transaction, the time, and where to note wake-ups.
 pub(crate) struct WriteCtx<'a> {
-    pub(crate) conn: &'a Connection,
+    pub(crate) conn: &'a mut dyn Conn,
     pub(crate) now: Timestamp,
     pub(crate) workflows: &'a WorkflowCache,
     pub(crate) wakes: Vec<(String, String)>,
@@ -29,42 +37,68 @@ pub(crate) struct WriteCtx<'a> {
 }
 
 type Reply = Box<dyn FnOnce(Result<()>) + Send>;
-type Work = Box<dyn FnOnce(&mut WriteCtx<'_>) -> (bool, Reply) + Send>;
+
+enum Outcome {
+    /// The request ran (`ok` says whether its changes stay); `reply` answers it after commit.
+    Done { ok: bool, reply: Reply },
+    /// The request met another node's transaction: run it again in the next one.
+    Again,
+}
+
+type Work = Box<dyn FnMut(&mut WriteCtx<'_>) -> Outcome + Send>;
+
+/// Opens a new write connection (after the old one broke).
+pub(crate) type Connect = Arc<dyn Fn() -> Result<Box<dyn Conn>> + Send + Sync>;
 
 #[derive(Clone)]
 pub(crate) struct Writer {
     sender: mpsc::UnboundedSender<Work>,
 }
 
+/// What the writer thread works with besides its connection.
+pub(crate) struct Shared {
+    pub(crate) connect: Connect,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) workflows: Arc<WorkflowCache>,
+    pub(crate) notifier: Arc<Notifier>,
+    /// This node's id in announcements to other nodes.
+    pub(crate) node: String,
+}
+
 impl Writer {
-    pub(crate) fn start(
-        conn: Connection,
-        clock: Arc<dyn Clock>,
-        workflows: Arc<WorkflowCache>,
-        notifier: Arc<Notifier>,
-    ) -> Writer {
+    pub(crate) fn start(conn: Box<dyn Conn>, shared: Shared) -> Writer {
         let (sender, receiver) = mpsc::unbounded_channel();
         thread::Builder::new()
             .name("starbridge-writer".to_owned())
-            .spawn(move || run(conn, receiver, clock, workflows, notifier))
+            .spawn(move || run(conn, receiver, &shared))
             .expect("spawning the writer thread");
         Writer { sender }
     }
 
-    /// Runs `work` in the next group transaction; resolves once it is committed.
-    pub(crate) async fn write<T, F>(&self, work: F) -> Result<T>
+    /// Runs `work` in the next group transaction; resolves once it is committed. `work` may run
+    /// more than once (its earlier runs rolled back) when other nodes contend for its rows.
+    pub(crate) async fn write<T, F>(&self, mut work: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
         let (reply_to, reply) = oneshot::channel::<Result<T>>();
+        let mut reply_to = Some(reply_to);
+        let mut tries = 1;
         let work: Work = Box::new(move |ctx: &mut WriteCtx<'_>| {
             let result = work(ctx);
+            if matches!(result, Err(Error::Contended(_))) && tries < MAX_TRIES {
+                tries += 1;
+                return Outcome::Again;
+            }
             let ok = result.is_ok();
+            let reply_to = reply_to.take();
             let reply: Reply = Box::new(move |commit: Result<()>| {
-                let _ = reply_to.send(commit.and(result));
+                if let Some(reply_to) = reply_to {
+                    let _ = reply_to.send(commit.and(result));
+                }
             });
-            (ok, reply)
+            Outcome::Done { ok, reply }
         });
         self.sender.send(work).map_err(|_| Error::Closed)?;
         reply.await.map_err(|_| {
@@ -75,74 +109,142 @@ impl Writer {
     }
 }
 
-fn run(
-    conn: Connection,
-    mut receiver: mpsc::UnboundedReceiver<Work>,
-    clock: Arc<dyn Clock>,
-    workflows: Arc<WorkflowCache>,
-    notifier: Arc<Notifier>,
-) {
+/// The connection to write with: the current one, or a new one when it broke.
+fn usable(conn: &mut Option<Box<dyn Conn>>, connect: &Connect) -> Result<()> {
+    if conn.as_ref().is_some_and(|conn| conn.is_usable()) {
+        return Ok(());
+    }
+    *conn = None;
+    let fresh = connect()?;
+    tracing::info!("write connection (re)opened");
+    *conn = Some(fresh);
+    Ok(())
+}
+
+fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared: &Shared) {
+    let mut conn = Some(conn);
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = receiver.blocking_recv() {
-        batch.push(first);
+    let mut again: Vec<Work> = Vec::new();
+    loop {
+        if again.is_empty() {
+            match receiver.blocking_recv() {
+                Some(first) => batch.push(first),
+                None => return,
+            }
+        } else {
+            batch.append(&mut again);
+        }
         while batch.len() < MAX_BATCH {
             match receiver.try_recv() {
                 Ok(work) => batch.push(work),
                 Err(_) => break,
             }
         }
-        let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
-        let mut wakes = Vec::new();
-        let mut deliveries = false;
-        if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(error) = usable(&mut conn, &shared.connect) {
             // Dropping the requests answers each with `Error::Unavailable`; nothing was written.
-            tracing::error!(%error, "cannot begin a write transaction");
+            tracing::error!(%error, "no write connection");
             batch.clear();
             continue;
         }
-        for work in batch.drain(..) {
-            let mut ctx = WriteCtx {
-                conn: &conn,
-                now: clock.now(),
-                workflows: &workflows,
-                wakes: Vec::new(),
-                deliveries: false,
-            };
-            let savepoint = conn.execute_batch("SAVEPOINT request");
-            let (ok, reply) = work(&mut ctx);
-            let closed = if ok && savepoint.is_ok() {
-                wakes.append(&mut ctx.wakes);
-                deliveries |= ctx.deliveries;
-                conn.execute_batch("RELEASE request")
-            } else {
-                conn.execute_batch("ROLLBACK TO request; RELEASE request")
-            };
-            if let Err(error) = closed {
-                tracing::error!(%error, "savepoint failed");
+        let Some(conn) = conn.as_deref_mut() else {
+            continue;
+        };
+        commit_batch(conn, &mut batch, &mut again, shared);
+    }
+}
+
+/// Runs one group transaction over `batch`; requests to run again go to `again`.
+fn commit_batch(
+    conn: &mut dyn Conn,
+    batch: &mut Vec<Work>,
+    again: &mut Vec<Work>,
+    shared: &Shared,
+) {
+    let begin = match conn.backend() {
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+        Backend::Postgres => "BEGIN",
+    };
+    if let Err(error) = conn.batch(begin) {
+        tracing::error!(%error, "cannot begin a write transaction");
+        batch.clear();
+        return;
+    }
+    let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
+    let mut wakes = Vec::new();
+    let mut deliveries = false;
+    // A failed savepoint command leaves the transaction unusable: then nothing may commit.
+    let mut broken: Option<Error> = None;
+    for mut work in batch.drain(..) {
+        if broken.is_some() {
+            drop(work);
+            continue;
+        }
+        if let Err(error) = conn.batch("SAVEPOINT request") {
+            broken = Some(error);
+            drop(work);
+            continue;
+        }
+        let mut ctx = WriteCtx {
+            conn: &mut *conn,
+            now: shared.clock.now(),
+            workflows: &shared.workflows,
+            wakes: Vec::new(),
+            deliveries: false,
+        };
+        let keep = match work(&mut ctx) {
+            Outcome::Done { ok, reply } => {
+                replies.push(reply);
+                ok
             }
-            replies.push(reply);
+            Outcome::Again => {
+                again.push(work);
+                false
+            }
+        };
+        let closed = if keep {
+            wakes.append(&mut ctx.wakes);
+            deliveries |= ctx.deliveries;
+            conn.batch("RELEASE request")
+        } else {
+            conn.batch("ROLLBACK TO request; RELEASE request")
+        };
+        if let Err(error) = closed {
+            broken = Some(error);
         }
-        let committed = conn.execute_batch("COMMIT").map_err(Error::from);
-        if let Err(error) = &committed {
-            tracing::error!(%error, "group commit failed; every request in it is refused");
-            let _ = conn.execute_batch("ROLLBACK");
-            workflows.clear();
-            wakes.clear();
-        }
-        for reply in replies {
-            reply(match &committed {
-                Ok(()) => Ok(()),
-                Err(error) => Err(Error::Unavailable(error.to_string())),
-            });
-        }
-        if committed.is_ok() {
-            notifier.timers_changed();
-            if deliveries {
-                notifier.deliveries_changed();
+    }
+    if broken.is_none() && conn.backend() == Backend::Postgres {
+        for payload in crate::postgres::announcements(&shared.node, &wakes, deliveries) {
+            if let Err(error) = conn.announce(&payload) {
+                broken = Some(error);
+                break;
             }
         }
-        for (namespace, queue) in wakes {
-            notifier.wake(&namespace, &queue);
+    }
+    let committed = match broken {
+        Some(error) => Err(error),
+        None => conn.batch("COMMIT"),
+    };
+    if let Err(error) = &committed {
+        tracing::error!(%error, "group commit failed; every request in it is refused");
+        let _ = conn.batch("ROLLBACK");
+        shared.workflows.clear();
+        wakes.clear();
+        // Requests set to run again are refused too: the database is in trouble.
+        again.clear();
+    }
+    for reply in replies {
+        reply(match &committed {
+            Ok(()) => Ok(()),
+            Err(error) => Err(Error::Unavailable(error.to_string())),
+        });
+    }
+    if committed.is_ok() {
+        shared.notifier.timers_changed();
+        if deliveries {
+            shared.notifier.deliveries_changed();
         }
+    }
+    for (namespace, queue) in wakes {
+        shared.notifier.wake(&namespace, &queue);
     }
 }

@@ -1,0 +1,354 @@
+//! One small SQL interface over both backends, so the store's queries and commands are written
+//! once and hold identical semantics on SQLite and PostgreSQL.
+//!
+//! SQL is written once, with `?N` placeholders. Each backend adapts it when it prepares a
+//! statement (and caches the result): PostgreSQL turns `?N` into `$N` and drops SQLite's
+//! `INDEXED BY` hints; SQLite drops PostgreSQL's row-lock clauses (`FOR UPDATE [SKIP LOCKED]`),
+//! which its single writer makes moot. Values cross the interface as a few plain types
+//! ([`Arg`] in, [`Cell`] out), so schemas use only integers, reals and text on both sides.
+
+use std::fmt;
+
+use crate::{Error, Result};
+
+/// Which database a connection talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A statement parameter.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(&'a str),
+}
+
+/// Values that bind as statement parameters.
+pub(crate) trait ToArg {
+    fn to_arg(&self) -> Arg<'_>;
+}
+
+impl ToArg for str {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Text(self)
+    }
+}
+
+impl ToArg for String {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Text(self)
+    }
+}
+
+impl<T: ToArg + ?Sized> ToArg for &T {
+    fn to_arg(&self) -> Arg<'_> {
+        (**self).to_arg()
+    }
+}
+
+impl<T: ToArg> ToArg for Option<T> {
+    fn to_arg(&self) -> Arg<'_> {
+        self.as_ref().map_or(Arg::Null, ToArg::to_arg)
+    }
+}
+
+macro_rules! int_arg {
+    ($($t:ty),*) => {$(
+        impl ToArg for $t {
+            fn to_arg(&self) -> Arg<'_> {
+                Arg::Int(i64::from(*self))
+            }
+        }
+    )*};
+}
+int_arg!(i64, i32, u32, u16, bool);
+
+impl ToArg for u64 {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Int(i64::try_from(*self).unwrap_or(i64::MAX))
+    }
+}
+
+impl ToArg for f64 {
+    fn to_arg(&self) -> Arg<'_> {
+        Arg::Real(*self)
+    }
+}
+
+/// Statement parameters: `args![a, b, c]` is a `&[Arg]`.
+macro_rules! args {
+    ($($value:expr),* $(,)?) => {
+        &[$($crate::db::ToArg::to_arg(&$value)),*][..]
+    };
+}
+pub(crate) use args;
+
+/// A column value as read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) enum Cell {
+    #[default]
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+}
+
+impl Cell {
+    fn kind(&self) -> &'static str {
+        match self {
+            Cell::Null => "null",
+            Cell::Int(value) if *value < 0 => "a negative integer",
+            Cell::Int(_) => "an integer",
+            Cell::Real(_) => "a real",
+            Cell::Text(_) => "text",
+        }
+    }
+}
+
+/// One result row; `get` takes a column's value out, converted to the type asked for.
+#[derive(Debug)]
+pub(crate) struct Row {
+    cells: Vec<Cell>,
+}
+
+impl Row {
+    pub(crate) fn new(cells: Vec<Cell>) -> Row {
+        Row { cells }
+    }
+
+    pub(crate) fn get<T: FromCell>(&mut self, index: usize) -> Result<T> {
+        let cell = self
+            .cells
+            .get_mut(index)
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let held = cell.kind();
+        T::from_cell(cell).ok_or_else(|| {
+            Error::Corrupt(format!(
+                "column {index} holds {held}, not {}",
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+}
+
+/// Types a column converts to.
+pub(crate) trait FromCell: Sized {
+    fn from_cell(cell: Cell) -> Option<Self>;
+}
+
+impl FromCell for i64 {
+    fn from_cell(cell: Cell) -> Option<i64> {
+        match cell {
+            Cell::Int(value) => Some(value),
+            _ => None,
+        }
+    }
+}
+
+macro_rules! narrow_int_cell {
+    ($($t:ty),*) => {$(
+        impl FromCell for $t {
+            fn from_cell(cell: Cell) -> Option<$t> {
+                i64::from_cell(cell).and_then(|value| <$t>::try_from(value).ok())
+            }
+        }
+    )*};
+}
+narrow_int_cell!(i32, u32, u16, u64);
+
+impl FromCell for bool {
+    fn from_cell(cell: Cell) -> Option<bool> {
+        i64::from_cell(cell).map(|value| value != 0)
+    }
+}
+
+impl FromCell for f64 {
+    fn from_cell(cell: Cell) -> Option<f64> {
+        match cell {
+            Cell::Real(value) => Some(value),
+            #[allow(clippy::cast_precision_loss)]
+            Cell::Int(value) => Some(value as f64),
+            _ => None,
+        }
+    }
+}
+
+impl FromCell for String {
+    fn from_cell(cell: Cell) -> Option<String> {
+        match cell {
+            Cell::Text(value) => Some(value),
+            _ => None,
+        }
+    }
+}
+
+impl<T: FromCell> FromCell for Option<T> {
+    fn from_cell(cell: Cell) -> Option<Option<T>> {
+        match cell {
+            Cell::Null => Some(None),
+            cell => T::from_cell(cell).map(Some),
+        }
+    }
+}
+
+/// A database connection as the store uses it.
+pub(crate) trait Conn: Send {
+    fn backend(&self) -> Backend;
+
+    /// Runs one statement; returns how many rows it changed.
+    fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64>;
+
+    /// Runs one query and returns all its rows.
+    fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>>;
+
+    /// Runs statements without parameters (transaction control, schema).
+    fn batch(&mut self, sql: &str) -> Result<()>;
+
+    /// Holds a lock on `key` until the transaction ends, so that transactions of other server
+    /// nodes that count and then take a limited resource (a serial queue, a lock's slots) run
+    /// one after the other. A no-op where one writer serializes every transaction anyway.
+    fn lock_key(&mut self, key: &str) -> Result<()>;
+
+    /// Tells the other server nodes, once the transaction commits, which queues got work and
+    /// what else changed (`payload` lines). A no-op where there is only one node.
+    fn announce(&mut self, payload: &str) -> Result<()>;
+
+    /// False once the connection is known to be broken; it is then replaced, not reused.
+    fn is_usable(&self) -> bool;
+}
+
+impl dyn Conn + '_ {
+    pub(crate) fn query_map<T>(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        mut map: impl FnMut(&mut Row) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        self.query(sql, args)?.iter_mut().map(&mut map).collect()
+    }
+
+    pub(crate) fn query_opt<T>(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        map: impl FnOnce(&mut Row) -> Result<T>,
+    ) -> Result<Option<T>> {
+        self.query(sql, args)?
+            .first_mut()
+            .map(map)
+            .transpose()
+    }
+
+    /// The first column of the only row (an aggregate, a count).
+    pub(crate) fn query_value<T: FromCell>(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<T> {
+        let mut rows = self.query(sql, args)?;
+        let row = rows
+            .first_mut()
+            .ok_or_else(|| Error::Corrupt(format!("no row from: {sql}")))?;
+        row.get(0)
+    }
+}
+
+/// A database failure, with the SQLSTATE code where the database gives one.
+#[derive(Debug)]
+pub struct DatabaseError {
+    pub message: String,
+    pub code: Option<String>,
+}
+
+impl fmt::Display for DatabaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.code {
+            Some(code) => write!(f, "{} (SQLSTATE {code})", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for DatabaseError {}
+
+/// SQL for PostgreSQL: `?N` placeholders become `$N`, `INDEXED BY name` hints go.
+pub(crate) fn postgres_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut rest = sql;
+    while let Some(at) = rest.find(['?', 'I']) {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        if let Some(digits) = tail.strip_prefix('?') {
+            out.push('$');
+            rest = digits;
+        } else if let Some(hint) = tail.strip_prefix("INDEXED BY ") {
+            let name_end = hint
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(hint.len());
+            rest = hint[name_end..].trim_start_matches(' ');
+        } else {
+            out.push('I');
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// SQL for SQLite: PostgreSQL's row-lock clauses go.
+pub(crate) fn sqlite_sql(sql: &str) -> std::borrow::Cow<'_, str> {
+    if sql.contains(" FOR UPDATE") {
+        sql.replace(" FOR UPDATE SKIP LOCKED", "")
+            .replace(" FOR UPDATE", "")
+            .into()
+    } else {
+        sql.into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_sql_numbers_placeholders_and_drops_index_hints() {
+        assert_eq!(
+            postgres_sql(
+                "SELECT id FROM tasks INDEXED BY tasks_age WHERE a = ?1 AND b IN (?2, ?10) LIMIT ?3"
+            ),
+            "SELECT id FROM tasks WHERE a = $1 AND b IN ($2, $10) LIMIT $3"
+        );
+        assert_eq!(
+            postgres_sql("INSERT INTO t (ID, Item) VALUES (?1, ?2)"),
+            "INSERT INTO t (ID, Item) VALUES ($1, $2)"
+        );
+    }
+
+    #[test]
+    fn sqlite_sql_drops_row_locks() {
+        assert_eq!(
+            sqlite_sql("SELECT id FROM jobs WHERE id = ?1 FOR UPDATE SKIP LOCKED"),
+            "SELECT id FROM jobs WHERE id = ?1"
+        );
+        assert_eq!(
+            sqlite_sql("SELECT id FROM jobs WHERE id = ?1 FOR UPDATE"),
+            "SELECT id FROM jobs WHERE id = ?1"
+        );
+    }
+
+    #[test]
+    fn cells_convert_to_the_type_asked_for_or_say_what_they_hold() {
+        let mut row = Row::new(vec![
+            Cell::Int(7),
+            Cell::Null,
+            Cell::Text("x".into()),
+            Cell::Int(-1),
+        ]);
+        assert_eq!(row.get::<u32>(0).unwrap(), 7);
+        assert_eq!(row.get::<Option<String>>(1).unwrap(), None);
+        assert_eq!(row.get::<String>(2).unwrap(), "x");
+        let error = row.get::<u32>(3).unwrap_err().to_string();
+        assert!(error.contains("a negative integer"), "{error}");
+    }
+}
