@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use starbridge_server::Server;
-use starbridge_store::Store;
+use starbridge_store::{Store, StoreOptions, SystemClock};
 use starbridge_worker::{Client, Worker, shell};
 
 use crate::Format;
@@ -20,18 +20,105 @@ pub(crate) struct ServerArgs {
     /// Address to listen on.
     #[arg(long, env = "STARBRIDGE_LISTEN", default_value = "127.0.0.1:7433")]
     listen: String,
-    /// Database URL: sqlite://FILE (created on first start).
+    #[command(flatten)]
+    database: DatabaseArgs,
+}
+
+/// Which database to use and how to connect to it.
+#[derive(Args)]
+pub(crate) struct DatabaseArgs {
+    /// Database URL: sqlite://FILE (created on first start), or postgres://USER@HOST/DB for
+    /// several server nodes sharing one PostgreSQL database.
     #[arg(
         long,
         env = "STARBRIDGE_DATABASE_URL",
         default_value = "sqlite://starbridge.db"
     )]
     database: String,
+    /// Most read connections this node opens at once.
+    #[arg(long, env = "STARBRIDGE_DB_POOL_SIZE", default_value_t = 8)]
+    db_pool_size: usize,
+    /// PostgreSQL: how long to wait for a connection (e.g. 5s).
+    #[arg(long, env = "STARBRIDGE_DB_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    db_connect_timeout: std::time::Duration,
+    /// PostgreSQL: longest a statement may run (e.g. 30s).
+    #[arg(long, env = "STARBRIDGE_DB_STATEMENT_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    db_statement_timeout: std::time::Duration,
+    /// PostgreSQL: longest a write waits for rows another node holds before it is retried.
+    #[arg(long, env = "STARBRIDGE_DB_LOCK_TIMEOUT", default_value = "200ms", value_parser = parse_duration)]
+    db_lock_timeout: std::time::Duration,
+    /// Delete finished jobs (with their tasks and history) this long after they ended, or
+    /// `forever` to keep them.
+    #[arg(long, env = "STARBRIDGE_RETAIN_FINISHED", default_value = "30d", value_parser = parse_retention)]
+    retain_finished: Retention,
+}
+
+/// How long finished jobs are kept.
+#[derive(Clone, Copy)]
+pub(crate) struct Retention(Option<starbridge_core::time::Duration>);
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    starbridge_core::time::Duration::parse(text)
+        .map(|d| std::time::Duration::from_millis(d.as_millis()))
+        .map_err(|error| format!("{error} (examples: 500ms, 5s, 2m)"))
+}
+
+fn parse_retention(text: &str) -> Result<Retention, String> {
+    if text == "forever" {
+        return Ok(Retention(None));
+    }
+    match starbridge_core::time::Duration::parse(text) {
+        Ok(d) if d.as_millis() > 0 => Ok(Retention(Some(d))),
+        Ok(_) => Err("must be longer than zero, or `forever`".to_owned()),
+        Err(error) => Err(format!("{error} (examples: 7d, 12h, forever)")),
+    }
+}
+
+impl DatabaseArgs {
+    pub(crate) fn url(&self) -> &str {
+        &self.database
+    }
+
+    pub(crate) fn options(&self) -> StoreOptions {
+        StoreOptions {
+            read_pool: self.db_pool_size,
+            connect_timeout: self.db_connect_timeout,
+            statement_timeout: self.db_statement_timeout,
+            lock_timeout: self.db_lock_timeout,
+            retain_finished: self.retain_finished.0,
+        }
+    }
 }
 
 impl ServerArgs {
     async fn start(&self) -> Result<(Server, String)> {
-        start_server(&self.listen, &self.database).await
+        let database = &self.database;
+        let store = Store::open_with(
+            database.url(),
+            database.options(),
+            std::sync::Arc::new(SystemClock),
+        )
+        .with_context(|| format!("cannot open {}", database.url()))?;
+        bind(store, &self.listen).await
+    }
+}
+
+/// `starbridge db ...`: database maintenance.
+#[derive(clap::Subcommand)]
+pub(crate) enum DbCommand {
+    /// Apply the schema migrations this version needs (servers also do this when they start;
+    /// nodes starting together take turns).
+    Migrate(DatabaseArgs),
+}
+
+pub(crate) fn db(command: &DbCommand) -> Result<ExitCode> {
+    match command {
+        DbCommand::Migrate(args) => {
+            let applied = Store::migrate(args.url(), &args.options())
+                .with_context(|| format!("cannot migrate {}", args.url()))?;
+            println!("{applied} migration(s) applied; the schema is up to date");
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -120,6 +207,10 @@ fn shell_worker(
 
 async fn start_server(listen: &str, database: &str) -> Result<(Server, String)> {
     let store = Store::open(database).with_context(|| format!("cannot open {database}"))?;
+    bind(store, listen).await
+}
+
+async fn bind(store: Store, listen: &str) -> Result<(Server, String)> {
     let server = Server::bind(store, listen).await?;
     let url = format!("http://{}", server.local_addr());
     Ok((server, url))
@@ -127,7 +218,7 @@ async fn start_server(listen: &str, database: &str) -> Result<(Server, String)> 
 
 pub(crate) async fn server(args: ServerArgs) -> Result<ExitCode> {
     let (server, url) = args.start().await?;
-    tracing::info!(%url, database = %args.database, "starbridge server listening");
+    tracing::info!(%url, database = %args.database.url(), "starbridge server listening");
     server.run(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -151,7 +242,7 @@ pub(crate) async fn worker(context: &Context, args: WorkerArgs) -> Result<ExitCo
 
 pub(crate) async fn dev(args: DevArgs) -> Result<ExitCode> {
     let (server, url) = args.server.start().await?;
-    tracing::info!(%url, database = %args.server.database, queues = ?args.queues, "starbridge dev: server and shell worker");
+    tracing::info!(%url, database = %args.server.database.url(), queues = ?args.queues, "starbridge dev: server and shell worker");
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut server_stopped = stopped.clone();
     let server = tokio::spawn(server.run(async move {

@@ -52,6 +52,9 @@ pub(crate) enum Format {
 enum Command {
     /// Run the server: HTTP API, dispatch and timers.
     Server(local::ServerArgs),
+    /// Database maintenance (migrations).
+    #[command(subcommand)]
+    Db(local::DbCommand),
     /// Run the built-in shell executor for the given queues.
     Worker(local::WorkerArgs),
     /// Server and built-in worker in one process, SQLite in the current folder.
@@ -120,6 +123,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     let context = || client::Context::new(&cli.server, &cli.namespace, cli.output);
     match cli.command {
         Command::Server(args) => local::server(args).await,
+        Command::Db(ref command) => local::db(command),
         Command::Worker(args) => local::worker(&context()?, args).await,
         Command::Dev(args) => local::dev(args).await,
         Command::Demo(args) => local::demo(args).await,

@@ -81,6 +81,17 @@ impl From<StoreError> for ApiError {
                 detail: "the server is shutting down; nothing was changed, try again".to_owned(),
                 errors: Vec::new(),
             },
+            StoreError::Contended(detail) => {
+                tracing::warn!(%detail, "request contended by other nodes");
+                ApiError {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    slug: "contended",
+                    title: "Busy",
+                    detail: "other server nodes kept the rows this request needs busy; nothing was changed, try again"
+                        .to_owned(),
+                    errors: Vec::new(),
+                }
+            }
             StoreError::Unavailable(detail) => {
                 tracing::warn!(%detail, "database unavailable");
                 ApiError {

@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 
 pub use error::ApiError;
 pub use routes::{AppState, router};
-pub use timers::run_timers;
+pub use timers::{run_pruner, run_timers};
 pub use webhooks::{run_deliveries, signature};
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +66,7 @@ impl Server {
     ) -> Result<(), Error> {
         let (stop_timers, timers_stopped) = tokio::sync::watch::channel(false);
         let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped.clone()));
+        let pruner = tokio::spawn(run_pruner(self.store.clone(), timers_stopped.clone()));
         let deliveries = tokio::spawn(run_deliveries(self.store.clone(), timers_stopped));
         let app = router(AppState { store: self.store });
         let served = axum::serve(self.listener, app)
@@ -75,6 +76,7 @@ impl Server {
         let _ = stop_timers.send(true);
         let _ = timers.await;
         let _ = deliveries.await;
+        let _ = pruner.await;
         served
     }
 }
