@@ -159,6 +159,7 @@ impl Connector {
         })?;
         Ok(PgConn {
             client,
+            statement_timeout: self.options.statement_timeout,
             statements: HashMap::new(),
             channel: channel_name(&schema),
             schema,
@@ -193,6 +194,7 @@ fn channel_name(schema: &str) -> String {
 /// A connection with its prepared statements.
 pub(crate) struct PgConn {
     client: Client,
+    statement_timeout: Duration,
     statements: HashMap<String, Statement>,
     schema: String,
     channel: String,
@@ -284,6 +286,12 @@ impl Conn for PgConn {
     }
 
     fn announce(&mut self, payload: &str) -> Result<()> {
+        // Committing a transaction that notifies takes a database-wide lock for the length of
+        // the commit; waiting for other nodes' commits there is expected, not a conflict.
+        self.batch(&format!(
+            "SET LOCAL lock_timeout = {}",
+            self.statement_timeout.as_millis()
+        ))?;
         let channel = self.channel.clone();
         self.execute("SELECT pg_notify(?1, ?2)", args![channel, payload])?;
         Ok(())

@@ -1,0 +1,381 @@
+//! Several server nodes on one PostgreSQL database: three real `starbridge server` processes on
+//! a scratch schema of the test server, real worker processes each connected to a different
+//! node, and a thousand-plus jobs of a four-step DAG. Also: kill -9 of a node mid-run, and the
+//! database restarted mid-run.
+//!
+//! Skipped with a message when no PostgreSQL server is reachable, unless `CI` or
+//! `STARBRIDGE_REQUIRE_POSTGRES` is set (see `starbridge_store::scratch`).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use starbridge_store::scratch::ScratchSchema;
+
+const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
+/// How long a run may take before it is declared stuck (a liveness bound, not a benchmark).
+const STUCK: Duration = Duration::from_secs(300);
+
+/// The tests of this file restart the database and load the machine: one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A diamond: `a`, then `b` and `c` in parallel, then `d`. Every attempt appends its idempotency
+/// key (task and attempt) to one file, so a side effect run twice for an attempt shows.
+const DIAMOND: &str = r#"
+steps:
+  - id: a
+    queue: shell
+    command: echo "$STARBRIDGE_IDEMPOTENCY_KEY" >> "$E2E_DIR/effects"
+    timeout: 3s
+    retry: { max_attempts: 20, initial: 100ms, max_interval: 1s }
+  - id: b
+    queue: shell
+    command: echo "$STARBRIDGE_IDEMPOTENCY_KEY" >> "$E2E_DIR/effects"
+    depends_on: [a]
+    timeout: 3s
+    retry: { max_attempts: 20, initial: 100ms, max_interval: 1s }
+  - id: c
+    queue: shell
+    command: echo "$STARBRIDGE_IDEMPOTENCY_KEY" >> "$E2E_DIR/effects"
+    depends_on: [a]
+    timeout: 3s
+    retry: { max_attempts: 20, initial: 100ms, max_interval: 1s }
+  - id: d
+    queue: shell
+    command: echo "$STARBRIDGE_IDEMPOTENCY_KEY" >> "$E2E_DIR/effects"
+    depends_on: [b, c]
+    timeout: 3s
+    retry: { max_attempts: 20, initial: 100ms, max_interval: 1s }
+"#;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Node {
+    url: String,
+    listen: String,
+    process: Option<Child>,
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    database: String,
+    nodes: Vec<Node>,
+    workers: Vec<Child>,
+    http: reqwest::Client,
+    // Dropped last: the nodes and workers are gone by then.
+    _schema: ScratchSchema,
+}
+
+impl Cluster {
+    async fn start(schema: ScratchSchema, nodes: usize) -> Cluster {
+        let mut cluster = Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            database: schema.url.clone(),
+            nodes: Vec::new(),
+            workers: Vec::new(),
+            http: reqwest::Client::new(),
+            _schema: schema,
+        };
+        for _ in 0..nodes {
+            let port = free_port();
+            cluster.nodes.push(Node {
+                url: format!("http://127.0.0.1:{port}"),
+                listen: format!("127.0.0.1:{port}"),
+                process: None,
+            });
+        }
+        // All nodes start at once: their migrations must not race.
+        for index in 0..nodes {
+            cluster.spawn_node(index);
+        }
+        for index in 0..nodes {
+            cluster.wait_healthy(index).await;
+        }
+        cluster
+    }
+
+    fn spawn_node(&mut self, index: usize) {
+        let node = &mut self.nodes[index];
+        let child = Command::new(BIN)
+            .args(["server", "--listen", &node.listen, "--database", &self.database])
+            .args(["--db-lock-timeout", "100ms", "--db-connect-timeout", "2s"])
+            .env("STARBRIDGE_LOG", "error")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        node.process = Some(child);
+    }
+
+    async fn wait_healthy(&self, index: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.healthy(index).await {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {index} did not become healthy"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn healthy(&self, index: usize) -> bool {
+        let url = format!("{}/healthz", self.nodes[index].url);
+        matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success())
+    }
+
+    fn kill_node(&mut self, index: usize) {
+        if let Some(mut process) = self.nodes[index].process.take() {
+            process.kill().unwrap(); // SIGKILL: no shutdown code runs
+            process.wait().unwrap();
+        }
+    }
+
+    fn start_worker(&mut self, node: usize, name: &str) {
+        let child = Command::new(BIN)
+            .args(["worker", "--queue", "shell", "--concurrency", "12"])
+            .args(["--worker-id", name, "--server", &self.nodes[node].url])
+            .env("STARBRIDGE_LOG", "error")
+            .env("E2E_DIR", self.dir.path())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.workers.push(child);
+    }
+
+    async fn apply(&self, node: usize, name: &str, yaml: &str) {
+        let response = self
+            .http
+            .put(format!("{}/api/v1/workflows/{name}", self.nodes[node].url))
+            .body(yaml.to_owned())
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "apply failed");
+    }
+
+    /// Submits `count` jobs, spread over the nodes, 16 requests at a time; returns their ids.
+    async fn submit_many(&self, workflow: &str, count: usize) -> Vec<String> {
+        let mut ids = Vec::with_capacity(count);
+        let mut pending = tokio::task::JoinSet::new();
+        for n in 0..count {
+            let url = format!("{}/api/v1/jobs", self.nodes[n % self.nodes.len()].url);
+            let (http, workflow) = (self.http.clone(), workflow.to_owned());
+            pending.spawn(async move {
+                // As a real client would: a 503 is retried, and the key makes that safe.
+                let body = json!({"workflow": workflow, "key": format!("job-{n}")});
+                let deadline = Instant::now() + Duration::from_secs(30);
+                loop {
+                    let response = http.post(&url).json(&body).send().await.unwrap();
+                    if response.status().is_success() {
+                        let job: Value = response.json().await.unwrap();
+                        return job["id"].as_str().unwrap().to_owned();
+                    }
+                    assert_eq!(response.status(), 503, "submit refused");
+                    assert!(Instant::now() < deadline, "submit kept failing");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            });
+            if pending.len() >= 16 {
+                ids.push(pending.join_next().await.unwrap().unwrap());
+            }
+        }
+        while let Some(id) = pending.join_next().await {
+            ids.push(id.unwrap());
+        }
+        ids
+    }
+
+    fn effects(&self) -> Vec<String> {
+        read_effects(self.dir.path())
+    }
+
+    /// Waits until at least `count` side effects happened.
+    async fn wait_for_effects(&self, count: usize) {
+        let deadline = Instant::now() + STUCK;
+        while self.effects().len() < count {
+            assert!(Instant::now() < deadline, "the run stalled");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every job, read from the first live node, once none is running any more.
+    async fn wait_all_ended(&self, ids: &[String]) -> Vec<Value> {
+        let deadline = Instant::now() + STUCK;
+        let node = self
+            .nodes
+            .iter()
+            .find(|node| node.process.is_some())
+            .expect("a live node");
+        let mut ended = HashMap::new();
+        loop {
+            for id in ids {
+                if ended.contains_key(id) {
+                    continue;
+                }
+                let url = format!("{}/api/v1/jobs/{id}", node.url);
+                if let Ok(response) = self.http.get(url).send().await
+                    && response.status().is_success()
+                    && let Ok(job) = response.json::<Value>().await
+                    && ["succeeded", "failed", "cancelled", "timed_out", "compensation_failed"]
+                        .contains(&job["status"].as_str().unwrap_or(""))
+                {
+                    ended.insert(id.clone(), job);
+                }
+            }
+            if ended.len() == ids.len() {
+                return ids.iter().map(|id| ended.remove(id).unwrap()).collect();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} jobs never ended",
+                ids.len() - ended.len(),
+                ids.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for worker in &mut self.workers {
+            let _ = worker.kill();
+            let _ = worker.wait();
+        }
+        for index in 0..self.nodes.len() {
+            self.kill_node(index);
+        }
+    }
+}
+
+fn read_effects(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("effects"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Checks every job succeeded with all four tasks, and no attempt's side effect ran twice.
+fn assert_all_succeeded_once_per_attempt(jobs: &[Value], effects: &[String]) {
+    let failed: Vec<&Value> = jobs.iter().filter(|j| j["status"] != "succeeded").collect();
+    assert!(failed.is_empty(), "jobs did not succeed: {:#}", failed[0]);
+    for job in jobs {
+        let tasks = job["tasks"].as_array().unwrap();
+        assert_eq!(tasks.len(), 4, "{job:#}");
+        assert!(tasks.iter().all(|t| t["status"] == "succeeded"), "{job:#}");
+    }
+    let unique: HashSet<&String> = effects.iter().collect();
+    assert_eq!(
+        unique.len(),
+        effects.len(),
+        "an attempt's side effect ran twice"
+    );
+    let succeeded_attempts: usize = jobs
+        .iter()
+        .flat_map(|job| job["tasks"].as_array().unwrap())
+        .map(|task| task["attempt"].as_u64().unwrap() as usize)
+        .sum();
+    assert!(
+        effects.len() <= succeeded_attempts,
+        "{} side effects for {succeeded_attempts} attempts",
+        effects.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_run_1200_jobs_with_every_task_claimed_exactly_once() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let Some(schema) = ScratchSchema::create("cluster_once") else {
+        return;
+    };
+    let mut cluster = Cluster::start(schema, 3).await;
+    cluster.apply(0, "diamond", DIAMOND).await;
+    for node in 0..3 {
+        cluster.start_worker(node, &format!("worker-{node}"));
+    }
+    let ids = cluster.submit_many("diamond", 1200).await;
+    let jobs = cluster.wait_all_ended(&ids).await;
+    let effects = cluster.effects();
+    assert_all_succeeded_once_per_attempt(&jobs, &effects);
+    // Nothing failed and no lease lapsed: every task ran exactly once, on a single claim.
+    assert_eq!(effects.len(), 1200 * 4);
+    for job in &jobs {
+        for task in job["tasks"].as_array().unwrap() {
+            assert_eq!(task["attempt"], 1, "a task was claimed twice: {job:#}");
+            assert_eq!(task["attempts"].as_array().unwrap().len(), 1, "{job:#}");
+        }
+    }
+    let workers: HashSet<&str> = jobs
+        .iter()
+        .flat_map(|job| job["tasks"].as_array().unwrap())
+        .map(|task| task["worker_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(workers.len(), 3, "every node's worker got work: {workers:?}");
+}
+
+/// Restarts the test server's PostgreSQL cluster (the one at `scratch::server_url`).
+fn restart_postgres() -> bool {
+    let Ok(versions) = std::fs::read_dir("/etc/postgresql") else {
+        return false;
+    };
+    let Some(version) = versions
+        .flatten()
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .next()
+    else {
+        return false;
+    };
+    Command::new("pg_ctlcluster")
+        .args(["--skip-systemctl-redirect", &version, "main", "restart"])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_and_a_database_restart_lose_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let Some(schema) = ScratchSchema::create("cluster_faults") else {
+        return;
+    };
+    let mut cluster = Cluster::start(schema, 3).await;
+    cluster.apply(0, "diamond", DIAMOND).await;
+    for node in 0..3 {
+        cluster.start_worker(node, &format!("worker-{node}"));
+    }
+    let ids = cluster.submit_many("diamond", 1000).await;
+
+    // kill -9 of a node mid-run: the tasks its worker held are retried by the others once their
+    // leases lapse (its worker keeps running, cut off from the cluster).
+    cluster.wait_for_effects(1000).await;
+    cluster.kill_node(2);
+
+    // The database goes away mid-run and comes back: the nodes reconnect by themselves.
+    cluster.wait_for_effects(2000).await;
+    let restarted = restart_postgres();
+    if !restarted {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must be able to restart PostgreSQL (pg_ctlcluster ... restart)"
+        );
+        eprintln!("SKIPPED the database restart: pg_ctlcluster is not available to this user");
+    }
+    for node in 0..2 {
+        cluster.wait_healthy(node).await;
+    }
+
+    let jobs = cluster.wait_all_ended(&ids).await;
+    let effects = cluster.effects();
+    assert_all_succeeded_once_per_attempt(&jobs, &effects);
+    assert!(effects.len() >= 4000);
+}
