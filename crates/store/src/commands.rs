@@ -301,8 +301,7 @@ pub(crate) fn claim(
             *free -= 1;
         }
         // A job another node is changing right now is left for a later claim.
-        let Some(mut state) = rows::lock_job_state(ctx.conn, &candidate.job, RowLock::Skip)?
-        else {
+        let Some(mut state) = rows::lock_job_state(ctx.conn, &candidate.job, RowLock::Skip)? else {
             continue;
         };
         let compiled = workflow_of(ctx, &state)?;
