@@ -285,6 +285,35 @@ async fn a_job_runs_to_success_and_its_history_is_stored_in_order(f: Fixture) {
     );
 }
 
+async fn finished_jobs_are_pruned_after_their_retention_and_running_ones_stay(f: Fixture) {
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    let finished = submit(&f.store, "wf", json!({})).await.state.job.id;
+    for _ in 0..2 {
+        let task = claim_one(&f.store).await;
+        complete(&f.store, &task, json!({})).await.unwrap();
+    }
+    let running = submit(&f.store, "wf", json!({})).await.state.job.id;
+    assert_eq!(f.store.prune().await.unwrap(), 0, "kept within the retention");
+
+    let retention = f.store.options().retain_finished.unwrap();
+    f.clock.advance(Duration::from_millis(retention.as_millis() + 1));
+    assert_eq!(f.store.prune().await.unwrap(), 1);
+    assert!(f.store.job("default", &finished).await.unwrap().is_none());
+    assert!(
+        f.store
+            .events("default", &finished, 0, 10)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let kept = f.store.job("default", &running).await.unwrap().unwrap();
+    assert_eq!(kept.tasks[0].status, TaskStatus::Ready);
+    assert_eq!(f.store.prune().await.unwrap(), 0);
+}
+
 async fn concurrent_claims_never_hand_out_the_same_task(f: Fixture) {
     f.store
         .apply_workflow(
@@ -1157,6 +1186,7 @@ async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(
 }
 
 on_both_backends!(
+    finished_jobs_are_pruned_after_their_retention_and_running_ones_stay,
     applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one,
     invalid_definition_is_refused_with_problems_and_nothing_is_stored,
     submit_with_the_same_key_returns_the_existing_job,
