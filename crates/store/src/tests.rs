@@ -296,10 +296,15 @@ async fn finished_jobs_are_pruned_after_their_retention_and_running_ones_stay(f:
         complete(&f.store, &task, json!({})).await.unwrap();
     }
     let running = submit(&f.store, "wf", json!({})).await.state.job.id;
-    assert_eq!(f.store.prune().await.unwrap(), 0, "kept within the retention");
+    assert_eq!(
+        f.store.prune().await.unwrap(),
+        0,
+        "kept within the retention"
+    );
 
     let retention = f.store.options().retain_finished.unwrap();
-    f.clock.advance(Duration::from_millis(retention.as_millis() + 1));
+    f.clock
+        .advance(Duration::from_millis(retention.as_millis() + 1));
     assert_eq!(f.store.prune().await.unwrap(), 1);
     assert!(f.store.job("default", &finished).await.unwrap().is_none());
     assert!(
@@ -1214,3 +1219,99 @@ on_both_backends!(
     a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready,
     jobs_survive_reopening_the_database,
 );
+
+/// Several server nodes on one PostgreSQL schema: each `Store` here is what one node opens.
+mod shared_database {
+    use super::*;
+
+    /// Two nodes on one fresh schema, sharing a clock, or `None` when PostgreSQL is unreachable.
+    fn two_nodes(label: &str) -> Option<(Fixture, Store)> {
+        let first = Fixture::postgres(label)?;
+        let second = Store::open_with_clock(&first.url, first.clock.clone()).unwrap();
+        Some((first, second))
+    }
+
+    const ONE_STEP: &str = "steps:\n- {id: a, queue: q, command: c}\n";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_poll_on_one_node_is_woken_by_work_made_ready_on_another() {
+        let Some((a, b)) = two_nodes("wake_across") else {
+            return;
+        };
+        a.store
+            .apply_workflow("default", "wf", definition(ONE_STEP))
+            .await
+            .unwrap();
+        let poll = b.notifier().register("default", &["q".to_owned()]);
+        submit(&a.store, "wf", json!({})).await;
+        // A liveness bound, not a measurement: the wake is pushed by NOTIFY, not polled.
+        tokio::time::timeout(std::time::Duration::from_secs(10), poll.notified())
+            .await
+            .expect("node b's poll was woken by node a's commit");
+        assert_eq!(claim_n(&b, &["q"], 10).await.len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn claims_on_two_nodes_at_once_never_hand_out_the_same_task() {
+        let Some((a, b)) = two_nodes("claim_across") else {
+            return;
+        };
+        a.store
+            .apply_workflow("default", "wf", definition(ONE_STEP))
+            .await
+            .unwrap();
+        for _ in 0..200 {
+            submit(&a.store, "wf", json!({})).await;
+        }
+        let mut handles = Vec::new();
+        for store in [a.store.clone(), b.clone(), a.store.clone(), b.clone()] {
+            handles.push(tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let claimed = claim_n(&store, &["q"], 7).await;
+                    if claimed.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(claimed.into_iter().map(|c| c.task.id));
+                }
+            }));
+        }
+        let mut seen = HashSet::new();
+        for handle in handles {
+            for task in handle.await.unwrap() {
+                assert!(seen.insert(task), "a task was claimed twice");
+            }
+        }
+        assert_eq!(seen.len(), 200, "every ready task was claimed");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_serial_queue_runs_one_task_at_a_time_across_nodes() {
+        let Some((a, b)) = two_nodes("serial_across") else {
+            return;
+        };
+        a.store
+            .apply_workflow("default", "wf", definition(ONE_STEP))
+            .await
+            .unwrap();
+        let serial = QueueChange {
+            mode: Some(QueueMode::Serial),
+            ..QueueChange::default()
+        };
+        configure(&a.store, "q", serial).await;
+        for _ in 0..20 {
+            submit(&a.store, "wf", json!({})).await;
+        }
+        let mut claims = Vec::new();
+        for store in [a.store.clone(), b.clone(), a.store.clone(), b.clone()] {
+            claims.push(tokio::spawn(
+                async move { claim_n(&store, &["q"], 5).await },
+            ));
+        }
+        let mut running = 0;
+        for claim in claims {
+            running += claim.await.unwrap().len();
+        }
+        assert_eq!(running, 1, "a serial queue hands out one task at a time");
+    }
+}
