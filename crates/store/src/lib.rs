@@ -18,6 +18,7 @@ mod schedules;
 pub mod scratch;
 mod sqlite;
 mod stats;
+mod tokens;
 mod webhooks;
 mod writer;
 
@@ -39,6 +40,7 @@ pub use notify::Notifier;
 pub use schedules::{ScheduleSpec, StoredSchedule, time_zone};
 pub use sqlite::sqlite_path;
 pub use stats::{QueueStats, Stats};
+pub use tokens::{AuditEntry, NewToken, Scope, Token};
 pub use webhooks::{
     Attempt, DELIVERY_LEASE, Delivery, DueDelivery, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF,
     Webhook,
@@ -727,6 +729,64 @@ impl Store {
         let (namespace, key) = (namespace.to_owned(), key.to_owned());
         self.reader
             .read(move |conn| rows::lock_holders(conn, &namespace, &key))
+            .await
+    }
+
+    /// Makes an API token; returns it with the token text, which is shown only this once.
+    pub async fn create_token(&self, new: NewToken) -> Result<(Token, String)> {
+        self.writer
+            .write(move |ctx| tokens::create(ctx, &new))
+            .await
+    }
+
+    pub async fn tokens(&self) -> Result<Vec<Token>> {
+        self.reader.read(tokens::list).await
+    }
+
+    /// How many tokens are not revoked.
+    pub async fn active_tokens(&self) -> Result<u64> {
+        self.reader.read(tokens::active_count).await
+    }
+
+    pub async fn revoke_token(&self, id: &str) -> Result<Token> {
+        let id = id.to_owned();
+        self.writer
+            .write(move |ctx| tokens::revoke(ctx, &id))
+            .await
+    }
+
+    /// The live token a presented token text stands for, if any.
+    pub async fn authenticate(&self, presented: &str) -> Result<Option<Token>> {
+        let presented = presented.to_owned();
+        self.reader
+            .read(move |conn| tokens::authenticate(conn, &presented))
+            .await
+    }
+
+    /// Records that a token was used now.
+    pub async fn touch_token(&self, id: &str) -> Result<()> {
+        let id = id.to_owned();
+        self.writer
+            .write(move |ctx| tokens::touch(ctx, &id))
+            .await
+    }
+
+    /// Appends to the audit log (`seq` and `at` are set by the store).
+    pub async fn record_audit(&self, entry: AuditEntry) -> Result<()> {
+        self.writer
+            .write(move |ctx| tokens::record(ctx, &entry))
+            .await
+    }
+
+    /// The newest audit entries, of one namespace or of all, before sequence number `before`.
+    pub async fn audit(
+        &self,
+        namespace: Option<String>,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AuditEntry>> {
+        self.reader
+            .read(move |conn| tokens::audit(conn, namespace.as_deref(), before, limit))
             .await
     }
 

@@ -26,7 +26,10 @@ use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, args, postgres_sql
 use crate::notify::Notifier;
 use crate::{Error, Result, StoreOptions};
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/postgres/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/postgres/0001_init.sql")),
+    (2, include_str!("../migrations/postgres/0002_tokens.sql")),
+];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.
 const MIGRATION_LOCK: i64 = 0x5354_4152_4252_4944;

@@ -13,6 +13,7 @@ use crate::{Error, Result};
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/sqlite/0001_init.sql")),
     (2, include_str!("../migrations/sqlite/0002_jobs_ended.sql")),
+    (3, include_str!("../migrations/sqlite/0003_tokens.sql")),
 ];
 
 impl From<rusqlite::Error> for Error {

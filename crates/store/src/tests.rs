@@ -319,6 +319,68 @@ async fn finished_jobs_are_pruned_after_their_retention_and_running_ones_stay(f:
     assert_eq!(f.store.prune().await.unwrap(), 0);
 }
 
+async fn a_token_authenticates_until_revoked_and_only_its_hash_is_kept(f: Fixture) {
+    let new = NewToken {
+        name: "ci-worker".into(),
+        namespace: Some("team-a".into()),
+        scopes: vec![Scope::Work],
+        queues: Some(vec!["builds".into()]),
+        created_by: "admin".into(),
+    };
+    let (token, text) = f.store.create_token(new.clone()).await.unwrap();
+    assert!(text.starts_with("sbt_"));
+    let found = f.store.authenticate(&text).await.unwrap().unwrap();
+    assert_eq!(found, token);
+    assert!(found.may_serve("builds") && !found.may_serve("deploys"));
+    assert!(found.may_act_in("team-a") && !found.may_act_in("team-b"));
+    let mut forged = text.clone();
+    let last = forged.pop().unwrap();
+    forged.push(if last == '0' { '1' } else { '0' });
+    assert!(f.store.authenticate(&forged).await.unwrap().is_none());
+    assert!(f.store.authenticate("sbt_nope_nope").await.unwrap().is_none());
+    let again = f.store.create_token(new).await.unwrap_err();
+    assert!(matches!(again, Error::Conflict(_)), "{again}");
+
+    assert_eq!(f.store.active_tokens().await.unwrap(), 1);
+    f.store.revoke_token(&token.id).await.unwrap();
+    assert!(f.store.authenticate(&text).await.unwrap().is_none());
+    assert_eq!(f.store.active_tokens().await.unwrap(), 0);
+    let listed = f.store.tokens().await.unwrap();
+    assert!(listed[0].revoked_at.is_some(), "revoked tokens stay listed");
+    if let Some(file) = f.store.path() {
+        let raw = std::fs::read(file).unwrap();
+        let secret = text.rsplit('_').next().unwrap();
+        assert!(
+            !raw.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "the secret is not stored"
+        );
+    }
+}
+
+async fn the_audit_log_lists_entries_newest_first_per_namespace(f: Fixture) {
+    for (namespace, action) in [("a", "PUT /x"), ("b", "POST /y"), ("a", "DELETE /z")] {
+        f.store
+            .record_audit(AuditEntry {
+                seq: 0,
+                at: Timestamp(0),
+                namespace: namespace.into(),
+                actor: "ops".into(),
+                action: action.into(),
+                target: "/t".into(),
+                status: 200,
+                reason: Some("because".into()),
+            })
+            .await
+            .unwrap();
+    }
+    let a = f.store.audit(Some("a".into()), None, 10).await.unwrap();
+    let actions: Vec<&str> = a.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(actions, ["DELETE /z", "PUT /x"]);
+    assert_eq!(a[0].at, f.clock.now());
+    let all = f.store.audit(None, Some(a[0].seq), 10).await.unwrap();
+    assert_eq!(all.len(), 2, "entries before the cursor, of every namespace");
+}
+
 async fn concurrent_claims_never_hand_out_the_same_task(f: Fixture) {
     f.store
         .apply_workflow(
@@ -1191,6 +1253,8 @@ async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(
 }
 
 on_both_backends!(
+    a_token_authenticates_until_revoked_and_only_its_hash_is_kept,
+    the_audit_log_lists_entries_newest_first_per_namespace,
     finished_jobs_are_pruned_after_their_retention_and_running_ones_stay,
     applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one,
     invalid_definition_is_refused_with_problems_and_nothing_is_stored,
