@@ -561,3 +561,66 @@ pub struct Health {
     pub status: String,
     pub database: String,
 }
+
+/// An API token as listed (its secret is never shown again after creation).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenView {
+    pub id: String,
+    pub name: String,
+    /// The only namespace it acts in; absent: every namespace.
+    pub namespace: Option<String>,
+    pub scopes: Vec<String>,
+    /// The queues a `work` token may serve; absent: every queue.
+    pub queues: Option<Vec<String>>,
+    pub created_at: Timestamp,
+    pub created_by: String,
+    pub last_used_at: Option<Timestamp>,
+    pub revoked_at: Option<Timestamp>,
+}
+
+/// `POST /api/v1/tokens`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTokenRequest {
+    pub name: String,
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub queues: Option<Vec<String>>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A new token with its secret, shown only in this answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CreatedToken {
+    pub token: TokenView,
+    /// Send as `Authorization: Bearer <secret>`; store it now, it cannot be shown again.
+    pub secret: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenList {
+    pub items: Vec<TokenView>,
+}
+
+/// One accepted change, as the audit log keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuditEntryView {
+    pub seq: i64,
+    pub at: Timestamp,
+    pub namespace: String,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub status: u16,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AuditList {
+    pub items: Vec<AuditEntryView>,
+    /// Pass as `before` for the next (older) page.
+    pub next_cursor: Option<i64>,
+}

@@ -41,6 +41,43 @@ impl ApiError {
         }
     }
 
+    /// No token, or one that is unknown or revoked.
+    pub(crate) fn unauthorized(detail: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            slug: "unauthorized",
+            title: "Authentication required",
+            detail: detail.into(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// The token is good but its scopes do not allow the request.
+    pub(crate) fn forbidden(detail: impl Into<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            slug: "forbidden",
+            title: "Not allowed",
+            detail: detail.into(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// A request part is over its size limit.
+    pub(crate) fn too_large(field: &str, message: impl Into<String>) -> ApiError {
+        let message = message.into();
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            slug: "too-large",
+            title: "Too large",
+            detail: format!("{field}: {message}"),
+            errors: vec![FieldProblem {
+                field: field.to_owned(),
+                message,
+            }],
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         self.status
     }
@@ -132,6 +169,12 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"starbridge\""),
+            );
+        }
         response
     }
 }

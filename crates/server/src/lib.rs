@@ -1,6 +1,7 @@
 //! The Starbridge server: the HTTP API, long-poll dispatch to workers, and the timer loop that
 //! expires leases and enforces deadlines. All state lives in the store.
 
+mod auth;
 mod error;
 mod metrics;
 mod openapi;
@@ -9,6 +10,7 @@ mod queues;
 mod routes;
 mod schedules;
 mod timers;
+mod tokens;
 mod views;
 mod webhooks;
 
@@ -18,6 +20,7 @@ use std::net::SocketAddr;
 use starbridge_store::Store;
 use tokio::net::TcpListener;
 
+pub use auth::Auth;
 pub use error::ApiError;
 pub use routes::{AppState, router};
 pub use timers::{run_pruner, run_timers};
@@ -40,6 +43,7 @@ pub enum Error {
 pub struct Server {
     store: Store,
     listener: TcpListener,
+    auth: bool,
 }
 
 impl Server {
@@ -50,7 +54,17 @@ impl Server {
                 address: address.to_owned(),
                 source,
             })?;
-        Ok(Server { store, listener })
+        Ok(Server {
+            store,
+            listener,
+            auth: false,
+        })
+    }
+
+    /// Requires an API token on every request but health and the API document.
+    pub fn with_auth(mut self) -> Server {
+        self.auth = true;
+        self
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -68,7 +82,12 @@ impl Server {
         let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped.clone()));
         let pruner = tokio::spawn(run_pruner(self.store.clone(), timers_stopped.clone()));
         let deliveries = tokio::spawn(run_deliveries(self.store.clone(), timers_stopped));
-        let app = router(AppState { store: self.store });
+        let state = if self.auth {
+            AppState::with_auth(self.store)
+        } else {
+            AppState::new(self.store)
+        };
+        let app = router(state);
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await

@@ -19,10 +19,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::routes::{
     AppState, body, job_id, job_view, namespace, parse_status, parse_time, task_id,
 };
+use crate::auth::actor;
 use starbridge_store::{Error as StoreError, JobFilter};
-
-/// The header naming who acts, until authentication names the token.
-pub(crate) const ACTOR_HEADER: &str = "starbridge-actor";
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -138,22 +136,6 @@ fn optional_body<T: DeserializeOwned + Default>(bytes: &Bytes) -> ApiResult<T> {
         Ok(T::default())
     } else {
         body(bytes)
-    }
-}
-
-fn actor(headers: &HeaderMap) -> ApiResult<String> {
-    match headers.get(ACTOR_HEADER) {
-        None => Ok("anonymous".to_owned()),
-        Some(value) => {
-            let text = value
-                .to_str()
-                .ok()
-                .filter(|t| !t.is_empty() && t.len() <= 128)
-                .ok_or_else(|| {
-                    ApiError::invalid(ACTOR_HEADER, "must be 1 to 128 visible ASCII characters")
-                })?;
-            Ok(text.to_owned())
-        }
     }
 }
 

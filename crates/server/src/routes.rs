@@ -1,6 +1,7 @@
 //! The HTTP API under `/api/v1`, plus `/healthz`. Request bodies are parsed by hand so that a
 //! malformed body gets a problem document naming the field (or line and column) at fault.
 
+use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use axum::body::Bytes;
@@ -8,7 +9,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use starbridge_api as api;
@@ -19,6 +20,7 @@ use starbridge_core::time::Duration;
 use starbridge_store::{JobFilter, Store, Submit};
 use tokio::time::Instant;
 
+use crate::auth::{Auth, Caller};
 use crate::error::{ApiError, ApiResult};
 use crate::views;
 
@@ -33,6 +35,25 @@ const MAX_PAGE: u32 = 500;
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    pub auth: Arc<Auth>,
+}
+
+impl AppState {
+    /// A server without authentication (for loopback use and tests).
+    pub fn new(store: Store) -> AppState {
+        AppState {
+            store,
+            auth: Arc::new(Auth::default()),
+        }
+    }
+
+    /// A server that requires an API token on every request but health and the API document.
+    pub fn with_auth(store: Store) -> AppState {
+        AppState {
+            store,
+            auth: Arc::new(Auth::required()),
+        }
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -57,6 +78,11 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::queues::routes())
         .merge(crate::schedules::routes())
         .merge(crate::webhooks::routes())
+        .merge(crate::tokens::routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::authorize,
+        ))
         .fallback(not_found)
         .with_state(state)
         .layer(crate::metrics::layer())
@@ -421,10 +447,15 @@ fn check_poll(request: &api::PollRequest) -> ApiResult<()> {
 
 /// Claims ready tasks; when none is ready, waits until one is (a wake-up after its commit, or its
 /// retry time arriving) or `wait_ms` passes.
-async fn poll(State(state): State<AppState>, bytes: Bytes) -> ApiResult<Json<api::PollResponse>> {
+async fn poll(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::PollResponse>> {
     let request: api::PollRequest = body(&bytes)?;
     check_poll(&request)?;
-    let namespace = namespace_name(request.namespace.as_deref())?;
+    let namespace = caller.namespace(request.namespace.as_deref())?;
+    caller.check_queues(&request.queues)?;
     state.store.notifier().polled(&namespace, &request.queues);
     let max = request.max_tasks.unwrap_or(1);
     let deadline = Instant::now() + StdDuration::from_millis(request.wait_ms.unwrap_or(0));
@@ -466,6 +497,7 @@ fn report_response(reported: &starbridge_store::Reported) -> Json<api::ReportRes
 
 async fn heartbeat(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> ApiResult<Json<api::HeartbeatResponse>> {
@@ -480,6 +512,7 @@ async fn heartbeat(
                 lease_token: request.lease_token,
                 progress: request.progress,
             },
+            caller.task_scope(),
         )
         .await?;
     let expires = reported
@@ -493,6 +526,7 @@ async fn heartbeat(
 
 async fn complete(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> ApiResult<Json<api::ReportResponse>> {
@@ -508,6 +542,7 @@ async fn complete(
                 output: request.output,
                 logs: request.logs,
             },
+            caller.task_scope(),
         )
         .await?;
     Ok(report_response(&reported))
@@ -515,6 +550,7 @@ async fn complete(
 
 async fn fail(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> ApiResult<Json<api::ReportResponse>> {
@@ -539,6 +575,7 @@ async fn fail(
                 },
                 logs: request.logs,
             },
+            caller.task_scope(),
         )
         .await?;
     Ok(report_response(&reported))
@@ -546,6 +583,7 @@ async fn fail(
 
 async fn check_later(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> ApiResult<Json<api::ReportResponse>> {
@@ -567,6 +605,7 @@ async fn check_later(
                 after: Duration::from_millis(request.after_ms),
                 progress: request.progress,
             },
+            caller.task_scope(),
         )
         .await?;
     Ok(report_response(&reported))

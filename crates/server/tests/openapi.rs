@@ -75,9 +75,7 @@ fn api_with_clock(clock: Arc<dyn Clock>) -> Api {
     let url = format!("sqlite://{}", dir.path().join("api.db").display());
     let store = Store::open_with_clock(&url, clock).unwrap();
     Api {
-        app: router(AppState {
-            store: store.clone(),
-        }),
+        app: router(AppState::new(store.clone())),
         store,
         _dir: dir,
     }

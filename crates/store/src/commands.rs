@@ -20,7 +20,7 @@ use crate::rows::RowLock;
 use crate::writer::WriteCtx;
 use crate::{
     Applied, Claimed, Error, QueueChange, Reported, Result, StoredQueue, StoredWorkflow, Submit,
-    Submitted, rows,
+    Submitted, TaskScope, rows,
 };
 
 /// Fresh ids from UUIDv7 (time-ordered, so indexes append).
@@ -361,11 +361,20 @@ fn lease_of(workflow: &Workflow, task: &Task) -> Duration {
 }
 
 /// A worker's report (heartbeat, complete, fail, check-later) on a task it holds.
-pub(crate) fn report(ctx: &mut WriteCtx<'_>, task_id: &TaskId, input: Input) -> Result<Reported> {
-    let job_id = rows::job_of_task(ctx.conn, task_id)?
-        .ok_or_else(|| Error::NotFound(format!("task {task_id} not found")))?;
+pub(crate) fn report(
+    ctx: &mut WriteCtx<'_>,
+    task_id: &TaskId,
+    input: Input,
+    scope: &TaskScope,
+) -> Result<Reported> {
+    let not_found = || Error::NotFound(format!("task {task_id} not found"));
+    let job_id = rows::job_of_task(ctx.conn, task_id)?.ok_or_else(not_found)?;
     let mut state = rows::lock_job_state(ctx.conn, &job_id, RowLock::Wait)?
         .ok_or_else(|| Error::Corrupt(format!("job {job_id} of task {task_id} not found")))?;
+    let queue = state.task(task_id).map(|task| task.queue.as_str());
+    if !queue.is_some_and(|queue| scope.allows(&state.job.namespace, queue)) {
+        return Err(not_found());
+    }
     let compiled = workflow_of(ctx, &state)?;
     apply(ctx, &compiled.workflow, &mut state, input)?;
     let task = state

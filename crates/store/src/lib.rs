@@ -146,6 +146,24 @@ pub struct Claimed {
     pub lease: Duration,
 }
 
+/// Which tasks a worker's report may touch: any (the default), or only those of one namespace
+/// and, optionally, some queues (an API token's bounds).
+#[derive(Debug, Clone, Default)]
+pub struct TaskScope {
+    pub namespace: Option<String>,
+    pub queues: Option<Vec<String>>,
+}
+
+impl TaskScope {
+    pub(crate) fn allows(&self, namespace: &str, queue: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|own| own == namespace)
+            && self
+                .queues
+                .as_ref()
+                .is_none_or(|queues| queues.iter().any(|q| q == queue))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Reported {
     pub task: Task,
@@ -382,9 +400,10 @@ impl Store {
             .await
     }
 
-    pub async fn report(&self, task: TaskId, input: Input) -> Result<Reported> {
+    /// A worker's report on a task; a task outside `scope` is not found.
+    pub async fn report(&self, task: TaskId, input: Input, scope: TaskScope) -> Result<Reported> {
         self.writer
-            .write(move |ctx| commands::report(ctx, &task, input.clone()))
+            .write(move |ctx| commands::report(ctx, &task, input.clone(), &scope))
             .await
     }
 

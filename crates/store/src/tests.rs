@@ -130,6 +130,7 @@ async fn complete(store: &Store, claimed: &Claimed, output: Value) -> Result<Rep
                 output,
                 logs: None,
             },
+            TaskScope::default(),
         )
         .await
 }
@@ -474,6 +475,7 @@ async fn the_next_timer_and_next_available_time_are_reported(f: Fixture) {
                 },
                 logs: None,
             },
+            TaskScope::default(),
         )
         .await
         .unwrap();
@@ -857,6 +859,7 @@ async fn a_lock_lets_its_slots_run_and_queues_the_rest_first_come_first_served(f
                 },
                 logs: None,
             },
+            TaskScope::default(),
         )
         .await
         .unwrap();

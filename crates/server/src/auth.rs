@@ -1,0 +1,357 @@
+//! Authentication, authorization and the audit log of the HTTP API.
+//!
+//! With authentication on, every request but `/healthz` and the OpenAPI document carries an API
+//! token (`Authorization: Bearer sbt_...`, or the `starbridge_token` cookie for browsers). The
+//! route decides the scope it needs (`required_scope`); a token bound to a namespace acts only in
+//! it: a request without `?namespace=` gets the token's, and one naming another namespace is
+//! answered 404, exactly as if nothing were there, so existence does not leak. Handlers that
+//! take the namespace from elsewhere (task polls and reports) ask the `Caller` extension.
+//!
+//! Every accepted change (a 2xx answer to POST, PUT, PATCH or DELETE, task traffic aside) is
+//! appended to the audit log with the token's name (or, without authentication, the
+//! `Starbridge-Actor` header) and the `reason` of its body, if any.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, to_bytes};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, Method, Uri, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use starbridge_store::{AuditEntry, Scope, TaskScope, Token};
+
+use crate::error::{ApiError, ApiResult};
+use crate::routes::AppState;
+
+/// The header naming who acts when authentication is off.
+pub(crate) const ACTOR_HEADER: &str = "starbridge-actor";
+/// The cookie a browser may carry the token in.
+const TOKEN_COOKIE: &str = "starbridge_token";
+/// A token's last-used time is written at most this often.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+/// Largest body the audit log reads a `reason` from.
+const AUDIT_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Whether requests must carry a token, and when each token's use was last recorded.
+#[derive(Default)]
+pub struct Auth {
+    required: bool,
+    touched: Mutex<HashMap<String, Instant>>,
+}
+
+impl Auth {
+    /// Every request (but health and the API document) must carry a token.
+    pub fn required() -> Auth {
+        Auth {
+            required: true,
+            touched: Mutex::default(),
+        }
+    }
+
+    pub fn is_required(&self) -> bool {
+        self.required
+    }
+
+    /// True when the token's use should be written now (at most once per `TOUCH_EVERY`).
+    fn due_for_touch(&self, id: &str) -> bool {
+        let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        match touched.get(id) {
+            Some(at) if now.duration_since(*at) < TOUCH_EVERY => false,
+            _ => {
+                touched.insert(id.to_owned(), now);
+                true
+            }
+        }
+    }
+}
+
+/// Who is calling: anyone (authentication off) or the holder of a token.
+#[derive(Clone)]
+pub(crate) enum Caller {
+    Anyone,
+    Token(Arc<Token>),
+}
+
+impl Caller {
+    /// The namespace a request acts in: the one it names, else the token's, else the default.
+    /// A namespace the token may not act in is not found.
+    pub(crate) fn namespace(&self, asked: Option<&str>) -> ApiResult<String> {
+        let name = match (self, asked) {
+            (_, Some(asked)) => asked,
+            (Caller::Token(token), None) => token
+                .namespace
+                .as_deref()
+                .unwrap_or(starbridge_api::DEFAULT_NAMESPACE),
+            (Caller::Anyone, None) => starbridge_api::DEFAULT_NAMESPACE,
+        };
+        starbridge_core::definition::check_name(name)
+            .map_err(|message| ApiError::invalid("namespace", message))?;
+        if let Caller::Token(token) = self
+            && !token.may_act_in(name)
+        {
+            return Err(ApiError::not_found(format!(
+                "namespace '{name}' not found"
+            )));
+        }
+        Ok(name.to_owned())
+    }
+
+    /// The queues may this caller serve: refuses the first it may not.
+    pub(crate) fn check_queues(&self, queues: &[String]) -> ApiResult<()> {
+        if let Caller::Token(token) = self
+            && let Some(queue) = queues.iter().find(|queue| !token.may_serve(queue))
+        {
+            return Err(ApiError::forbidden(format!(
+                "token '{}' may not serve queue '{queue}': its queues are {}",
+                token.name,
+                token.queues.as_deref().unwrap_or_default().join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// The tasks this caller may report on.
+    pub(crate) fn task_scope(&self) -> TaskScope {
+        match self {
+            Caller::Anyone => TaskScope::default(),
+            Caller::Token(token) => TaskScope {
+                namespace: token.namespace.clone(),
+                queues: token.queues.clone(),
+            },
+        }
+    }
+}
+
+/// Who acts, as history and the audit log name them: the `Starbridge-Actor` header, which
+/// `admit` sets to the token's name when the request carries a token.
+pub(crate) fn actor(headers: &HeaderMap) -> ApiResult<String> {
+    match headers.get(ACTOR_HEADER) {
+        None => Ok("anonymous".to_owned()),
+        Some(value) => value
+            .to_str()
+            .ok()
+            .filter(|text| !text.is_empty() && text.len() <= 128)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "Starbridge-Actor",
+                    "must be 1 to 128 visible ASCII characters",
+                )
+            }),
+    }
+}
+
+/// The scope a route needs; `None`: it is public.
+pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
+    if path == "/healthz" || path == "/api/v1/openapi.json" {
+        return None;
+    }
+    Some(if path == "/metrics" || path.starts_with("/api/v1/tokens") {
+        Scope::Admin
+    } else if path.starts_with("/api/v1/tasks/") {
+        Scope::Work
+    } else if path.starts_with("/api/v1/audit") {
+        Scope::Operate
+    } else if method == Method::GET || method == Method::HEAD {
+        Scope::Read
+    } else if method == Method::POST && path == "/api/v1/jobs" {
+        Scope::Submit
+    } else {
+        Scope::Operate
+    })
+}
+
+fn presented_token(headers: &HeaderMap) -> Option<&str> {
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        return value.to_str().ok()?.strip_prefix("Bearer ").map(str::trim);
+    }
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|cookies| cookies.split(';'))
+        .find_map(|cookie| cookie.trim().strip_prefix(TOKEN_COOKIE)?.strip_prefix('='))
+}
+
+/// The `namespace` query parameter of a URI, if any.
+fn query_namespace(uri: &Uri) -> Option<String> {
+    uri.query()?.split('&').find_map(|pair| {
+        let value = pair.strip_prefix("namespace=")?;
+        Some(value.to_owned())
+    })
+}
+
+/// The URI with `namespace=<namespace>` added to its query.
+fn with_namespace(uri: &Uri, namespace: &str) -> Result<Uri, ApiError> {
+    let path = uri.path();
+    let query = match uri.query() {
+        Some(query) if !query.is_empty() => format!("{query}&namespace={namespace}"),
+        _ => format!("namespace={namespace}"),
+    };
+    format!("{path}?{query}")
+        .parse()
+        .map_err(|_| ApiError::invalid("namespace", "cannot be placed in the request URI"))
+}
+
+/// Checks the caller's token and scope, binds the request to the token's namespace, runs the
+/// request, and records accepted changes in the audit log.
+pub(crate) async fn authorize(
+    State(state): State<AppState>,
+    matched: Option<MatchedPath>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match admit(&state, &mut request).await {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            audited(&state, matched, request, next).await
+        }
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+async fn admit(state: &AppState, request: &mut Request) -> ApiResult<Caller> {
+    let Some(needed) = required_scope(request.method(), request.uri().path()) else {
+        return Ok(Caller::Anyone);
+    };
+    if !state.auth.required {
+        return Ok(Caller::Anyone);
+    }
+    let presented = presented_token(request.headers()).ok_or_else(|| {
+        ApiError::unauthorized(
+            "this server needs an API token: send `Authorization: Bearer <token>` \
+             (the CLI and SDK read STARBRIDGE_TOKEN)",
+        )
+    })?;
+    let token = state
+        .store
+        .authenticate(presented)
+        .await?
+        .ok_or_else(|| ApiError::unauthorized("the token is unknown or revoked"))?;
+    if !token.allows(needed) {
+        let held: Vec<&str> = token.scopes.iter().map(|scope| scope.as_str()).collect();
+        return Err(ApiError::forbidden(format!(
+            "token '{}' has scopes [{}]; this request needs {}",
+            token.name,
+            held.join(", "),
+            needed.as_str()
+        )));
+    }
+    if let Some(own) = &token.namespace {
+        match query_namespace(request.uri()) {
+            Some(asked) if &asked != own => {
+                return Err(ApiError::not_found(format!(
+                    "namespace '{asked}' not found"
+                )));
+            }
+            Some(_) => {}
+            None => *request.uri_mut() = with_namespace(request.uri(), own)?,
+        }
+    }
+    // History and the audit log name the token, whatever the client says.
+    let name = header::HeaderValue::from_str(&token.name)
+        .map_err(|_| ApiError::invalid("token", "its name cannot be sent as a header"))?;
+    request.headers_mut().insert(ACTOR_HEADER, name);
+    if state.auth.due_for_touch(&token.id)
+        && let Err(error) = state.store.touch_token(&token.id).await
+    {
+        tracing::warn!(%error, token = %token.name, "cannot record a token's use");
+    }
+    Ok(Caller::Token(Arc::new(token)))
+}
+
+fn is_change(method: &Method) -> bool {
+    [Method::POST, Method::PUT, Method::PATCH, Method::DELETE].contains(method)
+}
+
+async fn audited(
+    state: &AppState,
+    matched: Option<MatchedPath>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path().to_owned();
+    if !is_change(request.method()) || path.starts_with("/api/v1/tasks/") {
+        return next.run(request).await;
+    }
+    let method = request.method().clone();
+    let namespace = query_namespace(request.uri())
+        .unwrap_or_else(|| starbridge_api::DEFAULT_NAMESPACE.to_owned());
+    let actor = match actor(request.headers()) {
+        Ok(actor) => actor,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let (parts, body) = request.into_parts();
+    let bytes = match to_bytes(body, AUDIT_BODY_LIMIT).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return ApiError::too_large("body", "the request body is too large").into_response();
+        }
+    };
+    let reason = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|body| body.get("reason")?.as_str().map(str::to_owned));
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    let status = response.status();
+    if status.is_success() {
+        let route = matched.as_ref().map_or(path.as_str(), MatchedPath::as_str);
+        let entry = AuditEntry {
+            seq: 0,
+            at: state.store.now(),
+            namespace,
+            actor,
+            action: format!("{method} {route}"),
+            target: path,
+            status: status.as_u16(),
+            reason,
+        };
+        if let Err(error) = state.store.record_audit(entry).await {
+            tracing::error!(%error, "cannot write the audit log");
+        }
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_need_the_scope_of_what_they_do() {
+        let get = Method::GET;
+        let post = Method::POST;
+        assert_eq!(required_scope(&get, "/healthz"), None);
+        assert_eq!(required_scope(&get, "/api/v1/openapi.json"), None);
+        assert_eq!(required_scope(&get, "/api/v1/jobs"), Some(Scope::Read));
+        assert_eq!(required_scope(&post, "/api/v1/jobs"), Some(Scope::Submit));
+        assert_eq!(
+            required_scope(&post, "/api/v1/jobs/x/retry"),
+            Some(Scope::Operate)
+        );
+        assert_eq!(required_scope(&post, "/api/v1/tasks/poll"), Some(Scope::Work));
+        assert_eq!(required_scope(&get, "/api/v1/tokens"), Some(Scope::Admin));
+        assert_eq!(required_scope(&get, "/metrics"), Some(Scope::Admin));
+    }
+
+    #[test]
+    fn a_token_may_come_from_the_header_or_a_cookie() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, "a=b; starbridge_token=sbt_x_y".parse().unwrap());
+        assert_eq!(presented_token(&headers), Some("sbt_x_y"));
+        headers.insert(header::AUTHORIZATION, "Bearer sbt_h_s".parse().unwrap());
+        assert_eq!(presented_token(&headers), Some("sbt_h_s"));
+    }
+
+    #[test]
+    fn the_namespace_is_added_to_a_query_without_one() {
+        let uri: Uri = "/api/v1/jobs?limit=5".parse().unwrap();
+        let bound = with_namespace(&uri, "team-a").unwrap();
+        assert_eq!(bound.to_string(), "/api/v1/jobs?limit=5&namespace=team-a");
+        assert_eq!(query_namespace(&bound).as_deref(), Some("team-a"));
+    }
+}

@@ -1,0 +1,307 @@
+//! Tokens, scopes and namespaces: each isolation rule of the API, with the router driven
+//! in-process over a real SQLite file and authentication required.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use serde_json::{Value, json};
+use starbridge_server::{AppState, router};
+use starbridge_store::{NewToken, Scope, Store};
+use tower::ServiceExt;
+
+struct Api {
+    app: Router,
+    store: Store,
+    _dir: tempfile::TempDir,
+}
+
+impl Api {
+    fn start() -> Api {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("auth.db").display());
+        let store = Store::open(&url).unwrap();
+        Api {
+            app: router(AppState::with_auth(store.clone())),
+            store,
+            _dir: dir,
+        }
+    }
+
+    async fn token(
+        &self,
+        name: &str,
+        namespace: Option<&str>,
+        scopes: &[Scope],
+        queues: Option<&[&str]>,
+    ) -> String {
+        let new = NewToken {
+            name: name.to_owned(),
+            namespace: namespace.map(str::to_owned),
+            scopes: scopes.to_vec(),
+            queues: queues.map(|q| q.iter().map(|s| (*s).to_owned()).collect()),
+            created_by: "test".to_owned(),
+        };
+        self.store.create_token(new).await.unwrap().1
+    }
+
+    async fn call(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        uri: &str,
+        body: &str,
+    ) -> (StatusCode, Value) {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let response = self
+            .app
+            .clone()
+            .oneshot(request.body(Body::from(body.to_owned())).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+}
+
+const WORKFLOW: &str = "steps:\n- {id: a, queue: q, command: c}\n";
+
+/// An admin token, and a workflow `wf` with one job in each of namespaces `a` and `b`.
+async fn two_teams(api: &Api) -> (String, String, String) {
+    let admin = api.token("root", None, &[Scope::Admin], None).await;
+    let mut jobs = Vec::new();
+    for namespace in ["a", "b"] {
+        let uri = format!("/api/v1/workflows/wf?namespace={namespace}");
+        let (status, _) = api.call(Some(&admin), "PUT", &uri, WORKFLOW).await;
+        assert!(status.is_success(), "{status}");
+        let uri = format!("/api/v1/jobs?namespace={namespace}");
+        let (status, job) = api
+            .call(Some(&admin), "POST", &uri, r#"{"workflow": "wf"}"#)
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{job}");
+        jobs.push(job["id"].as_str().unwrap().to_owned());
+    }
+    (admin, jobs.remove(0), jobs.remove(0))
+}
+
+#[tokio::test]
+async fn a_request_without_a_valid_token_is_refused_but_health_and_the_document_are_public() {
+    let api = Api::start();
+    let (status, problem) = api.call(None, "GET", "/api/v1/jobs", "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(problem["type"], "/problems/unauthorized");
+    assert!(problem["detail"].as_str().unwrap().contains("STARBRIDGE_TOKEN"));
+    let (status, _) = api.call(Some("sbt_made_up"), "GET", "/api/v1/jobs", "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(api.call(None, "GET", "/healthz", "").await.0, StatusCode::OK);
+    assert_eq!(
+        api.call(None, "GET", "/api/v1/openapi.json", "").await.0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_token_of_one_namespace_gets_404_for_anothers_job_not_403() {
+    let api = Api::start();
+    let (_, job_a, job_b) = two_teams(&api).await;
+    let reader_a = api.token("reader-a", Some("a"), &[Scope::Read], None).await;
+
+    let (status, job) = api
+        .call(Some(&reader_a), "GET", &format!("/api/v1/jobs/{job_a}"), "")
+        .await;
+    assert_eq!(status, StatusCode::OK, "its own namespace is the default");
+    assert_eq!(job["namespace"], "a");
+    let (status, _) = api
+        .call(Some(&reader_a), "GET", &format!("/api/v1/jobs/{job_b}"), "")
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let uri = format!("/api/v1/jobs/{job_b}?namespace=b");
+    let (status, problem) = api.call(Some(&reader_a), "GET", &uri, "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{problem}");
+    let (status, list) = api.call(Some(&reader_a), "GET", "/api/v1/jobs", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| job["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [job_a.as_str()], "lists show only its namespace");
+}
+
+#[tokio::test]
+async fn scopes_decide_what_a_token_may_do() {
+    let api = Api::start();
+    let (_, job_a, _) = two_teams(&api).await;
+    let read = api.token("read", Some("a"), &[Scope::Read], None).await;
+    let submit = api.token("submit", Some("a"), &[Scope::Submit], None).await;
+    let operate = api.token("operate", Some("a"), &[Scope::Operate], None).await;
+    let work = api.token("work", Some("a"), &[Scope::Work], None).await;
+    let submit_job = r#"{"workflow": "wf"}"#;
+    let pause = format!("/api/v1/jobs/{job_a}/pause");
+
+    let (status, problem) = api.call(Some(&read), "POST", "/api/v1/jobs", submit_job).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(problem["detail"].as_str().unwrap().contains("needs submit"), "{problem}");
+    assert_eq!(
+        api.call(Some(&submit), "POST", "/api/v1/jobs", submit_job).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        api.call(Some(&submit), "POST", &pause, "").await.0,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(api.call(Some(&operate), "POST", &pause, "").await.0, StatusCode::OK);
+    assert_eq!(
+        api.call(Some(&operate), "GET", "/api/v1/tokens", "").await.0,
+        StatusCode::FORBIDDEN,
+        "only admins manage tokens"
+    );
+    let (status, _) = api
+        .call(Some(&work), "GET", &format!("/api/v1/jobs/{job_a}"), "")
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a work token cannot read jobs");
+    let poll = r#"{"queues": ["q"], "worker_id": "w"}"#;
+    assert_eq!(
+        api.call(Some(&read), "POST", "/api/v1/tasks/poll", poll).await.0,
+        StatusCode::FORBIDDEN,
+        "only work tokens poll"
+    );
+}
+
+#[tokio::test]
+async fn a_work_token_polls_and_reports_only_on_its_queues_and_namespace() {
+    let api = Api::start();
+    let (_, job_a, job_b) = two_teams(&api).await;
+    let work_a = api.token("work-a", Some("a"), &[Scope::Work], Some(&["q"])).await;
+    let other_queue = r#"{"queues": ["elsewhere"], "worker_id": "w"}"#;
+    let (status, problem) = api
+        .call(Some(&work_a), "POST", "/api/v1/tasks/poll", other_queue)
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+    let other_namespace = r#"{"queues": ["q"], "worker_id": "w", "namespace": "b"}"#;
+    let (status, _) = api
+        .call(Some(&work_a), "POST", "/api/v1/tasks/poll", other_namespace)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, polled) = api
+        .call(
+            Some(&work_a),
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"queues": ["q"], "worker_id": "w"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let task = &polled["tasks"][0];
+    assert_eq!(task["job_id"], job_a.as_str(), "{polled}");
+
+    // A task of namespace b, claimed by b's worker: work-a cannot report on it even holding
+    // its lease token.
+    let (_, polled_b) = api
+        .call(
+            Some(&api.token("work-b", Some("b"), &[Scope::Work], None).await),
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"queues": ["q"], "worker_id": "w"}"#,
+        )
+        .await;
+    let task_b = &polled_b["tasks"][0];
+    assert_eq!(task_b["job_id"], job_b.as_str());
+    let complete = json!({"lease_token": task_b["lease_token"], "output": {}}).to_string();
+    let uri = format!("/api/v1/tasks/{}/complete", task_b["id"].as_str().unwrap());
+    let (status, _) = api.call(Some(&work_a), "POST", &uri, &complete).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn tokens_are_made_shown_once_listed_revoked_and_every_change_is_audited() {
+    let api = Api::start();
+    let admin = api.token("root", None, &[Scope::Admin], None).await;
+    let request = json!({"name": "ci", "scopes": ["submit"], "namespace": "a", "reason": "pipeline"});
+    let (status, created) = api
+        .call(Some(&admin), "POST", "/api/v1/tokens", &request.to_string())
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let secret = created["secret"].as_str().unwrap().to_owned();
+    let id = created["token"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["token"]["created_by"], "root");
+
+    let (_, list) = api.call(Some(&admin), "GET", "/api/v1/tokens", "").await;
+    assert!(!list.to_string().contains(&secret), "the secret is shown only once");
+    let (status, _) = api.call(Some(&secret), "GET", "/api/v1/jobs", "").await;
+    assert_eq!(status, StatusCode::OK);
+
+    let bad = json!({"name": "x", "scopes": ["superuser"]}).to_string();
+    let (status, problem) = api.call(Some(&admin), "POST", "/api/v1/tokens", &bad).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "scopes");
+
+    let (status, revoked) = api
+        .call(Some(&admin), "DELETE", &format!("/api/v1/tokens/{id}"), "")
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(revoked["revoked_at"].is_string());
+    let (status, _) = api.call(Some(&secret), "GET", "/api/v1/jobs", "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "a revoked token is refused");
+
+    let (_, audit) = api.call(Some(&admin), "GET", "/api/v1/audit", "").await;
+    let entries: Vec<(String, String)> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap().to_owned(),
+                e["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("root".to_owned(), "DELETE /api/v1/tokens/{id}".to_owned()),
+            ("root".to_owned(), "POST /api/v1/tokens".to_owned()),
+        ]
+    );
+    assert_eq!(audit["items"][1]["reason"], "pipeline");
+}
+
+#[tokio::test]
+async fn operator_actions_are_recorded_with_the_tokens_name_not_the_claimed_actor() {
+    let api = Api::start();
+    let (_, job_a, _) = two_teams(&api).await;
+    let operate = api.token("oncall", Some("a"), &[Scope::Operate], None).await;
+    let request = Request::builder()
+        .method("POST")
+        .uri(format!("/api/v1/jobs/{job_a}/pause"))
+        .header(header::AUTHORIZATION, format!("Bearer {operate}"))
+        .header("Starbridge-Actor", "somebody-else")
+        .body(Body::from(r#"{"reason": "disk full"}"#))
+        .unwrap();
+    let response = api.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let (_, events) = api
+        .call(Some(&operate), "GET", &format!("/api/v1/jobs/{job_a}/events"), "")
+        .await;
+    let paused = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "job_paused")
+        .cloned()
+        .unwrap();
+    assert_eq!(paused["detail"]["actor"], "oncall", "{paused}");
+    let (_, audit) = api.call(Some(&operate), "GET", "/api/v1/audit", "").await;
+    assert_eq!(audit["items"][0]["actor"], "oncall");
+    assert_eq!(audit["items"][0]["namespace"], "a");
+    assert_eq!(audit["items"][0]["reason"], "disk full");
+}
