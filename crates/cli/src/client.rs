@@ -22,11 +22,17 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    pub(crate) fn new(server: &str, namespace: &str, format: Format) -> Result<Context> {
+    pub(crate) fn new(
+        server: &str,
+        namespace: &str,
+        token: Option<String>,
+        format: Format,
+    ) -> Result<Context> {
         Ok(Context {
             client: Client::new(server)
                 .with_context(|| format!("--server {server}"))?
-                .with_actor(Some(actor())),
+                .with_actor(Some(actor()))
+                .with_token(token),
             namespace: namespace.to_owned(),
             format,
         })
@@ -1045,4 +1051,147 @@ mod tests {
         );
         assert_eq!(definition_name(file, "steps: []", None).unwrap(), "deploy");
     }
+}
+
+#[derive(clap::Subcommand)]
+pub(crate) enum TokenCommand {
+    /// Make an API token (needs an admin token); its secret is printed once.
+    Create {
+        /// A unique name: history and the audit log show it as who acted.
+        name: String,
+        /// What it may do (repeatable): admin, operate, submit, work, read.
+        #[arg(long = "scope", required = true)]
+        scopes: Vec<String>,
+        /// The only namespace it may act in (default: every namespace; admins span all).
+        #[arg(long = "for-namespace")]
+        for_namespace: Option<String>,
+        /// For work tokens: a queue it may serve (repeatable; default: every queue).
+        #[arg(long = "queue")]
+        queues: Vec<String>,
+        /// Why, for the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// List tokens with their scopes and last use.
+    List,
+    /// Revoke a token: it is refused from now on.
+    Revoke { id: String },
+    /// Make the first admin token directly in the database (run it where the server runs,
+    /// before any token exists).
+    Bootstrap {
+        #[arg(long, default_value = "admin")]
+        name: String,
+        #[command(flatten)]
+        database: crate::local::DatabaseArgs,
+    },
+}
+
+fn print_tokens(tokens: &[api::TokenView]) {
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.clone(),
+                t.name.clone(),
+                t.namespace.clone().unwrap_or_else(|| "*".to_owned()),
+                t.scopes.join(","),
+                t.queues
+                    .as_ref()
+                    .map_or_else(|| "*".to_owned(), |queues| queues.join(",")),
+                time(t.last_used_at),
+                t.revoked_at
+                    .map_or_else(|| "active".to_owned(), |at| format!("revoked {}", time(Some(at)))),
+            ]
+        })
+        .collect();
+    table(
+        &["TOKEN", "NAME", "NAMESPACE", "SCOPES", "QUEUES", "LAST USED", "STATE"],
+        &rows,
+    );
+}
+
+pub(crate) async fn token(
+    context: impl Fn() -> Result<Context>,
+    command: &TokenCommand,
+) -> Result<ExitCode> {
+    match command {
+        TokenCommand::Create {
+            name,
+            scopes,
+            for_namespace,
+            queues,
+            reason,
+        } => {
+            let context = context()?;
+            let request = api::CreateTokenRequest {
+                name: name.clone(),
+                scopes: scopes.clone(),
+                namespace: for_namespace.clone(),
+                queues: (!queues.is_empty()).then(|| queues.clone()),
+                reason: reason.clone(),
+            };
+            let created: api::CreatedToken = context
+                .client
+                .post_json(&context.path("/api/v1/tokens"), &request)
+                .await?;
+            show(&context, &created, |created| {
+                print_tokens(std::slice::from_ref(&created.token));
+                eprintln!("token (shown once, keep it secret): {}", created.secret);
+            })
+        }
+        TokenCommand::List => {
+            let context = context()?;
+            let list: api::TokenList = context
+                .client
+                .get_json(&context.path("/api/v1/tokens"))
+                .await?;
+            show(&context, &list, |list| print_tokens(&list.items))
+        }
+        TokenCommand::Revoke { id } => {
+            let context = context()?;
+            context
+                .client
+                .delete(&context.path(&format!("/api/v1/tokens/{id}")))
+                .await?;
+            eprintln!("token {id} revoked");
+            Ok(ExitCode::SUCCESS)
+        }
+        TokenCommand::Bootstrap { name, database } => {
+            crate::local::bootstrap_token(name, database).await
+        }
+    }
+}
+
+#[derive(clap::Args)]
+pub(crate) struct AuditArgs {
+    /// Entries before this sequence number (the cursor of the previous page).
+    #[arg(long)]
+    before: Option<i64>,
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+}
+
+pub(crate) async fn audit(context: &Context, args: &AuditArgs) -> Result<ExitCode> {
+    let mut path = format!("/api/v1/audit?limit={}", args.limit);
+    if let Some(before) = args.before {
+        path.push_str(&format!("&before={before}"));
+    }
+    let list: api::AuditList = context.client.get_json(&context.path(&path)).await?;
+    show(context, &list, |list| {
+        let rows: Vec<Vec<String>> = list
+            .items
+            .iter()
+            .map(|e| {
+                vec![
+                    e.seq.to_string(),
+                    time(Some(e.at)),
+                    e.actor.clone(),
+                    e.action.clone(),
+                    e.target.clone(),
+                    e.reason.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        table(&["SEQ", "AT", "ACTOR", "ACTION", "TARGET", "REASON"], &rows);
+    })
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use starbridge_server::Server;
-use starbridge_store::{Store, StoreOptions, SystemClock};
+use starbridge_store::{NewToken, Scope, Store, StoreOptions, SystemClock};
 use starbridge_worker::{Client, Worker, shell};
 
 use crate::Format;
@@ -22,6 +22,13 @@ pub(crate) struct ServerArgs {
     listen: String,
     #[command(flatten)]
     database: DatabaseArgs,
+    /// Require an API token on every request (see `starbridge token`).
+    #[arg(long, env = "STARBRIDGE_AUTH")]
+    auth: bool,
+    /// Serve a non-loopback address without authentication (only on a network you trust
+    /// completely: anyone who reaches it can run and change anything).
+    #[arg(long, conflicts_with = "auth")]
+    insecure_no_auth: bool,
 }
 
 /// Which database to use and how to connect to it.
@@ -99,8 +106,64 @@ impl ServerArgs {
             std::sync::Arc::new(SystemClock),
         )
         .with_context(|| format!("cannot open {}", database.url()))?;
-        bind(store, &self.listen).await
+        let (server, url) = bind(store.clone(), &self.listen).await?;
+        let loopback = server.local_addr().ip().is_loopback();
+        if self.auth {
+            if store.active_tokens().await? == 0 {
+                tracing::warn!(
+                    "authentication is on and no token exists yet: create the first admin token \
+                     on this machine with `starbridge token bootstrap --database {}`",
+                    database.url()
+                );
+            }
+            return Ok((server.with_auth(), url));
+        }
+        if !loopback {
+            if !self.insecure_no_auth {
+                anyhow::bail!(
+                    "refusing to serve {} without authentication: pass --auth (and create tokens \
+                     with `starbridge token bootstrap`), or --insecure-no-auth on a network you \
+                     trust completely",
+                    server.local_addr()
+                );
+            }
+            tracing::warn!(
+                address = %server.local_addr(),
+                "serving without authentication on a non-loopback address (--insecure-no-auth): \
+                 anyone who reaches it can run and change anything"
+            );
+        }
+        Ok((server, url))
     }
+}
+
+/// Makes the first admin token directly in the database and prints it once.
+pub(crate) async fn bootstrap_token(name: &str, database: &DatabaseArgs) -> Result<ExitCode> {
+    let store = Store::open_with(
+        database.url(),
+        database.options(),
+        std::sync::Arc::new(SystemClock),
+    )
+    .with_context(|| format!("cannot open {}", database.url()))?;
+    let active = store.active_tokens().await?;
+    if active > 0 {
+        eprintln!(
+            "note: {active} token(s) exist already; use `starbridge token create` with an admin \
+             token to make more"
+        );
+    }
+    let (token, secret) = store
+        .create_token(NewToken {
+            name: name.to_owned(),
+            namespace: None,
+            scopes: vec![Scope::Admin],
+            queues: None,
+            created_by: "bootstrap".to_owned(),
+        })
+        .await?;
+    eprintln!("admin token '{}' ({}) created; it is shown once:", token.name, token.id);
+    println!("{secret}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `starbridge db ...`: database maintenance.
@@ -285,7 +348,7 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
         let _ = stopped.wait_for(|stop| *stop).await;
     }));
 
-    let context = Context::new(&url, "default", Format::Table)?;
+    let context = Context::new(&url, "default", None, Format::Table)?;
     eprintln!("demo: applying examples/provision.yaml");
     client::apply_document(&context, "provision_database", DEMO_WORKFLOW).await?;
     let fail = !args.succeed;

@@ -21,6 +21,9 @@ struct Cli {
         default_value = "http://127.0.0.1:7433"
     )]
     server: String,
+    /// API token (`sbt_...`), when the server requires one.
+    #[arg(long, global = true, env = "STARBRIDGE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Namespace of the workflows and jobs.
     #[arg(
         long,
@@ -52,6 +55,11 @@ pub(crate) enum Format {
 enum Command {
     /// Run the server: HTTP API, dispatch and timers.
     Server(local::ServerArgs),
+    /// Create, list or revoke API tokens.
+    #[command(subcommand)]
+    Token(client::TokenCommand),
+    /// Show the audit log: who changed what, and why.
+    Audit(client::AuditArgs),
     /// Database maintenance (migrations).
     #[command(subcommand)]
     Db(local::DbCommand),
@@ -120,10 +128,12 @@ fn init_tracing(default_level: &str) {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
-    let context = || client::Context::new(&cli.server, &cli.namespace, cli.output);
+    let context = || client::Context::new(&cli.server, &cli.namespace, cli.token.clone(), cli.output);
     match cli.command {
         Command::Server(args) => local::server(args).await,
         Command::Db(ref command) => local::db(command),
+        Command::Token(ref command) => client::token(context, command).await,
+        Command::Audit(ref args) => client::audit(&context()?, args).await,
         Command::Worker(args) => local::worker(&context()?, args).await,
         Command::Dev(args) => local::dev(args).await,
         Command::Demo(args) => local::demo(args).await,
