@@ -170,6 +170,20 @@ impl Client {
         })
     }
 
+    /// A client configured from the environment: `STARBRIDGE_SERVER` (default
+    /// `http://127.0.0.1:7433`) and `STARBRIDGE_TOKEN` (the API token, when the server needs
+    /// one).
+    pub fn from_env() -> Result<Self, Error> {
+        let server = std::env::var("STARBRIDGE_SERVER")
+            .ok()
+            .filter(|url| !url.is_empty())
+            .unwrap_or_else(|| "http://127.0.0.1:7433".to_owned());
+        let token = std::env::var("STARBRIDGE_TOKEN")
+            .ok()
+            .filter(|token| !token.is_empty());
+        Ok(Client::new(server)?.with_token(token))
+    }
+
     /// Sets (or clears) the bearer token.
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token;

@@ -10,7 +10,8 @@
 //! use starbridge_worker::{Client, Outcome, TaskContext, Worker, shell::ShellExecutor};
 //!
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-//! let client = Client::new("http://127.0.0.1:7433")?.with_token(std::env::var("TOKEN").ok());
+//! // STARBRIDGE_SERVER and STARBRIDGE_TOKEN (when the server requires API tokens).
+//! let client = Client::from_env()?;
 //! let worker = Worker::builder(client)
 //!     .queues(["mysql", "ops"])
 //!     .concurrency(8)
