@@ -1099,13 +1099,23 @@ fn print_tokens(tokens: &[api::TokenView]) {
                     .as_ref()
                     .map_or_else(|| "*".to_owned(), |queues| queues.join(",")),
                 time(t.last_used_at),
-                t.revoked_at
-                    .map_or_else(|| "active".to_owned(), |at| format!("revoked {}", time(Some(at)))),
+                t.revoked_at.map_or_else(
+                    || "active".to_owned(),
+                    |at| format!("revoked {}", time(Some(at))),
+                ),
             ]
         })
         .collect();
     table(
-        &["TOKEN", "NAME", "NAMESPACE", "SCOPES", "QUEUES", "LAST USED", "STATE"],
+        &[
+            "TOKEN",
+            "NAME",
+            "NAMESPACE",
+            "SCOPES",
+            "QUEUES",
+            "LAST USED",
+            "STATE",
+        ],
         &rows,
     );
 }

@@ -161,7 +161,10 @@ pub(crate) async fn bootstrap_token(name: &str, database: &DatabaseArgs) -> Resu
             created_by: "bootstrap".to_owned(),
         })
         .await?;
-    eprintln!("admin token '{}' ({}) created; it is shown once:", token.name, token.id);
+    eprintln!(
+        "admin token '{}' ({}) created; it is shown once:",
+        token.name, token.id
+    );
     println!("{secret}");
     Ok(ExitCode::SUCCESS)
 }

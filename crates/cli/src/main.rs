@@ -128,7 +128,8 @@ fn init_tracing(default_level: &str) {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
-    let context = || client::Context::new(&cli.server, &cli.namespace, cli.token.clone(), cli.output);
+    let context =
+        || client::Context::new(&cli.server, &cli.namespace, cli.token.clone(), cli.output);
     match cli.command {
         Command::Server(args) => local::server(args).await,
         Command::Db(ref command) => local::db(command),

@@ -60,7 +60,10 @@ fn an_admin_bootstraps_makes_a_scoped_token_and_the_cli_uses_it() {
     let database = format!("sqlite://{}", dir.path().join("auth.db").display());
     let bootstrap = run(&["token", "bootstrap", "--database", &database], None);
     assert!(bootstrap.status.success(), "{}", text(&bootstrap));
-    let admin = String::from_utf8(bootstrap.stdout).unwrap().trim().to_owned();
+    let admin = String::from_utf8(bootstrap.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
     assert!(admin.starts_with("sbt_"));
 
     let port = free_port();
@@ -85,12 +88,25 @@ fn an_admin_bootstraps_makes_a_scoped_token_and_the_cli_uses_it() {
 
     let refused = run(&["jobs", "--server", &url], None);
     assert!(!refused.status.success());
-    assert!(text(&refused).contains("STARBRIDGE_TOKEN"), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("STARBRIDGE_TOKEN"),
+        "{}",
+        text(&refused)
+    );
 
     let created = run(
         &[
-            "token", "create", "ci", "--scope", "submit", "--for-namespace", "default",
-            "--reason", "pipeline", "--server", &url,
+            "token",
+            "create",
+            "ci",
+            "--scope",
+            "submit",
+            "--for-namespace",
+            "default",
+            "--reason",
+            "pipeline",
+            "--server",
+            &url,
         ],
         Some(&admin),
     );
@@ -103,10 +119,16 @@ fn an_admin_bootstraps_makes_a_scoped_token_and_the_cli_uses_it() {
     let jobs = run(&["jobs", "--server", &url, "-o", "json"], Some(&ci));
     assert!(jobs.status.success(), "{}", text(&jobs));
     let tokens = run(&["token", "list", "--server", &url], Some(&ci));
-    assert!(!tokens.status.success(), "a submit token cannot list tokens");
+    assert!(
+        !tokens.status.success(),
+        "a submit token cannot list tokens"
+    );
 
     let audit = run(&["audit", "--server", &url], Some(&admin));
     assert!(audit.status.success(), "{}", text(&audit));
     let audit = text(&audit);
-    assert!(audit.contains("POST /api/v1/tokens") && audit.contains("pipeline"), "{audit}");
+    assert!(
+        audit.contains("POST /api/v1/tokens") && audit.contains("pipeline"),
+        "{audit}"
+    );
 }

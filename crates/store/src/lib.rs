@@ -769,9 +769,7 @@ impl Store {
 
     pub async fn revoke_token(&self, id: &str) -> Result<Token> {
         let id = id.to_owned();
-        self.writer
-            .write(move |ctx| tokens::revoke(ctx, &id))
-            .await
+        self.writer.write(move |ctx| tokens::revoke(ctx, &id)).await
     }
 
     /// The live token a presented token text stands for, if any.
@@ -785,9 +783,7 @@ impl Store {
     /// Records that a token was used now.
     pub async fn touch_token(&self, id: &str) -> Result<()> {
         let id = id.to_owned();
-        self.writer
-            .write(move |ctx| tokens::touch(ctx, &id))
-            .await
+        self.writer.write(move |ctx| tokens::touch(ctx, &id)).await
     }
 
     /// Appends to the audit log (`seq` and `at` are set by the store).

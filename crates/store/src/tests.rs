@@ -338,7 +338,13 @@ async fn a_token_authenticates_until_revoked_and_only_its_hash_is_kept(f: Fixtur
     let last = forged.pop().unwrap();
     forged.push(if last == '0' { '1' } else { '0' });
     assert!(f.store.authenticate(&forged).await.unwrap().is_none());
-    assert!(f.store.authenticate("sbt_nope_nope").await.unwrap().is_none());
+    assert!(
+        f.store
+            .authenticate("sbt_nope_nope")
+            .await
+            .unwrap()
+            .is_none()
+    );
     let again = f.store.create_token(new).await.unwrap_err();
     assert!(matches!(again, Error::Conflict(_)), "{again}");
 
@@ -379,7 +385,11 @@ async fn the_audit_log_lists_entries_newest_first_per_namespace(f: Fixture) {
     assert_eq!(actions, ["DELETE /z", "PUT /x"]);
     assert_eq!(a[0].at, f.clock.now());
     let all = f.store.audit(None, Some(a[0].seq), 10).await.unwrap();
-    assert_eq!(all.len(), 2, "entries before the cursor, of every namespace");
+    assert_eq!(
+        all.len(),
+        2,
+        "entries before the cursor, of every namespace"
+    );
 }
 
 async fn concurrent_claims_never_hand_out_the_same_task(f: Fixture) {

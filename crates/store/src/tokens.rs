@@ -179,7 +179,10 @@ pub(crate) fn create(ctx: &mut WriteCtx<'_>, new: &NewToken) -> Result<(Token, S
         ));
     }
     if new.queues.is_some() && !new.scopes.contains(&Scope::Work) {
-        return Err(invalid("queues", "only a token with the work scope serves queues"));
+        return Err(invalid(
+            "queues",
+            "only a token with the work scope serves queues",
+        ));
     }
     if new.scopes.contains(&Scope::Admin) && new.namespace.is_some() {
         return Err(invalid(
