@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
 use starbridge_server::{AppState, router};
-use starbridge_store::{Clock, ManualClock, Store, SystemClock};
+use starbridge_store::{Clock, ManualClock, NewToken, Scope, Store, SystemClock};
 use tokio::sync::Mutex;
 use tower::ServiceExt;
 
@@ -54,6 +54,28 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/webhooks"),
     ("DELETE", "/api/v1/webhooks/{id}"),
     ("GET", "/api/v1/webhooks/{id}/deliveries"),
+    ("GET", "/api/v1/tokens"),
+    ("POST", "/api/v1/tokens"),
+    ("DELETE", "/api/v1/tokens/{id}"),
+    ("GET", "/api/v1/audit"),
+];
+
+/// The operations anyone may call, even when the server requires a token.
+const PUBLIC: &[(&str, &str)] = &[("GET", "/healthz"), ("GET", "/api/v1/openapi.json")];
+
+/// The scopes, each with those it includes (`work` stands alone).
+const SCOPES: &[(Scope, &[Scope])] = &[
+    (
+        Scope::Admin,
+        &[Scope::Admin, Scope::Operate, Scope::Submit, Scope::Read],
+    ),
+    (
+        Scope::Operate,
+        &[Scope::Operate, Scope::Submit, Scope::Read],
+    ),
+    (Scope::Submit, &[Scope::Submit, Scope::Read]),
+    (Scope::Work, &[Scope::Work]),
+    (Scope::Read, &[Scope::Read]),
 ];
 
 const METHODS: &[&str] = &[
@@ -81,9 +103,22 @@ fn api_with_clock(clock: Arc<dyn Clock>) -> Api {
     }
 }
 
+/// A server that requires an API token (`--auth`).
+fn api_with_auth() -> Api {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("auth.db").display());
+    let store = Store::open(&url).unwrap();
+    Api {
+        app: router(AppState::with_auth(store.clone())),
+        store,
+        _dir: dir,
+    }
+}
+
 struct Answer {
     status: StatusCode,
     content_type: String,
+    headers: axum::http::HeaderMap,
     text: String,
 }
 
@@ -95,16 +130,30 @@ impl Answer {
 
 impl Api {
     async fn send(&self, method: &str, uri: &str, content_type: &str, body: &str) -> Answer {
-        let request = Request::builder()
+        self.send_with(method, uri, content_type, body, &[]).await
+    }
+
+    /// Sends a request with more headers (a token, an actor).
+    async fn send_with(
+        &self,
+        method: &str,
+        uri: &str,
+        content_type: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let mut request = Request::builder()
             .method(method)
             .uri(uri)
-            .header(header::CONTENT_TYPE, content_type)
-            .body(Body::from(body.to_owned()))
-            .unwrap();
+            .header(header::CONTENT_TYPE, content_type);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Body::from(body.to_owned())).unwrap();
         let response = self.app.clone().oneshot(request).await.unwrap();
         let status = response.status();
-        let content_type = response
-            .headers()
+        let headers = response.headers().clone();
+        let content_type = headers
             .get(header::CONTENT_TYPE)
             .map(|v| v.to_str().unwrap().to_owned())
             .unwrap_or_default();
@@ -114,8 +163,27 @@ impl Api {
         Answer {
             status,
             content_type,
+            headers,
             text: String::from_utf8(bytes.to_vec()).unwrap(),
         }
+    }
+
+    /// A token of the store, with these scopes, bound to `namespace` and `queues` when given.
+    async fn token(
+        &self,
+        name: &str,
+        scopes: &[Scope],
+        namespace: Option<&str>,
+        queues: Option<&[&str]>,
+    ) -> String {
+        let new = NewToken {
+            name: name.to_owned(),
+            namespace: namespace.map(str::to_owned),
+            scopes: scopes.to_vec(),
+            queues: queues.map(|queues| queues.iter().map(|q| (*q).to_owned()).collect()),
+            created_by: "test".to_owned(),
+        };
+        self.store.create_token(new).await.unwrap().1
     }
 
     async fn document(&self) -> Value {
@@ -260,6 +328,23 @@ async fn operations_are_exactly_the_routes() {
     );
     assert_eq!(operations(&document), expected());
 
+    assert_eq!(
+        document["security"],
+        json!([{"bearerAuth": []}, {"cookieAuth": []}])
+    );
+    let schemes = &document["components"]["securitySchemes"];
+    assert_eq!(
+        (
+            &schemes["bearerAuth"]["type"],
+            &schemes["bearerAuth"]["scheme"]
+        ),
+        (&json!("http"), &json!("bearer"))
+    );
+    assert_eq!(
+        (&schemes["cookieAuth"]["in"], &schemes["cookieAuth"]["name"]),
+        (&json!("cookie"), &json!("starbridge_token"))
+    );
+
     let declared: BTreeSet<&str> = document["tags"]
         .as_array()
         .unwrap()
@@ -283,6 +368,32 @@ async fn operations_are_exactly_the_routes() {
             responses.keys().any(|code| code.starts_with('2')),
             "{method} {path} documents no success"
         );
+        // Public operations say so; every other one names its scope and documents the refusals
+        // of `--auth`.
+        if PUBLIC.contains(&(*method, *path)) {
+            assert_eq!(
+                operation["security"],
+                json!([]),
+                "{method} {path} is public"
+            );
+            assert!(
+                operation.get("x-required-scope").is_none(),
+                "{method} {path}"
+            );
+        } else {
+            assert!(operation.get("security").is_none(), "{method} {path}");
+            let scope = operation["x-required-scope"].as_str();
+            assert!(
+                scope.is_some_and(|scope| Scope::parse(scope).is_some()),
+                "{method} {path} names no scope"
+            );
+            for code in ["401", "403"] {
+                assert!(
+                    responses.contains_key(code),
+                    "{method} {path} does not document {code}"
+                );
+            }
+        }
         // Every `{param}` of the path is a documented path parameter.
         let item = &document["paths"][path];
         let mut params: Vec<Value> = Vec::new();
@@ -341,6 +452,7 @@ async fn enums_match_the_core() {
         "EventKind",
         EventKind::ALL.iter().map(|s| s.as_str()).collect(),
     );
+    check("Scope", Scope::ALL.iter().map(|s| s.as_str()).collect());
 
     // Schedule policies: the core lists none, so they are listed here, through matches that stop
     // compiling when a variant is added.
@@ -509,7 +621,40 @@ impl Checker {
     /// Sends a request, then checks the answer against the documented response for its status
     /// and content type; when the answer is a success, checks the JSON request body too.
     async fn call_as(&self, method: &str, uri: &str, content_type: &str, body: &str) -> Answer {
-        let answer = self.api.send(method, uri, content_type, body).await;
+        self.exchange(method, uri, content_type, body, &[]).await
+    }
+
+    /// `call` with more request headers (a token, an actor).
+    async fn call_with(
+        &self,
+        headers: &[(&str, &str)],
+        method: &str,
+        uri: &str,
+        body: &str,
+    ) -> Answer {
+        self.exchange(method, uri, "application/json", body, headers)
+            .await
+    }
+
+    /// `call` with `Authorization: Bearer <token>`.
+    async fn call_by(&self, token: &str, method: &str, uri: &str, body: &str) -> Answer {
+        let authorization = format!("Bearer {token}");
+        self.call_with(&[("authorization", &authorization)], method, uri, body)
+            .await
+    }
+
+    async fn exchange(
+        &self,
+        method: &str,
+        uri: &str,
+        content_type: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> Answer {
+        let answer = self
+            .api
+            .send_with(method, uri, content_type, body, headers)
+            .await;
         let path = uri.split('?').next().unwrap();
         let template = self.template(path);
         let lower = method.to_lowercase();
@@ -527,6 +672,16 @@ impl Checker {
             response,
             format!("{operation_pointer}/responses/{}", token(&code)),
         );
+        // Documented response headers: the required ones are sent, with the documented value.
+        for (name, header) in response["headers"].as_object().into_iter().flatten() {
+            let sent = answer.headers.get(name.as_str());
+            if header["required"] == true {
+                assert!(sent.is_some(), "{what}: header {name} missing");
+            }
+            if let (Some(sent), Some(value)) = (sent, header["schema"]["const"].as_str()) {
+                assert_eq!(sent.to_str().unwrap(), value, "{what}: header {name}");
+            }
+        }
         if response.get("content").is_none() {
             // Documented without a body (a 204).
             assert!(
@@ -1429,6 +1584,173 @@ async fn responses_match_their_documented_schemas() {
         all.text
     );
 
+    // API tokens: made (the whole token shown once), refused (400 by the handler, 422 by the
+    // store, 409 for a name taken, 400 for a malformed actor), listed, revoked once.
+    let made = c
+        .call_with(
+            &[("starbridge-actor", "ops-lead")],
+            "POST",
+            "/api/v1/tokens",
+            r#"{"name": "ci", "scopes": ["submit", "work"], "namespace": "ops",
+                "queues": ["q"], "reason": "for CI"}"#,
+        )
+        .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.text);
+    let ci = made.json();
+    assert!(str_of(&ci["secret"]).starts_with("sbt_"), "{ci}");
+    assert_eq!(
+        (&ci["token"]["created_by"], &ci["token"]["revoked_at"]),
+        (&json!("ops-lead"), &Value::Null)
+    );
+    let root = c
+        .call(
+            "POST",
+            "/api/v1/tokens",
+            r#"{"name": "root", "scopes": ["admin"], "namespace": null, "queues": null}"#,
+        )
+        .await;
+    assert_eq!(root.status, StatusCode::CREATED, "{}", root.text);
+    let root_id = str_of(&root.json()["token"]["id"]);
+    assert_eq!(root.json()["token"]["created_by"], "anonymous");
+    for (body, status, field) in [
+        (
+            r#"{"name": "x", "scopes": ["root"]}"#,
+            bad_request,
+            "scopes",
+        ),
+        (
+            r#"{"name": "x", "scopes": ["read"], "namespace": "A!"}"#,
+            bad_request,
+            "namespace",
+        ),
+        (r#"{"name": "x"}"#, bad_request, "body"),
+        (
+            r#"{"name": "x", "scopes": ["read"], "ttl": 1}"#,
+            bad_request,
+            "body",
+        ),
+        ("", bad_request, "body"),
+        (
+            r#"{"name": "X", "scopes": ["read"]}"#,
+            unprocessable,
+            "name",
+        ),
+        (r#"{"name": "x", "scopes": []}"#, unprocessable, "scopes"),
+        (
+            r#"{"name": "x", "scopes": ["read"], "queues": ["q"]}"#,
+            unprocessable,
+            "queues",
+        ),
+        (
+            r#"{"name": "x", "scopes": ["admin"], "namespace": "ops"}"#,
+            unprocessable,
+            "namespace",
+        ),
+    ] {
+        let answer = c.call("POST", "/api/v1/tokens", body).await;
+        assert_eq!(answer.status, status, "{body}: {}", answer.text);
+        assert_eq!(answer.json()["errors"][0]["field"], field, "{body}");
+    }
+    let taken = c
+        .call(
+            "POST",
+            "/api/v1/tokens",
+            r#"{"name": "ci", "scopes": ["read"]}"#,
+        )
+        .await;
+    assert_eq!(taken.status, StatusCode::CONFLICT);
+    let no_actor = c
+        .call_with(
+            &[("starbridge-actor", "")],
+            "POST",
+            "/api/v1/tokens",
+            r#"{"name": "x", "scopes": ["read"]}"#,
+        )
+        .await;
+    assert_eq!(no_actor.status, bad_request);
+    assert_eq!(no_actor.json()["errors"][0]["field"], "Starbridge-Actor");
+    let revoked = c
+        .call("DELETE", &format!("/api/v1/tokens/{root_id}"), "")
+        .await;
+    assert_eq!(revoked.status, ok);
+    assert!(revoked.json()["revoked_at"].is_string(), "{}", revoked.text);
+    let again = c
+        .call("DELETE", &format!("/api/v1/tokens/{root_id}"), "")
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    let unknown = c.call("DELETE", "/api/v1/tokens/nope", "").await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+    let tokens = c.call("GET", "/api/v1/tokens", "").await;
+    assert_eq!(tokens.status, ok);
+    let listed = tokens.json()["items"].clone();
+    assert_eq!(
+        (&listed[0]["name"], &listed[1]["name"]),
+        (&json!("ci"), &json!("root")),
+        "oldest first, the revoked one too: {listed:#}"
+    );
+
+    // The audit log: every accepted change of this test, newest first, of every namespace
+    // unless one is named; pages through `before`; refusals.
+    let audit = c.call("GET", "/api/v1/audit", "").await;
+    assert_eq!(audit.status, ok);
+    let entries = audit.json()["items"].clone();
+    let newest = &entries[0];
+    assert_eq!(
+        (&newest["action"], &newest["status"], &newest["actor"]),
+        (
+            &json!("DELETE /api/v1/tokens/{id}"),
+            &json!(200),
+            &json!("anonymous")
+        )
+    );
+    assert_eq!(newest["target"], format!("/api/v1/tokens/{root_id}"));
+    let made_entry = entries
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["action"] == "POST /api/v1/tokens" && entry["status"] == 201)
+        .cloned()
+        .expect("the token's creation is logged");
+    assert_eq!(
+        (&made_entry["actor"], &made_entry["reason"]),
+        (&json!("anonymous"), &Value::Null),
+        "the last creation (root) comes first"
+    );
+    assert!(
+        entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|entry| entry["reason"] == "for CI" && entry["actor"] == "ops-lead"),
+        "{entries:#}"
+    );
+    let page = c.call("GET", "/api/v1/audit?limit=2", "").await;
+    assert_eq!(page.status, ok);
+    let cursor = page.json()["next_cursor"].as_i64().expect("a full page");
+    let next = c
+        .call("GET", &format!("/api/v1/audit?limit=2&before={cursor}"), "")
+        .await;
+    assert_eq!(next.status, ok);
+    assert!(next.json()["items"][0]["seq"].as_i64().unwrap() < cursor);
+    let ops = c.call("GET", "/api/v1/audit?namespace=ops", "").await;
+    assert_eq!(ops.status, ok);
+    let ops = ops.json()["items"].clone();
+    assert!(!ops.as_array().unwrap().is_empty(), "the queue of ops");
+    assert!(
+        ops.as_array()
+            .unwrap()
+            .iter()
+            .all(|entry| entry["namespace"] == "ops"),
+        "{ops:#}"
+    );
+    for query in ["limit=0", "limit=1001", "namespace=A!"] {
+        let answer = c.call("GET", &format!("/api/v1/audit?{query}"), "").await;
+        assert_eq!(answer.status, bad_request, "{query}");
+    }
+    let unparsable = c.call("GET", "/api/v1/audit?before=abc", "").await;
+    assert_eq!(unparsable.status, bad_request);
+    assert!(unparsable.content_type.starts_with("text/plain"));
+
     assert_eq!(c.call("GET", "/metrics", "").await.status, ok);
 
     // Every documented operation answered a success at least once.
@@ -1455,6 +1777,19 @@ async fn answers_given_before_the_handler_are_as_documented() {
     );
     let answer = c.call("PUT", "/api/v1/schedules/big", &big).await;
     assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
+    // A change over 16 MiB: refused before anything else, as a problem, even where the handler
+    // reads no body.
+    let huge = format!("{{\"reason\": \"{}\"}}", "x".repeat(17 << 20));
+    for (method, uri) in [
+        ("POST", "/api/v1/jobs"),
+        ("DELETE", "/api/v1/schedules/nightly"),
+        ("POST", "/api/v1/tokens"),
+    ] {
+        let answer = c.call(method, uri, &huge).await;
+        assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE, "{uri}");
+        assert_eq!(answer.content_type, "application/problem+json", "{uri}");
+        assert_eq!(answer.json()["type"], "/problems/too-large", "{uri}");
+    }
     // A known path with another method: 405 with an empty body, as `info.description` says.
     let answer = c.api.send("DELETE", "/api/v1/jobs", "", "").await;
     assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
@@ -1515,4 +1850,129 @@ async fn fired_schedules_match_their_documented_schema() {
     let list = c.call("GET", "/api/v1/schedules", "").await;
     assert_eq!(list.status, StatusCode::OK);
     assert_eq!(list.json()["items"].as_array().unwrap().len(), 2);
+}
+
+/// With `--auth`: every operation but the public ones refuses a request without a token, with an
+/// unknown or revoked one (401) and with one of too small a scope (403), and answers one of the
+/// scope it documents; a token bound to a namespace that names another gets 404. Each refusal
+/// matches its documented schema and headers.
+#[tokio::test]
+async fn refusals_of_authentication_are_as_documented() {
+    let c = Checker::with_api(api_with_auth()).await;
+    let mut tokens = HashMap::new();
+    for (scope, _) in SCOPES {
+        let secret = c.api.token(scope.as_str(), &[*scope], None, None).await;
+        tokens.insert(*scope, secret);
+    }
+    let revoked = c.api.token("revoked", &[Scope::Admin], None, None).await;
+    let revoked_id = revoked.split('_').nth(1).unwrap().to_owned();
+    let admin = tokens[&Scope::Admin].clone();
+    let answer = c
+        .call_by(
+            &admin,
+            "DELETE",
+            &format!("/api/v1/tokens/{revoked_id}"),
+            "",
+        )
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+
+    for (method, path) in OPERATIONS {
+        let operation = &c.document["paths"][path][method.to_lowercase()];
+        let uri = path
+            .replace("{action}", "pause")
+            .replace("{id}", "x")
+            .replace("{name}", "x")
+            .replace("{task}", "x");
+        if PUBLIC.contains(&(*method, *path)) {
+            let answer = c.call(method, &uri, "").await;
+            assert_eq!(answer.status, StatusCode::OK, "{method} {path} is public");
+            continue;
+        }
+        for presented in [None, Some("sbt_made_up"), Some(revoked.as_str())] {
+            let answer = match presented {
+                None => c.call(method, &uri, "").await,
+                Some(token) => c.call_by(token, method, &uri, "").await,
+            };
+            assert_eq!(answer.status, StatusCode::UNAUTHORIZED, "{method} {path}");
+            assert_eq!(answer.json()["type"], "/problems/unauthorized");
+        }
+        let needed = Scope::parse(operation["x-required-scope"].as_str().unwrap()).unwrap();
+        for (scope, covers) in SCOPES {
+            let answer = c.call_by(&tokens[scope], method, &uri, "").await;
+            if covers.contains(&needed) {
+                assert!(
+                    ![StatusCode::UNAUTHORIZED, StatusCode::FORBIDDEN].contains(&answer.status),
+                    "{method} {path} needs {needed:?}, which {scope:?} has: {}",
+                    answer.text
+                );
+            } else {
+                assert_eq!(
+                    answer.status,
+                    StatusCode::FORBIDDEN,
+                    "{method} {path} needs {needed:?}, which {scope:?} lacks"
+                );
+                assert_eq!(answer.json()["type"], "/problems/forbidden");
+            }
+        }
+        // A token bound to namespace `a`, of the scope the operation needs, naming `b`.
+        let takes_namespace = operation["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["$ref"] == "#/components/parameters/Namespace" || p["name"] == "namespace");
+        if takes_namespace {
+            let name = format!(
+                "bound-{}",
+                operation["operationId"].as_str().unwrap().to_lowercase()
+            );
+            let bound = c.api.token(&name, &[needed], Some("a"), None).await;
+            let answer = c
+                .call_by(&bound, method, &format!("{uri}?namespace=b"), "")
+                .await;
+            assert_eq!(answer.status, StatusCode::NOT_FOUND, "{method} {path}");
+        }
+    }
+
+    // The cookie a browser sends; a worker bound to namespace `a` polling in `b`, and a worker
+    // of queue `q` polling another queue.
+    let cookie = format!("starbridge_token={}", tokens[&Scope::Read]);
+    let answer = c
+        .call_with(&[("cookie", &cookie)], "GET", "/api/v1/jobs", "")
+        .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    let worker = c
+        .api
+        .token("worker-a", &[Scope::Work], Some("a"), Some(&["q"]))
+        .await;
+    let poll = |queue: &str, namespace: &str| {
+        json!({"worker_id": "w", "queues": [queue], "namespace": namespace}).to_string()
+    };
+    let answer = c
+        .call_by(&worker, "POST", "/api/v1/tasks/poll", &poll("q", "b"))
+        .await;
+    assert_eq!(answer.status, StatusCode::NOT_FOUND);
+    let answer = c
+        .call_by(&worker, "POST", "/api/v1/tasks/poll", &poll("other", "a"))
+        .await;
+    assert_eq!(answer.status, StatusCode::FORBIDDEN);
+    let answer = c
+        .call_by(&worker, "POST", "/api/v1/tasks/poll", &poll("q", "a"))
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.text);
+
+    // Every protected operation answered 401 and 403, as it documents.
+    let seen = c.seen.lock().await;
+    for (method, path) in OPERATIONS {
+        if PUBLIC.contains(&(*method, *path)) {
+            continue;
+        }
+        for status in [401, 403] {
+            assert!(
+                seen.iter()
+                    .any(|(m, p, s)| m == method && p == path && *s == status),
+                "no {status} of {method} {path} was checked"
+            );
+        }
+    }
 }
