@@ -92,9 +92,7 @@ impl Caller {
         if let Caller::Token(token) = self
             && !token.may_act_in(name)
         {
-            return Err(ApiError::not_found(format!(
-                "namespace '{name}' not found"
-            )));
+            return Err(ApiError::not_found(format!("namespace '{name}' not found")));
         }
         Ok(name.to_owned())
     }
@@ -149,19 +147,21 @@ pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
     if path == "/healthz" || path == "/api/v1/openapi.json" {
         return None;
     }
-    Some(if path == "/metrics" || path.starts_with("/api/v1/tokens") {
-        Scope::Admin
-    } else if path.starts_with("/api/v1/tasks/") {
-        Scope::Work
-    } else if path.starts_with("/api/v1/audit") {
-        Scope::Operate
-    } else if method == Method::GET || method == Method::HEAD {
-        Scope::Read
-    } else if method == Method::POST && path == "/api/v1/jobs" {
-        Scope::Submit
-    } else {
-        Scope::Operate
-    })
+    Some(
+        if path == "/metrics" || path.starts_with("/api/v1/tokens") {
+            Scope::Admin
+        } else if path.starts_with("/api/v1/tasks/") {
+            Scope::Work
+        } else if path.starts_with("/api/v1/audit") {
+            Scope::Operate
+        } else if method == Method::GET || method == Method::HEAD {
+            Scope::Read
+        } else if method == Method::POST && path == "/api/v1/jobs" {
+            Scope::Submit
+        } else {
+            Scope::Operate
+        },
+    )
 }
 
 fn presented_token(headers: &HeaderMap) -> Option<&str> {
@@ -333,7 +333,10 @@ mod tests {
             required_scope(&post, "/api/v1/jobs/x/retry"),
             Some(Scope::Operate)
         );
-        assert_eq!(required_scope(&post, "/api/v1/tasks/poll"), Some(Scope::Work));
+        assert_eq!(
+            required_scope(&post, "/api/v1/tasks/poll"),
+            Some(Scope::Work)
+        );
         assert_eq!(required_scope(&get, "/api/v1/tokens"), Some(Scope::Admin));
         assert_eq!(required_scope(&get, "/metrics"), Some(Scope::Admin));
     }
@@ -341,7 +344,10 @@ mod tests {
     #[test]
     fn a_token_may_come_from_the_header_or_a_cookie() {
         let mut headers = HeaderMap::new();
-        headers.insert(header::COOKIE, "a=b; starbridge_token=sbt_x_y".parse().unwrap());
+        headers.insert(
+            header::COOKIE,
+            "a=b; starbridge_token=sbt_x_y".parse().unwrap(),
+        );
         assert_eq!(presented_token(&headers), Some("sbt_x_y"));
         headers.insert(header::AUTHORIZATION, "Bearer sbt_h_s".parse().unwrap());
         assert_eq!(presented_token(&headers), Some("sbt_h_s"));

@@ -15,11 +15,11 @@ use starbridge_core::model::{OperatorAction, OperatorCommand};
 use std::future::Future;
 use std::pin::Pin;
 
+use crate::auth::actor;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{
     AppState, body, job_id, job_view, namespace, parse_status, parse_time, task_id,
 };
-use crate::auth::actor;
 use starbridge_store::{Error as StoreError, JobFilter};
 
 pub(crate) fn routes() -> Router<AppState> {

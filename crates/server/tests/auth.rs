@@ -68,7 +68,10 @@ impl Api {
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
             .unwrap();
-        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
     }
 }
 
@@ -98,10 +101,20 @@ async fn a_request_without_a_valid_token_is_refused_but_health_and_the_document_
     let (status, problem) = api.call(None, "GET", "/api/v1/jobs", "").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(problem["type"], "/problems/unauthorized");
-    assert!(problem["detail"].as_str().unwrap().contains("STARBRIDGE_TOKEN"));
-    let (status, _) = api.call(Some("sbt_made_up"), "GET", "/api/v1/jobs", "").await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("STARBRIDGE_TOKEN")
+    );
+    let (status, _) = api
+        .call(Some("sbt_made_up"), "GET", "/api/v1/jobs", "")
+        .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert_eq!(api.call(None, "GET", "/healthz", "").await.0, StatusCode::OK);
+    assert_eq!(
+        api.call(None, "GET", "/healthz", "").await.0,
+        StatusCode::OK
+    );
     assert_eq!(
         api.call(None, "GET", "/api/v1/openapi.json", "").await.0,
         StatusCode::OK
@@ -143,35 +156,55 @@ async fn scopes_decide_what_a_token_may_do() {
     let (_, job_a, _) = two_teams(&api).await;
     let read = api.token("read", Some("a"), &[Scope::Read], None).await;
     let submit = api.token("submit", Some("a"), &[Scope::Submit], None).await;
-    let operate = api.token("operate", Some("a"), &[Scope::Operate], None).await;
+    let operate = api
+        .token("operate", Some("a"), &[Scope::Operate], None)
+        .await;
     let work = api.token("work", Some("a"), &[Scope::Work], None).await;
     let submit_job = r#"{"workflow": "wf"}"#;
     let pause = format!("/api/v1/jobs/{job_a}/pause");
 
-    let (status, problem) = api.call(Some(&read), "POST", "/api/v1/jobs", submit_job).await;
+    let (status, problem) = api
+        .call(Some(&read), "POST", "/api/v1/jobs", submit_job)
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
-    assert!(problem["detail"].as_str().unwrap().contains("needs submit"), "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("needs submit"),
+        "{problem}"
+    );
     assert_eq!(
-        api.call(Some(&submit), "POST", "/api/v1/jobs", submit_job).await.0,
+        api.call(Some(&submit), "POST", "/api/v1/jobs", submit_job)
+            .await
+            .0,
         StatusCode::CREATED
     );
     assert_eq!(
         api.call(Some(&submit), "POST", &pause, "").await.0,
         StatusCode::FORBIDDEN
     );
-    assert_eq!(api.call(Some(&operate), "POST", &pause, "").await.0, StatusCode::OK);
     assert_eq!(
-        api.call(Some(&operate), "GET", "/api/v1/tokens", "").await.0,
+        api.call(Some(&operate), "POST", &pause, "").await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        api.call(Some(&operate), "GET", "/api/v1/tokens", "")
+            .await
+            .0,
         StatusCode::FORBIDDEN,
         "only admins manage tokens"
     );
     let (status, _) = api
         .call(Some(&work), "GET", &format!("/api/v1/jobs/{job_a}"), "")
         .await;
-    assert_eq!(status, StatusCode::FORBIDDEN, "a work token cannot read jobs");
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a work token cannot read jobs"
+    );
     let poll = r#"{"queues": ["q"], "worker_id": "w"}"#;
     assert_eq!(
-        api.call(Some(&read), "POST", "/api/v1/tasks/poll", poll).await.0,
+        api.call(Some(&read), "POST", "/api/v1/tasks/poll", poll)
+            .await
+            .0,
         StatusCode::FORBIDDEN,
         "only work tokens poll"
     );
@@ -181,7 +214,9 @@ async fn scopes_decide_what_a_token_may_do() {
 async fn a_work_token_polls_and_reports_only_on_its_queues_and_namespace() {
     let api = Api::start();
     let (_, job_a, job_b) = two_teams(&api).await;
-    let work_a = api.token("work-a", Some("a"), &[Scope::Work], Some(&["q"])).await;
+    let work_a = api
+        .token("work-a", Some("a"), &[Scope::Work], Some(&["q"]))
+        .await;
     let other_queue = r#"{"queues": ["elsewhere"], "worker_id": "w"}"#;
     let (status, problem) = api
         .call(Some(&work_a), "POST", "/api/v1/tasks/poll", other_queue)
@@ -226,7 +261,8 @@ async fn a_work_token_polls_and_reports_only_on_its_queues_and_namespace() {
 async fn tokens_are_made_shown_once_listed_revoked_and_every_change_is_audited() {
     let api = Api::start();
     let admin = api.token("root", None, &[Scope::Admin], None).await;
-    let request = json!({"name": "ci", "scopes": ["submit"], "namespace": "a", "reason": "pipeline"});
+    let request =
+        json!({"name": "ci", "scopes": ["submit"], "namespace": "a", "reason": "pipeline"});
     let (status, created) = api
         .call(Some(&admin), "POST", "/api/v1/tokens", &request.to_string())
         .await;
@@ -236,7 +272,10 @@ async fn tokens_are_made_shown_once_listed_revoked_and_every_change_is_audited()
     assert_eq!(created["token"]["created_by"], "root");
 
     let (_, list) = api.call(Some(&admin), "GET", "/api/v1/tokens", "").await;
-    assert!(!list.to_string().contains(&secret), "the secret is shown only once");
+    assert!(
+        !list.to_string().contains(&secret),
+        "the secret is shown only once"
+    );
     let (status, _) = api.call(Some(&secret), "GET", "/api/v1/jobs", "").await;
     assert_eq!(status, StatusCode::OK);
 
@@ -251,7 +290,11 @@ async fn tokens_are_made_shown_once_listed_revoked_and_every_change_is_audited()
     assert_eq!(status, StatusCode::OK);
     assert!(revoked["revoked_at"].is_string());
     let (status, _) = api.call(Some(&secret), "GET", "/api/v1/jobs", "").await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED, "a revoked token is refused");
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a revoked token is refused"
+    );
 
     let (_, audit) = api.call(Some(&admin), "GET", "/api/v1/audit", "").await;
     let entries: Vec<(String, String)> = audit["items"]
@@ -279,7 +322,9 @@ async fn tokens_are_made_shown_once_listed_revoked_and_every_change_is_audited()
 async fn operator_actions_are_recorded_with_the_tokens_name_not_the_claimed_actor() {
     let api = Api::start();
     let (_, job_a, _) = two_teams(&api).await;
-    let operate = api.token("oncall", Some("a"), &[Scope::Operate], None).await;
+    let operate = api
+        .token("oncall", Some("a"), &[Scope::Operate], None)
+        .await;
     let request = Request::builder()
         .method("POST")
         .uri(format!("/api/v1/jobs/{job_a}/pause"))
@@ -290,7 +335,12 @@ async fn operator_actions_are_recorded_with_the_tokens_name_not_the_claimed_acto
     let response = api.app.clone().oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let (_, events) = api
-        .call(Some(&operate), "GET", &format!("/api/v1/jobs/{job_a}/events"), "")
+        .call(
+            Some(&operate),
+            "GET",
+            &format!("/api/v1/jobs/{job_a}/events"),
+            "",
+        )
         .await;
     let paused = events["items"]
         .as_array()
