@@ -105,7 +105,13 @@ impl Cluster {
     fn spawn_node(&mut self, index: usize) {
         let node = &mut self.nodes[index];
         let child = Command::new(BIN)
-            .args(["server", "--listen", &node.listen, "--database", &self.database])
+            .args([
+                "server",
+                "--listen",
+                &node.listen,
+                "--database",
+                &self.database,
+            ])
             .args(["--db-lock-timeout", "100ms", "--db-connect-timeout", "2s"])
             .env("STARBRIDGE_LOG", "error")
             .stdin(Stdio::null())
@@ -226,8 +232,14 @@ impl Cluster {
                 if let Ok(response) = self.http.get(url).send().await
                     && response.status().is_success()
                     && let Ok(job) = response.json::<Value>().await
-                    && ["succeeded", "failed", "cancelled", "timed_out", "compensation_failed"]
-                        .contains(&job["status"].as_str().unwrap_or(""))
+                    && [
+                        "succeeded",
+                        "failed",
+                        "cancelled",
+                        "timed_out",
+                        "compensation_failed",
+                    ]
+                    .contains(&job["status"].as_str().unwrap_or(""))
                 {
                     ended.insert(id.clone(), job);
                 }
@@ -321,7 +333,11 @@ async fn three_nodes_run_1200_jobs_with_every_task_claimed_exactly_once() {
         .flat_map(|job| job["tasks"].as_array().unwrap())
         .map(|task| task["worker_id"].as_str().unwrap())
         .collect();
-    assert_eq!(workers.len(), 3, "every node's worker got work: {workers:?}");
+    assert_eq!(
+        workers.len(),
+        3,
+        "every node's worker got work: {workers:?}"
+    );
 }
 
 /// Restarts the test server's PostgreSQL cluster (the one at `scratch::server_url`).

@@ -238,10 +238,7 @@ impl dyn Conn + '_ {
         args: &[Arg<'_>],
         map: impl FnOnce(&mut Row) -> Result<T>,
     ) -> Result<Option<T>> {
-        self.query(sql, args)?
-            .first_mut()
-            .map(map)
-            .transpose()
+        self.query(sql, args)?.first_mut().map(map).transpose()
     }
 
     /// The first column of the only row (an aggregate, a count).

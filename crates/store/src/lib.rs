@@ -10,6 +10,7 @@ mod cache;
 mod clock;
 mod commands;
 mod db;
+mod jobs;
 mod notify;
 mod postgres;
 mod reader;
@@ -35,9 +36,9 @@ use starbridge_core::time::{Duration, Timestamp};
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::DatabaseError;
-pub use sqlite::sqlite_path;
 pub use notify::Notifier;
 pub use schedules::{ScheduleSpec, StoredSchedule, time_zone};
+pub use sqlite::sqlite_path;
 pub use stats::{QueueStats, Stats};
 pub use webhooks::{
     Attempt, DELIVERY_LEASE, Delivery, DueDelivery, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF,
@@ -241,8 +242,11 @@ fn open_backend(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Op
             Ok((applied, opener.connect()?))
         })?;
         let for_pool = connector.clone();
-        let connect: Connect =
-            Arc::new(move || for_pool.connect().map(|conn| Box::new(conn) as Box<dyn Conn>));
+        let connect: Connect = Arc::new(move || {
+            for_pool
+                .connect()
+                .map(|conn| Box::new(conn) as Box<dyn Conn>)
+        });
         return Ok(Opened {
             writer: Box::new(writer),
             connect,
@@ -435,9 +439,14 @@ impl Store {
         };
         self.writer
             .write(move |ctx| {
-                let before = Timestamp(ctx.now.0.saturating_sub(
-                    i64::try_from(retain.as_millis()).unwrap_or(i64::MAX),
-                ));
+                let before = Timestamp(
+                    ctx.now
+                        .0
+                        .saturating_sub(i64::try_from(retain.as_millis()).unwrap_or(i64::MAX)),
+                );
+                // Only finished jobs go, which the job cache never holds; forget it anyway,
+                // since rows change outside the commands.
+                ctx.jobs.clear();
                 rows::prune_finished(ctx.conn, before, PRUNE_BATCH)
             })
             .await
@@ -568,7 +577,16 @@ impl Store {
     ) -> Result<Webhook> {
         let (namespace, url) = (namespace.to_owned(), url.to_owned());
         self.writer
-            .write(move |ctx| webhooks::create(ctx, &namespace, &url, workflow.clone(), states.clone(), secret.clone()))
+            .write(move |ctx| {
+                webhooks::create(
+                    ctx,
+                    &namespace,
+                    &url,
+                    workflow.clone(),
+                    states.clone(),
+                    secret.clone(),
+                )
+            })
             .await
     }
 

@@ -18,8 +18,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use bytes::BytesMut;
-use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, NoTls, Statement};
 
 use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, args, postgres_sql};
@@ -215,8 +215,10 @@ impl PgConn {
             "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
         )?;
         let conn: &mut dyn Conn = self;
-        let current: i64 =
-            conn.query_value("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", &[])?;
+        let current: i64 = conn.query_value(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            &[],
+        )?;
         let mut applied = 0;
         for (version, sql) in MIGRATIONS {
             if *version <= current {
@@ -305,7 +307,11 @@ impl Conn for PgConn {
 /// What one commit tells the other nodes. Lines: `n <node>` (who sent it, so a node skips its
 /// own), `q <namespace> <queue>` (a queue got work), `d` (webhook deliveries were written).
 /// Fields are tab-separated; a payload stays under PostgreSQL's 8000-byte limit.
-pub(crate) fn announcements(node: &str, wakes: &[(String, String)], deliveries: bool) -> Vec<String> {
+pub(crate) fn announcements(
+    node: &str,
+    wakes: &[(String, String)],
+    deliveries: bool,
+) -> Vec<String> {
     const LIMIT: usize = 7900;
     let header = format!("n\t{node}");
     let mut payloads = Vec::new();
@@ -420,11 +426,20 @@ mod tests {
     #[test]
     fn announcements_skip_duplicates_and_stay_under_the_payload_limit() {
         let wakes: Vec<(String, String)> = (0..400)
-            .map(|i| ("default".to_owned(), format!("a-queue-with-a-rather-long-name-{}", i % 200)))
+            .map(|i| {
+                (
+                    "default".to_owned(),
+                    format!("a-queue-with-a-rather-long-name-{}", i % 200),
+                )
+            })
             .collect();
         let payloads = announcements("node-a", &wakes, true);
         assert!(payloads.len() > 1);
-        assert!(payloads.iter().all(|p| p.len() < 8000 && p.starts_with("n\tnode-a")));
+        assert!(
+            payloads
+                .iter()
+                .all(|p| p.len() < 8000 && p.starts_with("n\tnode-a"))
+        );
         let lines: usize = payloads.iter().map(|p| p.lines().count() - 1).sum();
         assert_eq!(lines, 201, "200 distinct queues and the deliveries line");
         assert!(announcements("node-a", &[], false).is_empty());
@@ -440,8 +455,10 @@ mod tests {
 
         let poll = notifier.register("default", &["q".to_owned()]);
         receive(&notifier, "node-b", payload);
-        let woken =
-            tokio::time::timeout(Duration::from_millis(20), poll.notified()).await;
-        assert!(woken.is_err(), "a node's own announcement is not applied twice");
+        let woken = tokio::time::timeout(Duration::from_millis(20), poll.notified()).await;
+        assert!(
+            woken.is_err(),
+            "a node's own announcement is not applied twice"
+        );
     }
 }

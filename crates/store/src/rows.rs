@@ -260,7 +260,10 @@ pub(crate) fn load_job(conn: &mut dyn Conn, id: &JobId) -> Result<Option<Job>> {
 }
 
 fn locked_job(conn: &mut dyn Conn, id: &JobId, lock: RowLock) -> Result<Option<Job>> {
-    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1{}", lock.clause());
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1{}",
+        lock.clause()
+    );
     conn.query_opt(&sql, args![id.as_str()], job_from_row)?
         .map(RawJob::into_job)
         .transpose()
@@ -298,11 +301,7 @@ pub(crate) fn job_of_task(conn: &mut dyn Conn, task: &TaskId) -> Result<Option<J
     Ok(id.and_then(|id| JobId::parse(&id)))
 }
 
-pub(crate) fn job_by_key(
-    conn: &mut dyn Conn,
-    namespace: &str,
-    key: &str,
-) -> Result<Option<JobId>> {
+pub(crate) fn job_by_key(conn: &mut dyn Conn, namespace: &str, key: &str) -> Result<Option<JobId>> {
     let id: Option<String> = conn.query_opt(
         "SELECT id FROM jobs WHERE namespace = ?1 AND key = ?2",
         args![namespace, key],

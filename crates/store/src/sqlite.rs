@@ -89,8 +89,10 @@ impl SqliteConn {
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
         )?;
         let conn: &mut dyn Conn = self;
-        let current: i64 =
-            conn.query_value("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", &[])?;
+        let current: i64 = conn.query_value(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            &[],
+        )?;
         let mut applied = 0;
         for (version, sql) in MIGRATIONS {
             if *version <= current {
@@ -105,7 +107,6 @@ impl SqliteConn {
         }
         Ok(applied)
     }
-
 }
 
 fn cell(value: ValueRef<'_>) -> Cell {

@@ -901,7 +901,9 @@ async fn a_schedule_fires_one_job_per_fire_time_with_its_params(f: Fixture) {
     );
 }
 
-async fn overlap_skip_starts_nothing_while_the_previous_job_runs_and_queue_one_holds_one_fire(f: Fixture) {
+async fn overlap_skip_starts_nothing_while_the_previous_job_runs_and_queue_one_holds_one_fire(
+    f: Fixture,
+) {
     f.store
         .apply_workflow(
             "default",

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::cache::WorkflowCache;
 use crate::clock::Clock;
 use crate::db::{Backend, Conn};
+use crate::jobs::JobCache;
 use crate::notify::Notifier;
 use crate::{Error, Result};
 
@@ -31,6 +32,8 @@ pub(crate) struct WriteCtx<'a> {
     pub(crate) conn: &'a mut dyn Conn,
     pub(crate) now: Timestamp,
     pub(crate) workflows: &'a WorkflowCache,
+    /// Unfinished jobs as this transaction left them (SQLite only, see `jobs`).
+    pub(crate) jobs: &'a mut JobCache,
     pub(crate) wakes: Vec<(String, String)>,
     /// Set when webhook deliveries were written: the deliverer is woken after commit.
     pub(crate) deliveries: bool,
@@ -122,6 +125,8 @@ fn usable(conn: &mut Option<Box<dyn Conn>>, connect: &Connect) -> Result<()> {
 }
 
 fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared: &Shared) {
+    // On SQLite this thread makes every change to jobs, so what it cached is what is stored.
+    let mut jobs = JobCache::new(conn.backend() == Backend::Sqlite);
     let mut conn = Some(conn);
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
     let mut again: Vec<Work> = Vec::new();
@@ -149,7 +154,7 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared:
         let Some(conn) = conn.as_deref_mut() else {
             continue;
         };
-        commit_batch(conn, &mut batch, &mut again, shared);
+        commit_batch(conn, &mut batch, &mut again, &mut jobs, shared);
     }
 }
 
@@ -158,6 +163,7 @@ fn commit_batch(
     conn: &mut dyn Conn,
     batch: &mut Vec<Work>,
     again: &mut Vec<Work>,
+    jobs: &mut JobCache,
     shared: &Shared,
 ) {
     let begin = match conn.backend() {
@@ -188,6 +194,7 @@ fn commit_batch(
             conn: &mut *conn,
             now: shared.clock.now(),
             workflows: &shared.workflows,
+            jobs: &mut *jobs,
             wakes: Vec::new(),
             deliveries: false,
         };
@@ -204,8 +211,10 @@ fn commit_batch(
         let closed = if keep {
             wakes.append(&mut ctx.wakes);
             deliveries |= ctx.deliveries;
+            jobs.request_kept();
             conn.batch("RELEASE request")
         } else {
+            jobs.request_rolled_back();
             conn.batch("ROLLBACK TO request; RELEASE request")
         };
         if let Err(error) = closed {
@@ -228,6 +237,7 @@ fn commit_batch(
         tracing::error!(%error, "group commit failed; every request in it is refused");
         let _ = conn.batch("ROLLBACK");
         shared.workflows.clear();
+        jobs.clear();
         wakes.clear();
         // Requests set to run again are refused too: the database is in trouble.
         again.clear();
