@@ -1,6 +1,7 @@
 //! The Starbridge server: the HTTP API, long-poll dispatch to workers, and the timer loop that
 //! expires leases and enforces deadlines. All state lives in the store.
 
+mod batch;
 mod error;
 mod metrics;
 mod openapi;

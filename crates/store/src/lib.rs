@@ -368,6 +368,24 @@ impl Store {
             .await
     }
 
+    /// Submits several jobs at once: each in its own savepoint (one refused leaves the others
+    /// alone), all queued for the same group commits. Answers in the order given.
+    pub async fn submit_many(
+        &self,
+        namespace: &str,
+        requests: Vec<Submit>,
+    ) -> Vec<Result<Submitted>> {
+        let pending: Vec<_> = requests
+            .into_iter()
+            .map(|request| {
+                let namespace = namespace.to_owned();
+                self.writer
+                    .enqueue(move |ctx| commands::submit(ctx, &namespace, request.clone()))
+            })
+            .collect();
+        writer::answers(pending).await
+    }
+
     pub async fn claim(
         &self,
         namespace: &str,
@@ -385,6 +403,19 @@ impl Store {
         self.writer
             .write(move |ctx| commands::report(ctx, &task, input.clone()))
             .await
+    }
+
+    /// Several reports at once: each in its own savepoint, all queued for the same group
+    /// commits. Answers in the order given.
+    pub async fn report_many(&self, reports: Vec<(TaskId, Input)>) -> Vec<Result<Reported>> {
+        let pending: Vec<_> = reports
+            .into_iter()
+            .map(|(task, input)| {
+                self.writer
+                    .enqueue(move |ctx| commands::report(ctx, &task, input.clone()))
+            })
+            .collect();
+        writer::answers(pending).await
     }
 
     /// An operator's action (pause, resume, cancel, retry, skip, rerun) on a job of `namespace`.

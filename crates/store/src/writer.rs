@@ -80,7 +80,17 @@ impl Writer {
 
     /// Runs `work` in the next group transaction; resolves once it is committed. `work` may run
     /// more than once (its earlier runs rolled back) when other nodes contend for its rows.
-    pub(crate) async fn write<T, F>(&self, mut work: F) -> Result<T>
+    pub(crate) async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.enqueue(work).answer().await
+    }
+
+    /// Queues `work` for the next group transaction at once (requests queued together commit
+    /// together, each under its own savepoint); the answer resolves once it is committed.
+    pub(crate) fn enqueue<T, F>(&self, mut work: F) -> Pending<T>
     where
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
@@ -103,13 +113,37 @@ impl Writer {
             });
             Outcome::Done { ok, reply }
         });
-        self.sender.send(work).map_err(|_| Error::Closed)?;
+        Pending {
+            reply: self.sender.send(work).ok().map(|()| reply),
+        }
+    }
+}
+
+/// The answer to a queued write request.
+pub(crate) struct Pending<T> {
+    /// `None` when the writer had stopped before the request was queued.
+    reply: Option<oneshot::Receiver<Result<T>>>,
+}
+
+impl<T> Pending<T> {
+    /// Waits until the request is committed (or refused).
+    pub(crate) async fn answer(self) -> Result<T> {
+        let reply = self.reply.ok_or(Error::Closed)?;
         reply.await.map_err(|_| {
             Error::Unavailable(
                 "the database could not start a transaction; nothing was written".to_owned(),
             )
         })?
     }
+}
+
+/// Waits for the answers of requests queued together, in their order.
+pub(crate) async fn answers<T>(pending: Vec<Pending<T>>) -> Vec<Result<T>> {
+    let mut answers = Vec::with_capacity(pending.len());
+    for request in pending {
+        answers.push(request.answer().await);
+    }
+    answers
 }
 
 /// The connection to write with: the current one, or a new one when it broke.
