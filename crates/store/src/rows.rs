@@ -599,8 +599,6 @@ fn into_queue(namespace: &str, raw: RawQueue) -> Result<StoredQueue> {
 }
 
 /// A queue's settings; `None` when nobody created or configured it.
-
-/// A queue's settings; `None` when nobody created or configured it.
 pub(crate) fn queue(
     conn: &mut dyn Conn,
     namespace: &str,
