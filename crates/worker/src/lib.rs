@@ -26,6 +26,7 @@
 //! ```
 
 mod client;
+mod completions;
 mod context;
 mod outcome;
 pub mod shell;
