@@ -530,6 +530,62 @@ pub struct DeliveryList {
     pub items: Vec<DeliveryView>,
 }
 
+/// Most items in one batch request (`POST /jobs/batch`, `POST /tasks/complete`).
+pub const MAX_BATCH_ITEMS: usize = 1000;
+
+/// Several jobs in one request (`POST /jobs/batch`), each submitted as by `POST /jobs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitJobs {
+    pub jobs: Vec<SubmitJob>,
+}
+
+/// One job of a batch submit: created, or found by its `key`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubmittedJob {
+    pub id: String,
+    pub status: String,
+    /// False when the `key` named an existing job, which is returned instead.
+    pub created: bool,
+}
+
+/// One item's answer in a batch request, in the order of the request: its result, or the
+/// problem that refused it (nothing of that item changed; the other items are not affected).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum BatchItem<T> {
+    Done(T),
+    Refused { error: Problem },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubmitJobsResponse {
+    pub items: Vec<BatchItem<SubmittedJob>>,
+}
+
+/// One task of a batch completion: its id and what `POST /tasks/{id}/complete` takes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteTask {
+    pub id: String,
+    pub lease_token: String,
+    #[serde(default)]
+    pub output: Value,
+    pub logs: Option<Value>,
+}
+
+/// Several successful attempts reported in one request (`POST /tasks/complete`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompleteTasks {
+    pub tasks: Vec<CompleteTask>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CompleteTasksResponse {
+    pub items: Vec<BatchItem<ReportResponse>>,
+}
+
 /// What a report (complete, fail, check-later) changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReportResponse {

@@ -55,6 +55,11 @@ pub(crate) struct BenchArgs {
     /// `single`: length of the end-to-end phase in seconds.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// Use the batch API: submit this many jobs per request (`POST /jobs/batch`, 1 to 1000) and
+    /// let the workers report successes in batches (`POST /tasks/complete`). The paced
+    /// end-to-end phase of `single` still submits one job per request, at its planned time.
+    #[arg(long)]
+    batch: Option<usize>,
     /// Database: sqlite://FILE (default: a new file in a temporary folder, removed afterwards).
     /// An existing file is refused unless --reuse.
     #[arg(long)]
@@ -93,6 +98,22 @@ impl Workload {
 }
 
 impl BenchArgs {
+    /// How the submit phases send jobs.
+    fn sending(&self) -> harness::Sending {
+        match self.batch {
+            Some(size) => harness::Sending::Batch(size),
+            None => harness::Sending::Single,
+        }
+    }
+
+    /// How many jobs a submit request carries, in words.
+    fn per_request(&self) -> String {
+        match self.batch {
+            Some(size) => format!("{size} jobs per request"),
+            None => "one job per request".to_owned(),
+        }
+    }
+
     fn check(&self) -> Result<()> {
         if self.jobs == Some(0) {
             bail!("--jobs must be at least 1");
@@ -105,6 +126,14 @@ impl BenchArgs {
                 "--concurrency must be between 1 and {MAX_CONCURRENCY} (a worker polls for as many \
                  tasks as it has free slots, and the server hands out at most {MAX_CONCURRENCY} \
                  per poll)"
+            );
+        }
+        if let Some(batch) = self.batch
+            && !(1..=starbridge_api::MAX_BATCH_ITEMS).contains(&batch)
+        {
+            bail!(
+                "--batch must be between 1 and {} jobs per request",
+                starbridge_api::MAX_BATCH_ITEMS
             );
         }
         if let Some(rate) = self.rate

@@ -156,7 +156,8 @@ pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
             Scope::Operate
         } else if method == Method::GET || method == Method::HEAD {
             Scope::Read
-        } else if method == Method::POST && path == "/api/v1/jobs" {
+        } else if method == Method::POST && (path == "/api/v1/jobs" || path == "/api/v1/jobs/batch")
+        {
             Scope::Submit
         } else {
             Scope::Operate

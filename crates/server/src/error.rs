@@ -81,6 +81,17 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// The problem document sent for this error (alone, or as one item of a batch answer).
+    pub fn into_problem(self) -> Problem {
+        Problem {
+            kind: format!("/problems/{}", self.slug),
+            title: self.title.to_owned(),
+            status: self.status.as_u16(),
+            detail: self.detail,
+            errors: self.errors,
+        }
+    }
 }
 
 impl From<StoreError> for ApiError {
@@ -156,20 +167,15 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let problem = Problem {
-            kind: format!("/problems/{}", self.slug),
-            title: self.title.to_owned(),
-            status: self.status.as_u16(),
-            detail: self.detail,
-            errors: self.errors,
-        };
+        let status = self.status;
+        let problem = self.into_problem();
         let body = serde_json::to_vec(&problem).unwrap_or_default();
-        let mut response = (self.status, body).into_response();
+        let mut response = (status, body).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        if self.status == StatusCode::UNAUTHORIZED {
+        if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"starbridge\""),

@@ -2,6 +2,7 @@
 //! expires leases and enforces deadlines. All state lives in the store.
 
 mod auth;
+mod batch;
 mod error;
 mod metrics;
 mod openapi;

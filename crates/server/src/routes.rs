@@ -74,6 +74,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/tasks/{id}/complete", post(complete))
         .route("/api/v1/tasks/{id}/fail", post(fail))
         .route("/api/v1/tasks/{id}/check-later", post(check_later))
+        .merge(crate::batch::routes())
         .merge(crate::operate::routes())
         .merge(crate::queues::routes())
         .merge(crate::schedules::routes())

@@ -24,6 +24,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/api/v1/workflows/{name}"),
     ("PUT", "/api/v1/workflows/{name}"),
     ("POST", "/api/v1/jobs"),
+    ("POST", "/api/v1/jobs/batch"),
     ("GET", "/api/v1/jobs"),
     ("GET", "/api/v1/jobs/{id}"),
     ("GET", "/api/v1/jobs/{id}/events"),
@@ -35,6 +36,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/jobs/{id}/tasks/{task}/skip"),
     ("POST", "/api/v1/jobs/bulk/{action}"),
     ("POST", "/api/v1/tasks/poll"),
+    ("POST", "/api/v1/tasks/complete"),
     ("POST", "/api/v1/tasks/{id}/heartbeat"),
     ("POST", "/api/v1/tasks/{id}/complete"),
     ("POST", "/api/v1/tasks/{id}/fail"),
@@ -1750,6 +1752,67 @@ async fn responses_match_their_documented_schemas() {
     let unparsable = c.call("GET", "/api/v1/audit?before=abc", "").await;
     assert_eq!(unparsable.status, bad_request);
     assert!(unparsable.content_type.starts_with("text/plain"));
+    // Batch forms, in a namespace of their own: each item answers its own result or problem.
+    let applied = c
+        .call_as(
+            "PUT",
+            "/api/v1/workflows/bw?namespace=batch",
+            "application/yaml",
+            "steps:\n- {id: s, queue: bq, command: c}\n",
+        )
+        .await;
+    assert_eq!(applied.status, StatusCode::CREATED);
+    let jobs = json!({"jobs": [
+        {"workflow": "bw", "key": "b-1"},
+        {"workflow": "nope"},
+        {"workflow": "bw", "key": "b-1"},
+        {"workflow": "bw", "params": {"n": 2}},
+    ]});
+    let submitted = c
+        .call(
+            "POST",
+            "/api/v1/jobs/batch?namespace=batch",
+            &jobs.to_string(),
+        )
+        .await;
+    assert_eq!(submitted.status, ok, "{}", submitted.text);
+    let items = submitted.json()["items"].as_array().unwrap().clone();
+    assert_eq!(items.len(), 4);
+    assert_eq!(items[0]["created"], true);
+    assert_eq!(items[1]["error"]["status"], 404);
+    assert_eq!(items[2]["created"], false);
+    assert_eq!(items[2]["id"], items[0]["id"]);
+    assert_eq!(items[3]["status"], "running");
+    for empty in [r#"{"jobs": []}"#, r#"{"jobs": [{}], "more": 1}"#] {
+        let refused = c
+            .call("POST", "/api/v1/jobs/batch?namespace=batch", empty)
+            .await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{empty}");
+    }
+    let poll = r#"{"worker_id": "w", "queues": ["bq"], "max_tasks": 10, "namespace": "batch"}"#;
+    let polled = c.call("POST", "/api/v1/tasks/poll", poll).await.json();
+    let tasks = polled["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 2);
+    let reports = json!({"tasks": [
+        {"id": tasks[0]["id"], "lease_token": tasks[0]["lease_token"], "output": {"x": 1}},
+        {"id": tasks[1]["id"], "lease_token": "stale"},
+        {"id": "tsk_nope", "lease_token": "t"},
+        {"id": "not-a-task", "lease_token": "t"},
+    ]});
+    let completed = c
+        .call("POST", "/api/v1/tasks/complete", &reports.to_string())
+        .await;
+    assert_eq!(completed.status, ok, "{}", completed.text);
+    let items = completed.json()["items"].as_array().unwrap().clone();
+    assert_eq!(items[0]["task_status"], "succeeded");
+    assert_eq!(items[0]["job_status"], "succeeded");
+    assert_eq!(items[1]["error"]["status"], 409);
+    assert_eq!(items[2]["error"]["status"], 404);
+    assert_eq!(items[3]["error"]["status"], 404);
+    let refused = c
+        .call("POST", "/api/v1/tasks/complete", r#"{"tasks": []}"#)
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
 
     assert_eq!(c.call("GET", "/metrics", "").await.status, ok);
 

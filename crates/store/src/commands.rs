@@ -2,6 +2,7 @@
 //! lets the pure state machine decide, and persists the new state, its history events and the
 //! wake-ups in the same transaction.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
@@ -106,8 +107,9 @@ pub(crate) fn submit(
             return Err(invalid("key", "must be 1 to 256 characters"));
         }
         if let Some(existing) = rows::job_by_key(ctx.conn, namespace, key)? {
-            let state = rows::load_job_state(ctx.conn, &existing)?
+            let state = load_job(ctx, &existing, RowLock::None)?
                 .ok_or_else(|| Error::Corrupt(format!("job {existing} of key {key} vanished")))?;
+            ctx.jobs.keep(state.clone());
             if let Some(workflow) = &request.workflow
                 && *workflow != state.job.workflow
             {
@@ -187,9 +189,11 @@ pub(crate) fn submit(
     })?;
     persist(ctx, &state, actions)?;
     crate::webhooks::enqueue(ctx, &state.job, None)?;
+    ctx.jobs.keep(state.clone());
     if let Some(lock) = state.job.lock.clone() {
         start_waiting_jobs(ctx, namespace, &lock.key)?;
-        if let Some(started) = rows::load_job_state(ctx.conn, &state.job.id)? {
+        if let Some(started) = load_job(ctx, &state.job.id, RowLock::None)? {
+            ctx.jobs.keep(started.clone());
             state = started;
         }
     }
@@ -290,6 +294,9 @@ pub(crate) fn claim(
         }
     }
     let mut claimed = Vec::new();
+    // Each job is loaded once per claim, however many of its tasks are claimed (`None`: another
+    // node holds it).
+    let mut jobs: HashMap<JobId, Option<JobState>> = HashMap::new();
     for candidate in dispatch::order(candidates, usize::MAX) {
         if claimed.len() >= max as usize {
             break;
@@ -301,10 +308,14 @@ pub(crate) fn claim(
             *free -= 1;
         }
         // A job another node is changing right now is left for a later claim.
-        let Some(mut state) = rows::lock_job_state(ctx.conn, &candidate.job, RowLock::Skip)? else {
+        let state = match jobs.entry(candidate.job.clone()) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(load_job(ctx, &candidate.job, RowLock::Skip)?),
+        };
+        let Some(state) = state else {
             continue;
         };
-        let compiled = workflow_of(ctx, &state)?;
+        let compiled = workflow_of(ctx, state)?;
         let lease_token = uuid::Uuid::new_v4().simple().to_string();
         let task_id = candidate.task;
         let input = Input::Claim {
@@ -312,7 +323,7 @@ pub(crate) fn claim(
             worker: worker.to_owned(),
             lease_token,
         };
-        match apply(ctx, &compiled.workflow, &mut state, input) {
+        match apply(ctx, &compiled.workflow, state, input) {
             Ok(()) => {
                 let task = state
                     .task(&task_id)
@@ -326,6 +337,9 @@ pub(crate) fn claim(
             }
             Err(error) => return Err(error),
         }
+    }
+    for state in jobs.into_values().flatten() {
+        ctx.jobs.keep(state);
     }
     // Rate-limited queues pay one token per task started.
     for queue in &open {
@@ -369,7 +383,7 @@ pub(crate) fn report(
 ) -> Result<Reported> {
     let not_found = || Error::NotFound(format!("task {task_id} not found"));
     let job_id = rows::job_of_task(ctx.conn, task_id)?.ok_or_else(not_found)?;
-    let mut state = rows::lock_job_state(ctx.conn, &job_id, RowLock::Wait)?
+    let mut state = load_job(ctx, &job_id, RowLock::Wait)?
         .ok_or_else(|| Error::Corrupt(format!("job {job_id} of task {task_id} not found")))?;
     let queue = state.task(task_id).map(|task| task.queue.as_str());
     if !queue.is_some_and(|queue| scope.allows(&state.job.namespace, queue)) {
@@ -382,10 +396,12 @@ pub(crate) fn report(
         .cloned()
         .ok_or_else(|| Error::Corrupt(format!("task {task_id} vanished")))?;
     let lease = lease_of(&compiled.workflow, &task);
+    let job_status = state.job.status;
+    ctx.jobs.keep(state);
     Ok(Reported {
         task,
         lease,
-        job_status: state.job.status,
+        job_status,
     })
 }
 
@@ -396,7 +412,7 @@ pub(crate) fn operate(
     job_id: &JobId,
     command: OperatorCommand,
 ) -> Result<JobState> {
-    let mut state = rows::lock_job_state(ctx.conn, job_id, RowLock::Wait)?
+    let mut state = load_job(ctx, job_id, RowLock::Wait)?
         .filter(|state| state.job.namespace == namespace)
         .ok_or_else(|| Error::NotFound(format!("job {job_id} not found")))?;
     let compiled = workflow_of(ctx, &state)?;
@@ -406,6 +422,7 @@ pub(crate) fn operate(
         &mut state,
         Input::Operator(command),
     )?;
+    ctx.jobs.keep(state.clone());
     Ok(state)
 }
 
@@ -490,13 +507,24 @@ pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
     let due = rows::due_jobs(ctx.conn, ctx.now, u32::try_from(limit).unwrap_or(u32::MAX))?;
     for job_id in &due {
         // A job another node holds is being handled there (or will be at its next tick).
-        let Some(mut state) = rows::lock_job_state(ctx.conn, job_id, RowLock::Skip)? else {
+        let Some(mut state) = load_job(ctx, job_id, RowLock::Skip)? else {
             continue;
         };
         let compiled = workflow_of(ctx, &state)?;
         apply(ctx, &compiled.workflow, &mut state, Input::Tick)?;
+        ctx.jobs.keep(state);
     }
     Ok(due.len())
+}
+
+/// A job with its tasks for a command to change: from the writer's job cache when it holds the
+/// job, else from the database, its row locked as `lock` says. The command hands it back with
+/// `ctx.jobs.keep` once persisted.
+fn load_job(ctx: &mut WriteCtx<'_>, id: &JobId, lock: RowLock) -> Result<Option<JobState>> {
+    if let Some(state) = ctx.jobs.take(id) {
+        return Ok(Some(state));
+    }
+    rows::lock_job_state(ctx.conn, id, lock)
 }
 
 fn workflow_of(ctx: &mut WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Compiled>> {
@@ -580,16 +608,18 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
 fn start_waiting_jobs(ctx: &mut WriteCtx<'_>, namespace: &str, key: &str) -> Result<()> {
     ctx.conn.lock_key(&format!("lock\t{namespace}\t{key}"))?;
     while let Some(job_id) = rows::first_queued(ctx.conn, namespace, key)? {
-        let Some(mut state) = rows::lock_job_state(ctx.conn, &job_id, RowLock::Wait)? else {
+        let Some(mut state) = load_job(ctx, &job_id, RowLock::Wait)? else {
             break;
         };
         let slots = state.job.lock.as_ref().map_or(1, |lock| lock.slots);
         if rows::lock_holders(ctx.conn, namespace, key)? >= slots {
+            ctx.jobs.keep(state);
             break;
         }
         rows::hold_lock(ctx.conn, namespace, key, &job_id, ctx.now)?;
         let compiled = workflow_of(ctx, &state)?;
         apply(ctx, &compiled.workflow, &mut state, Input::Start)?;
+        ctx.jobs.keep(state);
     }
     Ok(())
 }

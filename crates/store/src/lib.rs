@@ -10,6 +10,7 @@ mod cache;
 mod clock;
 mod commands;
 mod db;
+mod jobs;
 mod notify;
 mod postgres;
 mod reader;
@@ -387,6 +388,24 @@ impl Store {
             .await
     }
 
+    /// Submits several jobs at once: each in its own savepoint (one refused leaves the others
+    /// alone), all queued for the same group commits. Answers in the order given.
+    pub async fn submit_many(
+        &self,
+        namespace: &str,
+        requests: Vec<Submit>,
+    ) -> Vec<Result<Submitted>> {
+        let pending: Vec<_> = requests
+            .into_iter()
+            .map(|request| {
+                let namespace = namespace.to_owned();
+                self.writer
+                    .enqueue(move |ctx| commands::submit(ctx, &namespace, request.clone()))
+            })
+            .collect();
+        writer::answers(pending).await
+    }
+
     pub async fn claim(
         &self,
         namespace: &str,
@@ -405,6 +424,24 @@ impl Store {
         self.writer
             .write(move |ctx| commands::report(ctx, &task, input.clone(), &scope))
             .await
+    }
+
+    /// Several reports at once: each in its own savepoint, all queued for the same group
+    /// commits. Answers in the order given.
+    pub async fn report_many(
+        &self,
+        reports: Vec<(TaskId, Input)>,
+        scope: TaskScope,
+    ) -> Vec<Result<Reported>> {
+        let pending: Vec<_> = reports
+            .into_iter()
+            .map(|(task, input)| {
+                let scope = scope.clone();
+                self.writer
+                    .enqueue(move |ctx| commands::report(ctx, &task, input.clone(), &scope))
+            })
+            .collect();
+        writer::answers(pending).await
     }
 
     /// An operator's action (pause, resume, cancel, retry, skip, rerun) on a job of `namespace`.
@@ -464,6 +501,9 @@ impl Store {
                         .0
                         .saturating_sub(i64::try_from(retain.as_millis()).unwrap_or(i64::MAX)),
                 );
+                // Only finished jobs go, which the job cache never holds; forget it anyway,
+                // since rows change outside the commands.
+                ctx.jobs.clear();
                 rows::prune_finished(ctx.conn, before, PRUNE_BATCH)
             })
             .await

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::cache::WorkflowCache;
 use crate::clock::Clock;
 use crate::db::{Backend, Conn};
+use crate::jobs::JobCache;
 use crate::notify::Notifier;
 use crate::{Error, Result};
 
@@ -31,6 +32,8 @@ pub(crate) struct WriteCtx<'a> {
     pub(crate) conn: &'a mut dyn Conn,
     pub(crate) now: Timestamp,
     pub(crate) workflows: &'a WorkflowCache,
+    /// Unfinished jobs as this transaction left them (SQLite only, see `jobs`).
+    pub(crate) jobs: &'a mut JobCache,
     pub(crate) wakes: Vec<(String, String)>,
     /// Set when webhook deliveries were written: the deliverer is woken after commit.
     pub(crate) deliveries: bool,
@@ -77,7 +80,17 @@ impl Writer {
 
     /// Runs `work` in the next group transaction; resolves once it is committed. `work` may run
     /// more than once (its earlier runs rolled back) when other nodes contend for its rows.
-    pub(crate) async fn write<T, F>(&self, mut work: F) -> Result<T>
+    pub(crate) async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.enqueue(work).answer().await
+    }
+
+    /// Queues `work` for the next group transaction at once (requests queued together commit
+    /// together, each under its own savepoint); the answer resolves once it is committed.
+    pub(crate) fn enqueue<T, F>(&self, mut work: F) -> Pending<T>
     where
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
@@ -100,13 +113,37 @@ impl Writer {
             });
             Outcome::Done { ok, reply }
         });
-        self.sender.send(work).map_err(|_| Error::Closed)?;
+        Pending {
+            reply: self.sender.send(work).ok().map(|()| reply),
+        }
+    }
+}
+
+/// The answer to a queued write request.
+pub(crate) struct Pending<T> {
+    /// `None` when the writer had stopped before the request was queued.
+    reply: Option<oneshot::Receiver<Result<T>>>,
+}
+
+impl<T> Pending<T> {
+    /// Waits until the request is committed (or refused).
+    pub(crate) async fn answer(self) -> Result<T> {
+        let reply = self.reply.ok_or(Error::Closed)?;
         reply.await.map_err(|_| {
             Error::Unavailable(
                 "the database could not start a transaction; nothing was written".to_owned(),
             )
         })?
     }
+}
+
+/// Waits for the answers of requests queued together, in their order.
+pub(crate) async fn answers<T>(pending: Vec<Pending<T>>) -> Vec<Result<T>> {
+    let mut answers = Vec::with_capacity(pending.len());
+    for request in pending {
+        answers.push(request.answer().await);
+    }
+    answers
 }
 
 /// The connection to write with: the current one, or a new one when it broke.
@@ -122,6 +159,8 @@ fn usable(conn: &mut Option<Box<dyn Conn>>, connect: &Connect) -> Result<()> {
 }
 
 fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared: &Shared) {
+    // On SQLite this thread makes every change to jobs, so what it cached is what is stored.
+    let mut jobs = JobCache::new(conn.backend() == Backend::Sqlite);
     let mut conn = Some(conn);
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
     let mut again: Vec<Work> = Vec::new();
@@ -149,7 +188,7 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared:
         let Some(conn) = conn.as_deref_mut() else {
             continue;
         };
-        commit_batch(conn, &mut batch, &mut again, shared);
+        commit_batch(conn, &mut batch, &mut again, &mut jobs, shared);
     }
 }
 
@@ -158,6 +197,7 @@ fn commit_batch(
     conn: &mut dyn Conn,
     batch: &mut Vec<Work>,
     again: &mut Vec<Work>,
+    jobs: &mut JobCache,
     shared: &Shared,
 ) {
     let begin = match conn.backend() {
@@ -188,6 +228,7 @@ fn commit_batch(
             conn: &mut *conn,
             now: shared.clock.now(),
             workflows: &shared.workflows,
+            jobs: &mut *jobs,
             wakes: Vec::new(),
             deliveries: false,
         };
@@ -204,8 +245,10 @@ fn commit_batch(
         let closed = if keep {
             wakes.append(&mut ctx.wakes);
             deliveries |= ctx.deliveries;
+            jobs.request_kept();
             conn.batch("RELEASE request")
         } else {
+            jobs.request_rolled_back();
             conn.batch("ROLLBACK TO request; RELEASE request")
         };
         if let Err(error) = closed {
@@ -228,6 +271,7 @@ fn commit_batch(
         tracing::error!(%error, "group commit failed; every request in it is refused");
         let _ = conn.batch("ROLLBACK");
         shared.workflows.clear();
+        jobs.clear();
         wakes.clear();
         // Requests set to run again are refused too: the database is in trouble.
         again.clear();

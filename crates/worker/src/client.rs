@@ -14,8 +14,8 @@ use reqwest::{Method, RequestBuilder, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use starbridge_api::{
-    CheckLaterRequest, CompleteRequest, FailRequest, HeartbeatRequest, HeartbeatResponse,
-    PollRequest, PollResponse, Problem, ReportResponse,
+    CheckLaterRequest, CompleteRequest, CompleteTasks, CompleteTasksResponse, FailRequest,
+    HeartbeatRequest, HeartbeatResponse, PollRequest, PollResponse, Problem, ReportResponse,
 };
 
 /// How long a request may take unless the call says otherwise.
@@ -64,6 +64,23 @@ pub enum Error {
 }
 
 impl Error {
+    /// The error a problem document stands for: what the same answer would have been as a
+    /// whole response (used for the items of batch answers).
+    pub fn from_problem(problem: Problem) -> Error {
+        match problem.status {
+            409 => Error::Conflict(problem.detail),
+            404 => Error::NotFound(problem.detail),
+            code @ 500..=599 => Error::Server {
+                status: code,
+                message: problem.detail,
+            },
+            code => Error::Rejected {
+                status: code,
+                problem,
+            },
+        }
+    }
+
     /// True for errors where sending the same request again later may succeed (5xx, transport).
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Server { .. } | Error::Transport(_))
@@ -253,6 +270,15 @@ impl Client {
             .await
     }
 
+    /// `POST /api/v1/tasks/complete`: many successes in one request; the answer has one item
+    /// per task, its result or its problem (see [`Error::from_problem`]).
+    pub async fn complete_many(
+        &self,
+        request: &CompleteTasks,
+    ) -> Result<CompleteTasksResponse, Error> {
+        self.post_json("/api/v1/tasks/complete", request).await
+    }
+
     /// `POST /api/v1/tasks/{id}/fail`.
     pub async fn fail(
         &self,
@@ -387,19 +413,10 @@ pub fn encode_path_segment(segment: &str) -> String {
 
 /// Builds the error for a non-2xx answer, reading an RFC 9457 problem body when there is one.
 fn error_from_response(status: StatusCode, body: &[u8]) -> Error {
-    let problem = parse_problem(status, body);
-    match status.as_u16() {
-        409 => Error::Conflict(problem.detail),
-        404 => Error::NotFound(problem.detail),
-        code @ 500..=599 => Error::Server {
-            status: code,
-            message: problem.detail,
-        },
-        code => Error::Rejected {
-            status: code,
-            problem,
-        },
-    }
+    let mut problem = parse_problem(status, body);
+    // The answer's status decides, whatever the body claims.
+    problem.status = status.as_u16();
+    Error::from_problem(problem)
 }
 
 /// The problem document in `body`, or one made up from whatever the body holds.

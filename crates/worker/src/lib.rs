@@ -27,6 +27,7 @@
 //! ```
 
 mod client;
+mod completions;
 mod context;
 mod outcome;
 pub mod shell;

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use crate::client::{Client, Error, error_chain};
+use crate::completions::Completions;
 use crate::context::{Signal, TaskContext};
 use crate::outcome::{Handler, HandlerResult, Outcome};
 
@@ -74,6 +75,7 @@ pub struct WorkerBuilder {
     shutdown_grace: Duration,
     retry_initial: Duration,
     retry_max: Duration,
+    batch_completions: bool,
     handlers: HashMap<String, QueueHandlers>,
 }
 
@@ -109,6 +111,15 @@ impl WorkerBuilder {
     /// How long the server may hold a poll when no task is ready (default 20 s).
     pub fn poll_wait(mut self, wait: Duration) -> Self {
         self.poll_wait = wait;
+        self
+    }
+
+    /// Reports successes in batches (`POST /api/v1/tasks/complete`, default off): those that
+    /// finish while a report is in flight go together in the next request. Fewer requests for
+    /// many short tasks; each report is still retried and answered on its own. Needs a server
+    /// with the batch endpoint.
+    pub fn batch_completions(mut self, batch: bool) -> Self {
+        self.batch_completions = batch;
         self
     }
 
@@ -176,6 +187,9 @@ impl WorkerBuilder {
         }
         Ok(Worker {
             shared: Arc::new(Shared {
+                completions: self
+                    .batch_completions
+                    .then(|| Completions::new(self.client.clone())),
                 client: self.client,
                 worker_id,
                 handlers: self.handlers,
@@ -207,6 +221,8 @@ fn default_worker_id() -> String {
 /// What the worker's tasks share.
 struct Shared {
     client: Client,
+    /// Set when successes are reported in batches.
+    completions: Option<Arc<Completions>>,
     worker_id: String,
     handlers: HashMap<String, QueueHandlers>,
     retry_initial: Duration,
@@ -279,6 +295,7 @@ impl Worker {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             retry_initial: DEFAULT_RETRY_INITIAL,
             retry_max: DEFAULT_RETRY_MAX,
+            batch_completions: false,
             handlers: HashMap::new(),
         }
     }
@@ -607,7 +624,10 @@ async fn report(
     loop {
         let client = &shared.client;
         let sent = match &report {
-            Report::Complete(request) => client.complete(context.id(), request).await,
+            Report::Complete(request) => match &shared.completions {
+                Some(completions) => completions.complete(context.id(), request).await,
+                None => client.complete(context.id(), request).await,
+            },
             Report::Fail(request) => client.fail(context.id(), request).await,
             Report::CheckLater(request) => client.check_later(context.id(), request).await,
         };

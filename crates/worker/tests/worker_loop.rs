@@ -17,8 +17,9 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use starbridge_api::{
-    CheckLaterRequest, CompleteRequest, FailRequest, HeartbeatRequest, HeartbeatResponse,
-    LeasedTask, PollRequest, PollResponse, Problem, ReportResponse, Timestamp,
+    BatchItem, CheckLaterRequest, CompleteRequest, CompleteTasks, CompleteTasksResponse,
+    FailRequest, HeartbeatRequest, HeartbeatResponse, LeasedTask, PollRequest, PollResponse,
+    Problem, ReportResponse, Timestamp,
 };
 use starbridge_worker::shell::ShellExecutor;
 use starbridge_worker::{Client, Outcome, TaskContext, Worker, WorkerBuilder};
@@ -76,8 +77,10 @@ struct Fake {
     failing_polls: AtomicU32,
     /// Answer this many reports with 503.
     failing_reports: AtomicU32,
-    /// Tasks whose heartbeats get 409 (the lease is stale).
+    /// Tasks whose heartbeats (and batched completions) get 409 (the lease is stale).
     stale_leases: Mutex<HashSet<String>>,
+    /// Batch completion requests received.
+    batches: AtomicUsize,
     events: Mutex<Option<mpsc::UnboundedSender<Event>>>,
 }
 
@@ -211,6 +214,52 @@ async fn complete(
     accepted("succeeded")
 }
 
+/// The batch form: each item is handled as `complete` would; a whole batch may be refused.
+async fn complete_many(
+    State(fake): State<Arc<Fake>>,
+    Json(request): Json<CompleteTasks>,
+) -> Response {
+    fake.batches.fetch_add(1, Ordering::SeqCst);
+    if let Some(first) = request.tasks.first()
+        && fake.refuse_report(&first.id)
+    {
+        return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
+    }
+    let items = request
+        .tasks
+        .into_iter()
+        .map(|task| {
+            if fake
+                .stale_leases
+                .lock()
+                .expect("stale lock")
+                .contains(&task.id)
+            {
+                return BatchItem::Refused {
+                    error: Problem {
+                        kind: "/problems/conflict".into(),
+                        title: "Conflict".into(),
+                        status: 409,
+                        detail: "stale lease".into(),
+                        errors: Vec::new(),
+                    },
+                };
+            }
+            fake.reported();
+            fake.record(Event::Completed {
+                task: task.id,
+                output: task.output,
+                logs: task.logs,
+            });
+            BatchItem::Done(ReportResponse {
+                task_status: "succeeded".into(),
+                job_status: "running".into(),
+            })
+        })
+        .collect();
+    Json(CompleteTasksResponse { items }).into_response()
+}
+
 async fn fail(
     State(fake): State<Arc<Fake>>,
     Path(task): Path<String>,
@@ -263,6 +312,7 @@ impl Server {
             .route("/api/v1/tasks/poll", post(poll))
             .route("/api/v1/tasks/{id}/heartbeat", post(heartbeat))
             .route("/api/v1/tasks/{id}/complete", post(complete))
+            .route("/api/v1/tasks/complete", post(complete_many))
             .route("/api/v1/tasks/{id}/fail", post(fail))
             .route("/api/v1/tasks/{id}/check-later", post(check_later))
             .with_state(Arc::clone(&fake));
@@ -558,6 +608,53 @@ async fn a_report_refused_with_503_is_retried_until_accepted() {
         ]
     );
     worker.stop().await;
+}
+
+#[tokio::test]
+async fn batched_completions_are_each_answered_retried_and_a_stale_one_dropped() {
+    let mut server = Server::start().await;
+    server.fake.failing_reports.store(1, Ordering::SeqCst);
+    server
+        .fake
+        .stale_leases
+        .lock()
+        .expect("stale lock")
+        .insert("t3".into());
+    for i in 0..6 {
+        server.fake.push(leased(&format!("t{i}"), "work", 30_000));
+    }
+    let worker = server
+        .worker()
+        .concurrency(6)
+        .batch_completions(true)
+        .handler("q", "work", |task: TaskContext| async move {
+            Outcome::complete(json!({"id": task.id()}))
+        })
+        .build()
+        .expect("valid worker");
+    let worker = Running::start(worker);
+    let mut done = Vec::new();
+    while done.len() < 5 {
+        if let (Event::Completed { task, output, .. }, _) = server.next_report().await {
+            assert_eq!(output, json!({"id": task}));
+            done.push(task);
+        }
+    }
+    worker.stop().await;
+    done.sort();
+    assert_eq!(done, ["t0", "t1", "t2", "t4", "t5"]);
+    let more: Vec<Event> = server
+        .received()
+        .into_iter()
+        .filter(Event::is_report)
+        .collect();
+    assert_eq!(
+        more,
+        [],
+        "a task was reported twice or the stale one was kept"
+    );
+    // The refused batch was sent again; every request went to the batch endpoint.
+    assert!(server.fake.batches.load(Ordering::SeqCst) >= 2);
 }
 
 #[tokio::test]

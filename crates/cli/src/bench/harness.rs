@@ -213,6 +213,38 @@ impl Api {
         Ok(created.id)
     }
 
+    /// Submits `count` jobs with empty params in one request (`POST /jobs/batch`); returns each
+    /// job's id or why it was refused.
+    pub(crate) async fn submit_batch(
+        &self,
+        workflow: &str,
+        count: usize,
+    ) -> Result<Vec<Result<String, String>>, starbridge_worker::Error> {
+        let job = api::SubmitJob {
+            workflow: Some(workflow.to_owned()),
+            params: Some(json!({})),
+            ..Default::default()
+        };
+        let request = api::SubmitJobs {
+            jobs: vec![job; count],
+        };
+        let answer: api::SubmitJobsResponse = self
+            .client
+            .post_json(
+                &format!("/api/v1/jobs/batch?namespace={}", self.namespace),
+                &request,
+            )
+            .await?;
+        Ok(answer
+            .items
+            .into_iter()
+            .map(|item| match item {
+                api::BatchItem::Done(job) => Ok(job.id),
+                api::BatchItem::Refused { error } => Err(error.detail),
+            })
+            .collect())
+    }
+
     /// Every job of the namespace (with `status`, only those), page by page.
     pub(crate) async fn list_jobs(&self, status: Option<&str>) -> Result<Vec<api::JobSummary>> {
         let mut jobs = Vec::new();
@@ -342,16 +374,31 @@ struct SubmitterResult {
     max_lag: Duration,
 }
 
-/// Submits `count` jobs of `workflow` from `submitters` concurrent clients, as fast as they go
-/// or on the schedule of `pace`.
+/// How jobs are sent.
+#[derive(Clone, Copy)]
+pub(crate) enum Sending {
+    /// One job per request, as fast as the submitters go.
+    Single,
+    /// `n` jobs per request (`POST /jobs/batch`), as fast as the submitters go.
+    Batch(usize),
+    /// One job per request, each at its planned time.
+    Paced(Pace),
+}
+
+/// Submits `count` jobs of `workflow` from `submitters` concurrent clients as `sending` says.
 pub(crate) async fn submit_jobs(
     api: &Api,
     workflow: &str,
     count: usize,
     submitters: usize,
-    pace: Option<Pace>,
+    sending: Sending,
     label: &str,
 ) -> Result<Submission> {
+    let (pace, per_request) = match sending {
+        Sending::Single => (None, 1),
+        Sending::Batch(size) => (None, size.max(1)),
+        Sending::Paced(pace) => (Some(pace), 1),
+    };
     let next = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
     let _ticker = Ticker::start(label.to_owned(), done.clone(), count);
@@ -369,10 +416,11 @@ pub(crate) async fn submit_jobs(
                 max_lag: Duration::ZERO,
             };
             loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
+                let index = next.fetch_add(per_request, Ordering::Relaxed);
                 if index >= count {
                     return out;
                 }
+                let end = (index + per_request).min(count);
                 let planned = pace.map(|pace| pace.planned(index));
                 if let Some(planned) = planned {
                     tokio::time::sleep_until(planned.into()).await;
@@ -381,19 +429,34 @@ pub(crate) async fn submit_jobs(
                 if let Some(planned) = planned {
                     out.max_lag = out.max_lag.max(sent.saturating_duration_since(planned));
                 }
-                let submitted = api.submit(&workflow).await;
+                let submitted = if per_request == 1 {
+                    api.submit(&workflow).await.map(|id| vec![Ok(id)])
+                } else {
+                    api.submit_batch(&workflow, end - index).await
+                };
                 let answered = Instant::now();
                 out.latency.record(answered - sent);
                 out.first_send = Some(out.first_send.map_or(sent, |first| first.min(sent)));
                 out.last_answer = Some(answered);
                 match submitted {
-                    Ok(id) => out.jobs.push(SubmittedJob {
-                        id,
-                        planned: planned.unwrap_or(sent),
-                    }),
-                    Err(error) => out.errors.push(format!("submit {index} failed: {error}")),
+                    Ok(items) => {
+                        for (offset, item) in items.into_iter().enumerate() {
+                            match item {
+                                Ok(id) => out.jobs.push(SubmittedJob {
+                                    id,
+                                    planned: planned.unwrap_or(sent),
+                                }),
+                                Err(error) => out
+                                    .errors
+                                    .push(format!("submit {} refused: {error}", index + offset)),
+                            }
+                        }
+                    }
+                    Err(error) => out
+                        .errors
+                        .push(format!("submit {index}..{end} failed: {error}")),
                 }
-                done.fetch_add(1, Ordering::Relaxed);
+                done.fetch_add(end - index, Ordering::Relaxed);
             }
         });
     }
@@ -440,6 +503,7 @@ pub(crate) struct Bench {
     url: String,
     workers: usize,
     concurrency: usize,
+    batch_completions: bool,
     running: Mutex<Option<RunningWorkers>>,
     stop_server: watch::Sender<bool>,
     server: JoinHandle<Result<(), starbridge_server::Error>>,
@@ -477,6 +541,7 @@ impl Bench {
             url,
             workers: args.workers,
             concurrency: args.concurrency,
+            batch_completions: args.batch.is_some(),
             running: Mutex::new(None),
             stop_server,
             server,
@@ -503,6 +568,7 @@ impl Bench {
                 .worker_id(format!("bench-worker-{index}"))
                 .namespace(self.namespace.clone())
                 .concurrency(self.concurrency)
+                .batch_completions(self.batch_completions)
                 .handler(QUEUE, COMMAND, handler)
                 .build()?;
             let mut stopped = stopped.clone();

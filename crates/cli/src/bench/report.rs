@@ -34,6 +34,10 @@ pub(crate) struct Report {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Config {
     pub(crate) jobs: usize,
+    /// Jobs per submit request and batched completion reports (`--batch`); absent: one job
+    /// and one report per request.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) batch: Option<usize>,
     pub(crate) submitters: usize,
     pub(crate) workers: usize,
     pub(crate) concurrency: usize,
@@ -100,6 +104,12 @@ pub(crate) fn print_table(report: &Report) {
         config.submitters,
         config.cpus
     );
+    if let Some(batch) = config.batch {
+        println!(
+            "batched: {batch} jobs per submit request (not in the paced end-to-end phase), \
+             workers report successes in batches"
+        );
+    }
     println!("durability: {}", report.durability);
     println!(
         "database: {} (namespace {}{})",

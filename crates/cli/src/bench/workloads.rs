@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use starbridge_api as api;
 
-use super::harness::{Bench, COMMAND, Pace, QUEUE, Submission, submit_jobs};
+use super::harness::{Bench, COMMAND, Pace, QUEUE, Sending, Submission, submit_jobs};
 use super::report::{Config, DURABILITY, DatabaseInfo, Report, Resources};
 use super::stats::{DatabaseSize, Latencies, LatencySummary, Throughput, peak_rss_bytes};
 use super::verify::{Verified, verify};
@@ -153,6 +153,7 @@ fn report(
         workload: args.workload.name(),
         config: Config {
             jobs: figures.jobs,
+            batch: args.batch,
             submitters: args.submitters,
             workers: args.workers,
             concurrency: args.concurrency,
@@ -214,13 +215,13 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         "bench_single",
         jobs,
         args.submitters,
-        None,
+        args.sending(),
         "submit",
     )
     .await?;
     let mut throughput = vec![Throughput::new(
         "submit",
-        "submit (no workers)",
+        format!("submit, {} (no workers)", args.per_request()),
         queued.jobs.len() as u64,
         "jobs",
         queued.seconds(),
@@ -270,7 +271,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             "bench_single",
             count,
             args.submitters,
-            Some(pace),
+            Sending::Paced(pace),
             "end to end",
         )
         .await?;
@@ -381,8 +382,15 @@ async fn submit_and_run(
         args.submitters, args.workers, args.concurrency
     );
     bench.start_workers()?;
-    let submission =
-        submit_jobs(&bench.api, workflow, jobs, args.submitters, None, "submit").await?;
+    let submission = submit_jobs(
+        &bench.api,
+        workflow,
+        jobs,
+        args.submitters,
+        args.sending(),
+        "submit",
+    )
+    .await?;
     bench
         .wait_until_done((submission.jobs.len() * tasks_per_job) as u64, "run")
         .await?;
@@ -452,7 +460,7 @@ async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures,
         throughput: vec![
             Throughput::new(
                 "submit",
-                "submit (workers running)",
+                format!("submit, {} (workers running)", args.per_request()),
                 count,
                 "jobs",
                 submission.seconds(),
@@ -545,7 +553,7 @@ async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         throughput: vec![
             Throughput::new(
                 "submit",
-                "submit (workers running)",
+                format!("submit, {} (workers running)", args.per_request()),
                 count,
                 "jobs",
                 submission.seconds(),
