@@ -29,38 +29,48 @@ WORKFLOWS = {
 steps:
   - id: prepare
     queue: soak
-    command: echo '{"n": 1}'
+    timeout: 5s
+    command: |
+      echo '{"n": 1}'
   - id: flaky
     queue: soak
+    timeout: 5s
     command: test "$(od -An -N1 -tu1 /dev/urandom)" -gt 85
     retry: { max_attempts: 10, initial: 50ms }
   - id: finish
     queue: soak
+    timeout: 5s
     command: echo done
 """,
     "soak_fanout": """
 steps:
   - id: list
     queue: soak
-    command: echo '{"items": [1, 2, 3, 4, 5, 6, 7, 8]}'
+    timeout: 5s
+    command: |
+      echo '{"items": [1, 2, 3, 4, 5, 6, 7, 8]}'
   - id: each
     queue: soak
+    timeout: 5s
     command: echo "$INPUT_ITEM"
     for_each: "${{ steps.list.output.items }}"
     input: { item: "${{ item }}" }
     concurrency: 4
   - id: join
     queue: soak
+    timeout: 5s
     command: echo joined
 """,
     "soak_rollback": """
 steps:
   - id: reserve
     queue: soak
+    timeout: 5s
     command: echo reserved
-    compensate: { queue: soak, command: echo released }
+    compensate: { queue: soak, command: echo released, timeout: 5s }
   - id: fail
     queue: soak
+    timeout: 5s
     command: exit 1
 """,
 }
@@ -174,10 +184,10 @@ def main():
                 ) / 2**20
                 counts = {}
                 for status in ("running", "succeeded", "failed", "compensating"):
-                    _, page = call(base, "GET", f"/api/v1/jobs?status={status}&limit=1000")
+                    _, page = call(base, "GET", f"/api/v1/jobs?status={status}&limit=500")
                     counts[status] = len((page or {}).get("items", []))
                 samples.append(rss)
-                shown = " ".join(f"{k}={'%d+' % v if v == 1000 else v}" for k, v in counts.items())
+                shown = " ".join(f"{k}={v}{'+' if v == 500 else ''}" for k, v in counts.items())
                 print(f"{time.time() - started:6.0f} {rss:10.1f} {size:9.1f} {kills:6d}  {shown}", flush=True)
                 time.sleep(1)
         stop.set()
