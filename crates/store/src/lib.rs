@@ -5,6 +5,7 @@
 //! `writer`); reads use a small pool of separate connections (SQLite in WAL mode lets them run
 //! beside the writer).
 
+mod browse;
 mod cache;
 mod clock;
 mod commands;
@@ -27,6 +28,7 @@ use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
 use starbridge_core::time::{Duration, Timestamp};
 
+pub use browse::{JobCursor, JobLine, JobSearch, WorkerLoad};
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use notify::Notifier;
@@ -608,6 +610,28 @@ impl Store {
                 conn.query_row("SELECT 1", [], |_| Ok(()))?;
                 Ok(())
             })
+            .await
+    }
+
+    /// One page of jobs for browsing, newest first (see `browse.rs`).
+    pub async fn browse_jobs(&self, search: JobSearch) -> Result<Vec<JobLine>> {
+        self.reader
+            .read(move |conn| browse::jobs(conn, &search))
+            .await
+    }
+
+    /// Jobs per status under a browsing filter (its status and cursor aside).
+    pub async fn job_counts(&self, search: JobSearch) -> Result<Vec<(JobStatus, u64)>> {
+        self.reader
+            .read(move |conn| browse::status_counts(conn, &search))
+            .await
+    }
+
+    /// The workers holding running tasks in a namespace, per queue.
+    pub async fn worker_loads(&self, namespace: &str) -> Result<Vec<WorkerLoad>> {
+        let namespace = namespace.to_owned();
+        self.reader
+            .read(move |conn| browse::worker_loads(conn, &namespace))
             .await
     }
 }

@@ -5,7 +5,10 @@ use rusqlite::{Connection, params};
 
 use crate::Result;
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/sqlite/0001_init.sql")),
+    (2, include_str!("../migrations/sqlite/0002_browse.sql")),
+];
 
 /// Brings the schema up to date; returns how many migrations were applied.
 pub(crate) fn migrate(conn: &mut Connection, now_millis: i64) -> Result<usize> {
