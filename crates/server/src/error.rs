@@ -44,6 +44,11 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// What went wrong, as the problem document's `detail` says it.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
 }
 
 impl From<StoreError> for ApiError {

@@ -9,6 +9,7 @@ mod queues;
 mod routes;
 mod schedules;
 mod timers;
+mod ui;
 mod views;
 mod webhooks;
 
@@ -20,6 +21,12 @@ use tokio::net::TcpListener;
 
 pub use error::ApiError;
 pub use routes::{AppState, router};
+
+/// The whole HTTP surface: the JSON API (`router`) and the web UI. `closing` turns true when
+/// the server begins to shut down, which ends the UI's open event streams.
+pub fn app(state: AppState, closing: tokio::sync::watch::Receiver<bool>) -> axum::Router {
+    router(state.clone()).merge(ui::router(state, closing))
+}
 pub use timers::run_timers;
 pub use webhooks::{run_deliveries, signature};
 
@@ -67,7 +74,12 @@ impl Server {
         let (stop_timers, timers_stopped) = tokio::sync::watch::channel(false);
         let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped.clone()));
         let deliveries = tokio::spawn(run_deliveries(self.store.clone(), timers_stopped));
-        let app = router(AppState { store: self.store });
+        let (closing, closing_seen) = tokio::sync::watch::channel(false);
+        let app = app(AppState { store: self.store }, closing_seen);
+        let shutdown = async move {
+            shutdown.await;
+            let _ = closing.send(true);
+        };
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await

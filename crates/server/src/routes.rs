@@ -425,7 +425,10 @@ async fn poll(State(state): State<AppState>, bytes: Bytes) -> ApiResult<Json<api
     let request: api::PollRequest = body(&bytes)?;
     check_poll(&request)?;
     let namespace = namespace_name(request.namespace.as_deref())?;
-    state.store.notifier().polled(&namespace, &request.queues);
+    state
+        .store
+        .notifier()
+        .polled(&namespace, &request.worker_id, &request.queues);
     let max = request.max_tasks.unwrap_or(1);
     let deadline = Instant::now() + StdDuration::from_millis(request.wait_ms.unwrap_or(0));
     let store = &state.store;

@@ -74,8 +74,6 @@ pub struct WorkerLoad {
     pub worker: String,
     pub queue: String,
     pub running: u64,
-    /// When the most recent of these tasks started.
-    pub last_start: Option<Timestamp>,
 }
 
 /// The `WHERE` clause and its values for everything in `search` but status and cursor.
@@ -199,7 +197,7 @@ pub(crate) fn status_counts(
 /// The workers holding running tasks in a namespace, per queue (reads only running tasks).
 pub(crate) fn worker_loads(conn: &Connection, namespace: &str) -> Result<Vec<WorkerLoad>> {
     let mut statement = conn.prepare_cached(
-        "SELECT worker_id, queue, COUNT(*), MAX(started_at) FROM tasks \
+        "SELECT worker_id, queue, COUNT(*) FROM tasks \
          WHERE status = 'running' AND namespace = ?1 AND worker_id IS NOT NULL \
          GROUP BY worker_id, queue ORDER BY worker_id, queue",
     )?;
@@ -208,7 +206,6 @@ pub(crate) fn worker_loads(conn: &Connection, namespace: &str) -> Result<Vec<Wor
             worker: row.get(0)?,
             queue: row.get(1)?,
             running: u64::try_from(row.get::<_, i64>(2)?).unwrap_or(0),
-            last_start: timestamp(row.get(3)?),
         })
     })?;
     rows.map(|row| row.map_err(Error::from)).collect()
@@ -382,7 +379,6 @@ mod tests {
                 worker: "w1".to_owned(),
                 queue: "q".to_owned(),
                 running: 2,
-                last_start: Some(Timestamp(START + 4000)),
             }]
         );
     }

@@ -31,7 +31,7 @@ use starbridge_core::time::{Duration, Timestamp};
 pub use browse::{JobCursor, JobLine, JobSearch, WorkerLoad};
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use notify::Notifier;
+pub use notify::{Notifier, WorkerSeen};
 pub use schedules::{ScheduleSpec, StoredSchedule, time_zone};
 pub use stats::{QueueStats, Stats};
 pub use webhooks::{
