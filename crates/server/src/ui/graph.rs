@@ -172,6 +172,15 @@ fn status(task: &TaskView) -> Option<TaskStatus> {
     TaskStatus::parse(&task.status)
 }
 
+/// `attempt 2/3`; past the step's budget (an operator's retry gives a fresh one) only the number.
+pub(crate) fn attempts(attempt: u32, max: u32) -> String {
+    if attempt <= max {
+        format!("attempt {attempt}/{max}")
+    } else {
+        format!("attempt {attempt}")
+    }
+}
+
 /// The state and detail line of one step from its tasks.
 fn step_state(step: &str, tasks: &[TaskView], fallback: String) -> (Option<NodeState>, String) {
     let of_step = |kind: &'static str| {
@@ -200,7 +209,7 @@ fn step_state(step: &str, tasks: &[TaskView], fallback: String) -> (Option<NodeS
         }
         detail = parts.join(" · ");
     } else if main.attempt > 1 || main.max_attempts > 1 && main.attempt > 0 {
-        detail = format!("attempt {}/{}", main.attempt, main.max_attempts);
+        detail = attempts(main.attempt, main.max_attempts);
     }
     // A compensation made after the task last ended tells what happened to its effect.
     if let Some(undo) = of_step("compensation").next_back() {
@@ -477,6 +486,12 @@ mod tests {
             ]
         );
         assert_eq!(graph.edges, [(0, 1), (1, 2)]);
+    }
+
+    #[test]
+    fn attempts_beyond_the_budget_show_only_their_number() {
+        assert_eq!(attempts(2, 3), "attempt 2/3");
+        assert_eq!(attempts(2, 1), "attempt 2");
     }
 
     #[test]

@@ -514,14 +514,13 @@ fn task_details(job: &str, task: &TaskView, open: bool) -> String {
         _ => task.step.clone(),
     };
     let mut out = format!(
-        r#"<details id="task-{id}" class="task" data-task="{id}"{open}><summary>{status} <b>{name}</b> <span class="muted">{kind} · attempt {attempt}/{max} · {queue} · {command}</span></summary><div class="task-body">"#,
+        r#"<details id="task-{id}" class="task" data-task="{id}"{open}><summary>{status} <b>{name}</b> <span class="muted">{kind} · {attempts} · {queue} · {command}</span></summary><div class="task-body">"#,
         id = Esc(&task.id),
         open = if open { " open" } else { "" },
         status = badge(&task.status),
         name = Esc(&name),
         kind = Esc(&task.kind.replace('_', " ")),
-        attempt = task.attempt,
-        max = task.max_attempts,
+        attempts = graph::attempts(task.attempt, task.max_attempts),
         queue = Esc(&task.queue),
         command = Esc(&first_line(&task.command, 70)),
     );
@@ -672,7 +671,7 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
     body.push_str("</div></section>");
     let _ = write!(
         body,
-        r#"<section aria-labelledby="params-title"><h2 id="params-title">Params</h2><pre class="json">{}</pre></section>"#,
+        r#"<section aria-labelledby="params-title"><h2 id="params-title">Params</h2><pre class="json" id="params">{}</pre></section>"#,
         esc(&json(&view.params))
     );
     body.push_str(r#"<section aria-labelledby="events-title"><h2 id="events-title">History</h2><table class="list events"><thead><tr><th scope="col">#</th><th scope="col">At (UTC)</th><th scope="col">Event</th><th scope="col">Step</th><th scope="col">Attempt</th><th scope="col">Worker</th><th scope="col">Detail</th></tr></thead><tbody id="events" data-live>"#);
