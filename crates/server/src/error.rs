@@ -92,6 +92,11 @@ impl ApiError {
             errors: self.errors,
         }
     }
+
+    /// What went wrong, as the problem document's `detail` says it.
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
 }
 
 impl From<StoreError> for ApiError {

@@ -12,6 +12,7 @@ mod routes;
 mod schedules;
 mod timers;
 mod tokens;
+mod ui;
 mod views;
 mod webhooks;
 
@@ -25,6 +26,17 @@ pub use auth::Auth;
 pub use error::ApiError;
 pub use routes::{AppState, router};
 pub use timers::{run_pruner, run_timers};
+
+/// The whole HTTP surface: the JSON API (`router`) and the web UI, both behind the same
+/// authentication. `closing` turns true when the server begins to shut down, which ends the
+/// UI's open event streams.
+pub fn app(state: AppState, closing: tokio::sync::watch::Receiver<bool>) -> axum::Router {
+    let ui = ui::router(state.clone(), closing).route_layer(axum::middleware::from_fn_with_state(
+        state.clone(),
+        auth::authorize,
+    ));
+    router(state).merge(ui)
+}
 pub use webhooks::{run_deliveries, signature};
 
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +100,12 @@ impl Server {
         } else {
             AppState::new(self.store)
         };
-        let app = router(state);
+        let (closing, closing_seen) = tokio::sync::watch::channel(false);
+        let app = app(state, closing_seen);
+        let shutdown = async move {
+            shutdown.await;
+            let _ = closing.send(true);
+        };
         let served = axum::serve(self.listener, app)
             .with_graceful_shutdown(shutdown)
             .await

@@ -21,7 +21,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/api/v1/queues/{name}/resume", post(resume))
 }
 
-async fn views(state: &AppState, namespace: &str) -> ApiResult<Vec<api::QueueView>> {
+pub(crate) async fn views(state: &AppState, namespace: &str) -> ApiResult<Vec<api::QueueView>> {
     let queues = state.store.queues(namespace).await?;
     let stats = state.store.stats().await?;
     Ok(queues

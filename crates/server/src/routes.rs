@@ -457,7 +457,10 @@ async fn poll(
     check_poll(&request)?;
     let namespace = caller.namespace(request.namespace.as_deref())?;
     caller.check_queues(&request.queues)?;
-    state.store.notifier().polled(&namespace, &request.queues);
+    state
+        .store
+        .notifier()
+        .polled(&namespace, &request.worker_id, &request.queues);
     let max = request.max_tasks.unwrap_or(1);
     let deadline = Instant::now() + StdDuration::from_millis(request.wait_ms.unwrap_or(0));
     let store = &state.store;

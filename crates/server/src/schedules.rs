@@ -42,7 +42,7 @@ fn catch_up_view(catch_up: CatchUp) -> api::CatchUpPolicy {
     }
 }
 
-fn view(schedule: &StoredSchedule) -> api::ScheduleView {
+pub(crate) fn view(schedule: &StoredSchedule) -> api::ScheduleView {
     let next_fires = match (
         schedule.paused,
         schedule.next_fire_at,

@@ -79,6 +79,39 @@ impl ToArg for f64 {
     }
 }
 
+/// An owned parameter, for statements assembled piece by piece (filters).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    Int(i64),
+    Text(String),
+}
+
+impl ToArg for Value {
+    fn to_arg(&self) -> Arg<'_> {
+        match self {
+            Value::Int(value) => Arg::Int(*value),
+            Value::Text(value) => Arg::Text(value),
+        }
+    }
+}
+
+impl From<i64> for Value {
+    fn from(value: i64) -> Value {
+        Value::Int(value)
+    }
+}
+
+impl From<String> for Value {
+    fn from(value: String) -> Value {
+        Value::Text(value)
+    }
+}
+
+/// Binds owned parameters.
+pub(crate) fn bind(values: &[Value]) -> Vec<Arg<'_>> {
+    values.iter().map(ToArg::to_arg).collect()
+}
+
 /// Statement parameters: `args![a, b, c]` is a `&[Arg]`.
 macro_rules! args {
     ($($value:expr),* $(,)?) => {

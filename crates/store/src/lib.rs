@@ -6,6 +6,7 @@
 //! one writer thread per node that commits many requests together (group commit, see `writer`);
 //! reads use a bounded pool of separate connections.
 
+mod browse;
 mod cache;
 mod clock;
 mod commands;
@@ -34,10 +35,11 @@ use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
 use starbridge_core::time::{Duration, Timestamp};
 
+pub use browse::{JobCursor, JobLine, JobSearch, WorkerLoad};
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::DatabaseError;
-pub use notify::Notifier;
+pub use notify::{Notifier, WorkerSeen};
 pub use schedules::{ScheduleSpec, StoredSchedule, time_zone};
 pub use sqlite::sqlite_path;
 pub use stats::{QueueStats, Stats};
@@ -852,6 +854,28 @@ impl Store {
                 conn.query_value::<i64>("SELECT 1", &[])?;
                 Ok(())
             })
+            .await
+    }
+
+    /// One page of jobs for browsing, newest first (see `browse.rs`).
+    pub async fn browse_jobs(&self, search: JobSearch) -> Result<Vec<JobLine>> {
+        self.reader
+            .read(move |conn| browse::jobs(conn, &search))
+            .await
+    }
+
+    /// Jobs per status under a browsing filter (its status and cursor aside).
+    pub async fn job_counts(&self, search: JobSearch) -> Result<Vec<(JobStatus, u64)>> {
+        self.reader
+            .read(move |conn| browse::status_counts(conn, &search))
+            .await
+    }
+
+    /// The workers holding running tasks in a namespace, per queue.
+    pub async fn worker_loads(&self, namespace: &str) -> Result<Vec<WorkerLoad>> {
+        let namespace = namespace.to_owned();
+        self.reader
+            .read(move |conn| browse::worker_loads(conn, &namespace))
             .await
     }
 }

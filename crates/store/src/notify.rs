@@ -8,6 +8,21 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 type QueueKey = (String, String);
+/// By (namespace, worker id): the queues of the worker's last poll and when it was.
+type WorkerPolls = HashMap<(String, String), (Vec<String>, Instant)>;
+
+/// Workers are remembered this long after their last poll.
+const FORGET_WORKER_AFTER: std::time::Duration = std::time::Duration::from_secs(3600);
+/// The worker table is pruned of forgotten workers when it grows past this.
+const PRUNE_WORKERS_ABOVE: usize = 1024;
+
+/// A worker that polled this server: which queues it asked for last, and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSeen {
+    pub worker: String,
+    pub queues: Vec<String>,
+    pub last_poll: Instant,
+}
 
 #[derive(Default)]
 pub struct Notifier {
@@ -15,6 +30,7 @@ pub struct Notifier {
     timers: Arc<Notify>,
     deliveries: Arc<Notify>,
     last_polls: Mutex<HashMap<QueueKey, Instant>>,
+    workers: Mutex<WorkerPolls>,
 }
 
 impl Notifier {
@@ -52,8 +68,18 @@ impl Notifier {
     }
 
     /// Notes that a worker polled these queues now (on this server).
-    pub fn polled(&self, namespace: &str, queues: &[String]) {
+    pub fn polled(&self, namespace: &str, worker: &str, queues: &[String]) {
         let now = Instant::now();
+        {
+            let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+            if workers.len() > PRUNE_WORKERS_ABOVE {
+                workers.retain(|_, (_, at)| now.duration_since(*at) < FORGET_WORKER_AFTER);
+            }
+            workers.insert(
+                (namespace.to_owned(), worker.to_owned()),
+                (queues.to_vec(), now),
+            );
+        }
         let mut polls = self.last_polls.lock().unwrap_or_else(|e| e.into_inner());
         for queue in queues {
             polls.insert((namespace.to_owned(), queue.clone()), now);
@@ -66,6 +92,22 @@ impl Notifier {
         polls
             .get(&(namespace.to_owned(), queue.to_owned()))
             .copied()
+    }
+
+    /// The workers that polled this server in the last hour, by worker id.
+    pub fn workers(&self, namespace: &str) -> Vec<WorkerSeen> {
+        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen: Vec<WorkerSeen> = workers
+            .iter()
+            .filter(|((ns, _), (_, at))| ns == namespace && at.elapsed() < FORGET_WORKER_AFTER)
+            .map(|((_, worker), (queues, at))| WorkerSeen {
+                worker: worker.clone(),
+                queues: queues.clone(),
+                last_poll: *at,
+            })
+            .collect();
+        seen.sort_by(|a, b| a.worker.cmp(&b.worker));
+        seen
     }
 
     /// Wakes every poll registered on this queue.
@@ -106,6 +148,28 @@ mod tests {
         notifier.wake("default", "q");
         // The permit is stored: this returns at once.
         notify.notified().await;
+    }
+
+    #[test]
+    fn polls_are_remembered_per_worker_and_namespace() {
+        let notifier = Notifier::default();
+        notifier.polled("default", "w2", &["b".to_owned()]);
+        notifier.polled("default", "w1", &["a".to_owned()]);
+        notifier.polled("default", "w1", &["a".to_owned(), "c".to_owned()]);
+        notifier.polled("other", "w3", &["a".to_owned()]);
+        let seen: Vec<(String, Vec<String>)> = notifier
+            .workers("default")
+            .into_iter()
+            .map(|w| (w.worker, w.queues))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("w1".to_owned(), vec!["a".to_owned(), "c".to_owned()]),
+                ("w2".to_owned(), vec!["b".to_owned()]),
+            ]
+        );
+        assert!(notifier.last_poll("default", "c").is_some());
     }
 
     #[tokio::test]

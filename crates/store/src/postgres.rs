@@ -29,6 +29,7 @@ use crate::{Error, Result, StoreOptions};
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
     (2, include_str!("../migrations/postgres/0002_tokens.sql")),
+    (3, include_str!("../migrations/postgres/0003_browse.sql")),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

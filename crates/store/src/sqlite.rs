@@ -14,6 +14,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/sqlite/0001_init.sql")),
     (2, include_str!("../migrations/sqlite/0002_jobs_ended.sql")),
     (3, include_str!("../migrations/sqlite/0003_tokens.sql")),
+    (4, include_str!("../migrations/sqlite/0004_browse.sql")),
 ];
 
 impl From<rusqlite::Error> for Error {

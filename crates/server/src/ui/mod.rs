@@ -1,0 +1,656 @@
+//! The web UI: server-rendered HTML pages at `/` and under `/ui/`, a stylesheet and one small
+//! script built into the binary, and a server-sent event stream that tells an open job page when
+//! the job changed. Operator actions and job submission go from the script to the JSON API
+//! (`/api/v1`), so the UI can do nothing the API does not allow and shows the API's refusals.
+//!
+//! None of these routes is part of the JSON API (they live outside `/api/`, which is why the
+//! OpenAPI route scan of `src/*.rs` does not look into this folder). The handlers here read the
+//! store; what they show is built by the pure modules: `pages` (HTML), `graph` and `layout`
+//! (DAG drawing and DOT), `diff` (version changes) and `form` (params form).
+
+mod diff;
+mod form;
+mod graph;
+mod html;
+mod layout;
+mod pages;
+
+use std::convert::Infallible;
+use std::time::Duration as StdDuration;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use futures_util::Stream;
+use serde::Deserialize;
+use starbridge_api as api;
+use starbridge_core::definition::check_name;
+use starbridge_core::ids::JobId;
+use starbridge_core::model::JobStatus;
+use starbridge_core::time::{Duration, Timestamp};
+use starbridge_store::{JobCursor, JobSearch};
+use tokio::sync::watch;
+
+use crate::error::ApiError;
+use crate::routes::AppState;
+use pages::{Live, Ns, Section};
+
+/// Jobs per page of the list.
+const PAGE_SIZE: u32 = 50;
+/// History events read for the job page; the page shows the latest `SHOWN_EVENTS`.
+const READ_EVENTS: u32 = 100_000;
+const SHOWN_EVENTS: usize = 500;
+/// How often an open job page's stream looks for new history events.
+const STREAM_CHECK: StdDuration = StdDuration::from_millis(400);
+/// How often list pages re-read themselves.
+const REFRESH_MS: u32 = 3000;
+
+const CSS: &str = include_str!("assets/app.css");
+const JS: &str = include_str!("assets/app.js");
+/// Scripts only from this server; inline styles are needed by the SVG drawings.
+const CSP: &str = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+                   object-src 'none'; base-uri 'none'; frame-ancestors 'none'";
+
+#[derive(Clone)]
+struct UiState {
+    app: AppState,
+    /// Becomes true when the server shuts down: open event streams end.
+    closing: watch::Receiver<bool>,
+}
+
+/// The UI's routes. `closing` turns true when the server begins to shut down.
+pub(crate) fn router(app: AppState, closing: watch::Receiver<bool>) -> Router {
+    Router::new()
+        .route("/", get(jobs_page))
+        .route("/ui/jobs/{id}", get(job_page))
+        .route("/ui/jobs/{id}/live", get(job_stream))
+        .route("/ui/jobs/{id}/graph.dot", get(job_dot))
+        .route("/ui/jobs/{id}/graph.svg", get(job_svg))
+        .route("/ui/workflows", get(workflows_page))
+        .route("/ui/workflows/{name}", get(workflow_page))
+        .route("/ui/workflows/{name}/graph.dot", get(workflow_dot))
+        .route("/ui/workflows/{name}/graph.svg", get(workflow_svg))
+        .route("/ui/queues", get(queues_page))
+        .route("/ui/schedules", get(schedules_page))
+        .route("/ui/assets/app.css", get(css))
+        .route("/ui/assets/app.js", get(js))
+        .with_state(UiState { app, closing })
+}
+
+/// Why a page cannot be shown.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error(transparent)]
+    Store(#[from] starbridge_store::Error),
+    #[error("{}", .0.detail())]
+    Api(ApiError),
+}
+
+impl From<ApiError> for Error {
+    fn from(error: ApiError) -> Error {
+        Error::Api(error)
+    }
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, title) = match &self {
+            Error::NotFound(_) => (StatusCode::NOT_FOUND, "Not found"),
+            Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "Bad request"),
+            Error::Api(error) => (error.status(), "Cannot show this page"),
+            Error::Store(starbridge_store::Error::NotFound(_)) => {
+                (StatusCode::NOT_FOUND, "Not found")
+            }
+            Error::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "Store unavailable"),
+        };
+        let detail = if status.is_server_error() {
+            tracing::error!(error = %self, "ui page failed");
+            "the store did not answer: see the server log".to_owned()
+        } else {
+            self.to_string()
+        };
+        let ns = Ns(api::DEFAULT_NAMESPACE.to_owned());
+        let body = pages::page(
+            title,
+            Section::Jobs,
+            &ns,
+            Live::Static,
+            &pages::problem(title, &detail),
+        );
+        (status, html_headers(), body).into_response()
+    }
+}
+
+fn html_headers() -> [(header::HeaderName, &'static str); 3] {
+    [
+        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::CACHE_CONTROL, "no-store"),
+    ]
+}
+
+fn html(body: String) -> Response {
+    (html_headers(), body).into_response()
+}
+
+#[derive(Deserialize, Default)]
+struct NsQuery {
+    namespace: Option<String>,
+}
+
+fn ns(value: Option<&str>) -> Result<Ns> {
+    let name = value
+        .filter(|v| !v.is_empty())
+        .unwrap_or(api::DEFAULT_NAMESPACE);
+    check_name(name).map_err(|message| Error::BadRequest(format!("namespace: {message}")))?;
+    Ok(Ns(name.to_owned()))
+}
+
+async fn css() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        format!("{CSS}\n{}\n", graph::state_styles()),
+    )
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        JS,
+    )
+        .into_response()
+}
+
+#[derive(Deserialize, Default)]
+struct JobsParams {
+    namespace: Option<String>,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    workflow: String,
+    #[serde(default)]
+    range: String,
+    #[serde(default)]
+    from: String,
+    #[serde(default)]
+    to: String,
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    cursor: String,
+}
+
+/// A `datetime-local` value (`2026-11-23T01:14`, read as UTC).
+fn local_time(field: &str, text: &str) -> Result<Option<Timestamp>> {
+    if text.is_empty() {
+        return Ok(None);
+    }
+    let civil: jiff::civil::DateTime = text.parse().map_err(|_| {
+        Error::BadRequest(format!(
+            "{field}: '{text}' is not a date and time such as 2026-11-23T01:14"
+        ))
+    })?;
+    let zoned = civil
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .map_err(|error| Error::BadRequest(format!("{field}: {error}")))?;
+    Ok(Some(Timestamp(zoned.timestamp().as_millisecond())))
+}
+
+/// The store search a jobs page query asks for.
+fn search(params: &JobsParams, namespace: &Ns, now: Timestamp) -> Result<JobSearch> {
+    let status = match params.status.as_str() {
+        "" => None,
+        text => Some(
+            JobStatus::parse(text)
+                .ok_or_else(|| Error::BadRequest(format!("status: unknown status '{text}'")))?,
+        ),
+    };
+    let range = match params.range.as_str() {
+        "" => None,
+        "1h" => Some(Duration::from_millis(3_600_000)),
+        "24h" => Some(Duration::from_millis(86_400_000)),
+        "7d" => Some(Duration::from_millis(7 * 86_400_000)),
+        "30d" => Some(Duration::from_millis(30 * 86_400_000)),
+        other => return Err(Error::BadRequest(format!("range: unknown range '{other}'"))),
+    };
+    let from = local_time("from", &params.from)?;
+    let since = range.map(|r| Timestamp(now.0 - r.as_millis() as i64));
+    let created_after = match (from, since) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let after = match params.cursor.as_str() {
+        "" => None,
+        text => Some(JobCursor::decode(text).ok_or_else(|| {
+            Error::BadRequest("cursor: not a cursor of this list: start from the first page".into())
+        })?),
+    };
+    let text = params.q.trim();
+    Ok(JobSearch {
+        namespace: namespace.0.clone(),
+        status,
+        workflow: Some(params.workflow.clone()).filter(|w| !w.is_empty()),
+        created_after,
+        created_before: local_time("to", &params.to)?,
+        text: Some(text.to_owned()).filter(|t| !t.is_empty()),
+        after,
+        limit: PAGE_SIZE + 1,
+    })
+}
+
+async fn jobs_page(
+    State(ui): State<UiState>,
+    Query(params): Query<JobsParams>,
+) -> Result<Response> {
+    let namespace = ns(params.namespace.as_deref())?;
+    let store = &ui.app.store;
+    let query = pages::JobsQuery {
+        status: params.status.clone(),
+        workflow: params.workflow.clone(),
+        range: params.range.clone(),
+        from: params.from.clone(),
+        to: params.to.clone(),
+        q: params.q.clone(),
+        cursor: params.cursor.clone(),
+    };
+    let workflows: Vec<String> = store
+        .workflows(&namespace.0)
+        .await?
+        .into_iter()
+        .map(|w| w.name)
+        .collect();
+    let now = store.now();
+    let (problem, counts, mut jobs) = match search(&params, &namespace, now) {
+        Ok(search) => {
+            let counts = store.job_counts(search.clone());
+            let jobs = store.browse_jobs(search);
+            let (counts, jobs) = tokio::try_join!(counts, jobs)?;
+            (None, counts, jobs)
+        }
+        Err(error) => (Some(error.to_string()), Vec::new(), Vec::new()),
+    };
+    let more = jobs.len() > PAGE_SIZE as usize;
+    jobs.truncate(PAGE_SIZE as usize);
+    let next_cursor = more
+        .then(|| {
+            jobs.last().map(|job| {
+                JobCursor {
+                    created_at: job.created_at,
+                    id: job.id.clone(),
+                }
+                .encode()
+            })
+        })
+        .flatten();
+    let body = pages::jobs(
+        &namespace,
+        &pages::JobsPage {
+            query: &query,
+            problem,
+            workflows: &workflows,
+            counts: &counts,
+            jobs: &jobs,
+            next_cursor,
+            now,
+        },
+    );
+    // Only the first page follows new jobs as they come.
+    let live = if query.cursor.is_empty() {
+        Live::Every(REFRESH_MS)
+    } else {
+        Live::Static
+    };
+    Ok(html(pages::page(
+        "Jobs",
+        Section::Jobs,
+        &namespace,
+        live,
+        &body,
+    )))
+}
+
+fn job_id(text: &str) -> Result<JobId> {
+    JobId::parse(text).ok_or_else(|| Error::NotFound(format!("job {text} not found")))
+}
+
+/// A job with what its page shows: its view, its workflow, its history.
+struct LoadedJob {
+    view: api::JobView,
+    workflow: Option<std::sync::Arc<starbridge_store::Compiled>>,
+    events: Vec<api::EventView>,
+}
+
+async fn load_job(ui: &UiState, namespace: &Ns, id: &str) -> Result<LoadedJob> {
+    let store = &ui.app.store;
+    let id = job_id(id)?;
+    let state = store
+        .job(&namespace.0, &id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("job {id} not found")))?;
+    let view = crate::routes::job_view(&ui.app, &state).await?;
+    let workflow = store
+        .compiled(&namespace.0, &state.job.workflow, state.job.version)
+        .await
+        .ok();
+    let events = store
+        .events(&namespace.0, &id, 0, READ_EVENTS)
+        .await?
+        .unwrap_or_default();
+    let skip = events.len().saturating_sub(SHOWN_EVENTS);
+    Ok(LoadedJob {
+        view,
+        workflow,
+        events: events[skip..].iter().map(crate::views::event).collect(),
+    })
+}
+
+async fn job_page(
+    State(ui): State<UiState>,
+    Path(id): Path<String>,
+    Query(query): Query<NsQuery>,
+) -> Result<Response> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let loaded = load_job(&ui, &namespace, &id).await?;
+    let data = pages::JobPage {
+        view: &loaded.view,
+        workflow: loaded.workflow.as_ref().map(|c| &c.workflow),
+        events: &loaded.events,
+        now: ui.app.store.now(),
+    };
+    let last_seq = loaded.events.last().map_or(0, |e| e.seq).to_string();
+    let stream = namespace.href(
+        &format!("/ui/jobs/{}/live", html::url(&loaded.view.summary.id)),
+        &[("after", &last_seq)],
+    );
+    let body = pages::job(&namespace, &data);
+    let title = format!(
+        "Job {} ({})",
+        loaded.view.summary.id, loaded.view.summary.status
+    );
+    Ok(html(pages::page(
+        &title,
+        Section::Jobs,
+        &namespace,
+        Live::Stream(stream),
+        &body,
+    )))
+}
+
+#[derive(Deserialize)]
+struct StreamQuery {
+    namespace: Option<String>,
+    #[serde(default)]
+    after: i64,
+}
+
+/// Sends a `change` event (data: the latest history sequence number) whenever the job's history
+/// grows past `after`; ends when the server shuts down.
+async fn job_stream(
+    State(ui): State<UiState>,
+    Path(id): Path<String>,
+    Query(query): Query<StreamQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let id = job_id(&id)?;
+    if ui.app.store.job(&namespace.0, &id).await?.is_none() {
+        return Err(Error::NotFound(format!("job {id} not found")));
+    }
+    let start = (ui, namespace.0, id, query.after);
+    let stream =
+        futures_util::stream::unfold(start, |(mut ui, namespace, id, mut seen)| async move {
+            loop {
+                if *ui.closing.borrow() {
+                    return None;
+                }
+                match ui.app.store.events(&namespace, &id, seen, 10_000).await {
+                    Ok(Some(events)) if !events.is_empty() => {
+                        seen = events.last().map_or(seen, |e| e.seq);
+                        let event = Event::default().event("change").data(seen.to_string());
+                        return Some((Ok(event), (ui, namespace, id, seen)));
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, "job stream cannot read events"),
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(STREAM_CHECK) => {}
+                    changed = ui.closing.changed() => if changed.is_err() { return None },
+                }
+            }
+        });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+fn dot_response(text: String) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/vnd.graphviz; charset=utf-8")],
+        text,
+    )
+        .into_response()
+}
+
+fn svg_response(drawing: String) -> Response {
+    (
+        [(header::CONTENT_TYPE, "image/svg+xml; charset=utf-8")],
+        format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n{drawing}\n"),
+    )
+        .into_response()
+}
+
+async fn job_graph(ui: &UiState, id: &str, query: &NsQuery) -> Result<graph::Graph> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let loaded = load_job(ui, &namespace, id).await?;
+    Ok(graph::job_graph(
+        loaded.workflow.as_ref().map(|c| &c.workflow),
+        &loaded.view.tasks,
+        &format!(
+            "{} {}",
+            loaded.view.summary.workflow, loaded.view.summary.id
+        ),
+    ))
+}
+
+async fn job_dot(
+    State(ui): State<UiState>,
+    Path(id): Path<String>,
+    Query(query): Query<NsQuery>,
+) -> Result<Response> {
+    Ok(dot_response(graph::dot(
+        &job_graph(&ui, &id, &query).await?,
+    )))
+}
+
+async fn job_svg(
+    State(ui): State<UiState>,
+    Path(id): Path<String>,
+    Query(query): Query<NsQuery>,
+) -> Result<Response> {
+    Ok(svg_response(graph::svg(
+        &job_graph(&ui, &id, &query).await?,
+        None,
+    )))
+}
+
+async fn workflows_page(
+    State(ui): State<UiState>,
+    Query(query): Query<NsQuery>,
+) -> Result<Response> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let items = ui.app.store.workflows(&namespace.0).await?;
+    let body = pages::workflows(&namespace, &items);
+    Ok(html(pages::page(
+        "Workflows",
+        Section::Workflows,
+        &namespace,
+        Live::Static,
+        &body,
+    )))
+}
+
+#[derive(Deserialize)]
+struct WorkflowQuery {
+    namespace: Option<String>,
+    version: Option<u32>,
+    diff: Option<u32>,
+}
+
+async fn stored_workflow(
+    ui: &UiState,
+    namespace: &Ns,
+    name: &str,
+    version: Option<u32>,
+) -> Result<starbridge_store::StoredWorkflow> {
+    ui.app
+        .store
+        .workflow(&namespace.0, name, version)
+        .await?
+        .ok_or_else(|| match version {
+            Some(v) => Error::NotFound(format!("workflow {name} has no version {v}")),
+            None => Error::NotFound(format!("workflow {name} not found")),
+        })
+}
+
+async fn workflow_page(
+    State(ui): State<UiState>,
+    Path(name): Path<String>,
+    Query(query): Query<WorkflowQuery>,
+) -> Result<Response> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let latest = stored_workflow(&ui, &namespace, &name, None).await?;
+    let stored = match query.version {
+        Some(v) if v != latest.version => stored_workflow(&ui, &namespace, &name, Some(v)).await?,
+        _ => latest.clone(),
+    };
+    let compiled = ui
+        .app
+        .store
+        .compiled(&namespace.0, &name, stored.version)
+        .await?;
+    let compared = match query.diff.filter(|&d| d != stored.version) {
+        Some(v) => Some(stored_workflow(&ui, &namespace, &name, Some(v)).await?),
+        None => None,
+    };
+    let body = pages::workflow(
+        &namespace,
+        &pages::WorkflowPage {
+            stored: &stored,
+            workflow: &compiled.workflow,
+            latest: latest.version,
+            compared: compared.as_ref().map(|c| (c.version, &c.definition)),
+        },
+    );
+    Ok(html(pages::page(
+        &format!("Workflow {name}"),
+        Section::Workflows,
+        &namespace,
+        Live::Static,
+        &body,
+    )))
+}
+
+async fn workflow_graph(ui: &UiState, name: &str, query: &WorkflowQuery) -> Result<graph::Graph> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let stored = stored_workflow(ui, &namespace, name, query.version).await?;
+    let compiled = ui
+        .app
+        .store
+        .compiled(&namespace.0, name, stored.version)
+        .await?;
+    let mut drawn = graph::workflow_graph(&compiled.workflow);
+    drawn.name = format!("{name} v{}", stored.version);
+    Ok(drawn)
+}
+
+async fn workflow_dot(
+    State(ui): State<UiState>,
+    Path(name): Path<String>,
+    Query(query): Query<WorkflowQuery>,
+) -> Result<Response> {
+    Ok(dot_response(graph::dot(
+        &workflow_graph(&ui, &name, &query).await?,
+    )))
+}
+
+async fn workflow_svg(
+    State(ui): State<UiState>,
+    Path(name): Path<String>,
+    Query(query): Query<WorkflowQuery>,
+) -> Result<Response> {
+    Ok(svg_response(graph::svg(
+        &workflow_graph(&ui, &name, &query).await?,
+        None,
+    )))
+}
+
+async fn queues_page(State(ui): State<UiState>, Query(query): Query<NsQuery>) -> Result<Response> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let store = &ui.app.store;
+    let queues = crate::queues::views(&ui.app, &namespace.0).await?;
+    let names: Vec<String> = queues.iter().map(|q| q.name.clone()).collect();
+    let states = store.queue_states(&namespace.0, names.clone()).await?;
+    let last_polls: Vec<(String, Option<u64>)> = names
+        .into_iter()
+        .map(|name| {
+            let ago = states
+                .get(&name)
+                .and_then(|s| s.last_poll)
+                .map(|d| d.as_millis());
+            (name, ago)
+        })
+        .collect();
+    let loads = store.worker_loads(&namespace.0).await?;
+    let seen: Vec<(String, Vec<String>, u64)> = store
+        .notifier()
+        .workers(&namespace.0)
+        .into_iter()
+        .map(|w| {
+            let ago = u64::try_from(w.last_poll.elapsed().as_millis()).unwrap_or(u64::MAX);
+            (w.worker, w.queues, ago)
+        })
+        .collect();
+    let workers = pages::worker_rows(&seen, &loads);
+    let body = pages::queues(&pages::QueuesPage {
+        queues: &queues,
+        last_polls: &last_polls,
+        workers: &workers,
+    });
+    Ok(html(pages::page(
+        "Queues and workers",
+        Section::Queues,
+        &namespace,
+        Live::Every(REFRESH_MS),
+        &body,
+    )))
+}
+
+async fn schedules_page(
+    State(ui): State<UiState>,
+    Query(query): Query<NsQuery>,
+) -> Result<Response> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let schedules = ui.app.store.schedules(&namespace.0).await?;
+    let views: Vec<api::ScheduleView> = schedules.iter().map(crate::schedules::view).collect();
+    let body = pages::schedules(&namespace, &views);
+    Ok(html(pages::page(
+        "Schedules",
+        Section::Schedules,
+        &namespace,
+        Live::Every(REFRESH_MS),
+        &body,
+    )))
+}

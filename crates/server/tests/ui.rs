@@ -1,0 +1,198 @@
+//! The web UI's pages and exports served in-process (no socket, no browser): what each page
+//! shows, that stored text is escaped, and how bad requests are answered. The browser tests are
+//! in `ui_browser.rs`.
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use serde_json::json;
+use starbridge_server::{AppState, app};
+use starbridge_store::{Store, Submit};
+use tower::ServiceExt;
+
+struct Ui {
+    app: Router,
+    store: Store,
+    _dir: tempfile::TempDir,
+}
+
+fn ui() -> Ui {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&format!("sqlite://{}", dir.path().join("ui.db").display())).unwrap();
+    let (_closing, closing_seen) = tokio::sync::watch::channel(false);
+    Ui {
+        app: app(AppState::new(store.clone()), closing_seen),
+        store,
+        _dir: dir,
+    }
+}
+
+impl Ui {
+    async fn get(&self, uri: &str) -> (StatusCode, String, String) {
+        let request = Request::builder().uri(uri).body(Body::empty()).unwrap();
+        let response = self.app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            status,
+            content_type,
+            String::from_utf8(bytes.to_vec()).unwrap(),
+        )
+    }
+
+    async fn job(&self, key: &str) -> String {
+        self.store
+            .apply_workflow(
+                "default",
+                "etl",
+                json!({"steps": [
+                    {"id": "extract", "queue": "q", "command": "x"},
+                    {"id": "load", "queue": "q", "command": "y"}
+                ]}),
+            )
+            .await
+            .unwrap();
+        let submitted = self
+            .store
+            .submit(
+                "default",
+                Submit {
+                    workflow: Some("etl".to_owned()),
+                    key: Some(key.to_owned()),
+                    ..Submit::default()
+                },
+            )
+            .await
+            .unwrap();
+        submitted.state.job.id.to_string()
+    }
+}
+
+#[tokio::test]
+async fn the_jobs_list_is_html_with_every_status_counted() {
+    let ui = ui();
+    let id = ui.job("nightly-1").await;
+    let (status, content_type, page) = ui.get("/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(content_type, "text/html; charset=utf-8");
+    assert!(page.contains(&format!(r#"href="/ui/jobs/{id}""#)), "{page}");
+    assert!(page.contains(r#"data-status="running">running <b>1</b></a>"#));
+    assert!(page.contains(r#"data-status="failed">failed <b>0</b></a>"#));
+}
+
+#[tokio::test]
+async fn stored_text_is_escaped_on_every_page() {
+    let ui = ui();
+    let id = ui.job("<script>alert(1)</script>").await;
+    for uri in ["/".to_owned(), format!("/ui/jobs/{id}")] {
+        let (status, _, page) = ui.get(&uri).await;
+        assert_eq!(status, StatusCode::OK, "{uri}");
+        assert!(!page.contains("<script>alert"), "{uri}: {page}");
+        assert!(
+            page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{uri}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_bad_filter_is_explained_on_the_page() {
+    let ui = ui();
+    let (status, _, page) = ui.get("/?status=lost&from=yesterday").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains("status: unknown status &#39;lost&#39;"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn an_unknown_job_is_a_not_found_page() {
+    let ui = ui();
+    let (status, content_type, page) = ui.get("/ui/jobs/job_nothing").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(content_type, "text/html; charset=utf-8");
+    assert!(page.contains("job job_nothing not found"));
+}
+
+#[tokio::test]
+async fn job_and_workflow_graphs_download_as_dot_and_svg() {
+    let ui = ui();
+    let id = ui.job("k").await;
+    let (status, content_type, dot) = ui.get(&format!("/ui/jobs/{id}/graph.dot")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(content_type, "text/vnd.graphviz; charset=utf-8");
+    assert!(dot.contains("rankdir=LR;"));
+    assert!(dot.contains("\"extract\" -> \"load\";"), "{dot}");
+    assert!(
+        dot.contains("\"extract\" [label=\"extract\\nq · x\\nready\""),
+        "{dot}"
+    );
+    let (_, content_type, svg) = ui.get(&format!("/ui/jobs/{id}/graph.svg")).await;
+    assert_eq!(content_type, "image/svg+xml; charset=utf-8");
+    assert!(svg.starts_with("<?xml"));
+    assert!(
+        svg.contains(r#"class="node st-waiting" data-step="load""#),
+        "{svg}"
+    );
+    let (status, _, dot) = ui.get("/ui/workflows/etl/graph.dot?version=1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(dot.starts_with("digraph \"etl v1\" {"), "{dot}");
+    let (status, _, _) = ui.get("/ui/workflows/etl/graph.svg?version=7").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_workflow_page_shows_the_changes_between_versions() {
+    let ui = ui();
+    ui.job("k").await;
+    ui.store
+        .apply_workflow(
+            "default",
+            "etl",
+            json!({"steps": [
+                {"id": "extract", "queue": "q", "command": "x"},
+                {"id": "load", "queue": "q", "command": "y2"}
+            ]}),
+        )
+        .await
+        .unwrap();
+    let (status, _, page) = ui.get("/ui/workflows/etl?version=2&diff=1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        page.contains(r#"aria-label="Changes from v1 to v2""#),
+        "{page}"
+    );
+    assert!(
+        page.contains("<del>-       &quot;command&quot;: &quot;y&quot;,</del>"),
+        "{page}"
+    );
+    assert!(page.contains("<ins>+       &quot;command&quot;: &quot;y2&quot;,</ins>"));
+}
+
+#[tokio::test]
+async fn ui_assets_are_served_from_the_binary() {
+    let ui = ui();
+    let (status, content_type, css) = ui.get("/ui/assets/app.css").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(content_type, "text/css; charset=utf-8");
+    assert!(css.contains(".st-failed rect.box"));
+    let (_, content_type, js) = ui.get("/ui/assets/app.js").await;
+    assert_eq!(content_type, "text/javascript; charset=utf-8");
+    assert!(js.contains("EventSource"));
+}
+
+#[tokio::test]
+async fn api_paths_still_answer_with_problem_documents() {
+    let ui = ui();
+    let (status, content_type, _) = ui.get("/api/v1/nothing").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(content_type, "application/problem+json");
+}

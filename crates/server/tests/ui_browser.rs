@@ -1,0 +1,667 @@
+//! The web UI in a real headless Chromium, driven over the W3C WebDriver protocol
+//! (`chromedriver`), against a real server on `127.0.0.1:0` whose tasks the test itself claims
+//! and reports as a worker would. Screenshots of the main pages are written to
+//! `target/ui-screenshots/`.
+//!
+//! Without `chromium` and `chromedriver` on the machine the tests say so and pass; with the
+//! environment variable `CI` set they fail instead (`.ci/run` installs both).
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use starbridge_server::Server;
+use starbridge_store::Store;
+use tokio::time::Instant;
+
+/// Longest wait for anything the browser or the server should do.
+const DEADLINE: Duration = Duration::from_secs(30);
+/// Pause between two checks of a condition that is not met yet.
+const POLL: Duration = Duration::from_millis(100);
+
+/// One browser test at a time: each starts its own Chromium.
+static BROWSER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn on_path(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    names.iter().find_map(|name| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+/// The browser and its driver, or `None` (the test is skipped) when they are not installed
+/// outside CI.
+fn tools() -> Option<(PathBuf, PathBuf)> {
+    let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"]);
+    let driver = on_path(&["chromedriver"]);
+    match (chromium, driver) {
+        (Some(chromium), Some(driver)) => Some((chromium, driver)),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!(
+                "chromium and chromedriver are required in CI: apt-get install chromium chromium-driver"
+            )
+        }
+        _ => {
+            eprintln!(
+                "skipping the browser test: chromium and chromedriver are not installed \
+                 (apt-get install chromium chromium-driver)"
+            );
+            None
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn screenshot_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+        PathBuf::from,
+    );
+    target.join("ui-screenshots")
+}
+
+/// A WebDriver session in a headless Chromium.
+struct Browser {
+    http: reqwest::Client,
+    session: String,
+    driver: Child,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Browser {
+    async fn start(chromium: &PathBuf, chromedriver: &PathBuf) -> Browser {
+        let port = free_port();
+        let driver = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let profile = tempfile::tempdir().unwrap();
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        let started = Instant::now();
+        loop {
+            let ready = http.get(format!("{base}/status")).send().await;
+            if let Ok(response) = ready
+                && let Ok(status) = response.json::<Value>().await
+                && status["value"]["ready"] == true
+            {
+                break;
+            }
+            assert!(started.elapsed() < DEADLINE, "chromedriver did not start");
+            tokio::time::sleep(POLL).await;
+        }
+        let capabilities = json!({"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": chromium,
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--window-size=1400,1000",
+                    format!("--user-data-dir={}", profile.path().display()),
+                ]
+            }
+        }}});
+        let answer: Value = http
+            .post(format!("{base}/session"))
+            .json(&capabilities)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let session = answer["value"]["sessionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no session: {answer}"))
+            .to_owned();
+        Browser {
+            http,
+            session: format!("{base}/session/{session}"),
+            driver,
+            _profile: profile,
+        }
+    }
+
+    async fn command(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let url = format!("{}{path}", self.session);
+        let request = self.http.request(method, &url);
+        let request = if body.is_null() {
+            request
+        } else {
+            request.json(&body)
+        };
+        let answer: Value = request.send().await.unwrap().json().await.unwrap();
+        if let Some(error) = answer["value"].get("error") {
+            panic!("webdriver {path}: {error}: {}", answer["value"]["message"]);
+        }
+        answer["value"].clone()
+    }
+
+    async fn quit(&self) {
+        let _ = self.http.delete(&self.session).send().await;
+    }
+
+    async fn open(&self, url: &str) {
+        self.command(reqwest::Method::POST, "/url", json!({"url": url}))
+            .await;
+    }
+
+    /// Runs a script in the page and returns its value.
+    async fn eval(&self, script: &str) -> Value {
+        self.command(
+            reqwest::Method::POST,
+            "/execute/sync",
+            json!({"script": script, "args": []}),
+        )
+        .await
+    }
+
+    async fn element(&self, css: &str) -> String {
+        let found = self
+            .command(
+                reqwest::Method::POST,
+                "/element",
+                json!({"using": "css selector", "value": css}),
+            )
+            .await;
+        found
+            .as_object()
+            .and_then(|o| o.values().next())
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no element {css}: {found}"))
+            .to_owned()
+    }
+
+    async fn click(&self, css: &str) {
+        let id = self.element(css).await;
+        self.command(
+            reqwest::Method::POST,
+            &format!("/element/{id}/click"),
+            json!({}),
+        )
+        .await;
+    }
+
+    /// Types `text` into a field, as the keyboard would.
+    async fn type_into(&self, css: &str, text: &str) {
+        let id = self.element(css).await;
+        self.command(
+            reqwest::Method::POST,
+            &format!("/element/{id}/value"),
+            json!({"text": text}),
+        )
+        .await;
+    }
+
+    /// Waits until `script` returns `expected`, re-checking until the deadline.
+    async fn wait_for(&self, what: &str, script: &str, expected: Value) {
+        let started = Instant::now();
+        loop {
+            let value = self.eval(script).await;
+            if value == expected {
+                return;
+            }
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{what}: still {value}, expected {expected}"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn screenshot(&self, name: &str) {
+        let data = self
+            .command(reqwest::Method::GET, "/screenshot", Value::Null)
+            .await;
+        let png = decode_base64(data.as_str().unwrap());
+        let dir = screenshot_dir();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    }
+}
+
+fn decode_base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let digits: Vec<u8> = text
+        .bytes()
+        .filter(|c| !c.is_ascii_whitespace() && *c != b'=')
+        .map(value)
+        .collect();
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let mut bits = 0u32;
+        for (i, digit) in chunk.iter().enumerate() {
+            bits |= u32::from(*digit) << (18 - 6 * i);
+        }
+        let bytes = bits.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    out
+}
+
+/// A running server on a fresh store, and an HTTP client playing the worker.
+struct Setup {
+    base: String,
+    store: Store,
+    http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    async fn start() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Store::open(&format!("sqlite://{}", dir.path().join("ui.db").display())).unwrap();
+        let server = Server::bind(store.clone(), "127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", server.local_addr());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(async move {
+            server
+                .run(async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
+        });
+        Setup {
+            base,
+            store,
+            http: reqwest::Client::new(),
+            stop: Some(stop),
+            served: Some(served),
+            _dir: dir,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(served) = self.served.take() {
+            served.await.unwrap();
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        let response = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            response.status().is_success(),
+            "{path}: {}",
+            response.status()
+        );
+        response.json().await.unwrap_or(Value::Null)
+    }
+
+    async fn apply(&self, name: &str, definition: Value) {
+        self.call(
+            reqwest::Method::PUT,
+            &format!("/api/v1/workflows/{name}"),
+            definition,
+        )
+        .await;
+    }
+
+    async fn submit(&self, workflow: &str) -> String {
+        let job = self
+            .call(
+                reqwest::Method::POST,
+                "/api/v1/jobs",
+                json!({"workflow": workflow, "params": {}}),
+            )
+            .await;
+        job["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Claims one task of `queue`, waiting for it to be ready.
+    async fn claim(&self, queue: &str) -> (String, String) {
+        let answer = self
+            .call(
+                reqwest::Method::POST,
+                "/api/v1/tasks/poll",
+                json!({"worker_id": "browser-test-worker", "queues": [queue], "max_tasks": 1, "wait_ms": 20000}),
+            )
+            .await;
+        let task = &answer["tasks"][0];
+        assert!(task.is_object(), "no task ready on {queue}: {answer}");
+        (
+            task["id"].as_str().unwrap().to_owned(),
+            task["lease_token"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    async fn complete(&self, (task, lease): &(String, String)) {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/api/v1/tasks/{task}/complete"),
+            json!({"lease_token": lease, "output": {"done": true}}),
+        )
+        .await;
+    }
+
+    async fn fail(&self, (task, lease): &(String, String)) {
+        self.call(
+            reqwest::Method::POST,
+            &format!("/api/v1/tasks/{task}/fail"),
+            json!({"lease_token": lease, "error": {"message": "disk full on db-7", "retryable": false}}),
+        )
+        .await;
+    }
+}
+
+/// Runs `body` with a browser and a server, then closes both even when `body` panics.
+async fn with_browser<F, Fut>(body: F)
+where
+    F: FnOnce(std::sync::Arc<Browser>, std::sync::Arc<Setup>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Some((chromium, chromedriver)) = tools() else {
+        return;
+    };
+    let _one_at_a_time = BROWSER.lock().await;
+    let browser = std::sync::Arc::new(Browser::start(&chromium, &chromedriver).await);
+    let setup = std::sync::Arc::new(Setup::start().await);
+    let outcome = tokio::spawn(body(browser.clone(), setup.clone())).await;
+    browser.quit().await;
+    if let Ok(setup) = std::sync::Arc::try_unwrap(setup) {
+        setup.stop().await;
+    }
+    if let Err(error) = outcome {
+        std::panic::resume_unwind(error.into_panic());
+    }
+}
+
+fn node_state(step: &str) -> String {
+    format!(
+        "const n = document.querySelector('#graph [data-step=\"{step}\"]'); \
+         return n ? [n.dataset.state, n.getAttribute('class'), n.textContent.includes(n.dataset.state.replace('_', ' '))] : null;"
+    )
+}
+
+fn shown(state: &str) -> Value {
+    json!([state, format!("node st-{state}"), true])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_job_page_recolours_a_node_when_its_task_completes() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "two_steps",
+                json!({"steps": [
+                    {"id": "fetch", "queue": "ui", "command": "fetch"},
+                    {"id": "store", "queue": "ui", "command": "store"}
+                ]}),
+            )
+            .await;
+        let job = setup.submit("two_steps").await;
+        let fetch = setup.claim("ui").await;
+        browser.open(&format!("{}/ui/jobs/{job}", setup.base)).await;
+        browser
+            .wait_for(
+                "fetch shown running",
+                &node_state("fetch"),
+                shown("running"),
+            )
+            .await;
+        browser
+            .wait_for(
+                "store shown waiting",
+                &node_state("store"),
+                shown("waiting"),
+            )
+            .await;
+        // The legend names every state in words, beside its colour.
+        let legend = browser
+            .eval("return document.querySelector('.legend').textContent")
+            .await;
+        for word in [
+            "succeeded",
+            "running",
+            "ready",
+            "waiting",
+            "failed",
+            "compensating",
+        ] {
+            assert!(legend.as_str().unwrap().contains(word), "{legend}");
+        }
+        browser.screenshot("job-running").await;
+        // A marker that a reload would lose.
+        browser
+            .eval("window.sbMarker = 'same page'; return null")
+            .await;
+        setup.complete(&fetch).await;
+        browser
+            .wait_for(
+                "fetch shown succeeded",
+                &node_state("fetch"),
+                shown("succeeded"),
+            )
+            .await;
+        browser
+            .wait_for("store shown ready", &node_state("store"), shown("ready"))
+            .await;
+        assert_eq!(browser.eval("return window.sbMarker").await, "same page");
+        browser.screenshot("job-step-done").await;
+        let store = setup.claim("ui").await;
+        setup.complete(&store).await;
+        browser
+            .wait_for(
+                "job shown succeeded",
+                "return document.getElementById('summary').dataset.status",
+                json!("succeeded"),
+            )
+            .await;
+        assert_eq!(browser.eval("return window.sbMarker").await, "same page");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_on_a_failed_job_runs_the_failed_step_again() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "migrate",
+                json!({"steps": [
+                    {"id": "copy", "queue": "ui", "command": "copy"},
+                    {"id": "switch", "queue": "ui", "command": "switch"}
+                ]}),
+            )
+            .await;
+        let job = setup.submit("migrate").await;
+        let copy = setup.claim("ui").await;
+        setup.fail(&copy).await;
+        browser
+            .open(&format!("{}/ui/jobs/{job}", setup.base))
+            .await;
+        browser
+            .wait_for("copy shown failed", &node_state("copy"), shown("failed"))
+            .await;
+        let why = browser
+            .eval("return document.getElementById('summary').textContent")
+            .await;
+        assert!(why.as_str().unwrap().contains("disk full on db-7"), "{why}");
+        browser.screenshot("job-failed").await;
+        browser.click("#act-retry").await;
+        browser
+            .wait_for("copy shown ready", &node_state("copy"), shown("ready"))
+            .await;
+        browser
+            .wait_for(
+                "job shown running",
+                "return document.getElementById('summary').dataset.status",
+                json!("running"),
+            )
+            .await;
+        let copy = setup.claim("ui").await;
+        browser
+            .wait_for("copy shown running", &node_state("copy"), shown("running"))
+            .await;
+        setup.complete(&copy).await;
+        let switch = setup.claim("ui").await;
+        setup.complete(&switch).await;
+        browser
+            .wait_for(
+                "job shown succeeded",
+                "return document.getElementById('summary').dataset.status",
+                json!("succeeded"),
+            )
+            .await;
+        // The retry is in the history with who asked.
+        let history = browser
+            .eval("return document.getElementById('events').textContent")
+            .await;
+        assert!(history.as_str().unwrap().contains("web-ui"), "{history}");
+        browser.screenshot("job-retried").await;
+        // A refused action shows the API's reason: pausing a finished job.
+        browser
+            .eval(
+                "const b = document.createElement('button'); b.id = 'late-pause'; \
+                 b.dataset.url = '/api/v1/jobs/' + document.querySelector('#summary .mono').textContent + '/pause'; \
+                 b.textContent = 'Pause'; document.getElementById('actions').append(b); return null",
+            )
+            .await;
+        browser.click("#late-pause").await;
+        browser
+            .wait_for(
+                "refusal shown",
+                "const t = document.getElementById('toast').textContent; return t.startsWith('Refused: ') && t.length > 12",
+                json!(true),
+            )
+            .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jobs_list_counts_filters_and_pages_through_many_jobs() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "nightly",
+                json!({"description": "Back up and verify", "params": {"type": "object", "properties": {"cluster": {"type": "string"}, "full": {"type": "boolean"}}}, "steps": [
+                    {"id": "backup", "queue": "batch", "command": "backup"},
+                    {"id": "verify", "queue": "batch", "command": "verify", "for_each": "${{ [1, 2, 3] }}"},
+                    {"id": "report", "queue": "batch", "command": "report", "depends_on": ["backup"]},
+                    {"id": "notify", "queue": "batch", "command": "notify", "depends_on": ["verify", "report"]}
+                ]}),
+            )
+            .await;
+        setup
+            .apply("adhoc", json!({"steps": [{"id": "run", "queue": "batch", "command": "run"}]}))
+            .await;
+        for i in 0..260 {
+            let workflow = if i % 13 == 0 { "adhoc" } else { "nightly" };
+            setup
+                .store
+                .submit(
+                    "default",
+                    starbridge_store::Submit {
+                        workflow: Some(workflow.to_owned()),
+                        key: Some(format!("run-{i:03}")),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        browser.open(&format!("{}/", setup.base)).await;
+        let count = "return document.querySelector('#counts a').textContent";
+        browser
+            .wait_for("all counted", count, json!("all 260"))
+            .await;
+        let rows = "return document.querySelectorAll('#jobs tr').length";
+        assert_eq!(browser.eval(rows).await, 50);
+        let first = "return document.querySelector('#jobs td.mono').textContent";
+        assert_eq!(browser.eval(first).await, "run-259");
+        browser.screenshot("jobs-list").await;
+        browser.click("#next-page").await;
+        browser
+            .wait_for("second page", first, json!("run-209"))
+            .await;
+        assert_eq!(browser.eval(rows).await, 50);
+        // Filters: a workflow, and a key prefix.
+        browser
+            .open(&format!("{}/?workflow=adhoc", setup.base))
+            .await;
+        browser.wait_for("adhoc counted", count, json!("all 20")).await;
+        assert_eq!(browser.eval(rows).await, 20);
+        browser.open(&format!("{}/?q=run-12", setup.base)).await;
+        browser
+            .wait_for("prefix counted", count, json!("all 10"))
+            .await;
+        // The first page follows new jobs without a reload.
+        browser.open(&format!("{}/", setup.base)).await;
+        browser.eval("window.sbMarker = 1; return null").await;
+        setup.submit("adhoc").await;
+        browser.wait_for("new job counted", count, json!("all 261")).await;
+        assert_eq!(browser.eval("return window.sbMarker").await, 1);
+        // The other main pages, for the screenshots.
+        browser
+            .open(&format!("{}/ui/workflows/nightly", setup.base))
+            .await;
+        let nodes = "return document.querySelectorAll('.graph [data-step]').length";
+        assert_eq!(browser.eval(nodes).await, 4);
+        let fields = "return [...document.querySelectorAll('#submit-job [data-param]')].map(f => f.dataset.param).join(' ')";
+        assert_eq!(browser.eval(fields).await, "cluster full");
+        browser.screenshot("workflow").await;
+        // Submitting from the generated form leads to the new job's page.
+        browser.type_into("#param-cluster", "main-eu").await;
+        browser.click("#param-full").await;
+        browser.click("#submit-job button[type=submit]").await;
+        browser
+            .wait_for(
+                "the new job's page",
+                "return location.pathname.startsWith('/ui/jobs/job_') && !!document.getElementById('summary')",
+                json!(true),
+            )
+            .await;
+        let params = browser
+            .eval("return JSON.parse(document.querySelector('#params').textContent)")
+            .await;
+        assert_eq!(params, json!({"cluster": "main-eu", "full": true}));
+        browser.open(&format!("{}/ui/queues", setup.base)).await;
+        let depth = "return document.querySelector('#queues tr td:nth-child(3)').textContent";
+        assert_eq!(browser.eval(depth).await, "262");
+        browser.screenshot("queues").await;
+    })
+    .await;
+}
