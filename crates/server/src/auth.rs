@@ -15,9 +15,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, to_bytes};
+use axum::body::{Body, Bytes, to_bytes};
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderMap, Method, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use starbridge_store::{AuditEntry, Scope, TaskScope, Token};
@@ -144,7 +144,11 @@ pub(crate) fn actor(headers: &HeaderMap) -> ApiResult<String> {
 
 /// The scope a route needs; `None`: it is public.
 pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
-    if path == "/healthz" || path == "/api/v1/openapi.json" {
+    if path == "/healthz"
+        || path == "/api/v1/openapi.json"
+        || path == SIGN_IN_PATH
+        || path.starts_with("/ui/assets/")
+    {
         return None;
     }
     Some(
@@ -198,7 +202,8 @@ fn with_namespace(uri: &Uri, namespace: &str) -> Result<Uri, ApiError> {
 }
 
 /// Checks the caller's token and scope, binds the request to the token's namespace, runs the
-/// request, and records accepted changes in the audit log.
+/// request, and records accepted changes in the audit log. A browser asking for a page without
+/// a token gets the sign-in form instead of a problem document.
 pub(crate) async fn authorize(
     State(state): State<AppState>,
     matched: Option<MatchedPath>,
@@ -210,8 +215,80 @@ pub(crate) async fn authorize(
             request.extensions_mut().insert(caller);
             audited(&state, matched, request, next).await
         }
+        Err(refusal) if refusal.status() == StatusCode::UNAUTHORIZED && wants_page(&request) => {
+            sign_in_page(StatusCode::UNAUTHORIZED, "")
+        }
         Err(refusal) => refusal.into_response(),
     }
+}
+
+/// Where the sign-in form posts.
+pub(crate) const SIGN_IN_PATH: &str = "/ui/sign-in";
+
+/// A browser navigating to a page (not the JSON API, not a script's request).
+fn wants_page(request: &Request) -> bool {
+    request.method() == Method::GET
+        && !request.uri().path().starts_with("/api/")
+        && request
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|accept| accept.to_str().ok())
+            .is_some_and(|accept| accept.contains("text/html"))
+}
+
+fn sign_in_page(status: StatusCode, message: &str) -> Response {
+    let message = if message.is_empty() {
+        String::new()
+    } else {
+        format!("<p role=\"alert\" class=\"refusal\">{message}</p>")
+    };
+    let body = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>Sign in · Starbridge</title>\
+         <link rel=\"stylesheet\" href=\"/ui/assets/app.css\"></head><body><main>\
+         <h1>Sign in to Starbridge</h1>\
+         <p>This server requires an API token (<code>starbridge token create</code>; a token \
+         with the read scope shows pages, operate allows actions).</p>{message}\
+         <form method=\"post\" action=\"{SIGN_IN_PATH}\">\
+         <label for=\"token\">API token</label> \
+         <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required \
+         autofocus> <button type=\"submit\">Sign in</button></form></main></body></html>"
+    );
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// Checks a token posted by the sign-in form; a good one is kept in an HTTP-only cookie and
+/// the browser goes to the jobs page.
+pub(crate) async fn sign_in(State(state): State<AppState>, body: Bytes) -> Response {
+    let form = String::from_utf8_lossy(&body);
+    let token = form
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("token="))
+        .unwrap_or_default()
+        .trim();
+    let valid = !token.is_empty()
+        && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && matches!(state.store.authenticate(token).await, Ok(Some(_)));
+    if !valid {
+        return sign_in_page(
+            StatusCode::UNAUTHORIZED,
+            "That token is unknown or revoked.",
+        );
+    }
+    let cookie = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/".to_owned()),
+            (header::SET_COOKIE, cookie),
+        ],
+    )
+        .into_response()
 }
 
 async fn admit(state: &AppState, request: &mut Request) -> ApiResult<Caller> {

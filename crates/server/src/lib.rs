@@ -35,7 +35,11 @@ pub fn app(state: AppState, closing: tokio::sync::watch::Receiver<bool>) -> axum
         state.clone(),
         auth::authorize,
     ));
-    router(state).merge(ui)
+    // The sign-in form's target is public: it is how a browser gets its token cookie.
+    let sign_in = axum::Router::new()
+        .route(auth::SIGN_IN_PATH, axum::routing::post(auth::sign_in))
+        .with_state(state.clone());
+    router(state).merge(ui).merge(sign_in)
 }
 pub use webhooks::{run_deliveries, signature};
 

@@ -355,3 +355,85 @@ async fn operator_actions_are_recorded_with_the_tokens_name_not_the_claimed_acto
     assert_eq!(audit["items"][0]["namespace"], "a");
     assert_eq!(audit["items"][0]["reason"], "disk full");
 }
+
+#[tokio::test]
+async fn the_web_ui_asks_a_browser_to_sign_in_and_keeps_to_the_tokens_namespace() {
+    let api = Api::start();
+    let (_, job_a, job_b) = two_teams(&api).await;
+    let reader = api.token("viewer", Some("a"), &[Scope::Read], None).await;
+    let (_closing, closing_seen) = tokio::sync::watch::channel(false);
+    let ui = starbridge_server::app(AppState::with_auth(api.store.clone()), closing_seen);
+    let page = |uri: &str, cookie: Option<&str>| {
+        let mut request = Request::builder()
+            .uri(uri)
+            .header(header::ACCEPT, "text/html");
+        if let Some(cookie) = cookie {
+            request = request.header(header::COOKIE, format!("starbridge_token={cookie}"));
+        }
+        ui.clone().oneshot(request.body(Body::empty()).unwrap())
+    };
+
+    let response = page("/", None).await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert!(String::from_utf8_lossy(&body).contains("Sign in"));
+
+    let signed_in = ui
+        .clone()
+        .oneshot(
+            Request::builder()
+                .method("POST")
+                .uri("/ui/sign-in")
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from(format!("token={reader}")))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
+    let cookie = signed_in.headers()[header::SET_COOKIE].to_str().unwrap();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+
+    let wrong = ui
+        .clone()
+        .oneshot(
+            Request::builder()
+                .method("POST")
+                .uri("/ui/sign-in")
+                .body(Body::from("token=sbt_nope_nope"))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+
+    assert_eq!(
+        page("/", Some(&reader)).await.unwrap().status(),
+        StatusCode::OK
+    );
+    let own = page(&format!("/ui/jobs/{job_a}"), Some(&reader))
+        .await
+        .unwrap();
+    assert_eq!(own.status(), StatusCode::OK);
+    let other = page(&format!("/ui/jobs/{job_b}"), Some(&reader))
+        .await
+        .unwrap();
+    assert_eq!(
+        other.status(),
+        StatusCode::NOT_FOUND,
+        "another team's job does not exist"
+    );
+    let other = page(&format!("/ui/jobs/{job_b}/live?namespace=b"), Some(&reader))
+        .await
+        .unwrap();
+    assert_eq!(
+        other.status(),
+        StatusCode::NOT_FOUND,
+        "nor does its event stream"
+    );
+}
