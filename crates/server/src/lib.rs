@@ -1,7 +1,9 @@
 //! The Starbridge server: the HTTP API, long-poll dispatch to workers, and the timer loop that
-//! expires leases and enforces deadlines. All state lives in the store.
+//! expires leases and enforces deadlines. All state lives in the store. Serves plain HTTP, or
+//! HTTPS when given a certificate.
 
 mod error;
+pub mod limits;
 mod metrics;
 mod openapi;
 mod operate;
@@ -9,16 +11,19 @@ mod queues;
 mod routes;
 mod schedules;
 mod timers;
+pub mod tls;
 mod views;
 mod webhooks;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use starbridge_store::Store;
 use tokio::net::TcpListener;
 
 pub use error::ApiError;
+pub use limits::{Limit, Limits};
 pub use routes::{AppState, router};
 pub use timers::run_timers;
 pub use webhooks::{run_deliveries, signature};
@@ -40,6 +45,8 @@ pub enum Error {
 pub struct Server {
     store: Store,
     listener: TcpListener,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Server {
@@ -50,7 +57,31 @@ impl Server {
                 address: address.to_owned(),
                 source,
             })?;
-        Ok(Server { store, listener })
+        Ok(Server {
+            store,
+            listener,
+            limits: Limits::default(),
+            tls: None,
+        })
+    }
+
+    /// Serves with these limits instead of the defaults. The engine's run limits
+    /// (`limits.run`) are the store's: open it with the same ones (`Store::open_with`).
+    pub fn with_limits(mut self, limits: Limits) -> Server {
+        self.limits = limits;
+        self
+    }
+
+    /// Serves HTTPS with this configuration (see [`tls::server_config`]).
+    pub fn with_tls(mut self, config: Arc<rustls::ServerConfig>) -> Server {
+        self.tls = Some(config);
+        self
+    }
+
+    /// The URL clients reach the server at: `http://` or `https://` and the bound address.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.local_addr())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -67,11 +98,20 @@ impl Server {
         let (stop_timers, timers_stopped) = tokio::sync::watch::channel(false);
         let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped.clone()));
         let deliveries = tokio::spawn(run_deliveries(self.store.clone(), timers_stopped));
-        let app = router(AppState { store: self.store });
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(Error::Serve);
+        let app = router(AppState::with_limits(self.store, self.limits));
+        let served = match self.tls {
+            None => axum::serve(self.listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(Error::Serve),
+            Some(config) => match tls::TlsListener::new(self.listener, config) {
+                Ok(listener) => axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                    .map_err(Error::Serve),
+                Err(error) => Err(Error::Serve(error)),
+            },
+        };
         let _ = stop_timers.send(true);
         let _ = timers.await;
         let _ = deliveries.await;

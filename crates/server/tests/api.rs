@@ -18,9 +18,7 @@ fn api() -> Api {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&format!("sqlite://{}", dir.path().join("api.db").display())).unwrap();
     Api {
-        app: router(AppState {
-            store: store.clone(),
-        }),
+        app: router(AppState::new(store.clone())),
         store,
         _dir: dir,
     }

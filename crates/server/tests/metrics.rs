@@ -17,7 +17,7 @@ fn api() -> Api {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&format!("sqlite://{}", dir.path().join("api.db").display())).unwrap();
     Api {
-        app: router(AppState { store }),
+        app: router(AppState::new(store)),
         _dir: dir,
     }
 }

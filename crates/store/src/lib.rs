@@ -24,6 +24,7 @@ use serde_json::Value;
 use starbridge_core::definition::Problem;
 use starbridge_core::dispatch::{Bucket, QueueConfig, QueueMode, QueueState, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::limits::Limits;
 use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
 use starbridge_core::time::{Duration, Timestamp};
 
@@ -213,6 +214,11 @@ impl Store {
     }
 
     pub fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store> {
+        Store::open_with(url, clock, Limits::default())
+    }
+
+    /// Opens the database with the run-time limits the engine enforces on every job.
+    pub fn open_with(url: &str, clock: Arc<dyn Clock>, limits: Limits) -> Result<Store> {
         let path = sqlite_path(url)?;
         let mut conn = open_connection(&path)?;
         let applied = migrate::migrate(&mut conn, clock.now().0)?;
@@ -221,7 +227,13 @@ impl Store {
         }
         let workflows = Arc::new(cache::WorkflowCache::default());
         let notifier = Arc::new(Notifier::default());
-        let writer = Writer::start(conn, clock.clone(), workflows.clone(), notifier.clone());
+        let writer = Writer::start(
+            conn,
+            clock.clone(),
+            workflows.clone(),
+            notifier.clone(),
+            limits,
+        );
         Ok(Store {
             writer,
             reader: Arc::new(ReadPool::new(path.clone())),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::thread;
 
 use rusqlite::Connection;
+use starbridge_core::limits::Limits;
 use starbridge_core::time::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 
@@ -26,6 +27,7 @@ pub(crate) struct WriteCtx<'a> {
     pub(crate) wakes: Vec<(String, String)>,
     /// Set when webhook deliveries were written: the deliverer is woken after commit.
     pub(crate) deliveries: bool,
+    pub(crate) limits: Limits,
 }
 
 type Reply = Box<dyn FnOnce(Result<()>) + Send>;
@@ -42,11 +44,12 @@ impl Writer {
         clock: Arc<dyn Clock>,
         workflows: Arc<WorkflowCache>,
         notifier: Arc<Notifier>,
+        limits: Limits,
     ) -> Writer {
         let (sender, receiver) = mpsc::unbounded_channel();
         thread::Builder::new()
             .name("starbridge-writer".to_owned())
-            .spawn(move || run(conn, receiver, clock, workflows, notifier))
+            .spawn(move || run(conn, receiver, clock, workflows, notifier, limits))
             .expect("spawning the writer thread");
         Writer { sender }
     }
@@ -81,6 +84,7 @@ fn run(
     clock: Arc<dyn Clock>,
     workflows: Arc<WorkflowCache>,
     notifier: Arc<Notifier>,
+    limits: Limits,
 ) {
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = receiver.blocking_recv() {
@@ -107,6 +111,7 @@ fn run(
                 workflows: &workflows,
                 wakes: Vec::new(),
                 deliveries: false,
+                limits,
             };
             let savepoint = conn.execute_batch("SAVEPOINT request");
             let (ok, reply) = work(&mut ctx);

@@ -127,6 +127,7 @@ fn problem(status: StatusCode, detail: &str) -> Response {
         status: status.as_u16(),
         detail: detail.to_owned(),
         errors: Vec::new(),
+        limit: None,
     };
     (
         status,
