@@ -610,6 +610,22 @@ pub struct Problem {
     pub detail: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldProblem>,
+    /// The limit a request went over (`/problems/limit-exceeded`), and how to change it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<Box<ProblemLimit>>,
+}
+
+/// A server limit named by a problem: its setting, its value, and where it is set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProblemLimit {
+    /// The setting, e.g. `max_params_bytes`.
+    pub name: String,
+    /// Its value in force (bytes, items or characters, as the name says).
+    pub value: u64,
+    /// The `starbridge server` flag that sets it, e.g. `--max-params-bytes`.
+    pub flag: String,
+    /// The environment variable that sets it, e.g. `STARBRIDGE_MAX_PARAMS_BYTES`.
+    pub env: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 //! they work against any server.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -21,16 +21,27 @@ pub(crate) struct Context {
     pub(crate) format: Format,
 }
 
+/// A client of `server`, trusting the CA certificate in the file `ca_cert` too when given.
+pub(crate) fn connect(server: &str, ca_cert: Option<&Path>) -> Result<Client> {
+    let Some(path) = ca_cert else {
+        return Client::new(server).with_context(|| format!("--server {server}"));
+    };
+    let pem = std::fs::read(path)
+        .with_context(|| format!("--ca-cert {}: cannot read it", path.display()))?;
+    Client::with_ca_pem(server, &pem)
+        .with_context(|| format!("--server {server} with --ca-cert {}", path.display()))
+}
+
 impl Context {
     pub(crate) fn new(
         server: &str,
+        ca_cert: Option<&Path>,
         namespace: &str,
         token: Option<String>,
         format: Format,
     ) -> Result<Context> {
         Ok(Context {
-            client: Client::new(server)
-                .with_context(|| format!("--server {server}"))?
+            client: connect(server, ca_cert)?
                 .with_actor(Some(actor()))
                 .with_token(token),
             namespace: namespace.to_owned(),

@@ -1,11 +1,13 @@
 //! Commands that run parts of Starbridge in this process: the server, the built-in worker, dev
 //! mode (both) and the demo.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use starbridge_server::Server;
+use starbridge_server::{Limits, Server};
 use starbridge_store::{NewToken, Scope, Store, StoreOptions, SystemClock};
 use starbridge_worker::{Client, Worker, shell};
 
@@ -29,6 +31,14 @@ pub(crate) struct ServerArgs {
     /// completely: anyone who reaches it can run and change anything).
     #[arg(long, conflicts_with = "auth")]
     insecure_no_auth: bool,
+    /// Serve HTTPS with this PEM certificate chain (leaf first); needs --tls-key.
+    #[arg(long, env = "STARBRIDGE_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, env = "STARBRIDGE_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// Which database to use and how to connect to it.
@@ -93,20 +103,103 @@ impl DatabaseArgs {
             statement_timeout: self.db_statement_timeout,
             lock_timeout: self.db_lock_timeout,
             retain_finished: self.retain_finished.0,
+            limits: starbridge_core::limits::Limits::default(),
         }
     }
+}
+
+/// Hard limits; sizes take a unit (`KiB`, `MiB`) or a plain number of bytes. A request over one
+/// is refused (413 or 422) with a problem naming the limit and this setting.
+#[derive(Args)]
+pub(crate) struct LimitArgs {
+    /// Largest request body.
+    #[arg(long, env = "STARBRIDGE_MAX_BODY_BYTES", default_value = "4MiB", value_parser = parse_size)]
+    max_body_bytes: usize,
+    /// Largest workflow definition (as sent, and once parsed).
+    #[arg(long, env = "STARBRIDGE_MAX_DEFINITION_BYTES", default_value = "1MiB", value_parser = parse_size)]
+    max_definition_bytes: usize,
+    /// Most steps in one workflow (at most 1000).
+    #[arg(long, env = "STARBRIDGE_MAX_STEPS", default_value_t = starbridge_core::definition::MAX_STEPS)]
+    max_steps: usize,
+    /// Most items one `for_each` expands to; a wider fan-out fails its step.
+    #[arg(long, env = "STARBRIDGE_MAX_FAN_OUT", default_value_t = starbridge_core::limits::DEFAULT_MAX_FAN_OUT)]
+    max_fan_out: usize,
+    /// Largest task input, output, progress, logs or error message (as JSON).
+    #[arg(long, env = "STARBRIDGE_MAX_TASK_BYTES", default_value = "256KiB", value_parser = parse_size)]
+    max_task_bytes: usize,
+    /// Largest job params (as JSON).
+    #[arg(long, env = "STARBRIDGE_MAX_PARAMS_BYTES", default_value = "64KiB", value_parser = parse_size)]
+    max_params_bytes: usize,
+    /// Longest job key (at most 256).
+    #[arg(long, env = "STARBRIDGE_MAX_KEY_BYTES", default_value_t = starbridge_server::limits::MAX_KEY_BYTES)]
+    max_key_bytes: usize,
+    /// Longest workflow, queue, schedule or worker name (at most 128).
+    #[arg(long, env = "STARBRIDGE_MAX_NAME_BYTES", default_value_t = starbridge_server::limits::MAX_NAME_BYTES)]
+    max_name_bytes: usize,
+    /// Largest `limit` of a list request.
+    #[arg(long, env = "STARBRIDGE_MAX_PAGE_SIZE", default_value_t = starbridge_server::limits::DEFAULT_MAX_PAGE_SIZE)]
+    max_page_size: u32,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Result<Limits> {
+        let limits = Limits {
+            body_bytes: self.max_body_bytes,
+            definition_bytes: self.max_definition_bytes,
+            steps: self.max_steps,
+            params_bytes: self.max_params_bytes,
+            key_bytes: self.max_key_bytes,
+            name_bytes: self.max_name_bytes,
+            page_size: self.max_page_size,
+            run: starbridge_core::limits::Limits {
+                fan_out: self.max_fan_out,
+                task_bytes: self.max_task_bytes,
+            },
+        };
+        limits.validate()?;
+        Ok(limits)
+    }
+}
+
+/// A size in bytes: `262144`, `256KiB`, `4MiB` (also `KB`/`MB`/`K`/`M`, all powers of 1024).
+fn parse_size(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: usize = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size such as 262144, 256KiB or 4MiB"))?;
+    let factor: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        other => return Err(format!("unknown size unit '{other}': use KiB, MiB or GiB")),
+    };
+    number
+        .checked_mul(factor)
+        .ok_or_else(|| format!("'{text}' is too large"))
 }
 
 impl ServerArgs {
     async fn start(&self) -> Result<(Server, String)> {
         let database = &self.database;
-        let store = Store::open_with(
-            database.url(),
-            database.options(),
-            std::sync::Arc::new(SystemClock),
-        )
-        .with_context(|| format!("cannot open {}", database.url()))?;
-        let (server, url) = bind(store.clone(), &self.listen).await?;
+        let limits = self.limits.limits()?;
+        let options = StoreOptions {
+            limits: limits.run,
+            ..database.options()
+        };
+        let store = Store::open_with(database.url(), options, Arc::new(SystemClock))
+            .with_context(|| format!("cannot open {}", database.url()))?;
+        let mut server = Server::bind(store.clone(), &self.listen)
+            .await?
+            .with_limits(limits);
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            server = server.with_tls(starbridge_server::tls::server_config(cert, key)?);
+        }
+        let url = server.url();
         let loopback = server.local_addr().ip().is_loopback();
         if self.auth {
             if store.active_tokens().await? == 0 {
@@ -271,15 +364,14 @@ fn shell_worker(
     Ok(builder.build()?)
 }
 
-async fn start_server(listen: &str, database: &str) -> Result<(Server, String)> {
-    let store = Store::open(database).with_context(|| format!("cannot open {database}"))?;
-    bind(store, listen).await
-}
-
-async fn bind(store: Store, listen: &str) -> Result<(Server, String)> {
-    let server = Server::bind(store, listen).await?;
-    let url = format!("http://{}", server.local_addr());
-    Ok((server, url))
+async fn start_server(listen: &str, database: &str, limits: Limits) -> Result<Server> {
+    let options = StoreOptions {
+        limits: limits.run,
+        ..StoreOptions::default()
+    };
+    let store = Store::open_with(database, options, Arc::new(SystemClock))
+        .with_context(|| format!("cannot open {database}"))?;
+    Ok(Server::bind(store, listen).await?.with_limits(limits))
 }
 
 pub(crate) async fn server(args: ServerArgs) -> Result<ExitCode> {
@@ -306,7 +398,7 @@ pub(crate) async fn worker(context: &Context, args: WorkerArgs) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn dev(args: DevArgs) -> Result<ExitCode> {
+pub(crate) async fn dev(args: DevArgs, ca_cert: Option<&std::path::Path>) -> Result<ExitCode> {
     let (server, url) = args.server.start().await?;
     tracing::info!(%url, database = %args.server.database.url(), queues = ?args.queues, "starbridge dev: server and shell worker");
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -315,7 +407,7 @@ pub(crate) async fn dev(args: DevArgs) -> Result<ExitCode> {
         let _ = server_stopped.wait_for(|stop| *stop).await;
     }));
     let worker = shell_worker(
-        Client::new(url)?,
+        client::connect(&url, ca_cert)?,
         starbridge_api::DEFAULT_NAMESPACE,
         &args.queues,
         args.concurrency,
@@ -333,7 +425,8 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
     let database = args
         .database
         .unwrap_or_else(|| format!("sqlite://{}", folder.join("demo.db").display()));
-    let (server, url) = start_server("127.0.0.1:0", &database).await?;
+    let server = start_server("127.0.0.1:0", &database, Limits::default()).await?;
+    let url = server.url();
     eprintln!("demo: server at {url}, database {database}");
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut server_stop = stop.subscribe();
@@ -351,7 +444,7 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
         let _ = stopped.wait_for(|stop| *stop).await;
     }));
 
-    let context = Context::new(&url, "default", None, Format::Table)?;
+    let context = Context::new(&url, None, "default", None, Format::Table)?;
     eprintln!("demo: applying examples/provision.yaml");
     client::apply_document(&context, "provision_database", DEMO_WORKFLOW).await?;
     let fail = !args.succeed;
@@ -407,4 +500,24 @@ fn tempfile_dir() -> Result<std::path::PathBuf> {
     let folder = std::env::temp_dir().join(format!("starbridge-demo-{}", std::process::id()));
     std::fs::create_dir_all(&folder)?;
     Ok(folder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_take_binary_units_or_plain_bytes() {
+        assert_eq!(parse_size("262144"), Ok(262_144));
+        assert_eq!(parse_size("256KiB"), Ok(256 * 1024));
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("1 mb"), Ok(1 << 20));
+        assert!(
+            parse_size("4TiB")
+                .unwrap_err()
+                .contains("unknown size unit")
+        );
+        assert!(parse_size("big").is_err());
+        assert!(parse_size("").is_err());
+    }
 }

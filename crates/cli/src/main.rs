@@ -32,6 +32,10 @@ struct Cli {
         default_value = "default"
     )]
     namespace: String,
+    /// Also trust this PEM CA certificate for an https --server (a private CA or a self-signed
+    /// certificate).
+    #[arg(long, global = true, env = "STARBRIDGE_CA_CERT")]
+    ca_cert: Option<std::path::PathBuf>,
     /// Output format of read commands.
     #[arg(
         short = 'o',
@@ -128,15 +132,23 @@ fn init_tracing(default_level: &str) {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
-    let context =
-        || client::Context::new(&cli.server, &cli.namespace, cli.token.clone(), cli.output);
+    let ca_cert = cli.ca_cert.as_deref();
+    let context = || {
+        client::Context::new(
+            &cli.server,
+            ca_cert,
+            &cli.namespace,
+            cli.token.clone(),
+            cli.output,
+        )
+    };
     match cli.command {
         Command::Server(args) => local::server(args).await,
         Command::Db(ref command) => local::db(command),
         Command::Token(ref command) => client::token(context, command).await,
         Command::Audit(ref args) => client::audit(&context()?, args).await,
         Command::Worker(args) => local::worker(&context()?, args).await,
-        Command::Dev(args) => local::dev(args).await,
+        Command::Dev(args) => local::dev(args, ca_cert).await,
         Command::Demo(args) => local::demo(args).await,
         Command::Apply(args) => client::apply(&context()?, args).await,
         Command::Workflows => client::workflows(&context()?).await,
@@ -176,6 +188,32 @@ async fn main() -> std::process::ExitCode {
         Err(error) => {
             eprintln!("error: {error:#}");
             std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use starbridge_server::Limit;
+
+    use super::Cli;
+
+    #[test]
+    fn every_limit_is_a_server_flag_with_its_environment_variable() {
+        let command = Cli::command();
+        let server = command.find_subcommand("server").expect("server command");
+        for limit in Limit::ALL {
+            let flag = limit.flag();
+            let argument = server
+                .get_arguments()
+                .find(|argument| argument.get_long() == flag.strip_prefix("--"))
+                .unwrap_or_else(|| panic!("no {flag} flag"));
+            assert_eq!(
+                argument.get_env().and_then(|env| env.to_str()),
+                Some(limit.env().as_str()),
+                "{flag}"
+            );
         }
     }
 }

@@ -383,7 +383,10 @@ async fn a_killed_node_and_a_database_outage_lose_nothing() {
     if postgres_cluster("stop") {
         let deadline = Instant::now() + Duration::from_secs(30);
         while cluster.healthy(0).await {
-            assert!(Instant::now() < deadline, "a node without its database stays healthy");
+            assert!(
+                Instant::now() < deadline,
+                "a node without its database stays healthy"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(postgres_cluster("start"), "PostgreSQL did not start again");

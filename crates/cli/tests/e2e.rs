@@ -33,6 +33,8 @@ impl Harness {
     async fn start() -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
+        // reqwest is built without a default crypto provider: the process chooses `ring`.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut harness = Harness {
             url: format!("http://127.0.0.1:{port}"),
             dir,

@@ -163,18 +163,46 @@ impl Error {
     }
 }
 
-/// Parses a definition given as YAML (JSON is YAML too, but is tried first for its precise errors).
+/// Most YAML nodes (scalars and collections, with aliases expanded) in one definition: far more
+/// than the largest workflow needs, and a bound on the work an alias bomb can cause.
+const MAX_YAML_NODES: usize = 100_000;
+/// Most alias uses (`*name`) in one definition.
+const MAX_YAML_ALIASES: usize = 1_000;
+
+fn yaml_options() -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::budget::Budget::default();
+    budget.max_nodes = MAX_YAML_NODES;
+    budget.max_aliases = MAX_YAML_ALIASES;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    options
+}
+
+/// Parses a definition given as YAML or JSON. A document that starts with `{` is tried as JSON
+/// first, for its precise errors; if it is not JSON but is YAML (a flow mapping such as
+/// `{steps: [...]}`), the YAML reading is used; if it is neither, the error is the JSON one when
+/// the first key is quoted, else the YAML one. Parsing is bounded: nesting depth (128 for JSON,
+/// 64 for YAML), YAML nodes after alias expansion and alias uses.
 pub fn parse_document(text: &str) -> Result<Value, Error> {
-    let trimmed = text.trim_start();
-    if trimmed.starts_with('{') {
-        return serde_json::from_str(text).map_err(|error| {
+    let Some(rest) = text.trim_start().strip_prefix('{') else {
+        return parse_yaml(text);
+    };
+    serde_json::from_str(text).or_else(|error| {
+        parse_yaml(text).map_err(|yaml_error| {
+            // Report the reading the text was meant for: JSON when its first key is quoted.
+            if !rest.trim_start().starts_with(['"', '}']) {
+                return yaml_error;
+            }
             Error::single(
                 format!("line {} column {}", error.line(), error.column()),
                 format!("malformed JSON: {error}"),
             )
-        });
-    }
-    serde_saphyr::from_str::<Value>(text).map_err(|error| {
+        })
+    })
+}
+
+fn parse_yaml(text: &str) -> Result<Value, Error> {
+    serde_saphyr::from_str_with_options::<Value>(text, yaml_options()).map_err(|error| {
         let field = error
             .location()
             .map(|at| format!("line {} column {}", at.line(), at.column()))

@@ -2,12 +2,13 @@
 //! language, the job and task state machines, and retry arithmetic.
 //!
 //! Architecture invariant: nothing in this crate does I/O, reads the clock or draws random
-//! numbers. Time and fresh ids are passed in (`machine::Ctx`), so every rule is testable as data.
+//! numbers. Time, fresh ids and limits are passed in (`machine::Ctx`), so every rule is testable as data.
 
 pub mod definition;
 pub mod dispatch;
 pub mod expr;
 pub mod ids;
+pub mod limits;
 pub mod machine;
 pub mod model;
 pub mod schedule;

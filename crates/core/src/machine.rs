@@ -15,19 +15,18 @@ use serde_json::{Map, Value, json};
 use crate::definition::{Handler, Workflow};
 use crate::expr::{self, EvalError};
 use crate::ids::{IdSource, JobId};
+use crate::limits::{Limits, json_exceeds};
 use crate::model::{
     Action, ErrorKind, Event, EventKind, Input, Job, JobLock, JobState, JobStatus, Rejection, Task,
     TaskError, TaskKind, TaskStatus, WindDown,
 };
 use crate::time::Timestamp;
 
-/// Largest number of items a `for_each` may expand to.
-pub const MAX_FAN_OUT: usize = 10_000;
-
 /// What the engine passes in with every input.
 pub struct Ctx<'a> {
     pub now: Timestamp,
     pub ids: &'a mut dyn IdSource,
+    pub limits: Limits,
 }
 
 /// A job to create.
@@ -139,6 +138,7 @@ pub fn create_job(
         state: &mut state,
         now,
         ids: ctx.ids,
+        limits: ctx.limits,
         actions: Vec::new(),
     };
     machine.actions.push(Action::SaveJob);
@@ -215,6 +215,7 @@ pub fn apply(
         state,
         now: ctx.now,
         ids: ctx.ids,
+        limits: ctx.limits,
         actions: Vec::new(),
     };
     let was_finished = machine.state.job.status.is_terminal();
@@ -235,6 +236,7 @@ struct Machine<'a> {
     state: &'a mut JobState,
     now: Timestamp,
     ids: &'a mut dyn IdSource,
+    limits: Limits,
     actions: Vec<Action>,
 }
 
@@ -742,6 +744,17 @@ impl Machine<'_> {
         );
     }
 
+    /// Refuses a task input larger than the task size limit.
+    fn within_task_limit(&self, input: Value) -> Result<Value, String> {
+        if json_exceeds(&input, self.limits.task_bytes) {
+            return Err(format!(
+                "the rendered input is larger than the task size limit of {} bytes (server setting --max-task-bytes)",
+                self.limits.task_bytes
+            ));
+        }
+        Ok(input)
+    }
+
     fn make_ready(&mut self, index: usize, input: Value) {
         let now = self.now;
         let task = &mut self.state.tasks[index];
@@ -829,14 +842,15 @@ impl Machine<'_> {
             self.state.tasks[task_index].deadline_at = deadline;
             if let Some(for_each) = &step.for_each {
                 let items = match for_each.eval(&context) {
-                    Ok(Value::Array(items)) if items.len() <= MAX_FAN_OUT => items,
+                    Ok(Value::Array(items)) if items.len() <= self.limits.fan_out => items,
                     Ok(Value::Array(items)) => {
                         self.expression_failure(
                             task_index,
                             "for_each",
                             format!(
-                                "{} items is more than the limit of {MAX_FAN_OUT}",
-                                items.len()
+                                "{} items is more than the fan-out limit of {} (server setting --max-fan-out)",
+                                items.len(),
+                                self.limits.fan_out
                             ),
                         );
                         continue;
@@ -857,10 +871,10 @@ impl Machine<'_> {
                 self.expand(step_index, task_index, items, context);
             } else {
                 let input = match &step.handler.input {
-                    Some(template) => template.render(&context),
+                    Some(template) => template.render(&context).map_err(|e| e.to_string()),
                     None => Ok(self.state.job.params.clone()),
                 };
-                match input {
+                match input.and_then(|input| self.within_task_limit(input)) {
                     Ok(input) => self.make_ready(task_index, input),
                     Err(error) => self.expression_failure(task_index, "input", error),
                 }
@@ -908,13 +922,15 @@ impl Machine<'_> {
                 Some(template) => {
                     context["item"] = item;
                     context["index"] = Value::from(position);
-                    template.render(&context)
+                    template.render(&context).map_err(|e| e.to_string())
                 }
                 None => Ok(item),
-            };
+            }
+            .and_then(|input| self.within_task_limit(input));
             let mut ctx = Ctx {
                 now,
                 ids: &mut *self.ids,
+                limits: self.limits,
             };
             let mut task = new_task(
                 &self.state.job,
@@ -1062,7 +1078,11 @@ impl Machine<'_> {
             .find(|&i| self.state.tasks[i].status == TaskStatus::Waiting)
         {
             Some(next) => {
-                match self.compensation_input(next) {
+                match self
+                    .compensation_input(next)
+                    .map_err(|e| e.to_string())
+                    .and_then(|input| self.within_task_limit(input))
+                {
                     Ok(input) => self.make_ready(next, input),
                     Err(error) => self.expression_failure(next, "compensate.input", error),
                 }
@@ -1135,6 +1155,7 @@ impl Machine<'_> {
             let mut ctx = Ctx {
                 now: self.now,
                 ids: &mut *self.ids,
+                limits: self.limits,
             };
             let mut task = new_task(
                 &self.state.job,

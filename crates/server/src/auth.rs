@@ -31,8 +31,6 @@ pub(crate) const ACTOR_HEADER: &str = "starbridge-actor";
 const TOKEN_COOKIE: &str = "starbridge_token";
 /// A token's last-used time is written at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
-/// Largest body the audit log reads a `reason` from.
-const AUDIT_BODY_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Whether requests must carry a token, and when each token's use was last recorded.
 #[derive(Default)]
@@ -363,10 +361,13 @@ async fn audited(
         Err(refusal) => return refusal.into_response(),
     };
     let (parts, body) = request.into_parts();
-    let bytes = match to_bytes(body, AUDIT_BODY_LIMIT).await {
+    let bytes = match to_bytes(body, state.limits.body_bytes).await {
         Ok(bytes) => bytes,
         Err(_) => {
-            return ApiError::too_large("body", "the request body is too large").into_response();
+            return state
+                .limits
+                .body_too_large(crate::limits::Limit::Body, "body")
+                .into_response();
         }
     };
     let reason = serde_json::from_slice::<serde_json::Value>(&bytes)

@@ -1,10 +1,17 @@
 //! API errors as RFC 9457 problem documents (`application/problem+json`). Details of server
-//! faults are logged, not sent.
+//! faults are logged, not sent. Rejections the framework answers itself are rewritten into problem
+//! documents too.
 
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use starbridge_api::{FieldProblem, Problem};
+use starbridge_api::{FieldProblem, Problem, ProblemLimit};
 use starbridge_store::Error as StoreError;
+
+use crate::limits::{Limit, Limits};
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -13,6 +20,7 @@ pub struct ApiError {
     title: &'static str,
     detail: String,
     errors: Vec<FieldProblem>,
+    limit: Option<Box<ProblemLimit>>,
 }
 
 impl ApiError {
@@ -28,6 +36,41 @@ impl ApiError {
                 field: field.to_owned(),
                 message,
             }],
+            limit: None,
+        }
+    }
+
+    /// A request goes over a server limit: names the field, the limit and its setting.
+    pub(crate) fn limit(
+        status: StatusCode,
+        field: &str,
+        message: String,
+        limit: ProblemLimit,
+    ) -> ApiError {
+        ApiError {
+            status,
+            slug: "limit-exceeded",
+            title: "Limit exceeded",
+            detail: format!("{field}: {message}"),
+            errors: vec![FieldProblem {
+                field: field.to_owned(),
+                message,
+            }],
+            limit: Some(Box::new(limit)),
+        }
+    }
+
+    /// The method is not served at this path (the `Allow` header lists the ones that are).
+    pub(crate) fn method_not_allowed(method: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            slug: "method-not-allowed",
+            title: "Method not allowed",
+            detail: format!(
+                "this endpoint does not answer {method}: the Allow header lists the methods it does"
+            ),
+            errors: Vec::new(),
+            limit: None,
         }
     }
 
@@ -38,6 +81,7 @@ impl ApiError {
             title: "Not found",
             detail: detail.into(),
             errors: Vec::new(),
+            limit: None,
         }
     }
 
@@ -49,6 +93,7 @@ impl ApiError {
             title: "Authentication required",
             detail: detail.into(),
             errors: Vec::new(),
+            limit: None,
         }
     }
 
@@ -60,21 +105,7 @@ impl ApiError {
             title: "Not allowed",
             detail: detail.into(),
             errors: Vec::new(),
-        }
-    }
-
-    /// A request part is over its size limit.
-    pub(crate) fn too_large(field: &str, message: impl Into<String>) -> ApiError {
-        let message = message.into();
-        ApiError {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            slug: "too-large",
-            title: "Too large",
-            detail: format!("{field}: {message}"),
-            errors: vec![FieldProblem {
-                field: field.to_owned(),
-                message,
-            }],
+            limit: None,
         }
     }
 
@@ -90,6 +121,7 @@ impl ApiError {
             status: self.status.as_u16(),
             detail: self.detail,
             errors: self.errors,
+            limit: self.limit,
         }
     }
 
@@ -109,6 +141,7 @@ impl From<StoreError> for ApiError {
                 title: "Conflict with the current state",
                 detail,
                 errors: Vec::new(),
+                limit: None,
             },
             StoreError::Invalid(problems) => ApiError {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
@@ -126,6 +159,7 @@ impl From<StoreError> for ApiError {
                         message: p.message,
                     })
                     .collect(),
+                limit: None,
             },
             StoreError::Closed => ApiError {
                 status: StatusCode::SERVICE_UNAVAILABLE,
@@ -133,6 +167,7 @@ impl From<StoreError> for ApiError {
                 title: "Server shutting down",
                 detail: "the server is shutting down; nothing was changed, try again".to_owned(),
                 errors: Vec::new(),
+                limit: None,
             },
             StoreError::Contended(detail) => {
                 tracing::warn!(%detail, "request contended by other nodes");
@@ -143,6 +178,7 @@ impl From<StoreError> for ApiError {
                     detail: "other server nodes kept the rows this request needs busy; nothing was changed, try again"
                         .to_owned(),
                     errors: Vec::new(),
+                    limit: None,
                 }
             }
             StoreError::Unavailable(detail) => {
@@ -154,6 +190,7 @@ impl From<StoreError> for ApiError {
                     detail: "the database is unavailable; nothing was changed, try again"
                         .to_owned(),
                     errors: Vec::new(),
+                    limit: None,
                 }
             }
             other => {
@@ -164,6 +201,7 @@ impl From<StoreError> for ApiError {
                     title: "Internal server error",
                     detail: "an internal error occurred; it has been logged".to_owned(),
                     errors: Vec::new(),
+                    limit: None,
                 }
             }
         }
@@ -191,3 +229,66 @@ impl IntoResponse for ApiError {
 }
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;
+
+/// Longest framework rejection text read to quote in a problem.
+const MAX_REJECTION_TEXT: usize = 4096;
+
+/// Turns what the framework answers on its own (a query string that does not parse, a body over
+/// the size limit, a method the path does not serve, …) into problem documents like every other
+/// error. Answers that already are problem documents pass through untouched.
+pub(crate) async fn problems_for_rejections(
+    State(limits): State<Arc<Limits>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"application/problem+json"));
+    if is_problem || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    match status {
+        // The router adds the `Allow` header around this answer.
+        StatusCode::METHOD_NOT_ALLOWED => {
+            ApiError::method_not_allowed(method.as_str()).into_response()
+        }
+        StatusCode::PAYLOAD_TOO_LARGE => limits.body_too_large(Limit::Body, "body").into_response(),
+        _ => {
+            let body = axum::body::to_bytes(response.into_body(), MAX_REJECTION_TEXT)
+                .await
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&body).trim().to_owned();
+            let field = if text.starts_with("Failed to deserialize query string") {
+                "query"
+            } else if text.contains("path") {
+                "path"
+            } else {
+                "body"
+            };
+            let message = if text.is_empty() {
+                status
+                    .canonical_reason()
+                    .unwrap_or("rejected")
+                    .to_lowercase()
+            } else {
+                text
+            };
+            ApiError {
+                status,
+                slug: "invalid-request",
+                title: "Invalid request",
+                detail: format!("{field}: {message}"),
+                errors: vec![FieldProblem {
+                    field: field.to_owned(),
+                    message,
+                }],
+                limit: None,
+            }
+            .into_response()
+        }
+    }
+}

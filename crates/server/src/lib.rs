@@ -1,9 +1,11 @@
 //! The Starbridge server: the HTTP API, long-poll dispatch to workers, and the timer loop that
-//! expires leases and enforces deadlines. All state lives in the store.
+//! expires leases and enforces deadlines. All state lives in the store. Serves plain HTTP, or
+//! HTTPS when given a certificate.
 
 mod auth;
 mod batch;
 mod error;
+pub mod limits;
 mod metrics;
 mod openapi;
 mod operate;
@@ -11,6 +13,7 @@ mod queues;
 mod routes;
 mod schedules;
 mod timers;
+pub mod tls;
 mod tokens;
 mod ui;
 mod views;
@@ -18,12 +21,14 @@ mod webhooks;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use starbridge_store::Store;
 use tokio::net::TcpListener;
 
 pub use auth::Auth;
 pub use error::ApiError;
+pub use limits::{Limit, Limits};
 pub use routes::{AppState, router};
 pub use timers::{run_pruner, run_timers};
 
@@ -36,9 +41,11 @@ pub fn app(state: AppState, closing: tokio::sync::watch::Receiver<bool>) -> axum
         auth::authorize,
     ));
     // The sign-in form's target is public: it is how a browser gets its token cookie.
-    let sign_in = axum::Router::new()
-        .route(auth::SIGN_IN_PATH, axum::routing::post(auth::sign_in))
-        .with_state(state.clone());
+    // (A service route: the OpenAPI route scan, which looks at API routes, passes it by.)
+    let sign_in = axum::Router::new().route_service(
+        auth::SIGN_IN_PATH,
+        axum::routing::post(auth::sign_in).with_state(state.clone()),
+    );
     router(state).merge(ui).merge(sign_in)
 }
 pub use webhooks::{run_deliveries, signature};
@@ -61,6 +68,8 @@ pub struct Server {
     store: Store,
     listener: TcpListener,
     auth: bool,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Server {
@@ -75,6 +84,8 @@ impl Server {
             store,
             listener,
             auth: false,
+            limits: Limits::default(),
+            tls: None,
         })
     }
 
@@ -82,6 +93,25 @@ impl Server {
     pub fn with_auth(mut self) -> Server {
         self.auth = true;
         self
+    }
+
+    /// Serves with these limits instead of the defaults. The engine's run limits
+    /// (`limits.run`) are the store's: open it with the same ones (`Store::open_with`).
+    pub fn with_limits(mut self, limits: Limits) -> Server {
+        self.limits = limits;
+        self
+    }
+
+    /// Serves HTTPS with this configuration (see [`tls::server_config`]).
+    pub fn with_tls(mut self, config: Arc<rustls::ServerConfig>) -> Server {
+        self.tls = Some(config);
+        self
+    }
+
+    /// The URL clients reach the server at: `http://` or `https://` and the bound address.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.local_addr())
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -99,21 +129,29 @@ impl Server {
         let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped.clone()));
         let pruner = tokio::spawn(run_pruner(self.store.clone(), timers_stopped.clone()));
         let deliveries = tokio::spawn(run_deliveries(self.store.clone(), timers_stopped));
-        let state = if self.auth {
-            AppState::with_auth(self.store)
-        } else {
-            AppState::new(self.store)
-        };
+        let mut state = AppState::with_limits(self.store, self.limits);
+        if self.auth {
+            state.auth = Arc::new(Auth::required());
+        }
         let (closing, closing_seen) = tokio::sync::watch::channel(false);
         let app = app(state, closing_seen);
         let shutdown = async move {
             shutdown.await;
             let _ = closing.send(true);
         };
-        let served = axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(Error::Serve);
+        let served = match self.tls {
+            None => axum::serve(self.listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+                .map_err(Error::Serve),
+            Some(config) => match tls::TlsListener::new(self.listener, config) {
+                Ok(listener) => axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown)
+                    .await
+                    .map_err(Error::Serve),
+                Err(error) => Err(Error::Serve(error)),
+            },
+        };
         let _ = stop_timers.send(true);
         let _ = timers.await;
         let _ = deliveries.await;

@@ -17,6 +17,7 @@ use std::pin::Pin;
 
 use crate::auth::actor;
 use crate::error::{ApiError, ApiResult};
+use crate::limits::Limit;
 use crate::routes::{
     AppState, body, job_id, job_view, namespace, parse_status, parse_time, task_id,
 };
@@ -222,6 +223,7 @@ async fn skip(
     bytes: Bytes,
 ) -> ApiResult<Json<api::JobView>> {
     let request: api::SkipRequest = optional_body(&bytes)?;
+    state.limits.json(Limit::Task, "output", &request.output)?;
     let action = OperatorAction::Skip {
         task: task_id(&task)?,
         output: request.output,

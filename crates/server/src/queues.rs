@@ -11,6 +11,7 @@ use starbridge_core::time::Duration;
 use starbridge_store::{QueueChange, StoredQueue};
 
 use crate::error::{ApiError, ApiResult};
+use crate::limits::Limit;
 use crate::routes::{AppState, body, namespace};
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -106,6 +107,7 @@ async fn configure(
     Query(query): Query<api::NamespaceQuery>,
     bytes: Bytes,
 ) -> ApiResult<Json<api::QueueView>> {
+    state.limits.text(Limit::Name, "name", &name)?;
     let settings: api::QueueSettings = body(&bytes)?;
     let mode = settings
         .mode

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -22,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::auth::{Auth, Caller};
 use crate::error::{ApiError, ApiResult};
+use crate::limits::{Limit, Limits};
 use crate::views;
 
 /// Longest long-poll a worker may ask for.
@@ -30,33 +32,40 @@ pub(crate) const MAX_WAIT_MS: u64 = 60_000;
 pub(crate) const MAX_TASKS_PER_POLL: u32 = 256;
 /// Longest "check later" delay.
 pub(crate) const MAX_CHECK_LATER_MS: u64 = 7 * 24 * 3600 * 1000;
-const MAX_PAGE: u32 = 500;
 
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
     pub auth: Arc<Auth>,
+    pub limits: Arc<Limits>,
 }
 
 impl AppState {
-    /// A server without authentication (for loopback use and tests).
+    /// A server without authentication (for loopback use and tests), with the default limits.
     pub fn new(store: Store) -> AppState {
+        AppState::with_limits(store, Limits::default())
+    }
+
+    /// A server without authentication, with these limits.
+    pub fn with_limits(store: Store, limits: Limits) -> AppState {
         AppState {
             store,
             auth: Arc::new(Auth::default()),
+            limits: Arc::new(limits),
         }
     }
 
     /// A server that requires an API token on every request but health and the API document.
     pub fn with_auth(store: Store) -> AppState {
         AppState {
-            store,
             auth: Arc::new(Auth::required()),
+            ..AppState::new(store)
         }
     }
 }
 
 pub fn router(state: AppState) -> Router {
+    let limits = state.limits.clone();
     Router::new()
         .route("/healthz", get(health))
         .route("/metrics", get(crate::metrics::serve))
@@ -86,6 +95,11 @@ pub fn router(state: AppState) -> Router {
         ))
         .fallback(not_found)
         .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            limits.clone(),
+            crate::error::problems_for_rejections,
+        ))
+        .layer(DefaultBodyLimit::max(limits.body_bytes))
         .layer(crate::metrics::layer())
 }
 
@@ -208,11 +222,16 @@ async fn apply_workflow(
     bytes: Bytes,
 ) -> ApiResult<Response> {
     let namespace = namespace(&query)?;
+    state.limits.text(Limit::Name, "name", &name)?;
     check_name(&name).map_err(|message| ApiError::invalid("name", message))?;
+    if bytes.len() > state.limits.definition_bytes {
+        return Err(state.limits.body_too_large(Limit::Definition, "body"));
+    }
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::invalid("body", "the definition must be UTF-8 text"))?;
     let document =
         parse_document(text).map_err(|error| starbridge_store::Error::Invalid(error.problems))?;
+    state.limits.definition("body", &document)?;
     let applied = state
         .store
         .apply_workflow(&namespace, &name, document)
@@ -284,6 +303,7 @@ async fn submit_job(
 ) -> ApiResult<Response> {
     let namespace = namespace(&query)?;
     let request: api::SubmitJob = body(&bytes)?;
+    check_submit(&state.limits, &request)?;
     let submitted = state
         .store
         .submit(
@@ -306,6 +326,23 @@ async fn submit_job(
     Ok((status, Json(job_view(&state, &submitted.state).await?)).into_response())
 }
 
+/// Holds a job submission to the limits on names, keys, params and inline definitions.
+fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResult<()> {
+    if let Some(workflow) = &request.workflow {
+        limits.text(Limit::Name, "workflow", workflow)?;
+    }
+    if let Some(key) = &request.key {
+        limits.text(Limit::Key, "key", key)?;
+    }
+    if let Some(params) = &request.params {
+        limits.json(Limit::Params, "params", params)?;
+    }
+    if let Some(definition) = &request.definition {
+        limits.definition("definition", definition)?;
+    }
+    Ok(())
+}
+
 async fn list_jobs(
     State(state): State<AppState>,
     Query(query): Query<api::JobListQuery>,
@@ -317,12 +354,12 @@ async fn list_jobs(
         .map(|text| parse_status("status", text))
         .transpose()?;
     let limit = query.limit.unwrap_or(50);
-    if limit == 0 || limit > MAX_PAGE {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("must be between 1 and {MAX_PAGE}"),
-        ));
+    if limit == 0 {
+        return Err(ApiError::invalid("limit", "must be at least 1"));
     }
+    state
+        .limits
+        .count(Limit::Page, "limit", u64::from(limit), "items")?;
     let created_after = query
         .created_after
         .as_deref()
@@ -409,25 +446,22 @@ async fn job_events(
     }))
 }
 
-fn check_poll(request: &api::PollRequest) -> ApiResult<()> {
-    if request.worker_id.is_empty() || request.worker_id.len() > 128 {
-        return Err(ApiError::invalid(
-            "worker_id",
-            "must be 1 to 128 characters",
-        ));
+fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
+    if request.worker_id.is_empty() {
+        return Err(ApiError::invalid("worker_id", "must not be empty"));
     }
+    limits.text(Limit::Name, "worker_id", &request.worker_id)?;
     if request.queues.is_empty() || request.queues.len() > 64 {
         return Err(ApiError::invalid("queues", "name 1 to 64 queues to poll"));
     }
-    if let Some(queue) = request
-        .queues
-        .iter()
-        .find(|q| q.is_empty() || q.len() > 128)
-    {
+    if request.queues.iter().any(String::is_empty) {
         return Err(ApiError::invalid(
             "queues",
-            format!("'{queue}' is not a queue name (1 to 128 characters)"),
+            "a queue name must not be empty",
         ));
+    }
+    for queue in &request.queues {
+        limits.text(Limit::Name, "queues", queue)?;
     }
     if let Some(max) = request.max_tasks
         && (max == 0 || max > MAX_TASKS_PER_POLL)
@@ -454,7 +488,7 @@ async fn poll(
     bytes: Bytes,
 ) -> ApiResult<Json<api::PollResponse>> {
     let request: api::PollRequest = body(&bytes)?;
-    check_poll(&request)?;
+    check_poll(&state.limits, &request)?;
     let namespace = caller.namespace(request.namespace.as_deref())?;
     caller.check_queues(&request.queues)?;
     state
@@ -507,6 +541,9 @@ async fn heartbeat(
 ) -> ApiResult<Json<api::HeartbeatResponse>> {
     let id = task_id(&id)?;
     let request: api::HeartbeatRequest = body(&bytes)?;
+    if let Some(progress) = &request.progress {
+        state.limits.json(Limit::Task, "progress", progress)?;
+    }
     let reported = state
         .store
         .report(
@@ -536,6 +573,10 @@ async fn complete(
 ) -> ApiResult<Json<api::ReportResponse>> {
     let id = task_id(&id)?;
     let request: api::CompleteRequest = body(&bytes)?;
+    state.limits.json(Limit::Task, "output", &request.output)?;
+    if let Some(logs) = &request.logs {
+        state.limits.json(Limit::Task, "logs", logs)?;
+    }
     let reported = state
         .store
         .report(
@@ -560,6 +601,12 @@ async fn fail(
 ) -> ApiResult<Json<api::ReportResponse>> {
     let id = task_id(&id)?;
     let request: api::FailRequest = body(&bytes)?;
+    state
+        .limits
+        .text(Limit::Task, "error.message", &request.error.message)?;
+    if let Some(logs) = &request.logs {
+        state.limits.json(Limit::Task, "logs", logs)?;
+    }
     if request.error.message.trim().is_empty() {
         return Err(ApiError::invalid(
             "error.message",
@@ -593,6 +640,9 @@ async fn check_later(
 ) -> ApiResult<Json<api::ReportResponse>> {
     let id = task_id(&id)?;
     let request: api::CheckLaterRequest = body(&bytes)?;
+    if let Some(progress) = &request.progress {
+        state.limits.json(Limit::Task, "progress", progress)?;
+    }
     if request.after_ms > MAX_CHECK_LATER_MS {
         return Err(ApiError::invalid(
             "after_ms",

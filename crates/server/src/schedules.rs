@@ -10,6 +10,7 @@ use starbridge_core::schedule::{CatchUp, CronSpec, Overlap};
 use starbridge_store::{ScheduleSpec, StoredSchedule};
 
 use crate::error::{ApiError, ApiResult};
+use crate::limits::Limit;
 use crate::routes::{AppState, body, namespace};
 
 /// How many upcoming fire times a schedule view lists.
@@ -129,7 +130,14 @@ async fn put(
     bytes: Bytes,
 ) -> ApiResult<(StatusCode, Json<api::ScheduleView>)> {
     let namespace = namespace(&query)?;
+    state.limits.text(Limit::Name, "name", &name)?;
     let request: api::ScheduleRequest = body(&bytes)?;
+    state
+        .limits
+        .text(Limit::Name, "workflow", &request.workflow)?;
+    if let Some(params) = &request.params {
+        state.limits.json(Limit::Params, "params", params)?;
+    }
     let overlap = match request.overlap.as_deref() {
         None => Overlap::Skip,
         Some(text) => Overlap::parse(text).ok_or_else(|| {

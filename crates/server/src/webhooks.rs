@@ -21,6 +21,7 @@ use starbridge_store::{Attempt, Delivery, DueDelivery, Store, Webhook};
 use tokio::sync::watch;
 
 use crate::error::{ApiError, ApiResult};
+use crate::limits::Limit;
 use crate::routes::{AppState, body, namespace};
 
 /// Most deliveries sent per pass of the deliverer.
@@ -160,9 +161,12 @@ async fn deliveries(
         namespace: query.namespace,
     })?;
     let limit = query.limit.unwrap_or(100);
-    if limit == 0 || limit > 1000 {
-        return Err(ApiError::invalid("limit", "must be between 1 and 1000"));
+    if limit == 0 {
+        return Err(ApiError::invalid("limit", "must be at least 1"));
     }
+    state
+        .limits
+        .count(Limit::Page, "limit", u64::from(limit), "items")?;
     let deliveries = state
         .store
         .deliveries(&namespace, &id, limit)
@@ -206,6 +210,7 @@ async fn send(http: &reqwest::Client, store: &Store, due: &DueDelivery) -> Attem
 
 /// Sends due deliveries until `stop`; sleeps until the next retry or a new delivery.
 pub async fn run_deliveries(store: Store, mut stop: watch::Receiver<bool>) {
+    crate::tls::install_crypto_provider();
     let http = match reqwest::Client::builder()
         .timeout(SEND_TIMEOUT)
         // A redirect would turn the POST into a body-less GET: report it as a failure instead.

@@ -843,7 +843,9 @@ async fn responses_match_their_documented_schemas() {
     assert_eq!(bad_status.status, StatusCode::BAD_REQUEST);
     let unparsable = c.call("GET", "/api/v1/jobs?limit=abc", "").await;
     assert_eq!(unparsable.status, StatusCode::BAD_REQUEST);
-    assert!(unparsable.content_type.starts_with("text/plain"));
+    assert_eq!(unparsable.content_type, "application/problem+json");
+    let over_page = c.call("GET", "/api/v1/jobs?limit=1001", "").await;
+    assert_eq!(over_page.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(
         c.call("GET", &format!("/api/v1/jobs/{job_id}"), "")
             .await
@@ -1458,13 +1460,15 @@ async fn responses_match_their_documented_schemas() {
     let one = c.call("GET", &format!("{deliveries}?limit=1"), "").await;
     assert_eq!(one.status, ok);
     assert_eq!(one.json()["items"].as_array().unwrap().len(), 1);
-    for query in ["limit=0", "limit=1001", "namespace=A!"] {
+    for query in ["limit=0", "namespace=A!"] {
         let answer = c.call("GET", &format!("{deliveries}?{query}"), "").await;
         assert_eq!(answer.status, bad_request, "{query}");
     }
+    let over_page = c.call("GET", &format!("{deliveries}?limit=1001"), "").await;
+    assert_eq!(over_page.status, StatusCode::UNPROCESSABLE_ENTITY);
     let unparsable = c.call("GET", &format!("{deliveries}?limit=-1"), "").await;
     assert_eq!(unparsable.status, bad_request);
-    assert!(unparsable.content_type.starts_with("text/plain"));
+    assert_eq!(unparsable.content_type, "application/problem+json");
     for uri in [
         "/api/v1/webhooks/whk_nope/deliveries".to_owned(),
         format!("{deliveries}?namespace=ops"),
@@ -1751,7 +1755,7 @@ async fn responses_match_their_documented_schemas() {
     }
     let unparsable = c.call("GET", "/api/v1/audit?before=abc", "").await;
     assert_eq!(unparsable.status, bad_request);
-    assert!(unparsable.content_type.starts_with("text/plain"));
+    assert_eq!(unparsable.content_type, "application/problem+json");
     // Batch forms, in a namespace of their own: each item answers its own result or problem.
     let applied = c
         .call_as(
@@ -1830,19 +1834,19 @@ async fn responses_match_their_documented_schemas() {
 #[tokio::test]
 async fn answers_given_before_the_handler_are_as_documented() {
     let c = Checker::new().await;
-    // A body over the 2 MiB default limit.
-    let big = format!("{{\"workflow\": \"{}\"}}", "x".repeat(3 << 20));
+    // A body over the 4 MiB default limit.
+    let big = format!("{{\"workflow\": \"{}\"}}", "x".repeat(5 << 20));
     let answer = c.call("POST", "/api/v1/jobs", &big).await;
     assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
     let big = format!(
         "{{\"workflow\": \"wf\", \"cron\": \"@daily\", \"params\": {{\"x\": \"{}\"}}}}",
-        "x".repeat(3 << 20)
+        "x".repeat(5 << 20)
     );
     let answer = c.call("PUT", "/api/v1/schedules/big", &big).await;
     assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE);
-    // A change over 16 MiB: refused before anything else, as a problem, even where the handler
-    // reads no body.
-    let huge = format!("{{\"reason\": \"{}\"}}", "x".repeat(17 << 20));
+    // A change over the body limit (4 MiB by default): refused before anything else, as a
+    // problem naming the limit, even where the handler reads no body.
+    let huge = format!("{{\"reason\": \"{}\"}}", "x".repeat(5 << 20));
     for (method, uri) in [
         ("POST", "/api/v1/jobs"),
         ("DELETE", "/api/v1/schedules/nightly"),
@@ -1851,12 +1855,14 @@ async fn answers_given_before_the_handler_are_as_documented() {
         let answer = c.call(method, uri, &huge).await;
         assert_eq!(answer.status, StatusCode::PAYLOAD_TOO_LARGE, "{uri}");
         assert_eq!(answer.content_type, "application/problem+json", "{uri}");
-        assert_eq!(answer.json()["type"], "/problems/too-large", "{uri}");
+        assert_eq!(answer.json()["type"], "/problems/limit-exceeded", "{uri}");
     }
-    // A known path with another method: 405 with an empty body, as `info.description` says.
+    // A known path with another method: a 405 problem, as `info.description` says.
     let answer = c.api.send("DELETE", "/api/v1/jobs", "", "").await;
     assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
-    assert!(answer.text.is_empty(), "{}", answer.text);
+    assert_eq!(answer.content_type, "application/problem+json");
+    c.check("/components/schemas/Problem", &answer.json(), "a 405")
+        .await;
     // An unknown path: a 404 problem.
     let answer = c.api.send("GET", "/api/v2/nothing", "", "").await;
     assert_eq!(answer.status, StatusCode::NOT_FOUND);

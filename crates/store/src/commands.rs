@@ -171,6 +171,7 @@ pub(crate) fn submit(
     let mut machine_ctx = Ctx {
         now: ctx.now,
         ids: &mut ids,
+        limits: ctx.limits,
     };
     let (mut state, actions) = machine::create_job(
         &compiled.workflow,
@@ -546,6 +547,7 @@ fn apply(
     let mut machine_ctx = Ctx {
         now: ctx.now,
         ids: &mut ids,
+        limits: ctx.limits,
     };
     let before = state.job.status;
     let actions =

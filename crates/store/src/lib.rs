@@ -32,6 +32,7 @@ use serde_json::Value;
 use starbridge_core::definition::Problem;
 use starbridge_core::dispatch::{Bucket, QueueConfig, QueueMode, QueueState, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::limits::Limits;
 use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
 use starbridge_core::time::{Duration, Timestamp};
 
@@ -209,6 +210,8 @@ pub struct StoreOptions {
     pub lock_timeout: StdDuration,
     /// Finished jobs older than this are deleted with their tasks and history (`None`: kept).
     pub retain_finished: Option<Duration>,
+    /// What the engine enforces on every job (fan-out width, task input size).
+    pub limits: Limits,
 }
 
 impl Default for StoreOptions {
@@ -219,6 +222,7 @@ impl Default for StoreOptions {
             statement_timeout: StdDuration::from_secs(30),
             lock_timeout: StdDuration::from_millis(200),
             retain_finished: Some(Duration::from_secs(30 * 24 * 3600)),
+            limits: Limits::default(),
         }
     }
 }
@@ -323,6 +327,7 @@ impl Store {
                 workflows: workflows.clone(),
                 notifier: notifier.clone(),
                 node,
+                limits: options.limits,
             },
         );
         Ok(Store {

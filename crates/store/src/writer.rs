@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::thread;
 
+use starbridge_core::limits::Limits;
 use starbridge_core::time::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 
@@ -37,6 +38,7 @@ pub(crate) struct WriteCtx<'a> {
     pub(crate) wakes: Vec<(String, String)>,
     /// Set when webhook deliveries were written: the deliverer is woken after commit.
     pub(crate) deliveries: bool,
+    pub(crate) limits: Limits,
 }
 
 type Reply = Box<dyn FnOnce(Result<()>) + Send>;
@@ -66,6 +68,8 @@ pub(crate) struct Shared {
     pub(crate) notifier: Arc<Notifier>,
     /// This node's id in announcements to other nodes.
     pub(crate) node: String,
+    /// What the engine enforces on every job (fan-out width, task input size).
+    pub(crate) limits: Limits,
 }
 
 impl Writer {
@@ -231,6 +235,7 @@ fn commit_batch(
             jobs: &mut *jobs,
             wakes: Vec::new(),
             deliveries: false,
+            limits: shared.limits,
         };
         let keep = match work(&mut ctx) {
             Outcome::Done { ok, reply } => {

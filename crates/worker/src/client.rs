@@ -36,6 +36,9 @@ pub enum Error {
     /// The base URL given to [`Client::new`] is not an `http` or `https` URL.
     #[error("invalid server URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
+    /// The CA certificates given to [`Client::with_ca_pem`] are not PEM certificates.
+    #[error("invalid CA certificate: {0}")]
+    InvalidCaCertificate(String),
     /// `409 Conflict`, with the problem's detail. For task reports and heartbeats: the lease is
     /// stale (the task was taken away from this worker).
     #[error("conflict: {0}")]
@@ -94,7 +97,7 @@ impl Error {
             Error::Rejected { status, .. }
             | Error::Server { status, .. }
             | Error::Decode { status, .. } => Some(*status),
-            Error::InvalidUrl { .. } | Error::Transport(_) => None,
+            Error::InvalidUrl { .. } | Error::InvalidCaCertificate(_) | Error::Transport(_) => None,
         }
     }
 
@@ -159,10 +162,27 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client of the server at `base_url` (`http://host:port`, optionally with a path prefix),
-    /// without a token.
+    /// A client of the server at `base_url` (`http://host:port` or `https://…`, optionally with
+    /// a path prefix), without a token. An `https` server's certificate must chain to a root
+    /// the system trusts.
     pub fn new(base_url: impl Into<String>) -> Result<Self, Error> {
-        let base_url = base_url.into();
+        Client::build(base_url.into(), Vec::new())
+    }
+
+    /// Like [`Client::new`], also trusting the CA certificates in `pem` (PEM text, one or more
+    /// certificates): for a server whose certificate a private CA signed, or a self-signed one.
+    pub fn with_ca_pem(base_url: impl Into<String>, pem: &[u8]) -> Result<Self, Error> {
+        let roots = reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| Error::InvalidCaCertificate(e.to_string()))?;
+        if roots.is_empty() {
+            return Err(Error::InvalidCaCertificate(
+                "no PEM certificate found".to_owned(),
+            ));
+        }
+        Client::build(base_url.into(), roots)
+    }
+
+    fn build(base_url: String, roots: Vec<reqwest::Certificate>) -> Result<Self, Error> {
         let parsed = reqwest::Url::parse(&base_url).map_err(|e| Error::InvalidUrl {
             url: base_url.clone(),
             reason: e.to_string(),
@@ -173,7 +193,10 @@ impl Client {
                 reason: "the scheme must be http or https".to_owned(),
             });
         }
+        // HTTPS goes through rustls with `ring`; a provider the process installed already wins.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
+            .tls_certs_merge(roots)
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(DEFAULT_REQUEST_TIMEOUT)
             .user_agent(concat!("starbridge-worker/", env!("CARGO_PKG_VERSION")))
@@ -450,6 +473,7 @@ fn parse_problem(status: StatusCode, body: &[u8]) -> Problem {
         status: status.as_u16(),
         detail,
         errors: Vec::new(),
+        limit: None,
     }
 }
 

@@ -130,6 +130,7 @@ fn problem(status: StatusCode, detail: &str) -> Response {
         status: status.as_u16(),
         detail: detail.to_owned(),
         errors: Vec::new(),
+        limit: None,
     };
     (
         status,
@@ -242,6 +243,7 @@ async fn complete_many(
                         status: 409,
                         detail: "stale lease".into(),
                         errors: Vec::new(),
+                        limit: None,
                     },
                 };
             }

@@ -16,10 +16,15 @@ struct Sim {
     now: Timestamp,
     events: Vec<Event>,
     leases: u32,
+    limits: Limits,
 }
 
 impl Sim {
     fn new(yaml: &str, params: Value) -> Sim {
+        Sim::with_limits(yaml, params, Limits::default())
+    }
+
+    fn with_limits(yaml: &str, params: Value, limits: Limits) -> Sim {
         let workflow = Workflow::from_document("test", yaml).expect("valid definition");
         let mut ids = SequentialIds::default();
         let now = Timestamp(1_000_000);
@@ -33,7 +38,11 @@ impl Sim {
                 key: None,
                 priority: None,
             },
-            &mut Ctx { now, ids: &mut ids },
+            &mut Ctx {
+                now,
+                ids: &mut ids,
+                limits,
+            },
         )
         .expect("job created");
         let mut sim = Sim {
@@ -43,6 +52,7 @@ impl Sim {
             now,
             events: Vec::new(),
             leases: 0,
+            limits,
         };
         sim.absorb(actions);
         sim
@@ -64,6 +74,7 @@ impl Sim {
             &mut Ctx {
                 now: self.now,
                 ids: &mut self.ids,
+                limits: self.limits,
             },
         )?;
         self.absorb(actions);
@@ -318,6 +329,59 @@ fn fan_out_over_an_empty_list_succeeds_at_once() {
     );
     assert_eq!(sim.status("each"), TaskStatus::Succeeded);
     assert_eq!(sim.state.job.status, JobStatus::Succeeded);
+}
+
+#[test]
+fn fan_out_wider_than_the_limit_fails_the_step_naming_the_limit_and_setting() {
+    let limits = Limits {
+        fan_out: 3,
+        ..Limits::default()
+    };
+    let yaml = "steps:\n- {id: each, queue: q, command: c, for_each: '${{ params.items }}'}\n";
+    let at_limit = Sim::with_limits(yaml, json!({"items": [1, 2, 3]}), limits);
+    assert_eq!(at_limit.status("each"), TaskStatus::Running);
+    let over = Sim::with_limits(yaml, json!({"items": [1, 2, 3, 4]}), limits);
+    assert_eq!(over.status("each"), TaskStatus::Failed);
+    let error = over.find("each", TaskKind::FanOut).error.clone().unwrap();
+    assert_eq!(
+        error.message,
+        "for_each: 4 items is more than the fan-out limit of 3 (server setting --max-fan-out)"
+    );
+    assert!(!error.retryable);
+    assert_eq!(over.state.job.status, JobStatus::Failed);
+}
+
+#[test]
+fn task_input_larger_than_the_limit_fails_the_step_naming_the_limit_and_setting() {
+    let limits = Limits {
+        task_bytes: 64,
+        ..Limits::default()
+    };
+    let yaml = "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c, input: {x: '${{ steps.a.output.big }}'}}\n";
+    let mut sim = Sim::with_limits(yaml, json!({}), limits);
+    assert_eq!(sim.status("a"), TaskStatus::Ready);
+    sim.complete("a", json!({"big": "x".repeat(100)}));
+    assert_eq!(sim.status("b"), TaskStatus::Failed);
+    let error = sim.find("b", TaskKind::Step).error.clone().unwrap();
+    assert_eq!(
+        error.message,
+        "input: the rendered input is larger than the task size limit of 64 bytes (server setting --max-task-bytes)"
+    );
+    let fan_out = "steps:\n- {id: each, queue: q, command: c, for_each: '${{ params.items }}'}\n";
+    let sim = Sim::with_limits(
+        fan_out,
+        json!({"items": ["short", "y".repeat(100)]}),
+        limits,
+    );
+    let items: Vec<TaskStatus> = sim
+        .state
+        .tasks
+        .iter()
+        .filter(|t| t.kind == TaskKind::Item)
+        .map(|t| t.status)
+        .collect();
+    assert_eq!(items.last(), Some(&TaskStatus::Failed), "{items:?}");
+    assert_eq!(sim.state.job.status, JobStatus::Failed);
 }
 
 #[test]
@@ -1058,6 +1122,7 @@ fn a_job_with_a_lock_waits_queued_until_started_and_releases_when_it_ends() {
         &mut Ctx {
             now: sim.now,
             ids: &mut sim.ids,
+            limits: sim.limits,
         },
     )
     .unwrap();
