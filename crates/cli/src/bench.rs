@@ -12,6 +12,7 @@
 //! - `stats`: HDR latency histograms and the figures of the report.
 //! - `report`: the human table and the JSON document.
 
+mod backlog;
 mod harness;
 mod report;
 mod stats;
@@ -33,10 +34,12 @@ const MAX_CONCURRENCY: usize = 256;
 pub(crate) struct BenchArgs {
     /// What to run: `single` (one-step jobs: submit rate, drain rate, end to end at a fixed
     /// rate), `chain` (10 sequential steps per job) or `fanout` (a root, 100 parallel children,
-    /// a join).
+    /// a join) or `backlog` (claim and complete latency with 1 and 8 workers on an empty store,
+    /// then on one holding --jobs finished and --jobs ready tasks).
     #[arg(long, value_enum, default_value = "single")]
     workload: Workload,
-    /// Jobs to run (default: 10000 single, 500 chain, 50 fanout).
+    /// Jobs to run (default: 10000 single, 500 chain, 50 fanout; backlog: 1000000 finished
+    /// and as many ready).
     #[arg(long)]
     jobs: Option<usize>,
     /// Concurrent HTTP clients submitting jobs.
@@ -77,6 +80,7 @@ pub(crate) enum Workload {
     Single,
     Chain,
     Fanout,
+    Backlog,
 }
 
 impl Workload {
@@ -85,6 +89,7 @@ impl Workload {
             Workload::Single => "single",
             Workload::Chain => "chain",
             Workload::Fanout => "fanout",
+            Workload::Backlog => "backlog",
         }
     }
 
@@ -93,6 +98,7 @@ impl Workload {
             Workload::Single => 10_000,
             Workload::Chain => 500,
             Workload::Fanout => 50,
+            Workload::Backlog => 1_000_000,
         }
     }
 }

@@ -135,6 +135,32 @@ fn every_workload_runs_each_job_exactly_once() {
 }
 
 #[test]
+fn batched_and_backlog_runs_are_checked_the_same_way() {
+    let single = bench(&["--workload", "single", "--jobs", "300", "--batch", "50"]);
+    assert_common(&single, "single");
+    assert_correct(&single, 300, 1);
+    assert_eq!(single["config"]["batch"], 50);
+    for key in ["submit", "drain", "end_to_end"] {
+        assert_throughput(&single, key);
+    }
+
+    let backlog = bench(&["--workload", "backlog", "--jobs", "100"]);
+    assert_common(&backlog, "backlog");
+    // The finished and ready fills, and a sample per worker count and store state.
+    assert_correct(&backlog, 100 * 2 + 100 * 4, 1);
+    for key in ["fill_submit", "fill_drain"] {
+        assert_throughput(&backlog, key);
+    }
+    for store in ["empty", "backlog"] {
+        for workers in ["1w", "8w"] {
+            for what in ["claim", "complete", "claim_complete"] {
+                assert_latency(&backlog, &format!("{what}_{store}_{workers}"));
+            }
+        }
+    }
+}
+
+#[test]
 fn an_existing_database_is_refused_without_reuse() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("taken.db");

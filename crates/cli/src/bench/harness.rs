@@ -31,6 +31,10 @@ const STALL: Duration = Duration::from_secs(60);
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// Most jobs per page of `GET /api/v1/jobs`.
 const PAGE: u32 = 500;
+/// How long the benchmark's workers long-poll. A stopped worker abandons its poll, which the
+/// server holds until this ends (and may hand it tasks nobody will run until their lease
+/// lapses): `stop_workers` waits this long for them.
+const POLL_WAIT: Duration = Duration::from_millis(500);
 /// How long stopping the workers and the server may take before they are left behind.
 const STOP_TIMEOUT: Duration = Duration::from_secs(40);
 
@@ -139,7 +143,7 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    fn record(&self, task: &TaskContext, start: Instant, end: Instant) {
+    pub(crate) fn record(&self, task: &TaskContext, start: Instant, end: Instant) {
         let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         let run = tasks
             .entry(task.id().to_owned())
@@ -569,6 +573,7 @@ impl Bench {
                 .namespace(self.namespace.clone())
                 .concurrency(self.concurrency)
                 .batch_completions(self.batch_completions)
+                .poll_wait(POLL_WAIT)
                 .handler(QUEUE, COMMAND, handler)
                 .build()?;
             let mut stopped = stopped.clone();
@@ -585,6 +590,33 @@ impl Bench {
             bail!("the workers were started twice");
         }
         Ok(())
+    }
+
+    /// Stops the workers started last (they finish and report what they hold); they may be
+    /// started again.
+    pub(crate) async fn stop_workers(&self) -> Result<()> {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(running) = running {
+            let _ = running.stop.send(true);
+            for handle in running.handles {
+                match tokio::time::timeout(STOP_TIMEOUT, handle).await {
+                    Ok(joined) => joined.context("a worker failed")?,
+                    Err(_) => bail!("a worker did not stop within {STOP_TIMEOUT:?}"),
+                }
+            }
+            // Let the server end the polls the workers abandoned.
+            tokio::time::sleep(POLL_WAIT * 2).await;
+        }
+        Ok(())
+    }
+
+    /// A new HTTP client of the embedded server.
+    pub(crate) fn client(&self) -> Result<Client> {
+        Ok(Client::new(self.url.clone())?)
     }
 
     /// Waits until the handler has run `expected` times in all and no job of the namespace is
@@ -622,20 +654,7 @@ impl Bench {
 
     /// Stops the workers and the server, and removes the temporary database unless kept.
     pub(crate) async fn stop(self) -> Result<()> {
-        let running = self
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(running) = running {
-            let _ = running.stop.send(true);
-            for handle in running.handles {
-                match tokio::time::timeout(STOP_TIMEOUT, handle).await {
-                    Ok(joined) => joined.context("a worker failed")?,
-                    Err(_) => bail!("a worker did not stop within {STOP_TIMEOUT:?}"),
-                }
-            }
-        }
+        self.stop_workers().await?;
         let _ = self.stop_server.send(true);
         match tokio::time::timeout(STOP_TIMEOUT, self.server).await {
             Ok(joined) => joined.context("the server task failed")??,

@@ -144,7 +144,7 @@ pub(crate) fn print_table(report: &Report) {
         .iter()
         .map(|latency| {
             vec![
-                latency.label.to_owned(),
+                latency.label.clone(),
                 latency.count.to_string(),
                 ms(latency.p50),
                 ms(latency.p90),
