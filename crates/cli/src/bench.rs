@@ -1,8 +1,8 @@
 //! `starbridge bench`: the built-in benchmark.
 //!
 //! It starts an embedded server in this process on a fresh SQLite database (durable as in
-//! production: WAL, `synchronous=FULL`), bound to `127.0.0.1:0`, and runs worker-SDK workers with
-//! no-op handlers in the same process, talking real HTTP over loopback. Then it runs one workload,
+//! production: WAL, `synchronous=FULL`) or a fresh schema of a PostgreSQL database, bound to
+//! `127.0.0.1:0`, and runs worker-SDK workers with no-op handlers in the same process, talking real HTTP over loopback. Then it runs one workload,
 //! measures it, and checks through the HTTP API that every job submitted ended `succeeded` with
 //! every task run exactly once; anomalies are printed and make the command exit non-zero.
 //!
@@ -63,14 +63,15 @@ pub(crate) struct BenchArgs {
     /// end-to-end phase of `single` still submits one job per request, at its planned time.
     #[arg(long)]
     batch: Option<usize>,
-    /// Database: sqlite://FILE (default: a new file in a temporary folder, removed afterwards).
-    /// An existing file is refused unless --reuse.
+    /// Database: sqlite://FILE (default: a new file in a temporary folder, removed afterwards;
+    /// an existing file is refused unless --reuse), or postgres://… (the run makes a schema of
+    /// its own there, dropped afterwards unless --keep).
     #[arg(long)]
     database: Option<String>,
     /// Allow --database to name an existing file (the run uses a namespace of its own).
     #[arg(long)]
     reuse: bool,
-    /// Keep the temporary database folder instead of removing it.
+    /// Keep the temporary database folder (or PostgreSQL schema) instead of removing it.
     #[arg(long)]
     keep: bool,
 }

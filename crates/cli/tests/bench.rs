@@ -79,7 +79,13 @@ fn assert_correct(report: &Value, jobs: u64, tasks_per_job: u64) {
 
 fn assert_common(report: &Value, workload: &str) {
     assert_eq!(report["workload"], workload);
-    assert_eq!(report["durability"], "sqlite synchronous=FULL (WAL)");
+    if !report["database"]["url"]
+        .as_str()
+        .unwrap()
+        .starts_with("postgres")
+    {
+        assert_eq!(report["durability"], "sqlite synchronous=FULL (WAL)");
+    }
     for field in [
         "database_bytes_before",
         "database_bytes_after",
@@ -158,6 +164,39 @@ fn batched_and_backlog_runs_are_checked_the_same_way() {
             }
         }
     }
+}
+
+#[test]
+fn a_run_on_postgresql_uses_a_schema_of_its_own() {
+    // Skipped (with a message) when no PostgreSQL test server answers and none is required.
+    let Some(probe) = starbridge_store::scratch::ScratchSchema::create("bench_probe") else {
+        return;
+    };
+    drop(probe);
+    let server = starbridge_store::scratch::server_url();
+    let single = bench(&[
+        "--workload",
+        "single",
+        "--jobs",
+        "100",
+        "--batch",
+        "20",
+        "--database",
+        &server,
+    ]);
+    assert_common(&single, "single");
+    assert_correct(&single, 100, 1);
+    let durability = single["durability"].as_str().unwrap();
+    assert!(
+        durability.starts_with("postgresql synchronous_commit="),
+        "{durability}"
+    );
+    assert!(
+        single["resources"]["database_growth_bytes"]
+            .as_i64()
+            .unwrap()
+            > 0
+    );
 }
 
 #[test]

@@ -14,12 +14,14 @@ use serde_json::json;
 use starbridge_api as api;
 use starbridge_server::Server;
 use starbridge_store::Store;
+use starbridge_store::scratch::ScratchSchema;
 use starbridge_worker::{Client, Outcome, TaskContext, Worker};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::BenchArgs;
-use super::stats::Latencies;
+use super::report::SQLITE_DURABILITY;
+use super::stats::{DatabaseSize, Latencies};
 
 /// The queue and command of every benchmark step.
 pub(crate) const QUEUE: &str = "bench";
@@ -41,15 +43,36 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(40);
 /// Where the benchmark's database lives.
 pub(crate) struct Database {
     pub(crate) url: String,
-    pub(crate) path: PathBuf,
-    /// The temporary folder holding a default database, removed at the end unless kept.
-    temp: Option<tempfile::TempDir>,
+    place: Place,
     keep: bool,
+}
+
+enum Place {
+    /// A SQLite file, in a temporary folder unless `--database` named it.
+    Sqlite {
+        path: PathBuf,
+        temp: Option<tempfile::TempDir>,
+    },
+    /// A fresh schema on the PostgreSQL server `--database` named.
+    Postgres(ScratchSchema),
 }
 
 impl Database {
     fn choose(args: &BenchArgs) -> Result<Database> {
         if let Some(url) = &args.database {
+            if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+                let mut schema = ScratchSchema::create_on(url, "bench").map_err(|error| {
+                    anyhow::anyhow!("cannot make a schema for the benchmark on {url}: {error}")
+                })?;
+                if args.keep {
+                    schema.keep();
+                }
+                return Ok(Database {
+                    url: schema.url.clone(),
+                    place: Place::Postgres(schema),
+                    keep: args.keep,
+                });
+            }
             let path = starbridge_store::sqlite_path(url)?;
             if path.exists() && !args.reuse {
                 bail!(
@@ -60,8 +83,7 @@ impl Database {
             }
             return Ok(Database {
                 url: url.clone(),
-                path,
-                temp: None,
+                place: Place::Sqlite { path, temp: None },
                 keep: true,
             });
         }
@@ -72,8 +94,10 @@ impl Database {
         let path = temp.path().join("bench.db");
         Ok(Database {
             url: format!("sqlite://{}", path.display()),
-            path,
-            temp: Some(temp),
+            place: Place::Sqlite {
+                path,
+                temp: Some(temp),
+            },
             keep: args.keep,
         })
     }
@@ -83,14 +107,43 @@ impl Database {
         self.keep
     }
 
+    /// What every acknowledged change is durable against, as the database is set up.
+    pub(crate) fn durability(&self) -> String {
+        match &self.place {
+            Place::Sqlite { .. } => SQLITE_DURABILITY.to_owned(),
+            Place::Postgres(schema) => match schema.durability() {
+                Ok(settings) => format!("postgresql {settings}"),
+                Err(error) => format!("postgresql (settings unreadable: {error})"),
+            },
+        }
+    }
+
+    /// The database's size now: SQLite's file and write-ahead log, or the PostgreSQL schema's
+    /// tables with their indexes (the server's WAL is shared, so not counted).
+    pub(crate) fn size(&self) -> DatabaseSize {
+        match &self.place {
+            Place::Sqlite { path, .. } => DatabaseSize::of(path),
+            Place::Postgres(schema) => DatabaseSize {
+                db_bytes: schema.size_bytes().unwrap_or(0),
+                wal_bytes: 0,
+            },
+        }
+    }
+
     fn finish(self) -> Result<()> {
-        if let Some(temp) = self.temp {
-            if self.keep {
-                let _ = temp.keep();
-            } else {
-                temp.close()
-                    .context("cannot remove the temporary database folder")?;
+        match self.place {
+            Place::Sqlite {
+                temp: Some(temp), ..
+            } => {
+                if self.keep {
+                    let _ = temp.keep();
+                } else {
+                    temp.close()
+                        .context("cannot remove the temporary database folder")?;
+                }
             }
+            // Dropping the schema removes it, unless kept.
+            Place::Sqlite { temp: None, .. } | Place::Postgres(_) => {}
         }
         Ok(())
     }

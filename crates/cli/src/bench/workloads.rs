@@ -17,7 +17,7 @@ use anyhow::Result;
 use starbridge_api as api;
 
 use super::harness::{Bench, COMMAND, Pace, QUEUE, Sending, Submission, submit_jobs};
-use super::report::{Config, DURABILITY, DatabaseInfo, Report, Resources};
+use super::report::{Config, DatabaseInfo, Report, Resources};
 use super::stats::{DatabaseSize, Latencies, LatencySummary, Throughput, peak_rss_bytes};
 use super::verify::{Verified, verify};
 use super::{BenchArgs, Workload};
@@ -91,7 +91,7 @@ pub(crate) async fn run(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<
         Workload::Backlog => ("bench_single", single_definition()),
     };
     bench.api.apply(name, &definition).await?;
-    let before = DatabaseSize::of(&bench.database.path);
+    let before = bench.database.size();
     let (figures, checked) = match args.workload {
         Workload::Single => single(bench, args, jobs).await?,
         Workload::Chain => chain(bench, args, jobs).await?,
@@ -108,7 +108,7 @@ pub(super) async fn check(
     submitted: &[&Submission],
     tasks_per_job: usize,
 ) -> Result<Checked> {
-    let after = DatabaseSize::of(&bench.database.path);
+    let after = bench.database.size();
     let peak_rss = peak_rss_bytes();
     let ids: Vec<String> = submitted
         .iter()
@@ -164,7 +164,7 @@ fn report(
             seconds: figures.seconds,
             cpus,
         },
-        durability: DURABILITY,
+        durability: bench.database.durability(),
         database: DatabaseInfo {
             url: bench.database.url.clone(),
             namespace: bench.namespace.clone(),
