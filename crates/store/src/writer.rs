@@ -288,6 +288,9 @@ fn commit_batch(
             shared.notifier.deliveries_changed();
         }
     }
+    // Many requests of a batch wake the same queue: wake each once.
+    wakes.sort_unstable();
+    wakes.dedup();
     for (namespace, queue) in wakes {
         shared.notifier.wake(&namespace, &queue);
     }
