@@ -10,7 +10,10 @@ use rusqlite::{Connection, params_from_iter};
 use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, args, sqlite_sql};
 use crate::{Error, Result};
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../migrations/sqlite/0001_init.sql")),
+    (2, include_str!("../migrations/sqlite/0002_jobs_ended.sql")),
+];
 
 impl From<rusqlite::Error> for Error {
     fn from(error: rusqlite::Error) -> Error {

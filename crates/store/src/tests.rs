@@ -1156,7 +1156,36 @@ async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(
     assert_eq!(queue[0].config.rate, None);
 }
 
+async fn finished_jobs_past_their_retention_are_pruned_with_their_history(f: Fixture) {
+    f.store
+        .apply_workflow(
+            "default",
+            "one",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    let finished = submit(&f.store, "one", json!({})).await.state.job.id;
+    let claimed = claim_one(&f.store).await;
+    complete(&f.store, &claimed, json!({})).await.unwrap();
+    let running = submit(&f.store, "one", json!({})).await.state.job.id;
+    assert_eq!(
+        f.store.prune().await.unwrap(),
+        0,
+        "nothing is old enough yet"
+    );
+    f.clock.advance(Duration::from_secs(31 * 24 * 3600));
+    assert_eq!(f.store.prune().await.unwrap(), 1);
+    assert!(f.store.job("default", &finished).await.unwrap().is_none());
+    assert!(f.store.job("default", &running).await.unwrap().is_some());
+    // The running job is still served by the writer after the prune.
+    let claimed = claim_one(&f.store).await;
+    assert_eq!(claimed.task.job_id, running);
+    complete(&f.store, &claimed, json!({})).await.unwrap();
+}
+
 on_both_backends!(
+    finished_jobs_past_their_retention_are_pruned_with_their_history,
     applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one,
     invalid_definition_is_refused_with_problems_and_nothing_is_stored,
     submit_with_the_same_key_returns_the_existing_job,
