@@ -41,6 +41,19 @@ struct Sample {
     both: Latencies,
 }
 
+/// Submits `count` one-step jobs, `FILL_BATCH` per request.
+async fn fill(bench: &Bench, args: &BenchArgs, count: usize, label: &str) -> Result<Submission> {
+    submit_jobs(
+        &bench.api,
+        "bench_single",
+        count,
+        args.submitters,
+        Sending::Batch(FILL_BATCH),
+        label,
+    )
+    .await
+}
+
 /// Submits `sample_size` jobs, then claims and completes them with `workers` measuring workers.
 async fn measure(
     bench: &Bench,
@@ -49,17 +62,7 @@ async fn measure(
     sample_size: usize,
     submissions: &mut Vec<Submission>,
 ) -> Result<Sample> {
-    submissions.push(
-        submit_jobs(
-            &bench.api,
-            "bench_single",
-            sample_size,
-            args.submitters,
-            Sending::Batch(FILL_BATCH),
-            "sample",
-        )
-        .await?,
-    );
+    submissions.push(fill(bench, args, sample_size, "sample").await?);
     let left = Arc::new(AtomicUsize::new(sample_size));
     let sample = Arc::new(Mutex::new(Sample::default()));
     let mut set = JoinSet::new();
@@ -163,15 +166,7 @@ pub(super) async fn backlog(
     }
 
     eprintln!("bench: filling the store: {jobs} jobs to run to the end");
-    let finished = submit_jobs(
-        &bench.api,
-        "bench_single",
-        jobs,
-        args.submitters,
-        Sending::Batch(FILL_BATCH),
-        "fill (finished)",
-    )
-    .await?;
+    let finished = fill(bench, args, jobs, "fill (finished)").await?;
     let fill_start = Instant::now();
     bench.start_workers()?;
     let expected = |submissions: &[Submission]| -> u64 {
@@ -187,15 +182,7 @@ pub(super) async fn backlog(
     let drained = fill_start.elapsed().as_secs_f64();
     bench.stop_workers().await?;
     eprintln!("bench: filling the store: {jobs} jobs left ready");
-    let ready = submit_jobs(
-        &bench.api,
-        "bench_single",
-        jobs,
-        args.submitters,
-        Sending::Batch(FILL_BATCH),
-        "fill (ready)",
-    )
-    .await?;
+    let ready = fill(bench, args, jobs, "fill (ready)").await?;
     let throughput = vec![
         Throughput::new(
             "fill_submit",
