@@ -1,8 +1,8 @@
 //! `starbridge bench`: the built-in benchmark.
 //!
 //! It starts an embedded server in this process on a fresh SQLite database (durable as in
-//! production: WAL, `synchronous=FULL`), bound to `127.0.0.1:0`, and runs worker-SDK workers with
-//! no-op handlers in the same process, talking real HTTP over loopback. Then it runs one workload,
+//! production: WAL, `synchronous=FULL`) or a fresh schema of a PostgreSQL database, bound to
+//! `127.0.0.1:0`, and runs worker-SDK workers with no-op handlers in the same process, talking real HTTP over loopback. Then it runs one workload,
 //! measures it, and checks through the HTTP API that every job submitted ended `succeeded` with
 //! every task run exactly once; anomalies are printed and make the command exit non-zero.
 //!
@@ -12,6 +12,7 @@
 //! - `stats`: HDR latency histograms and the figures of the report.
 //! - `report`: the human table and the JSON document.
 
+mod backlog;
 mod harness;
 mod report;
 mod stats;
@@ -33,10 +34,12 @@ const MAX_CONCURRENCY: usize = 256;
 pub(crate) struct BenchArgs {
     /// What to run: `single` (one-step jobs: submit rate, drain rate, end to end at a fixed
     /// rate), `chain` (10 sequential steps per job) or `fanout` (a root, 100 parallel children,
-    /// a join).
+    /// a join) or `backlog` (claim and complete latency with 1 and 8 workers on an empty store,
+    /// then on one holding --jobs finished and --jobs ready tasks).
     #[arg(long, value_enum, default_value = "single")]
     workload: Workload,
-    /// Jobs to run (default: 10000 single, 500 chain, 50 fanout).
+    /// Jobs to run (default: 10000 single, 500 chain, 50 fanout; backlog: 1000000 finished
+    /// and as many ready).
     #[arg(long)]
     jobs: Option<usize>,
     /// Concurrent HTTP clients submitting jobs.
@@ -60,14 +63,15 @@ pub(crate) struct BenchArgs {
     /// end-to-end phase of `single` still submits one job per request, at its planned time.
     #[arg(long)]
     batch: Option<usize>,
-    /// Database: sqlite://FILE (default: a new file in a temporary folder, removed afterwards).
-    /// An existing file is refused unless --reuse.
+    /// Database: sqlite://FILE (default: a new file in a temporary folder, removed afterwards;
+    /// an existing file is refused unless --reuse), or postgres://… (the run makes a schema of
+    /// its own there, dropped afterwards unless --keep).
     #[arg(long)]
     database: Option<String>,
     /// Allow --database to name an existing file (the run uses a namespace of its own).
     #[arg(long)]
     reuse: bool,
-    /// Keep the temporary database folder instead of removing it.
+    /// Keep the temporary database folder (or PostgreSQL schema) instead of removing it.
     #[arg(long)]
     keep: bool,
 }
@@ -77,6 +81,7 @@ pub(crate) enum Workload {
     Single,
     Chain,
     Fanout,
+    Backlog,
 }
 
 impl Workload {
@@ -85,6 +90,7 @@ impl Workload {
             Workload::Single => "single",
             Workload::Chain => "chain",
             Workload::Fanout => "fanout",
+            Workload::Backlog => "backlog",
         }
     }
 
@@ -93,6 +99,7 @@ impl Workload {
             Workload::Single => 10_000,
             Workload::Chain => 500,
             Workload::Fanout => 50,
+            Workload::Backlog => 1_000_000,
         }
     }
 }

@@ -79,7 +79,13 @@ fn assert_correct(report: &Value, jobs: u64, tasks_per_job: u64) {
 
 fn assert_common(report: &Value, workload: &str) {
     assert_eq!(report["workload"], workload);
-    assert_eq!(report["durability"], "sqlite synchronous=FULL (WAL)");
+    if !report["database"]["url"]
+        .as_str()
+        .unwrap()
+        .starts_with("postgres")
+    {
+        assert_eq!(report["durability"], "sqlite synchronous=FULL (WAL)");
+    }
     for field in [
         "database_bytes_before",
         "database_bytes_after",
@@ -132,6 +138,65 @@ fn every_workload_runs_each_job_exactly_once() {
     for key in ["submit_request", "fan_out", "fan_in", "job"] {
         assert_latency(&fanout, key);
     }
+}
+
+#[test]
+fn batched_and_backlog_runs_are_checked_the_same_way() {
+    let single = bench(&["--workload", "single", "--jobs", "300", "--batch", "50"]);
+    assert_common(&single, "single");
+    assert_correct(&single, 300, 1);
+    assert_eq!(single["config"]["batch"], 50);
+    for key in ["submit", "drain", "end_to_end"] {
+        assert_throughput(&single, key);
+    }
+
+    let backlog = bench(&["--workload", "backlog", "--jobs", "100"]);
+    assert_common(&backlog, "backlog");
+    // The finished and ready fills, and a sample per worker count and store state.
+    assert_correct(&backlog, 100 * 2 + 100 * 4, 1);
+    for key in ["fill_submit", "fill_drain"] {
+        assert_throughput(&backlog, key);
+    }
+    for store in ["empty", "backlog"] {
+        for workers in ["1w", "8w"] {
+            for what in ["claim", "complete", "claim_complete"] {
+                assert_latency(&backlog, &format!("{what}_{store}_{workers}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_run_on_postgresql_uses_a_schema_of_its_own() {
+    // Skipped (with a message) when no PostgreSQL test server answers and none is required.
+    let Some(probe) = starbridge_store::scratch::ScratchSchema::create("bench_probe") else {
+        return;
+    };
+    drop(probe);
+    let server = starbridge_store::scratch::server_url();
+    let single = bench(&[
+        "--workload",
+        "single",
+        "--jobs",
+        "100",
+        "--batch",
+        "20",
+        "--database",
+        &server,
+    ]);
+    assert_common(&single, "single");
+    assert_correct(&single, 100, 1);
+    let durability = single["durability"].as_str().unwrap();
+    assert!(
+        durability.starts_with("postgresql synchronous_commit="),
+        "{durability}"
+    );
+    assert!(
+        single["resources"]["database_growth_bytes"]
+            .as_i64()
+            .unwrap()
+            > 0
+    );
 }
 
 #[test]

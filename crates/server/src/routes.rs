@@ -260,17 +260,27 @@ pub(crate) async fn job_view(
     state: &AppState,
     job: &starbridge_core::model::JobState,
 ) -> ApiResult<api::JobView> {
+    let events = state
+        .store
+        .events(&job.job.namespace, &job.job.id, 0, MAX_VIEW_EVENTS)
+        .await?
+        .unwrap_or_default();
+    job_view_with(state, job, &events).await
+}
+
+/// The view of `job` with its task runs rebuilt from `events`. A job just created has no runs
+/// (none of its tasks was claimed in the transaction that made it), so its view needs no history.
+async fn job_view_with(
+    state: &AppState,
+    job: &starbridge_core::model::JobState,
+    events: &[starbridge_store::StoredEvent],
+) -> ApiResult<api::JobView> {
     let namespace = &job.job.namespace;
     let compiled = state
         .store
         .compiled(namespace, &job.job.workflow, job.job.version)
         .await
         .ok();
-    let events = state
-        .store
-        .events(namespace, &job.job.id, 0, MAX_VIEW_EVENTS)
-        .await?
-        .unwrap_or_default();
     let mut waiting_queues: Vec<String> = job
         .tasks
         .iter()
@@ -288,7 +298,7 @@ pub(crate) async fn job_view(
     };
     let context = views::JobContext {
         workflow: compiled.as_ref().map(|c| &c.workflow),
-        events: &events,
+        events,
         queues: &queues,
         lock_held,
         now: state.store.now(),
@@ -318,12 +328,13 @@ async fn submit_job(
             },
         )
         .await?;
-    let status = if submitted.created {
-        StatusCode::CREATED
+    let (status, view) = if submitted.created {
+        let view = job_view_with(&state, &submitted.state, &[]).await?;
+        (StatusCode::CREATED, view)
     } else {
-        StatusCode::OK
+        (StatusCode::OK, job_view(&state, &submitted.state).await?)
     };
-    Ok((status, Json(job_view(&state, &submitted.state).await?)).into_response())
+    Ok((status, Json(view)).into_response())
 }
 
 /// Holds a job submission to the limits on names, keys, params and inline definitions.

@@ -318,6 +318,10 @@ async fn finished_jobs_are_pruned_after_their_retention_and_running_ones_stay(f:
     let kept = f.store.job("default", &running).await.unwrap().unwrap();
     assert_eq!(kept.tasks[0].status, TaskStatus::Ready);
     assert_eq!(f.store.prune().await.unwrap(), 0);
+    // The running job is still served by the writer (and its job cache) after the prune.
+    let claimed = claim_one(&f.store).await;
+    assert_eq!(claimed.task.job_id, running);
+    complete(&f.store, &claimed, json!({})).await.unwrap();
 }
 
 async fn a_token_authenticates_until_revoked_and_only_its_hash_is_kept(f: Fixture) {

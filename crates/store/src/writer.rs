@@ -218,12 +218,19 @@ fn commit_batch(
     let mut deliveries = false;
     // A failed savepoint command leaves the transaction unusable: then nothing may commit.
     let mut broken: Option<Error> = None;
+    // A request's savepoint is closed in the same round trip that opens the next one's (one
+    // round trip fewer per request on PostgreSQL); the last one is closed on its own.
+    let mut close: Option<&str> = None;
     for mut work in batch.drain(..) {
         if broken.is_some() {
             drop(work);
             continue;
         }
-        if let Err(error) = conn.batch("SAVEPOINT request") {
+        let open = match close.take() {
+            Some(close) => format!("{close}; SAVEPOINT request"),
+            None => "SAVEPOINT request".to_owned(),
+        };
+        if let Err(error) = conn.batch(&open) {
             broken = Some(error);
             drop(work);
             continue;
@@ -247,18 +254,21 @@ fn commit_batch(
                 false
             }
         };
-        let closed = if keep {
+        close = Some(if keep {
             wakes.append(&mut ctx.wakes);
             deliveries |= ctx.deliveries;
             jobs.request_kept();
-            conn.batch("RELEASE request")
+            "RELEASE request"
         } else {
             jobs.request_rolled_back();
-            conn.batch("ROLLBACK TO request; RELEASE request")
-        };
-        if let Err(error) = closed {
-            broken = Some(error);
-        }
+            "ROLLBACK TO request; RELEASE request"
+        });
+    }
+    if broken.is_none()
+        && let Some(close) = close
+        && let Err(error) = conn.batch(close)
+    {
+        broken = Some(error);
     }
     if broken.is_none() && conn.backend() == Backend::Postgres {
         for payload in crate::postgres::announcements(&shared.node, &wakes, deliveries) {
@@ -293,6 +303,9 @@ fn commit_batch(
             shared.notifier.deliveries_changed();
         }
     }
+    // Many requests of a batch wake the same queue: wake each once.
+    wakes.sort_unstable();
+    wakes.dedup();
     for (namespace, queue) in wakes {
         shared.notifier.wake(&namespace, &queue);
     }

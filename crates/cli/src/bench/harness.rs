@@ -14,12 +14,14 @@ use serde_json::json;
 use starbridge_api as api;
 use starbridge_server::Server;
 use starbridge_store::Store;
+use starbridge_store::scratch::ScratchSchema;
 use starbridge_worker::{Client, Outcome, TaskContext, Worker};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::BenchArgs;
-use super::stats::Latencies;
+use super::report::SQLITE_DURABILITY;
+use super::stats::{DatabaseSize, Latencies};
 
 /// The queue and command of every benchmark step.
 pub(crate) const QUEUE: &str = "bench";
@@ -31,21 +33,46 @@ const STALL: Duration = Duration::from_secs(60);
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// Most jobs per page of `GET /api/v1/jobs`.
 const PAGE: u32 = 500;
+/// How long the benchmark's workers long-poll. A stopped worker abandons its poll, which the
+/// server holds until this ends (and may hand it tasks nobody will run until their lease
+/// lapses): `stop_workers` waits this long for them.
+const POLL_WAIT: Duration = Duration::from_millis(500);
 /// How long stopping the workers and the server may take before they are left behind.
 const STOP_TIMEOUT: Duration = Duration::from_secs(40);
 
 /// Where the benchmark's database lives.
 pub(crate) struct Database {
     pub(crate) url: String,
-    pub(crate) path: PathBuf,
-    /// The temporary folder holding a default database, removed at the end unless kept.
-    temp: Option<tempfile::TempDir>,
+    place: Place,
     keep: bool,
+}
+
+enum Place {
+    /// A SQLite file, in a temporary folder unless `--database` named it.
+    Sqlite {
+        path: PathBuf,
+        temp: Option<tempfile::TempDir>,
+    },
+    /// A fresh schema on the PostgreSQL server `--database` named.
+    Postgres(ScratchSchema),
 }
 
 impl Database {
     fn choose(args: &BenchArgs) -> Result<Database> {
         if let Some(url) = &args.database {
+            if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+                let mut schema = ScratchSchema::create_on(url, "bench").map_err(|error| {
+                    anyhow::anyhow!("cannot make a schema for the benchmark on {url}: {error}")
+                })?;
+                if args.keep {
+                    schema.keep();
+                }
+                return Ok(Database {
+                    url: schema.url.clone(),
+                    place: Place::Postgres(schema),
+                    keep: args.keep,
+                });
+            }
             let path = starbridge_store::sqlite_path(url)?;
             if path.exists() && !args.reuse {
                 bail!(
@@ -56,8 +83,7 @@ impl Database {
             }
             return Ok(Database {
                 url: url.clone(),
-                path,
-                temp: None,
+                place: Place::Sqlite { path, temp: None },
                 keep: true,
             });
         }
@@ -68,8 +94,10 @@ impl Database {
         let path = temp.path().join("bench.db");
         Ok(Database {
             url: format!("sqlite://{}", path.display()),
-            path,
-            temp: Some(temp),
+            place: Place::Sqlite {
+                path,
+                temp: Some(temp),
+            },
             keep: args.keep,
         })
     }
@@ -79,14 +107,43 @@ impl Database {
         self.keep
     }
 
+    /// What every acknowledged change is durable against, as the database is set up.
+    pub(crate) fn durability(&self) -> String {
+        match &self.place {
+            Place::Sqlite { .. } => SQLITE_DURABILITY.to_owned(),
+            Place::Postgres(schema) => match schema.durability() {
+                Ok(settings) => format!("postgresql {settings}"),
+                Err(error) => format!("postgresql (settings unreadable: {error})"),
+            },
+        }
+    }
+
+    /// The database's size now: SQLite's file and write-ahead log, or the PostgreSQL schema's
+    /// tables with their indexes (the server's WAL is shared, so not counted).
+    pub(crate) fn size(&self) -> DatabaseSize {
+        match &self.place {
+            Place::Sqlite { path, .. } => DatabaseSize::of(path),
+            Place::Postgres(schema) => DatabaseSize {
+                db_bytes: schema.size_bytes().unwrap_or(0),
+                wal_bytes: 0,
+            },
+        }
+    }
+
     fn finish(self) -> Result<()> {
-        if let Some(temp) = self.temp {
-            if self.keep {
-                let _ = temp.keep();
-            } else {
-                temp.close()
-                    .context("cannot remove the temporary database folder")?;
+        match self.place {
+            Place::Sqlite {
+                temp: Some(temp), ..
+            } => {
+                if self.keep {
+                    let _ = temp.keep();
+                } else {
+                    temp.close()
+                        .context("cannot remove the temporary database folder")?;
+                }
             }
+            // Dropping the schema removes it, unless kept.
+            Place::Sqlite { temp: None, .. } | Place::Postgres(_) => {}
         }
         Ok(())
     }
@@ -139,7 +196,7 @@ pub(crate) struct Recorder {
 }
 
 impl Recorder {
-    fn record(&self, task: &TaskContext, start: Instant, end: Instant) {
+    pub(crate) fn record(&self, task: &TaskContext, start: Instant, end: Instant) {
         let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
         let run = tasks
             .entry(task.id().to_owned())
@@ -569,6 +626,7 @@ impl Bench {
                 .namespace(self.namespace.clone())
                 .concurrency(self.concurrency)
                 .batch_completions(self.batch_completions)
+                .poll_wait(POLL_WAIT)
                 .handler(QUEUE, COMMAND, handler)
                 .build()?;
             let mut stopped = stopped.clone();
@@ -585,6 +643,33 @@ impl Bench {
             bail!("the workers were started twice");
         }
         Ok(())
+    }
+
+    /// Stops the workers started last (they finish and report what they hold); they may be
+    /// started again.
+    pub(crate) async fn stop_workers(&self) -> Result<()> {
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(running) = running {
+            let _ = running.stop.send(true);
+            for handle in running.handles {
+                match tokio::time::timeout(STOP_TIMEOUT, handle).await {
+                    Ok(joined) => joined.context("a worker failed")?,
+                    Err(_) => bail!("a worker did not stop within {STOP_TIMEOUT:?}"),
+                }
+            }
+            // Let the server end the polls the workers abandoned.
+            tokio::time::sleep(POLL_WAIT * 2).await;
+        }
+        Ok(())
+    }
+
+    /// A new HTTP client of the embedded server.
+    pub(crate) fn client(&self) -> Result<Client> {
+        Ok(Client::new(self.url.clone())?)
     }
 
     /// Waits until the handler has run `expected` times in all and no job of the namespace is
@@ -622,20 +707,7 @@ impl Bench {
 
     /// Stops the workers and the server, and removes the temporary database unless kept.
     pub(crate) async fn stop(self) -> Result<()> {
-        let running = self
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(running) = running {
-            let _ = running.stop.send(true);
-            for handle in running.handles {
-                match tokio::time::timeout(STOP_TIMEOUT, handle).await {
-                    Ok(joined) => joined.context("a worker failed")?,
-                    Err(_) => bail!("a worker did not stop within {STOP_TIMEOUT:?}"),
-                }
-            }
-        }
+        self.stop_workers().await?;
         let _ = self.stop_server.send(true);
         match tokio::time::timeout(STOP_TIMEOUT, self.server).await {
             Ok(joined) => joined.context("the server task failed")??,

@@ -8,14 +8,14 @@ use super::stats::{LatencySummary, Throughput, as_map};
 use super::verify::Correctness;
 use crate::output::table;
 
-/// What the output says about durability: the store's settings, as in production.
-pub(crate) const DURABILITY: &str = "sqlite synchronous=FULL (WAL)";
+/// What the output says about durability on SQLite: the store's settings, as in production.
+pub(crate) const SQLITE_DURABILITY: &str = "sqlite synchronous=FULL (WAL)";
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Report {
     pub(crate) workload: &'static str,
     pub(crate) config: Config,
-    pub(crate) durability: &'static str,
+    pub(crate) durability: String,
     pub(crate) database: DatabaseInfo,
     /// Jobs, steps or tasks per second, per phase.
     #[serde(serialize_with = "as_map")]
@@ -144,7 +144,7 @@ pub(crate) fn print_table(report: &Report) {
         .iter()
         .map(|latency| {
             vec![
-                latency.label.to_owned(),
+                latency.label.clone(),
                 latency.count.to_string(),
                 ms(latency.p50),
                 ms(latency.p90),

@@ -13,6 +13,12 @@ const MAX_MICROS: u64 = 3_600_000_000;
 /// Latencies in microseconds, kept in an HDR histogram (3 significant digits).
 pub(crate) struct Latencies(Histogram<u64>);
 
+impl Default for Latencies {
+    fn default() -> Latencies {
+        Latencies::new()
+    }
+}
+
 impl Latencies {
     pub(crate) fn new() -> Latencies {
         // The bounds are constants that `new_with_bounds` accepts (low ≥ 1, high ≥ 2·low).
@@ -35,7 +41,11 @@ impl Latencies {
     }
 
     /// p50, p90, p99, p99.9 and max in milliseconds.
-    pub(crate) fn summary(&self, key: &'static str, label: &'static str) -> LatencySummary {
+    pub(crate) fn summary(
+        &self,
+        key: impl Into<String>,
+        label: impl Into<String>,
+    ) -> LatencySummary {
         let ms = |micros: u64| micros as f64 / 1000.0;
         let at = |quantile: f64| {
             if self.0.is_empty() {
@@ -45,8 +55,8 @@ impl Latencies {
             }
         };
         LatencySummary {
-            key,
-            label,
+            key: key.into(),
+            label: label.into(),
             count: self.0.len(),
             p50: at(0.5),
             p90: at(0.9),
@@ -65,8 +75,8 @@ impl Latencies {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct LatencySummary {
     #[serde(skip)]
-    pub(crate) key: &'static str,
-    pub(crate) label: &'static str,
+    pub(crate) key: String,
+    pub(crate) label: String,
     pub(crate) count: u64,
     pub(crate) p50: f64,
     pub(crate) p90: f64,
@@ -116,17 +126,17 @@ impl Throughput {
 
 /// Something listed in the report under a key of its own.
 pub(crate) trait Keyed {
-    fn key(&self) -> &'static str;
+    fn key(&self) -> &str;
 }
 
 impl Keyed for LatencySummary {
-    fn key(&self) -> &'static str {
-        self.key
+    fn key(&self) -> &str {
+        &self.key
     }
 }
 
 impl Keyed for Throughput {
-    fn key(&self) -> &'static str {
+    fn key(&self) -> &str {
         self.key
     }
 }

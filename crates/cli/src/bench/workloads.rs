@@ -17,7 +17,7 @@ use anyhow::Result;
 use starbridge_api as api;
 
 use super::harness::{Bench, COMMAND, Pace, QUEUE, Sending, Submission, submit_jobs};
-use super::report::{Config, DURABILITY, DatabaseInfo, Report, Resources};
+use super::report::{Config, DatabaseInfo, Report, Resources};
 use super::stats::{DatabaseSize, Latencies, LatencySummary, Throughput, peak_rss_bytes};
 use super::verify::{Verified, verify};
 use super::{BenchArgs, Workload};
@@ -64,18 +64,18 @@ fn fanout_definition() -> String {
 }
 
 /// The figures one workload measured, before they are put in the report.
-struct Figures {
-    jobs: usize,
-    tasks_per_job: usize,
-    rate: Option<f64>,
-    seconds: Option<f64>,
-    throughput: Vec<Throughput>,
-    latency: Vec<LatencySummary>,
-    notes: Vec<String>,
+pub(super) struct Figures {
+    pub(super) jobs: usize,
+    pub(super) tasks_per_job: usize,
+    pub(super) rate: Option<f64>,
+    pub(super) seconds: Option<f64>,
+    pub(super) throughput: Vec<Throughput>,
+    pub(super) latency: Vec<LatencySummary>,
+    pub(super) notes: Vec<String>,
 }
 
 /// The correctness check and what was measured around it.
-struct Checked {
+pub(super) struct Checked {
     verified: Verified,
     after: DatabaseSize,
     peak_rss: Option<u64>,
@@ -88,25 +88,27 @@ pub(crate) async fn run(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<
         Workload::Single => ("bench_single", single_definition()),
         Workload::Chain => ("bench_chain", chain_definition()),
         Workload::Fanout => ("bench_fanout", fanout_definition()),
+        Workload::Backlog => ("bench_single", single_definition()),
     };
     bench.api.apply(name, &definition).await?;
-    let before = DatabaseSize::of(&bench.database.path);
+    let before = bench.database.size();
     let (figures, checked) = match args.workload {
         Workload::Single => single(bench, args, jobs).await?,
         Workload::Chain => chain(bench, args, jobs).await?,
         Workload::Fanout => fanout(bench, args, jobs).await?,
+        Workload::Backlog => super::backlog::backlog(bench, args, jobs).await?,
     };
     Ok(report(bench, args, before, figures, checked))
 }
 
 /// Reads the sizes and memory, then checks every job.
-async fn check(
+pub(super) async fn check(
     bench: &Bench,
     args: &BenchArgs,
     submitted: &[&Submission],
     tasks_per_job: usize,
 ) -> Result<Checked> {
-    let after = DatabaseSize::of(&bench.database.path);
+    let after = bench.database.size();
     let peak_rss = peak_rss_bytes();
     let ids: Vec<String> = submitted
         .iter()
@@ -162,7 +164,7 @@ fn report(
             seconds: figures.seconds,
             cpus,
         },
-        durability: DURABILITY,
+        durability: bench.database.durability(),
         database: DatabaseInfo {
             url: bench.database.url.clone(),
             namespace: bench.namespace.clone(),
