@@ -284,6 +284,47 @@ impl dyn Conn + '_ {
     }
 }
 
+/// Applies, in one transaction opened with `begin`, the migrations newer than the last one
+/// recorded; returns how many. Both backends' DDL is transactional, so a failed migration leaves
+/// the schema as it was.
+pub(crate) fn migrate(
+    conn: &mut dyn Conn,
+    begin: &str,
+    migrations: &[(i64, &str)],
+    now_millis: i64,
+) -> Result<usize> {
+    conn.batch(begin)?;
+    let applied = (|| {
+        conn.batch(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+        )?;
+        let current: i64 = conn.query_value(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            &[],
+        )?;
+        let mut applied = 0;
+        for (version, sql) in migrations.iter().filter(|(version, _)| *version > current) {
+            conn.batch(sql)?;
+            conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                args![version, now_millis],
+            )?;
+            applied += 1;
+        }
+        Ok(applied)
+    })();
+    match applied {
+        Ok(applied) => {
+            conn.batch("COMMIT")?;
+            Ok(applied)
+        }
+        Err(error) => {
+            let _ = conn.batch("ROLLBACK");
+            Err(error)
+        }
+    }
+}
+
 /// A database failure, with the SQLSTATE code where the database gives one.
 #[derive(Debug)]
 pub struct DatabaseError {

@@ -176,7 +176,7 @@ impl Connector {
         let mut conn = self.connect()?;
         conn.batch("SET lock_timeout = 0")?;
         conn.execute("SELECT pg_advisory_lock(?1)", args![MIGRATION_LOCK])?;
-        let result = conn.apply_migrations(now_millis);
+        let result = crate::db::migrate(&mut conn, "BEGIN", MIGRATIONS, now_millis);
         let unlocked = conn.execute("SELECT pg_advisory_unlock(?1)", args![MIGRATION_LOCK]);
         let applied = result?;
         unlocked?;
@@ -212,39 +212,6 @@ impl PgConn {
         let statement = self.client.prepare(&postgres_sql(sql))?;
         self.statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)
-    }
-
-    fn apply_migrations(&mut self, now_millis: i64) -> Result<usize> {
-        self.batch(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-        )?;
-        let conn: &mut dyn Conn = self;
-        let current: i64 = conn.query_value(
-            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
-            &[],
-        )?;
-        let mut applied = 0;
-        for (version, sql) in MIGRATIONS {
-            if *version <= current {
-                continue;
-            }
-            conn.batch("BEGIN")?;
-            let step = conn.batch(sql).and_then(|()| {
-                conn.execute(
-                    "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
-                    args![version, now_millis],
-                )
-            });
-            match step {
-                Ok(_) => conn.batch("COMMIT")?,
-                Err(error) => {
-                    let _ = conn.batch("ROLLBACK");
-                    return Err(error);
-                }
-            }
-            applied += 1;
-        }
-        Ok(applied)
     }
 
     fn params<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
-use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, args, sqlite_sql};
+use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, sqlite_sql};
 use crate::{Error, Result};
 
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -76,41 +76,7 @@ impl SqliteConn {
     /// Brings the schema up to date inside one immediate transaction (two processes opening the
     /// same file at once cannot both apply a migration); returns how many were applied.
     pub(crate) fn migrate(&mut self, now_millis: i64) -> Result<usize> {
-        self.batch("BEGIN IMMEDIATE")?;
-        match self.apply_migrations(now_millis) {
-            Ok(applied) => {
-                self.batch("COMMIT")?;
-                Ok(applied)
-            }
-            Err(error) => {
-                let _ = self.batch("ROLLBACK");
-                Err(error)
-            }
-        }
-    }
-
-    fn apply_migrations(&mut self, now_millis: i64) -> Result<usize> {
-        self.batch(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
-        )?;
-        let conn: &mut dyn Conn = self;
-        let current: i64 = conn.query_value(
-            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
-            &[],
-        )?;
-        let mut applied = 0;
-        for (version, sql) in MIGRATIONS {
-            if *version <= current {
-                continue;
-            }
-            conn.batch(sql)?;
-            conn.execute(
-                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
-                args![version, now_millis],
-            )?;
-            applied += 1;
-        }
-        Ok(applied)
+        crate::db::migrate(self, "BEGIN IMMEDIATE", MIGRATIONS, now_millis)
     }
 }
 
