@@ -76,6 +76,8 @@ struct Cluster {
 
 impl Cluster {
     async fn start(schema: ScratchSchema, nodes: usize) -> Cluster {
+        // reqwest is built without a default crypto provider: the process chooses `ring`.
+        starbridge_server::tls::install_crypto_provider();
         let mut cluster = Cluster {
             dir: tempfile::tempdir().unwrap(),
             database: schema.url.clone(),

@@ -97,6 +97,7 @@ impl Browser {
             .spawn()
             .expect("chromedriver starts");
         let profile = tempfile::tempdir().unwrap();
+        starbridge_server::tls::install_crypto_provider();
         let http = reqwest::Client::new();
         let base = format!("http://127.0.0.1:{port}");
         let started = Instant::now();
@@ -298,7 +299,10 @@ impl Setup {
         Setup {
             base,
             store,
-            http: reqwest::Client::new(),
+            http: {
+                starbridge_server::tls::install_crypto_provider();
+                reqwest::Client::new()
+            },
             stop: Some(stop),
             served: Some(served),
             _dir: dir,
