@@ -471,10 +471,10 @@ proptest! {
 
     #[test]
     fn expressions_built_to_explode_stay_within_the_result_limit(source in explosive_expression()) {
-        if let Ok(expr) = Expr::parse(&source) {
-            if let Ok(value) = expr.eval(&context()) {
-                prop_assert!(!json_exceeds(&value, RESULT_BOUND), "{source} produced over {RESULT_BOUND} bytes");
-            }
+        if let Ok(expr) = Expr::parse(&source)
+            && let Ok(value) = expr.eval(&context())
+        {
+            prop_assert!(!json_exceeds(&value, RESULT_BOUND), "{source} produced over {RESULT_BOUND} bytes");
         }
     }
 
@@ -508,7 +508,7 @@ fn an_alias_bomb_is_refused_by_the_node_budget() {
     let mut document = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
     for level in 1..9 {
         let previous = format!("*a{}", level - 1);
-        let items = vec![previous.as_str(); 10].join(", ");
+        let items = [previous.as_str(); 10].join(", ");
         document.push_str(&format!("a{level}: &a{level} [{items}]\n"));
     }
     document.push_str("steps: [{id: a, queue: q, command: c}]\n");
