@@ -116,9 +116,15 @@ fn parse_size(text: &str) -> Result<usize, String> {
 
 impl ServerArgs {
     async fn start(&self) -> Result<(Server, String)> {
-        let mut server = start_server(&self.listen, &self.database, self.limits.limits()?).await?;
-        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            server = server.with_tls(starbridge_server::tls::server_config(cert, key)?);
+        // Settings first, so a bad one is reported before the database is touched.
+        let limits = self.limits.limits()?;
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(starbridge_server::tls::server_config(cert, key)?),
+            _ => None,
+        };
+        let mut server = start_server(&self.listen, &self.database, limits).await?;
+        if let Some(tls) = tls {
+            server = server.with_tls(tls);
         }
         let url = server.url();
         Ok((server, url))
