@@ -185,8 +185,13 @@ fn parse_size(text: &str) -> Result<usize, String> {
 
 impl ServerArgs {
     async fn start(&self) -> Result<(Server, String)> {
-        let database = &self.database;
+        // Settings first, so a bad one is reported before the database is touched.
         let limits = self.limits.limits()?;
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(starbridge_server::tls::server_config(cert, key)?),
+            _ => None,
+        };
+        let database = &self.database;
         let options = StoreOptions {
             limits: limits.run,
             ..database.options()
@@ -196,8 +201,8 @@ impl ServerArgs {
         let mut server = Server::bind(store.clone(), &self.listen)
             .await?
             .with_limits(limits);
-        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
-            server = server.with_tls(starbridge_server::tls::server_config(cert, key)?);
+        if let Some(tls) = tls {
+            server = server.with_tls(tls);
         }
         let url = server.url();
         let loopback = server.local_addr().ip().is_loopback();

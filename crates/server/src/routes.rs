@@ -114,12 +114,43 @@ pub(crate) fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
             "expected a JSON object, got an empty body",
         ));
     }
-    serde_json::from_slice(bytes).map_err(|error| {
-        ApiError::invalid(
+    serde_json::from_slice(bytes).or_else(|error| {
+        // JSON does not tell 2 from 2.0; some clients send whole numbers as floats.
+        if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(bytes)
+            && integral_floats_to_integers(&mut value)
+            && let Ok(parsed) = serde_json::from_value(value)
+        {
+            return Ok(parsed);
+        }
+        Err(ApiError::invalid(
             "body",
             format!("{error} (line {} column {})", error.line(), error.column()),
-        )
+        ))
     })
+}
+
+/// Rewrites every float with no fractional part (in the 64-bit integer range) as an integer;
+/// says whether it changed anything.
+fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::Number(number) if number.is_f64() => {
+            let float = number.as_f64().unwrap_or(f64::NAN);
+            let whole = float.fract() == 0.0 && float.abs() < 9.0e15;
+            if whole {
+                // Exact: the float is whole and well inside the range where i64 is exact.
+                *value = Value::from(float as i64);
+            }
+            whole
+        }
+        Value::Array(items) => items.iter_mut().fold(false, |changed, item| {
+            integral_floats_to_integers(item) | changed
+        }),
+        Value::Object(fields) => fields.values_mut().fold(false, |changed, field| {
+            integral_floats_to_integers(field) | changed
+        }),
+        _ => false,
+    }
 }
 
 /// An RFC 3339 time from a request field.

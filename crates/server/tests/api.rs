@@ -707,3 +707,25 @@ async fn a_bulk_retry_applies_to_every_failed_job_of_a_workflow_and_lists_refusa
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(problem["errors"][0]["field"], "created_before");
 }
+
+#[tokio::test]
+async fn whole_numbers_sent_as_floats_are_accepted_and_fractions_are_not() {
+    let api = api();
+    let (status, _, body) = api
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": ["q"], "max_tasks": 2.0, "wait_ms": 0.0}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, problem) = api
+        .call(
+            "POST",
+            "/api/v1/tasks/poll",
+            r#"{"worker_id": "w", "queues": ["q"], "max_tasks": 2.5}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "body");
+}
