@@ -40,6 +40,8 @@ use pages::{Live, Ns, Section};
 
 /// Jobs per page of the list.
 const PAGE_SIZE: u32 = 50;
+/// Jobs counted per status at most: larger counts show as "more than" (see `browse.rs`).
+const COUNT_CAP: u64 = 100_000;
 /// History events read for the job page; the page shows the latest `SHOWN_EVENTS`.
 const READ_EVENTS: u32 = 100_000;
 const SHOWN_EVENTS: usize = 500;
@@ -278,7 +280,7 @@ async fn jobs_page(
     let now = store.now();
     let (problem, counts, mut jobs) = match search(&params, &namespace, now) {
         Ok(search) => {
-            let counts = store.job_counts(search.clone());
+            let counts = store.job_counts(search.clone(), COUNT_CAP);
             let jobs = store.browse_jobs(search);
             let (counts, jobs) = tokio::try_join!(counts, jobs)?;
             (None, counts, jobs)

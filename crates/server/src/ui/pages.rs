@@ -9,7 +9,7 @@ use starbridge_api::{self as api, JobView, QueueView, ScheduleView, TaskView};
 use starbridge_core::definition::Workflow;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
-use starbridge_store::{JobLine, StoredWorkflow, WorkerLoad};
+use starbridge_store::{JobLine, StatusCount, StoredWorkflow, WorkerLoad};
 
 use super::diff::{Line, diff};
 use super::graph::{self, Graph};
@@ -162,7 +162,7 @@ pub(crate) struct JobsPage<'a> {
     pub(crate) query: &'a JobsQuery,
     pub(crate) problem: Option<String>,
     pub(crate) workflows: &'a [String],
-    pub(crate) counts: &'a [(JobStatus, u64)],
+    pub(crate) counts: &'a [StatusCount],
     pub(crate) jobs: &'a [JobLine],
     pub(crate) next_cursor: Option<String>,
     pub(crate) now: Timestamp,
@@ -181,6 +181,30 @@ fn select(id: &str, name: &str, options: &[(&str, &str)], current: &str) -> Stri
     }
     out.push_str("</select>");
     out
+}
+
+/// A number with thousands separated: `1,234,567`.
+fn grouped(number: u64) -> String {
+    let digits = number.to_string();
+    let groups: Vec<&str> = digits
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|group| std::str::from_utf8(group).unwrap_or_default())
+        .collect();
+    groups.join(",")
+}
+
+/// A count in bold; a capped one says it is a lower bound.
+fn count_text(count: u64, more: bool) -> String {
+    if more {
+        format!(
+            r#"<b title="more than {n}: narrow the filter for an exact count">{n}+</b>"#,
+            n = grouped(count)
+        )
+    } else {
+        format!("<b>{}</b>", grouped(count))
+    }
 }
 
 pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
@@ -222,7 +246,8 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
         );
     }
     // Counts per status, each a link that sets the status filter.
-    let total: u64 = data.counts.iter().map(|(_, n)| n).sum();
+    let total: u64 = data.counts.iter().map(|c| c.count).sum();
+    let more = data.counts.iter().any(|c| c.more);
     body.push_str(r#"<nav id="counts" class="counts" aria-label="Jobs per status" data-live>"#);
     let mut pairs = query.pairs();
     pairs[0].1 = "";
@@ -233,10 +258,12 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
     };
     let _ = write!(
         body,
-        r#"<a href="{}"{current}>all <b>{total}</b></a>"#,
-        Esc(&ns.href("/", &pairs))
+        r#"<a href="{}"{current}>all {}</a>"#,
+        Esc(&ns.href("/", &pairs)),
+        count_text(total, more),
     );
-    for (status, count) in data.counts {
+    for count in data.counts {
+        let status = &count.status;
         pairs[0].1 = status.as_str();
         let current = if query.status == status.as_str() {
             r#" aria-current="true""#
@@ -245,7 +272,8 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
         };
         let _ = write!(
             body,
-            r#"<a class="s-{s}" href="{href}"{current} data-status="{s}">{label} <b>{count}</b></a>"#,
+            r#"<a class="s-{s}" href="{href}"{current} data-status="{s}">{label} {count}</a>"#,
+            count = count_text(count.count, count.more),
             s = status.as_str(),
             label = status.as_str().replace('_', " "),
             href = Esc(&ns.href("/", &pairs)),
@@ -1034,6 +1062,16 @@ mod tests {
         );
         let other = Ns("team-a".to_owned());
         assert_eq!(other.href("/ui/queues", &[]), "/ui/queues?namespace=team-a");
+    }
+
+    #[test]
+    fn counts_group_thousands_and_mark_capped_ones() {
+        assert_eq!(count_text(7, false), "<b>7</b>");
+        assert_eq!(count_text(1_234_567, false), "<b>1,234,567</b>");
+        assert_eq!(
+            count_text(100_000, true),
+            r#"<b title="more than 100,000: narrow the filter for an exact count">100,000+</b>"#
+        );
     }
 
     #[test]
