@@ -437,6 +437,9 @@ async fn poll(State(state): State<AppState>, bytes: Bytes) -> ApiResult<Json<api
         let claimed = store
             .claim(&namespace, request.queues.clone(), &request.worker_id, max)
             .await?;
+        for task in &claimed {
+            store.notifier().claimed(&namespace, &task.task.queue, 1);
+        }
         if !claimed.is_empty() || Instant::now() >= deadline {
             return Ok(Json(api::PollResponse {
                 tasks: claimed

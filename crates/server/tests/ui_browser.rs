@@ -205,9 +205,15 @@ impl Browser {
         .await;
     }
 
-    /// Types `text` into a field, as the keyboard would.
+    /// Types `text` into a field, as the keyboard would, after emptying it.
     async fn type_into(&self, css: &str, text: &str) {
         let id = self.element(css).await;
+        self.command(
+            reqwest::Method::POST,
+            &format!("/element/{id}/clear"),
+            json!({}),
+        )
+        .await;
         self.command(
             reqwest::Method::POST,
             &format!("/element/{id}/value"),
@@ -572,6 +578,94 @@ async fn retry_on_a_failed_job_runs_the_failed_step_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_a_failed_task_with_an_edited_output_lets_the_job_go_on() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "provision",
+                json!({"steps": [
+                    {"id": "reserve", "queue": "ui", "command": "reserve"},
+                    {"id": "create", "queue": "ui", "command": "create",
+                     "input": {"reservation": "${{ steps.reserve.output.reservation }}"}}
+                ]}),
+            )
+            .await;
+        let job = setup.submit("provision").await;
+        let reserve = setup.claim("ui").await;
+        setup.fail(&reserve).await;
+        browser
+            .open(&format!("{}/ui/jobs/{job}", setup.base))
+            .await;
+        browser
+            .wait_for("reserve shown failed", &node_state("reserve"), shown("failed"))
+            .await;
+        browser.click(&format!("#skip-{}", reserve.0)).await;
+        browser
+            .wait_for(
+                "the dialog open",
+                "return document.getElementById('act').open",
+                json!(true),
+            )
+            .await;
+        // Only the fields a skip needs are shown.
+        browser
+            .wait_for(
+                "the skip's fields",
+                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
+                json!("output reason"),
+            )
+            .await;
+        browser
+            .type_into("#act-output", "{\"reservation\": \"r-9\"")
+            .await;
+        browser.type_into("#act-reason", "reserved by hand in the console").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for(
+                "bad JSON explained",
+                "return document.getElementById('act-error').textContent.startsWith('The output is not JSON')",
+                json!(true),
+            )
+            .await;
+        browser
+            .type_into("#act-output", "{\"reservation\": \"r-9\"}")
+            .await;
+        browser.screenshot("skip-dialog").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for(
+                "the dialog closed",
+                "return document.getElementById('act').open",
+                json!(false),
+            )
+            .await;
+        browser
+            .wait_for("reserve shown succeeded", &node_state("reserve"), shown("succeeded"))
+            .await;
+        browser
+            .wait_for("create shown ready", &node_state("create"), shown("ready"))
+            .await;
+        // The next step gets the output typed in the dialog.
+        let create = setup.claim("ui").await;
+        let job_view = setup
+            .call(
+                reqwest::Method::GET,
+                &format!("/api/v1/jobs/{job}"),
+                Value::Null,
+            )
+            .await;
+        let input = job_view["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == create.0.as_str())
+            .map(|t| t["input"].clone());
+        assert_eq!(input, Some(json!({"reservation": "r-9"})));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_jobs_list_counts_filters_and_pages_through_many_jobs() {
     with_browser(|browser, setup| async move {
         setup
@@ -658,9 +752,19 @@ async fn the_jobs_list_counts_filters_and_pages_through_many_jobs() {
             .eval("return JSON.parse(document.querySelector('#params').textContent)")
             .await;
         assert_eq!(params, json!({"cluster": "main-eu", "full": true}));
+        // A worker takes a task: the queues page shows it.
+        setup.claim("batch").await;
         browser.open(&format!("{}/ui/queues", setup.base)).await;
         let depth = "return document.querySelector('#queues tr td:nth-child(3)').textContent";
-        assert_eq!(browser.eval(depth).await, "262");
+        assert_eq!(browser.eval(depth).await, "261");
+        let started = "return document.querySelector('#queues tr td:nth-child(6)').textContent";
+        assert_eq!(browser.eval(started).await, "1");
+        let worker = "return document.querySelector('#workers tr').textContent";
+        let worker = browser.eval(worker).await;
+        assert!(
+            worker.as_str().unwrap().starts_with("browser-test-workerbatch"),
+            "{worker}"
+        );
         browser.screenshot("queues").await;
     })
     .await;

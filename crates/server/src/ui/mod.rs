@@ -605,14 +605,15 @@ async fn queues_page(State(ui): State<UiState>, Query(query): Query<NsQuery>) ->
     let queues = crate::queues::views(&ui.app, &namespace.0).await?;
     let names: Vec<String> = queues.iter().map(|q| q.name.clone()).collect();
     let states = store.queue_states(&namespace.0, names.clone()).await?;
-    let last_polls: Vec<(String, Option<u64>)> = names
+    let activity: Vec<(String, Option<u64>, u64)> = names
         .into_iter()
         .map(|name| {
             let ago = states
                 .get(&name)
                 .and_then(|s| s.last_poll)
                 .map(|d| d.as_millis());
-            (name, ago)
+            let started = store.notifier().claims_last_minute(&namespace.0, &name);
+            (name, ago, started)
         })
         .collect();
     let loads = store.worker_loads(&namespace.0).await?;
@@ -628,7 +629,7 @@ async fn queues_page(State(ui): State<UiState>, Query(query): Query<NsQuery>) ->
     let workers = pages::worker_rows(&seen, &loads);
     let body = pages::queues(&pages::QueuesPage {
         queues: &queues,
-        last_polls: &last_polls,
+        activity: &activity,
         workers: &workers,
     });
     Ok(html(pages::page(

@@ -910,25 +910,23 @@ pub(crate) fn worker_rows(
 
 pub(crate) struct QueuesPage<'a> {
     pub(crate) queues: &'a [QueueView],
-    /// Per queue: how long ago a worker last polled it on this server.
-    pub(crate) last_polls: &'a [(String, Option<u64>)],
+    /// Per queue: how long ago a worker last polled it on this server, and how many tasks this
+    /// server handed out in the last minute.
+    pub(crate) activity: &'a [(String, Option<u64>, u64)],
     pub(crate) workers: &'a [WorkerRow],
 }
 
 pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
     let mut body = String::from(
-        r#"<h1>Queues and workers</h1><table class="list"><caption>Queues</caption><thead><tr><th scope="col">Queue</th><th scope="col">State</th><th scope="col">Ready (depth)</th><th scope="col">Running</th><th scope="col">Oldest ready</th><th scope="col">Last poll</th><th scope="col">Mode</th><th scope="col">Priority</th><th scope="col">Limit</th><th scope="col">Rate</th><th scope="col"><span class="sr">Action</span></th></tr></thead><tbody id="queues" data-live>"#,
+        r#"<h1>Queues and workers</h1><table class="list"><caption>Queues</caption><thead><tr><th scope="col">Queue</th><th scope="col">State</th><th scope="col">Ready (depth)</th><th scope="col">Running</th><th scope="col">Oldest ready</th><th scope="col">Started last minute</th><th scope="col">Last poll</th><th scope="col">Mode</th><th scope="col">Priority</th><th scope="col">Limit</th><th scope="col">Rate</th><th scope="col"><span class="sr">Action</span></th></tr></thead><tbody id="queues" data-live>"#,
     );
     for queue in data.queues {
-        let last_poll = data
-            .last_polls
-            .iter()
-            .find(|(name, _)| *name == queue.name)
-            .and_then(|(_, ago)| *ago)
-            .map_or_else(
-                || "never".to_owned(),
-                |ago| format!("{} ago", duration(ago as i64)),
-            );
+        let activity = data.activity.iter().find(|(name, ..)| *name == queue.name);
+        let started = activity.map_or(0, |(.., started)| *started);
+        let last_poll = activity.and_then(|(_, ago, _)| *ago).map_or_else(
+            || "never".to_owned(),
+            |ago| format!("{} ago", duration(ago as i64)),
+        );
         let (state, action, label) = if queue.paused {
             (badge("paused"), "resume", "Resume")
         } else {
@@ -936,7 +934,7 @@ pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
         };
         let _ = write!(
             body,
-            r#"<tr><th scope="row">{name}</th><td>{state}</td><td>{ready}</td><td>{running}</td><td>{oldest}</td><td>{last_poll}</td><td>{mode}</td><td>{priority}</td><td>{limit}</td><td>{rate}</td><td><button type="button" id="queue-{action}-{name}" data-url="/api/v1/queues/{url_name}/{action}" data-done="{label}d {name}">{label}</button></td></tr>"#,
+            r#"<tr><th scope="row">{name}</th><td>{state}</td><td>{ready}</td><td>{running}</td><td>{oldest}</td><td>{started}</td><td>{last_poll}</td><td>{mode}</td><td>{priority}</td><td>{limit}</td><td>{rate}</td><td><button type="button" id="queue-{action}-{name}" data-url="/api/v1/queues/{url_name}/{action}" data-done="{label}d {name}">{label}</button></td></tr>"#,
             name = Esc(&queue.name),
             url_name = Esc(&url(&queue.name)),
             ready = queue.ready,
@@ -958,7 +956,7 @@ pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
         );
     }
     if data.queues.is_empty() {
-        body.push_str(r#"<tr><td colspan="11" class="empty">No queue yet: queues appear when a workflow uses them.</td></tr>"#);
+        body.push_str(r#"<tr><td colspan="12" class="empty">No queue yet: queues appear when a workflow uses them.</td></tr>"#);
     }
     body.push_str(r#"</tbody></table><table class="list"><caption>Workers (polling this server in the last hour, or holding tasks)</caption><thead><tr><th scope="col">Worker</th><th scope="col">Polls queues</th><th scope="col">Last poll</th><th scope="col">Running tasks</th></tr></thead><tbody id="workers" data-live>"#);
     for worker in data.workers {
