@@ -127,7 +127,7 @@ async fn start_server(listen: &str, database: &str) -> Result<(Server, String)> 
 
 pub(crate) async fn server(args: ServerArgs) -> Result<ExitCode> {
     let (server, url) = args.start().await?;
-    tracing::info!(%url, database = %args.database, "starbridge server listening");
+    tracing::info!(%url, database = %args.database, "starbridge server listening (web UI at {url}/)");
     server.run(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -151,7 +151,7 @@ pub(crate) async fn worker(context: &Context, args: WorkerArgs) -> Result<ExitCo
 
 pub(crate) async fn dev(args: DevArgs) -> Result<ExitCode> {
     let (server, url) = args.server.start().await?;
-    tracing::info!(%url, database = %args.server.database, queues = ?args.queues, "starbridge dev: server and shell worker");
+    tracing::info!(%url, database = %args.server.database, queues = ?args.queues, "starbridge dev: server and shell worker (web UI at {url}/)");
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut server_stopped = stopped.clone();
     let server = tokio::spawn(server.run(async move {
@@ -220,6 +220,7 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
         )
         .await?;
     let id = submitted.summary.id;
+    eprintln!("demo: follow it in the web UI at {url}/ui/jobs/{id}");
     client::watch(&context, &id).await?;
     let took = started.elapsed();
     println!();
