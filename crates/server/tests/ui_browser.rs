@@ -766,6 +766,26 @@ async fn the_jobs_list_counts_filters_and_pages_through_many_jobs() {
             "{worker}"
         );
         browser.screenshot("queues").await;
+        // Schedules: the next fire times, and pause from the page.
+        setup
+            .call(
+                reqwest::Method::PUT,
+                "/api/v1/schedules/nightly-eu",
+                json!({"workflow": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Paris"}),
+            )
+            .await;
+        browser.open(&format!("{}/ui/schedules", setup.base)).await;
+        let fires = "return document.querySelector('#schedules tr td:nth-child(5)').innerHTML.split('<br>').length";
+        assert_eq!(browser.eval(fires).await, 5);
+        browser.screenshot("schedules").await;
+        browser.click("#schedule-pause-nightly-eu").await;
+        browser
+            .wait_for(
+                "schedule shown paused",
+                "return document.querySelector('#schedules .badge').textContent",
+                json!("paused"),
+            )
+            .await;
     })
     .await;
 }
