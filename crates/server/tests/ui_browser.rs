@@ -238,6 +238,19 @@ impl Browser {
         }
     }
 
+    /// Presses a key (a WebDriver key code such as `\u{E007}`, Enter) where the focus is.
+    async fn press(&self, key: &str) {
+        self.command(
+            reqwest::Method::POST,
+            "/actions",
+            json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+                {"type": "keyDown", "value": key},
+                {"type": "keyUp", "value": key}
+            ]}]}),
+        )
+        .await;
+    }
+
     async fn screenshot(&self, name: &str) {
         let data = self
             .command(reqwest::Method::GET, "/screenshot", Value::Null)
@@ -496,6 +509,22 @@ async fn an_open_job_page_recolours_a_node_when_its_task_completes() {
             )
             .await;
         assert_eq!(browser.eval("return window.sbMarker").await, "same page");
+        // A node is a link the keyboard reaches: Enter opens its step's task panels.
+        let focused = browser
+            .eval(
+                "const a = document.querySelector('#graph [data-step=\"store\"] a'); a.focus(); \
+                 return document.activeElement === a",
+            )
+            .await;
+        assert_eq!(focused, true);
+        browser.press("\u{E007}").await;
+        browser
+            .wait_for(
+                "the store step opened",
+                "return location.hash === '#step-store' && document.querySelector('#step-store details').open",
+                json!(true),
+            )
+            .await;
     })
     .await;
 }
