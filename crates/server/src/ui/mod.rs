@@ -657,3 +657,56 @@ async fn schedules_page(
         &body,
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(range: &str, from: &str, to: &str) -> JobsParams {
+        JobsParams {
+            range: range.to_owned(),
+            from: from.to_owned(),
+            to: to.to_owned(),
+            ..JobsParams::default()
+        }
+    }
+
+    #[test]
+    fn the_time_filter_reads_utc_times_and_recent_ranges() {
+        let ns = Ns("default".to_owned());
+        let now = Timestamp(1_700_000_000_000);
+        let window = search(
+            &params("", "2023-11-14T22:00", "2023-11-14T22:13:20"),
+            &ns,
+            now,
+        )
+        .unwrap();
+        assert_eq!(window.created_after, Some(Timestamp(1_699_999_200_000)));
+        assert_eq!(window.created_before, Some(Timestamp(1_700_000_000_000)));
+        let recent = search(&params("1h", "", ""), &ns, now).unwrap();
+        assert_eq!(recent.created_after, Some(Timestamp(now.0 - 3_600_000)));
+        // With both, the later start wins.
+        let both = search(&params("24h", "2023-11-14T22:00", ""), &ns, now).unwrap();
+        assert_eq!(both.created_after, Some(Timestamp(1_699_999_200_000)));
+    }
+
+    #[test]
+    fn bad_filters_name_the_field() {
+        let ns = Ns("default".to_owned());
+        let now = Timestamp(0);
+        for (query, field) in [
+            (params("2w", "", ""), "range:"),
+            (params("", "yesterday", ""), "from:"),
+            (
+                JobsParams {
+                    cursor: "x".to_owned(),
+                    ..JobsParams::default()
+                },
+                "cursor:",
+            ),
+        ] {
+            let error = search(&query, &ns, now).unwrap_err().to_string();
+            assert!(error.starts_with(field), "{error}");
+        }
+    }
+}
