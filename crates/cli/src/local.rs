@@ -381,7 +381,7 @@ async fn start_server(listen: &str, database: &str, limits: Limits) -> Result<Se
 
 pub(crate) async fn server(args: ServerArgs) -> Result<ExitCode> {
     let (server, url) = args.start().await?;
-    tracing::info!(%url, database = %args.database.url(), "starbridge server listening");
+    tracing::info!(%url, database = %args.database.url(), "starbridge server listening (web UI at {url}/)");
     server.run(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }
@@ -405,7 +405,7 @@ pub(crate) async fn worker(context: &Context, args: WorkerArgs) -> Result<ExitCo
 
 pub(crate) async fn dev(args: DevArgs, ca_cert: Option<&std::path::Path>) -> Result<ExitCode> {
     let (server, url) = args.server.start().await?;
-    tracing::info!(%url, database = %args.server.database.url(), queues = ?args.queues, "starbridge dev: server and shell worker");
+    tracing::info!(%url, database = %args.server.database.url(), queues = ?args.queues, "starbridge dev: server and shell worker (web UI at {url}/)");
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut server_stopped = stopped.clone();
     let server = tokio::spawn(server.run(async move {
@@ -475,6 +475,7 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
         )
         .await?;
     let id = submitted.summary.id;
+    eprintln!("demo: follow it in the web UI at {url}/ui/jobs/{id}");
     client::watch(&context, &id).await?;
     let took = started.elapsed();
     println!();

@@ -545,6 +545,9 @@ async fn poll(
         let claimed = store
             .claim(&namespace, request.queues.clone(), &request.worker_id, max)
             .await?;
+        for task in &claimed {
+            store.notifier().claimed(&namespace, &task.task.queue, 1);
+        }
         if !claimed.is_empty() || Instant::now() >= deadline {
             return Ok(Json(api::PollResponse {
                 tasks: claimed

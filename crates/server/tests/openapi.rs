@@ -243,9 +243,14 @@ fn expected() -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// The (method, path) pairs registered with `.route(...)` in the server's sources.
+/// The (method, path) pairs registered with `.route(...)` in the server's sources: the files
+/// of `src/` itself. The web UI's HTML routes live in `src/ui/`, outside the JSON API
+/// (`ui_routes_stay_outside_the_json_api` holds it to that).
 fn routes_in_source() -> BTreeSet<(String, String)> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    routes_in(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
+}
+
+fn routes_in(dir: &std::path::Path) -> BTreeSet<(String, String)> {
     let mut found = BTreeSet::new();
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -315,6 +320,22 @@ async fn document_is_openapi_3_1_and_every_ref_resolves() {
         assert!(
             document.pointer(pointer).is_some(),
             "{target} does not resolve"
+        );
+    }
+}
+
+#[test]
+fn ui_routes_stay_outside_the_json_api() {
+    let ui = routes_in(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/ui"));
+    assert!(ui.iter().any(|(_, path)| path == "/"), "{ui:?}");
+    for (method, path) in &ui {
+        assert_eq!(
+            method, "GET",
+            "{path}: the UI acts through the JSON API only"
+        );
+        assert!(
+            path == "/" || path.starts_with("/ui/"),
+            "{path}: UI routes are / and /ui/…; JSON routes belong in openapi.json"
         );
     }
 }

@@ -13,16 +13,19 @@ use tower::ServiceExt;
 struct Ui {
     app: Router,
     store: Store,
+    /// Set to true as the server does when it shuts down.
+    closing: tokio::sync::watch::Sender<bool>,
     _dir: tempfile::TempDir,
 }
 
 fn ui() -> Ui {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&format!("sqlite://{}", dir.path().join("ui.db").display())).unwrap();
-    let (_closing, closing_seen) = tokio::sync::watch::channel(false);
+    let (closing, closing_seen) = tokio::sync::watch::channel(false);
     Ui {
         app: app(AppState::new(store.clone()), closing_seen),
         store,
+        closing,
         _dir: dir,
     }
 }
@@ -195,4 +198,53 @@ async fn api_paths_still_answer_with_problem_documents() {
     let (status, content_type, _) = ui.get("/api/v1/nothing").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(content_type, "application/problem+json");
+}
+
+#[tokio::test]
+async fn a_job_stream_reports_history_growth_and_ends_when_the_server_closes() {
+    use futures_util::StreamExt;
+
+    let ui = ui();
+    let id = ui.job("k").await;
+    let request = Request::builder()
+        .uri(format!("/ui/jobs/{id}/live?after=0"))
+        .body(Body::empty())
+        .unwrap();
+    let response = ui.app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()[header::CONTENT_TYPE],
+        "text/event-stream"
+    );
+    let mut body = response.into_body().into_data_stream();
+    let first = body.next().await.unwrap().unwrap();
+    let events = ui
+        .store
+        .events(
+            "default",
+            &starbridge_core::ids::JobId::parse(&id).unwrap(),
+            0,
+            100,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let last = events.last().unwrap().seq;
+    assert_eq!(
+        String::from_utf8_lossy(&first),
+        format!("event: change\ndata: {last}\n\n")
+    );
+    ui.closing.send(true).unwrap();
+    // Whatever was under way is sent, then the stream ends (the bound only keeps a broken
+    // shutdown from hanging the test run).
+    let drained = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(chunk) = body.next().await {
+            chunk.unwrap();
+        }
+    })
+    .await;
+    assert!(
+        drained.is_ok(),
+        "the stream is still open after the server closed"
+    );
 }

@@ -206,9 +206,15 @@ impl Browser {
         .await;
     }
 
-    /// Types `text` into a field, as the keyboard would.
+    /// Types `text` into a field, as the keyboard would, after emptying it.
     async fn type_into(&self, css: &str, text: &str) {
         let id = self.element(css).await;
+        self.command(
+            reqwest::Method::POST,
+            &format!("/element/{id}/clear"),
+            json!({}),
+        )
+        .await;
         self.command(
             reqwest::Method::POST,
             &format!("/element/{id}/value"),
@@ -231,6 +237,19 @@ impl Browser {
             );
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// Presses a key (a WebDriver key code such as `\u{E007}`, Enter) where the focus is.
+    async fn press(&self, key: &str) {
+        self.command(
+            reqwest::Method::POST,
+            "/actions",
+            json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+                {"type": "keyDown", "value": key},
+                {"type": "keyUp", "value": key}
+            ]}]}),
+        )
+        .await;
     }
 
     async fn screenshot(&self, name: &str) {
@@ -494,6 +513,22 @@ async fn an_open_job_page_recolours_a_node_when_its_task_completes() {
             )
             .await;
         assert_eq!(browser.eval("return window.sbMarker").await, "same page");
+        // A node is a link the keyboard reaches: Enter opens its step's task panels.
+        let focused = browser
+            .eval(
+                "const a = document.querySelector('#graph [data-step=\"store\"] a'); a.focus(); \
+                 return document.activeElement === a",
+            )
+            .await;
+        assert_eq!(focused, true);
+        browser.press("\u{E007}").await;
+        browser
+            .wait_for(
+                "the store step opened",
+                "return location.hash === '#step-store' && document.querySelector('#step-store details').open",
+                json!(true),
+            )
+            .await;
     })
     .await;
 }
@@ -571,6 +606,94 @@ async fn retry_on_a_failed_job_runs_the_failed_step_again() {
                 json!(true),
             )
             .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_a_failed_task_with_an_edited_output_lets_the_job_go_on() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "provision",
+                json!({"steps": [
+                    {"id": "reserve", "queue": "ui", "command": "reserve"},
+                    {"id": "create", "queue": "ui", "command": "create",
+                     "input": {"reservation": "${{ steps.reserve.output.reservation }}"}}
+                ]}),
+            )
+            .await;
+        let job = setup.submit("provision").await;
+        let reserve = setup.claim("ui").await;
+        setup.fail(&reserve).await;
+        browser
+            .open(&format!("{}/ui/jobs/{job}", setup.base))
+            .await;
+        browser
+            .wait_for("reserve shown failed", &node_state("reserve"), shown("failed"))
+            .await;
+        browser.click(&format!("#skip-{}", reserve.0)).await;
+        browser
+            .wait_for(
+                "the dialog open",
+                "return document.getElementById('act').open",
+                json!(true),
+            )
+            .await;
+        // Only the fields a skip needs are shown.
+        browser
+            .wait_for(
+                "the skip's fields",
+                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
+                json!("output reason"),
+            )
+            .await;
+        browser
+            .type_into("#act-output", "{\"reservation\": \"r-9\"")
+            .await;
+        browser.type_into("#act-reason", "reserved by hand in the console").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for(
+                "bad JSON explained",
+                "return document.getElementById('act-error').textContent.startsWith('The output is not JSON')",
+                json!(true),
+            )
+            .await;
+        browser
+            .type_into("#act-output", "{\"reservation\": \"r-9\"}")
+            .await;
+        browser.screenshot("skip-dialog").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for(
+                "the dialog closed",
+                "return document.getElementById('act').open",
+                json!(false),
+            )
+            .await;
+        browser
+            .wait_for("reserve shown succeeded", &node_state("reserve"), shown("succeeded"))
+            .await;
+        browser
+            .wait_for("create shown ready", &node_state("create"), shown("ready"))
+            .await;
+        // The next step gets the output typed in the dialog.
+        let create = setup.claim("ui").await;
+        let job_view = setup
+            .call(
+                reqwest::Method::GET,
+                &format!("/api/v1/jobs/{job}"),
+                Value::Null,
+            )
+            .await;
+        let input = job_view["tasks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == create.0.as_str())
+            .map(|t| t["input"].clone());
+        assert_eq!(input, Some(json!({"reservation": "r-9"})));
     })
     .await;
 }
@@ -662,10 +785,40 @@ async fn the_jobs_list_counts_filters_and_pages_through_many_jobs() {
             .eval("return JSON.parse(document.querySelector('#params').textContent)")
             .await;
         assert_eq!(params, json!({"cluster": "main-eu", "full": true}));
+        // A worker takes a task: the queues page shows it.
+        setup.claim("batch").await;
         browser.open(&format!("{}/ui/queues", setup.base)).await;
         let depth = "return document.querySelector('#queues tr td:nth-child(3)').textContent";
-        assert_eq!(browser.eval(depth).await, "262");
+        assert_eq!(browser.eval(depth).await, "261");
+        let started = "return document.querySelector('#queues tr td:nth-child(6)').textContent";
+        assert_eq!(browser.eval(started).await, "1");
+        let worker = "return document.querySelector('#workers tr').textContent";
+        let worker = browser.eval(worker).await;
+        assert!(
+            worker.as_str().unwrap().starts_with("browser-test-workerbatch"),
+            "{worker}"
+        );
         browser.screenshot("queues").await;
+        // Schedules: the next fire times, and pause from the page.
+        setup
+            .call(
+                reqwest::Method::PUT,
+                "/api/v1/schedules/nightly-eu",
+                json!({"workflow": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Paris"}),
+            )
+            .await;
+        browser.open(&format!("{}/ui/schedules", setup.base)).await;
+        let fires = "return document.querySelector('#schedules tr td:nth-child(5)').innerHTML.split('<br>').length";
+        assert_eq!(browser.eval(fires).await, 5);
+        browser.screenshot("schedules").await;
+        browser.click("#schedule-pause-nightly-eu").await;
+        browser
+            .wait_for(
+                "schedule shown paused",
+                "return document.querySelector('#schedules .badge').textContent",
+                json!("paused"),
+            )
+            .await;
     })
     .await;
 }

@@ -4,10 +4,14 @@
 //!
 //! Every query is written to stay fast with millions of jobs: the list walks an index in its
 //! order (`created_at DESC, id DESC`) and stops after one page; the counts are one index-only
-//! range count per status. The indexes are in migration `0004_browse.sql` (PostgreSQL:
-//! `0003_browse.sql`). The SQL is portable: row values, plain comparisons, numbered placeholders.
+//! range count per status, stopped at a cap (an exact count of a million rows costs more than a
+//! page should). A text search reads at most `SEARCH_SCAN` jobs whose id and as many whose key
+//! start with the text, each from its own index, then filters, orders and counts those in
+//! memory: query planners would otherwise walk the list order and test every job. The indexes
+//! are in migration `0004_browse.sql` (PostgreSQL: `0003_browse.sql`). The SQL is portable:
+//! row values, plain comparisons, numbered placeholders.
 
-use crate::db::{Conn, Value as SqlValue, bind};
+use crate::db::{Arg, Conn, Row, Value as SqlValue, args, bind};
 use starbridge_core::ids::JobId;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
@@ -67,6 +71,16 @@ pub struct JobLine {
     pub ended_at: Option<Timestamp>,
 }
 
+/// How many jobs of a status match, counted up to a cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusCount {
+    pub status: JobStatus,
+    /// The count, or the cap when `more` is set.
+    pub count: u64,
+    /// More jobs than the cap match.
+    pub more: bool,
+}
+
 /// How many running tasks a worker holds on a queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerLoad {
@@ -92,19 +106,107 @@ fn conditions(search: &JobSearch) -> (String, Vec<SqlValue>) {
     if let Some(before) = search.created_before {
         push(&mut sql, " AND created_at < #", before.0.into());
     }
-    if let Some(text) = search.text.as_deref().filter(|t| !t.is_empty()) {
-        // A prefix is a range, so both halves read an index (the primary key, `jobs_key`).
-        let end = prefix_end(text);
-        push(&mut sql, " AND ((id >= #", text.to_owned().into());
-        push(&mut sql, " AND id < #)", end.clone().into());
-        push(
-            &mut sql,
-            " OR (key IS NOT NULL AND key >= #",
-            text.to_owned().into(),
-        );
-        push(&mut sql, " AND key < #))", end.into());
-    }
     (sql, values)
+}
+
+/// Jobs whose id or key starts with the text, most `SEARCH_SCAN` of each.
+const SEARCH_SCAN: u32 = 2000;
+
+/// The jobs a text search can show: those with an id or key starting with `text` (at most
+/// `SEARCH_SCAN` of each, read from the primary key and `jobs_key`) that pass the other
+/// filters but status and cursor; and whether more jobs start with the text.
+fn candidates(conn: &mut dyn Conn, search: &JobSearch, text: &str) -> Result<(Vec<JobLine>, bool)> {
+    let end = prefix_end(text);
+    let limit = i64::from(SEARCH_SCAN) + 1;
+    let mut ids: Vec<String> = Vec::new();
+    let mut more = false;
+    let by_id = "SELECT id FROM jobs WHERE id >= ?1 AND id < ?2 LIMIT ?3";
+    let by_key = "SELECT id FROM jobs WHERE namespace = ?4 AND key >= ?1 AND key < ?2 LIMIT ?3";
+    for (sql, used) in [(by_id, 3), (by_key, 4)] {
+        let values = args![text, end, limit, search.namespace];
+        let found: Vec<String> = conn.query_map(sql, &values[..used], |row| row.get(0))?;
+        more |= found.len() > SEARCH_SCAN as usize;
+        ids.extend(found.into_iter().take(SEARCH_SCAN as usize));
+    }
+    ids.sort();
+    ids.dedup();
+    let mut lines = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(500) {
+        let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("?{i}")).collect();
+        let query = format!(
+            "SELECT {LINE_COLUMNS}, namespace FROM jobs WHERE id IN ({})",
+            marks.join(", ")
+        );
+        let values: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id)).collect();
+        let rows = conn.query_map(&query, &values, |row| {
+            Ok((raw_line(row)?, row.get::<String>(9)?))
+        })?;
+        for (raw, namespace) in rows {
+            let line = raw.into_line()?;
+            let wanted = namespace == search.namespace
+                && search.workflow.as_ref().is_none_or(|w| *w == line.workflow)
+                && search.created_after.is_none_or(|t| line.created_at >= t)
+                && search.created_before.is_none_or(|t| line.created_at < t);
+            if wanted {
+                lines.push(line);
+            }
+        }
+    }
+    // Newest first, as the list is.
+    lines.sort_by(|a, b| (b.created_at, &b.id).cmp(&(a.created_at, &a.id)));
+    Ok((lines, more))
+}
+
+const LINE_COLUMNS: &str =
+    "id, workflow, version, status, key, priority, created_at, started_at, ended_at";
+
+/// A row of `LINE_COLUMNS` as read.
+struct RawLine {
+    id: String,
+    workflow: String,
+    version: u32,
+    status: String,
+    key: Option<String>,
+    priority: i32,
+    created_at: i64,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+}
+
+fn raw_line(row: &mut Row) -> Result<RawLine> {
+    Ok(RawLine {
+        id: row.get(0)?,
+        workflow: row.get(1)?,
+        version: row.get(2)?,
+        status: row.get(3)?,
+        key: row.get(4)?,
+        priority: row.get(5)?,
+        created_at: row.get(6)?,
+        started_at: row.get(7)?,
+        ended_at: row.get(8)?,
+    })
+}
+
+impl RawLine {
+    fn into_line(self) -> Result<JobLine> {
+        Ok(JobLine {
+            id: JobId::parse(&self.id)
+                .ok_or_else(|| Error::Corrupt(format!("job id {}", self.id)))?,
+            status: JobStatus::parse(&self.status)
+                .ok_or_else(|| Error::Corrupt(format!("job status {}", self.status)))?,
+            workflow: self.workflow,
+            version: self.version,
+            key: self.key,
+            priority: self.priority,
+            created_at: Timestamp(self.created_at),
+            started_at: timestamp(self.started_at),
+            ended_at: timestamp(self.ended_at),
+        })
+    }
+}
+
+fn text(search: &JobSearch) -> Option<&str> {
+    search.text.as_deref().filter(|t| !t.is_empty())
 }
 
 /// The smallest string greater than every string that starts with `prefix` (byte order).
@@ -118,6 +220,19 @@ fn timestamp(value: Option<i64>) -> Option<Timestamp> {
 
 /// One page of jobs, newest first.
 pub(crate) fn jobs(conn: &mut dyn Conn, search: &JobSearch) -> Result<Vec<JobLine>> {
+    if let Some(text) = text(search) {
+        let (lines, _) = candidates(conn, search, text)?;
+        return Ok(lines
+            .into_iter()
+            .filter(|line| search.status.is_none_or(|s| s == line.status))
+            .filter(|line| {
+                search.after.as_ref().is_none_or(|cursor| {
+                    (line.created_at, &line.id) < (cursor.created_at, &cursor.id)
+                })
+            })
+            .take(search.limit as usize)
+            .collect());
+    }
     let (mut sql, mut values) = conditions(search);
     if let Some(status) = search.status {
         values.push(status.as_str().to_owned().into());
@@ -134,61 +249,59 @@ pub(crate) fn jobs(conn: &mut dyn Conn, search: &JobSearch) -> Result<Vec<JobLin
     }
     values.push(i64::from(search.limit).into());
     let query = format!(
-        "SELECT id, workflow, version, status, key, priority, created_at, started_at, ended_at \
-         FROM jobs WHERE {sql} ORDER BY created_at DESC, id DESC LIMIT ?{}",
+        "SELECT {LINE_COLUMNS} FROM jobs WHERE {sql} ORDER BY created_at DESC, id DESC LIMIT ?{}",
         values.len()
     );
-    let rows = conn.query_map(&query, &bind(&values), |row| {
-        Ok((
-            row.get::<String>(0)?,
-            row.get::<String>(1)?,
-            row.get::<u32>(2)?,
-            row.get::<String>(3)?,
-            row.get::<Option<String>>(4)?,
-            row.get::<i32>(5)?,
-            row.get::<i64>(6)?,
-            row.get::<Option<i64>>(7)?,
-            row.get::<Option<i64>>(8)?,
-        ))
-    })?;
-    rows.into_iter()
-        .map(
-            |(id, workflow, version, status, key, priority, created, started, ended)| {
-                Ok(JobLine {
-                    id: JobId::parse(&id).ok_or_else(|| Error::Corrupt(format!("job id {id}")))?,
-                    status: JobStatus::parse(&status)
-                        .ok_or_else(|| Error::Corrupt(format!("job status {status}")))?,
-                    workflow,
-                    version,
-                    key,
-                    priority,
-                    created_at: Timestamp(created),
-                    started_at: timestamp(started),
-                    ended_at: timestamp(ended),
-                })
-            },
-        )
+    conn.query_map(&query, &bind(&values), raw_line)?
+        .into_iter()
+        .map(RawLine::into_line)
         .collect()
 }
 
 /// How many jobs of each status match `search` (its status and cursor aside), every status
-/// listed. Each count reads one range of an index that starts with the status.
+/// listed, each counted up to `cap`. Each count reads one range of an index that starts with
+/// the status, and stops after `cap + 1` entries.
 pub(crate) fn status_counts(
     conn: &mut dyn Conn,
     search: &JobSearch,
-) -> Result<Vec<(JobStatus, u64)>> {
+    cap: u64,
+) -> Result<Vec<StatusCount>> {
+    if let Some(text) = text(search) {
+        let (lines, more) = candidates(conn, search, text)?;
+        return Ok(JobStatus::ALL
+            .iter()
+            .map(|&status| {
+                let count = lines.iter().filter(|l| l.status == status).count() as u64;
+                StatusCount {
+                    status,
+                    count: count.min(cap),
+                    more: more || count > cap,
+                }
+            })
+            .collect());
+    }
     let (sql, mut values) = conditions(search);
     values.push(SqlValue::Text(String::new()));
+    let status_slot = values.len();
+    values.push(
+        i64::try_from(cap.saturating_add(1))
+            .unwrap_or(i64::MAX)
+            .into(),
+    );
     let query = format!(
-        "SELECT COUNT(*) FROM jobs WHERE {sql} AND status = ?{}",
+        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE {sql} AND status = ?{status_slot} \
+         LIMIT ?{}) AS capped",
         values.len()
     );
-    let slot = values.len() - 1;
     let mut counts = Vec::with_capacity(JobStatus::ALL.len());
     for &status in JobStatus::ALL {
-        values[slot] = SqlValue::Text(status.as_str().to_owned());
+        values[status_slot - 1] = SqlValue::Text(status.as_str().to_owned());
         let count: u64 = conn.query_value(&query, &bind(&values))?;
-        counts.push((status, count));
+        counts.push(StatusCount {
+            status,
+            count: count.min(cap),
+            more: count > cap,
+        });
     }
     Ok(counts)
 }
@@ -199,7 +312,7 @@ pub(crate) fn worker_loads(conn: &mut dyn Conn, namespace: &str) -> Result<Vec<W
         "SELECT worker_id, queue, COUNT(*) FROM tasks \
          WHERE status = 'running' AND namespace = ?1 AND worker_id IS NOT NULL \
          GROUP BY worker_id, queue ORDER BY worker_id, queue",
-        crate::db::args![namespace],
+        args![namespace],
         |row| {
             Ok(WorkerLoad {
                 worker: row.get(0)?,
@@ -336,6 +449,42 @@ mod tests {
             .await
             .unwrap();
         assert!(by_id.iter().any(|line| line.id == by_key[0].id));
+        // A search pages like the list and obeys the other filters.
+        let first = store
+            .browse_jobs(JobSearch {
+                text: Some("order-".to_owned()),
+                workflow: Some("one".to_owned()),
+                limit: 2,
+                ..search()
+            })
+            .await
+            .unwrap();
+        assert_eq!(keys(&first), ["order-4", "order-2"]);
+        let rest = store
+            .browse_jobs(JobSearch {
+                text: Some("order-".to_owned()),
+                workflow: Some("one".to_owned()),
+                after: Some(JobCursor {
+                    created_at: first[1].created_at,
+                    id: first[1].id.clone(),
+                }),
+                ..search()
+            })
+            .await
+            .unwrap();
+        assert_eq!(keys(&rest), ["order-0"]);
+        let counts = store
+            .job_counts(
+                JobSearch {
+                    text: Some("order-".to_owned()),
+                    ..search()
+                },
+                100,
+            )
+            .await
+            .unwrap();
+        let running = counts.iter().find(|c| c.status == JobStatus::Running);
+        assert_eq!(running.map(|c| (c.count, c.more)), Some((5, false)));
         let none = store
             .browse_jobs(JobSearch {
                 text: Some("nothing".to_owned()),
@@ -349,19 +498,37 @@ mod tests {
     #[tokio::test]
     async fn counts_every_status_under_the_filter() {
         let (store, _clock, _dir) = store_with_jobs().await;
-        let counts = store
-            .job_counts(JobSearch {
-                workflow: Some("one".to_owned()),
-                status: Some(JobStatus::Failed),
-                ..search()
-            })
-            .await
-            .unwrap();
+        let filter = JobSearch {
+            workflow: Some("one".to_owned()),
+            status: Some(JobStatus::Failed),
+            ..search()
+        };
+        let counts = store.job_counts(filter.clone(), 10).await.unwrap();
         assert_eq!(counts.len(), JobStatus::ALL.len());
-        for (status, count) in counts {
-            let expected = if status == JobStatus::Running { 3 } else { 0 };
-            assert_eq!(count, expected, "{status}");
+        for count in counts {
+            let expected = if count.status == JobStatus::Running {
+                3
+            } else {
+                0
+            };
+            assert_eq!(
+                (count.count, count.more),
+                (expected, false),
+                "{}",
+                count.status
+            );
         }
+        // Up to the cap the count is exact; past it, it says so.
+        let running = |counts: Vec<StatusCount>| {
+            counts
+                .into_iter()
+                .find(|c| c.status == JobStatus::Running)
+                .map(|c| (c.count, c.more))
+        };
+        let at_cap = store.job_counts(filter.clone(), 3).await.unwrap();
+        assert_eq!(running(at_cap), Some((3, false)));
+        let past_cap = store.job_counts(filter, 2).await.unwrap();
+        assert_eq!(running(past_cap), Some((2, true)));
     }
 
     #[tokio::test]

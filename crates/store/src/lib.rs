@@ -36,7 +36,7 @@ use starbridge_core::limits::Limits;
 use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
 use starbridge_core::time::{Duration, Timestamp};
 
-pub use browse::{JobCursor, JobLine, JobSearch, WorkerLoad};
+pub use browse::{JobCursor, JobLine, JobSearch, StatusCount, WorkerLoad};
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::DatabaseError;
@@ -869,10 +869,11 @@ impl Store {
             .await
     }
 
-    /// Jobs per status under a browsing filter (its status and cursor aside).
-    pub async fn job_counts(&self, search: JobSearch) -> Result<Vec<(JobStatus, u64)>> {
+    /// Jobs per status under a browsing filter (its status and cursor aside), each counted up
+    /// to `cap`.
+    pub async fn job_counts(&self, search: JobSearch, cap: u64) -> Result<Vec<StatusCount>> {
         self.reader
-            .read(move |conn| browse::status_counts(conn, &search))
+            .read(move |conn| browse::status_counts(conn, &search, cap))
             .await
     }
 

@@ -16,6 +16,46 @@ const FORGET_WORKER_AFTER: std::time::Duration = std::time::Duration::from_secs(
 /// The worker table is pruned of forgotten workers when it grows past this.
 const PRUNE_WORKERS_ABOVE: usize = 1024;
 
+/// Tasks handed out on one queue in the last minute, in one-second buckets.
+#[derive(Debug, Clone)]
+struct ClaimWindow {
+    epoch: Instant,
+    /// (second since `epoch`, tasks handed out in that second), indexed by second modulo 60.
+    buckets: [(u64, u64); 60],
+}
+
+impl ClaimWindow {
+    fn new(epoch: Instant) -> ClaimWindow {
+        ClaimWindow {
+            epoch,
+            buckets: [(u64::MAX, 0); 60],
+        }
+    }
+
+    fn second(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_secs()
+    }
+
+    fn record(&mut self, at: Instant, count: u64) {
+        let second = self.second(at);
+        let bucket = &mut self.buckets[(second % 60) as usize];
+        if bucket.0 != second {
+            *bucket = (second, 0);
+        }
+        bucket.1 += count;
+    }
+
+    /// Tasks handed out in the 60 seconds up to `at`.
+    fn last_minute(&self, at: Instant) -> u64 {
+        let now = self.second(at);
+        self.buckets
+            .iter()
+            .filter(|(second, _)| *second <= now && now - *second < 60)
+            .map(|(_, count)| count)
+            .sum()
+    }
+}
+
 /// A worker that polled this server: which queues it asked for last, and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerSeen {
@@ -31,6 +71,7 @@ pub struct Notifier {
     deliveries: Arc<Notify>,
     last_polls: Mutex<HashMap<QueueKey, Instant>>,
     workers: Mutex<WorkerPolls>,
+    claims: Mutex<HashMap<QueueKey, ClaimWindow>>,
 }
 
 impl Notifier {
@@ -94,6 +135,24 @@ impl Notifier {
             .copied()
     }
 
+    /// Notes that `count` tasks of a queue were handed out now (on this server).
+    pub fn claimed(&self, namespace: &str, queue: &str, count: u64) {
+        let now = Instant::now();
+        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        claims
+            .entry((namespace.to_owned(), queue.to_owned()))
+            .or_insert_with(|| ClaimWindow::new(now))
+            .record(now, count);
+    }
+
+    /// How many tasks of the queue this server handed out in the last minute.
+    pub fn claims_last_minute(&self, namespace: &str, queue: &str) -> u64 {
+        let claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        claims
+            .get(&(namespace.to_owned(), queue.to_owned()))
+            .map_or(0, |window| window.last_minute(Instant::now()))
+    }
+
     /// The workers that polled this server in the last hour, by worker id.
     pub fn workers(&self, namespace: &str) -> Vec<WorkerSeen> {
         let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
@@ -148,6 +207,35 @@ mod tests {
         notifier.wake("default", "q");
         // The permit is stored: this returns at once.
         notify.notified().await;
+    }
+
+    #[test]
+    fn the_claim_window_counts_only_the_last_minute() {
+        let start = Instant::now();
+        let at = |seconds: u64| start + std::time::Duration::from_secs(seconds);
+        let mut window = ClaimWindow::new(start);
+        window.record(at(0), 2);
+        window.record(at(0), 1);
+        window.record(at(30), 4);
+        assert_eq!(window.last_minute(at(30)), 7);
+        assert_eq!(window.last_minute(at(59)), 7);
+        assert_eq!(window.last_minute(at(60)), 4);
+        window.record(at(61), 5);
+        assert_eq!(window.last_minute(at(61)), 9);
+        // Second 90 reuses the bucket of second 30, which starts again from zero.
+        window.record(at(90), 1);
+        assert_eq!(window.last_minute(at(90)), 6);
+        assert_eq!(window.last_minute(at(200)), 0);
+    }
+
+    #[test]
+    fn claims_are_counted_per_queue() {
+        let notifier = Notifier::default();
+        notifier.claimed("default", "q", 3);
+        notifier.claimed("default", "q", 2);
+        assert_eq!(notifier.claims_last_minute("default", "q"), 5);
+        assert_eq!(notifier.claims_last_minute("default", "r"), 0);
+        assert_eq!(notifier.claims_last_minute("other", "q"), 0);
     }
 
     #[test]

@@ -40,6 +40,8 @@ use pages::{Live, Ns, Section};
 
 /// Jobs per page of the list.
 const PAGE_SIZE: u32 = 50;
+/// Jobs counted per status at most: larger counts show as "more than" (see `browse.rs`).
+const COUNT_CAP: u64 = 100_000;
 /// History events read for the job page; the page shows the latest `SHOWN_EVENTS`.
 const READ_EVENTS: u32 = 100_000;
 const SHOWN_EVENTS: usize = 500;
@@ -278,7 +280,7 @@ async fn jobs_page(
     let now = store.now();
     let (problem, counts, mut jobs) = match search(&params, &namespace, now) {
         Ok(search) => {
-            let counts = store.job_counts(search.clone());
+            let counts = store.job_counts(search.clone(), COUNT_CAP);
             let jobs = store.browse_jobs(search);
             let (counts, jobs) = tokio::try_join!(counts, jobs)?;
             (None, counts, jobs)
@@ -603,14 +605,15 @@ async fn queues_page(State(ui): State<UiState>, Query(query): Query<NsQuery>) ->
     let queues = crate::queues::views(&ui.app, &namespace.0).await?;
     let names: Vec<String> = queues.iter().map(|q| q.name.clone()).collect();
     let states = store.queue_states(&namespace.0, names.clone()).await?;
-    let last_polls: Vec<(String, Option<u64>)> = names
+    let activity: Vec<(String, Option<u64>, u64)> = names
         .into_iter()
         .map(|name| {
             let ago = states
                 .get(&name)
                 .and_then(|s| s.last_poll)
                 .map(|d| d.as_millis());
-            (name, ago)
+            let started = store.notifier().claims_last_minute(&namespace.0, &name);
+            (name, ago, started)
         })
         .collect();
     let loads = store.worker_loads(&namespace.0).await?;
@@ -626,7 +629,7 @@ async fn queues_page(State(ui): State<UiState>, Query(query): Query<NsQuery>) ->
     let workers = pages::worker_rows(&seen, &loads);
     let body = pages::queues(&pages::QueuesPage {
         queues: &queues,
-        last_polls: &last_polls,
+        activity: &activity,
         workers: &workers,
     });
     Ok(html(pages::page(
@@ -653,4 +656,57 @@ async fn schedules_page(
         Live::Every(REFRESH_MS),
         &body,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(range: &str, from: &str, to: &str) -> JobsParams {
+        JobsParams {
+            range: range.to_owned(),
+            from: from.to_owned(),
+            to: to.to_owned(),
+            ..JobsParams::default()
+        }
+    }
+
+    #[test]
+    fn the_time_filter_reads_utc_times_and_recent_ranges() {
+        let ns = Ns("default".to_owned());
+        let now = Timestamp(1_700_000_000_000);
+        let window = search(
+            &params("", "2023-11-14T22:00", "2023-11-14T22:13:20"),
+            &ns,
+            now,
+        )
+        .unwrap();
+        assert_eq!(window.created_after, Some(Timestamp(1_699_999_200_000)));
+        assert_eq!(window.created_before, Some(Timestamp(1_700_000_000_000)));
+        let recent = search(&params("1h", "", ""), &ns, now).unwrap();
+        assert_eq!(recent.created_after, Some(Timestamp(now.0 - 3_600_000)));
+        // With both, the later start wins.
+        let both = search(&params("24h", "2023-11-14T22:00", ""), &ns, now).unwrap();
+        assert_eq!(both.created_after, Some(Timestamp(1_699_999_200_000)));
+    }
+
+    #[test]
+    fn bad_filters_name_the_field() {
+        let ns = Ns("default".to_owned());
+        let now = Timestamp(0);
+        for (query, field) in [
+            (params("2w", "", ""), "range:"),
+            (params("", "yesterday", ""), "from:"),
+            (
+                JobsParams {
+                    cursor: "x".to_owned(),
+                    ..JobsParams::default()
+                },
+                "cursor:",
+            ),
+        ] {
+            let error = search(&query, &ns, now).unwrap_err().to_string();
+            assert!(error.starts_with(field), "{error}");
+        }
+    }
 }

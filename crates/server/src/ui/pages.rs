@@ -9,7 +9,7 @@ use starbridge_api::{self as api, JobView, QueueView, ScheduleView, TaskView};
 use starbridge_core::definition::Workflow;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
-use starbridge_store::{JobLine, StoredWorkflow, WorkerLoad};
+use starbridge_store::{JobLine, StatusCount, StoredWorkflow, WorkerLoad};
 
 use super::diff::{Line, diff};
 use super::graph::{self, Graph};
@@ -162,7 +162,7 @@ pub(crate) struct JobsPage<'a> {
     pub(crate) query: &'a JobsQuery,
     pub(crate) problem: Option<String>,
     pub(crate) workflows: &'a [String],
-    pub(crate) counts: &'a [(JobStatus, u64)],
+    pub(crate) counts: &'a [StatusCount],
     pub(crate) jobs: &'a [JobLine],
     pub(crate) next_cursor: Option<String>,
     pub(crate) now: Timestamp,
@@ -181,6 +181,30 @@ fn select(id: &str, name: &str, options: &[(&str, &str)], current: &str) -> Stri
     }
     out.push_str("</select>");
     out
+}
+
+/// A number with thousands separated: `1,234,567`.
+fn grouped(number: u64) -> String {
+    let digits = number.to_string();
+    let groups: Vec<&str> = digits
+        .as_bytes()
+        .rchunks(3)
+        .rev()
+        .map(|group| std::str::from_utf8(group).unwrap_or_default())
+        .collect();
+    groups.join(",")
+}
+
+/// A count in bold; a capped one says it is a lower bound.
+fn count_text(count: u64, more: bool) -> String {
+    if more {
+        format!(
+            r#"<b title="more than {n}: narrow the filter for an exact count">{n}+</b>"#,
+            n = grouped(count)
+        )
+    } else {
+        format!("<b>{}</b>", grouped(count))
+    }
 }
 
 pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
@@ -222,7 +246,8 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
         );
     }
     // Counts per status, each a link that sets the status filter.
-    let total: u64 = data.counts.iter().map(|(_, n)| n).sum();
+    let total: u64 = data.counts.iter().map(|c| c.count).sum();
+    let more = data.counts.iter().any(|c| c.more);
     body.push_str(r#"<nav id="counts" class="counts" aria-label="Jobs per status" data-live>"#);
     let mut pairs = query.pairs();
     pairs[0].1 = "";
@@ -233,10 +258,12 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
     };
     let _ = write!(
         body,
-        r#"<a href="{}"{current}>all <b>{total}</b></a>"#,
-        Esc(&ns.href("/", &pairs))
+        r#"<a href="{}"{current}>all {}</a>"#,
+        Esc(&ns.href("/", &pairs)),
+        count_text(total, more),
     );
-    for (status, count) in data.counts {
+    for count in data.counts {
+        let status = &count.status;
         pairs[0].1 = status.as_str();
         let current = if query.status == status.as_str() {
             r#" aria-current="true""#
@@ -245,7 +272,8 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
         };
         let _ = write!(
             body,
-            r#"<a class="s-{s}" href="{href}"{current} data-status="{s}">{label} <b>{count}</b></a>"#,
+            r#"<a class="s-{s}" href="{href}"{current} data-status="{s}">{label} {count}</a>"#,
+            count = count_text(count.count, count.more),
             s = status.as_str(),
             label = status.as_str().replace('_', " "),
             href = Esc(&ns.href("/", &pairs)),
@@ -882,25 +910,23 @@ pub(crate) fn worker_rows(
 
 pub(crate) struct QueuesPage<'a> {
     pub(crate) queues: &'a [QueueView],
-    /// Per queue: how long ago a worker last polled it on this server.
-    pub(crate) last_polls: &'a [(String, Option<u64>)],
+    /// Per queue: how long ago a worker last polled it on this server, and how many tasks this
+    /// server handed out in the last minute.
+    pub(crate) activity: &'a [(String, Option<u64>, u64)],
     pub(crate) workers: &'a [WorkerRow],
 }
 
 pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
     let mut body = String::from(
-        r#"<h1>Queues and workers</h1><table class="list"><caption>Queues</caption><thead><tr><th scope="col">Queue</th><th scope="col">State</th><th scope="col">Ready (depth)</th><th scope="col">Running</th><th scope="col">Oldest ready</th><th scope="col">Last poll</th><th scope="col">Mode</th><th scope="col">Priority</th><th scope="col">Limit</th><th scope="col">Rate</th><th scope="col"><span class="sr">Action</span></th></tr></thead><tbody id="queues" data-live>"#,
+        r#"<h1>Queues and workers</h1><table class="list"><caption>Queues</caption><thead><tr><th scope="col">Queue</th><th scope="col">State</th><th scope="col">Ready (depth)</th><th scope="col">Running</th><th scope="col">Oldest ready</th><th scope="col">Started last minute</th><th scope="col">Last poll</th><th scope="col">Mode</th><th scope="col">Priority</th><th scope="col">Limit</th><th scope="col">Rate</th><th scope="col"><span class="sr">Action</span></th></tr></thead><tbody id="queues" data-live>"#,
     );
     for queue in data.queues {
-        let last_poll = data
-            .last_polls
-            .iter()
-            .find(|(name, _)| *name == queue.name)
-            .and_then(|(_, ago)| *ago)
-            .map_or_else(
-                || "never".to_owned(),
-                |ago| format!("{} ago", duration(ago as i64)),
-            );
+        let activity = data.activity.iter().find(|(name, ..)| *name == queue.name);
+        let started = activity.map_or(0, |(.., started)| *started);
+        let last_poll = activity.and_then(|(_, ago, _)| *ago).map_or_else(
+            || "never".to_owned(),
+            |ago| format!("{} ago", duration(ago as i64)),
+        );
         let (state, action, label) = if queue.paused {
             (badge("paused"), "resume", "Resume")
         } else {
@@ -908,7 +934,7 @@ pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
         };
         let _ = write!(
             body,
-            r#"<tr><th scope="row">{name}</th><td>{state}</td><td>{ready}</td><td>{running}</td><td>{oldest}</td><td>{last_poll}</td><td>{mode}</td><td>{priority}</td><td>{limit}</td><td>{rate}</td><td><button type="button" id="queue-{action}-{name}" data-url="/api/v1/queues/{url_name}/{action}" data-done="{label}d {name}">{label}</button></td></tr>"#,
+            r#"<tr><th scope="row">{name}</th><td>{state}</td><td>{ready}</td><td>{running}</td><td>{oldest}</td><td>{started}</td><td>{last_poll}</td><td>{mode}</td><td>{priority}</td><td>{limit}</td><td>{rate}</td><td><button type="button" id="queue-{action}-{name}" data-url="/api/v1/queues/{url_name}/{action}" data-done="{label}d {name}">{label}</button></td></tr>"#,
             name = Esc(&queue.name),
             url_name = Esc(&url(&queue.name)),
             ready = queue.ready,
@@ -930,7 +956,7 @@ pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
         );
     }
     if data.queues.is_empty() {
-        body.push_str(r#"<tr><td colspan="11" class="empty">No queue yet: queues appear when a workflow uses them.</td></tr>"#);
+        body.push_str(r#"<tr><td colspan="12" class="empty">No queue yet: queues appear when a workflow uses them.</td></tr>"#);
     }
     body.push_str(r#"</tbody></table><table class="list"><caption>Workers (polling this server in the last hour, or holding tasks)</caption><thead><tr><th scope="col">Worker</th><th scope="col">Polls queues</th><th scope="col">Last poll</th><th scope="col">Running tasks</th></tr></thead><tbody id="workers" data-live>"#);
     for worker in data.workers {
@@ -1034,6 +1060,16 @@ mod tests {
         );
         let other = Ns("team-a".to_owned());
         assert_eq!(other.href("/ui/queues", &[]), "/ui/queues?namespace=team-a");
+    }
+
+    #[test]
+    fn counts_group_thousands_and_mark_capped_ones() {
+        assert_eq!(count_text(7, false), "<b>7</b>");
+        assert_eq!(count_text(1_234_567, false), "<b>1,234,567</b>");
+        assert_eq!(
+            count_text(100_000, true),
+            r#"<b title="more than 100,000: narrow the filter for an exact count">100,000+</b>"#
+        );
     }
 
     #[test]
