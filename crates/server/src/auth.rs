@@ -77,25 +77,20 @@ impl Caller {
     /// The namespace a request acts in: the one it names, else the token's, else the default.
     /// A namespace the token may not act in is not found.
     pub(crate) fn namespace(&self, asked: Option<&str>) -> ApiResult<String> {
-        let name = match (self, asked) {
-            (_, Some(asked)) => asked,
-            (Caller::Token(token), None) => token
-                .namespace
-                .as_deref()
-                .unwrap_or(starbridge_api::DEFAULT_NAMESPACE),
-            (Caller::Anyone, None) => starbridge_api::DEFAULT_NAMESPACE,
+        let bound = match self {
+            Caller::Token(token) => token.namespace.as_deref(),
+            Caller::Anyone => None,
         };
-        starbridge_core::definition::check_name(name)
-            .map_err(|message| ApiError::invalid("namespace", message))?;
+        let name = crate::routes::namespace_name(asked.or(bound))?;
         if let Caller::Token(token) = self
-            && !token.may_act_in(name)
+            && !token.may_act_in(&name)
         {
             return Err(ApiError::not_found(format!("namespace '{name}' not found")));
         }
-        Ok(name.to_owned())
+        Ok(name)
     }
 
-    /// The queues may this caller serve: refuses the first it may not.
+    /// Checks that this caller may serve every queue: refuses the first it may not.
     pub(crate) fn check_queues(&self, queues: &[String]) -> ApiResult<()> {
         if let Caller::Token(token) = self
             && let Some(queue) = queues.iter().find(|queue| !token.may_serve(queue))

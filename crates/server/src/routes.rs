@@ -180,7 +180,7 @@ pub(crate) fn namespace(query: &api::NamespaceQuery) -> ApiResult<String> {
     namespace_name(query.namespace.as_deref())
 }
 
-fn namespace_name(value: Option<&str>) -> ApiResult<String> {
+pub(crate) fn namespace_name(value: Option<&str>) -> ApiResult<String> {
     let name = value.unwrap_or(api::DEFAULT_NAMESPACE);
     check_name(name).map_err(|message| ApiError::invalid("namespace", message))?;
     Ok(name.to_owned())

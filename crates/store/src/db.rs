@@ -3,8 +3,8 @@
 //!
 //! SQL is written once, with `?N` placeholders. Each backend adapts it when it prepares a
 //! statement (and caches the result): PostgreSQL turns `?N` into `$N` and drops SQLite's
-//! `INDEXED BY` hints; SQLite drops PostgreSQL's row-lock clauses (`FOR UPDATE [SKIP LOCKED]`),
-//! which its single writer makes moot. Values cross the interface as a few plain types
+//! `INDEXED BY` hints; SQLite drops PostgreSQL's row-lock clause (`FOR UPDATE [SKIP LOCKED]`,
+//! always written at the end of a statement), which its single writer makes moot. Values cross the interface as a few plain types
 //! ([`Arg`] in, [`Cell`] out), so schemas use only integers, reals and text on both sides.
 
 use std::fmt;
@@ -367,15 +367,12 @@ pub(crate) fn postgres_sql(sql: &str) -> String {
     out
 }
 
-/// SQL for SQLite: PostgreSQL's row-lock clauses go.
-pub(crate) fn sqlite_sql(sql: &str) -> std::borrow::Cow<'_, str> {
-    if sql.contains(" FOR UPDATE") {
-        sql.replace(" FOR UPDATE SKIP LOCKED", "")
-            .replace(" FOR UPDATE", "")
-            .into()
-    } else {
-        sql.into()
-    }
+/// SQL for SQLite: PostgreSQL's row-lock clause, which ends a statement, goes. A slice of the
+/// text, so the claims and job loads that carry one allocate nothing for it.
+pub(crate) fn sqlite_sql(sql: &str) -> &str {
+    sql.strip_suffix(" FOR UPDATE SKIP LOCKED")
+        .or_else(|| sql.strip_suffix(" FOR UPDATE"))
+        .unwrap_or(sql)
 }
 
 #[cfg(test)]

@@ -100,14 +100,14 @@ impl Conn for SqliteConn {
         let sql = sqlite_sql(sql);
         let changed = self
             .conn
-            .prepare_cached(&sql)?
+            .prepare_cached(sql)?
             .execute(params_from_iter(args))?;
         Ok(u64::try_from(changed).unwrap_or(u64::MAX))
     }
 
     fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
         let sql = sqlite_sql(sql);
-        let mut statement = self.conn.prepare_cached(&sql)?;
+        let mut statement = self.conn.prepare_cached(sql)?;
         let columns = statement.column_count();
         let mut rows = statement.query(params_from_iter(args))?;
         let mut out = Vec::new();
