@@ -39,6 +39,8 @@ pub struct NewJob {
     pub key: Option<String>,
     /// Overrides the workflow's default priority.
     pub priority: Option<i32>,
+    /// Who submitted the job (a token's name, a schedule), recorded in its `job_created` event.
+    pub actor: Option<String>,
 }
 
 /// Why a job could not be created.
@@ -145,11 +147,11 @@ pub fn create_job(
     for task in &machine.state.tasks {
         machine.actions.push(Action::SaveTask(task.id.clone()));
     }
-    machine.record(
-        EventKind::JobCreated,
-        None,
-        json!({"workflow": workflow.name, "version": new.version}),
-    );
+    let mut created = json!({"workflow": workflow.name, "version": new.version});
+    if let Some(actor) = new.actor {
+        created["actor"] = Value::String(actor);
+    }
+    machine.record(EventKind::JobCreated, None, created);
     if let Some(lock) = &machine.state.job.lock {
         let detail = json!({"lock": lock.key, "slots": lock.slots});
         machine.record(EventKind::JobQueued, None, detail);

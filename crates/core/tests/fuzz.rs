@@ -344,6 +344,7 @@ fn run_job(workflow: &Workflow, params: Value, outputs: &[Value], fail_every: us
             params,
             key: None,
             priority: None,
+            actor: None,
         },
         &mut Ctx {
             now,

@@ -6,15 +6,17 @@
 
 use axum::body::Bytes;
 use axum::extract::{Query, State};
+use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Extension, Json, Router};
 use starbridge_api as api;
+use starbridge_core::ids::TaskId;
 use starbridge_core::model::Input;
-use starbridge_store::Submit;
 
-use crate::auth::Caller;
+use crate::auth::{Caller, actor};
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{AppState, body, namespace, task_id};
+use crate::limits::{Limit, Limits};
+use crate::routes::{AppState, body, check_submit, namespace, submission, task_id};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -44,36 +46,29 @@ fn item<T, U>(result: Result<T, ApiError>, done: impl FnOnce(T) -> U) -> api::Ba
 async fn submit_jobs(
     State(state): State<AppState>,
     Query(query): Query<api::NamespaceQuery>,
+    headers: HeaderMap,
     bytes: Bytes,
 ) -> ApiResult<Json<api::SubmitJobsResponse>> {
     let namespace = namespace(&query)?;
     let request: api::SubmitJobs = body(&bytes)?;
     check_size("jobs", request.jobs.len())?;
-    let requests = request
-        .jobs
-        .into_iter()
-        .map(|job| Submit {
-            workflow: job.workflow,
-            version: job.version,
-            definition: job.definition,
-            params: job.params,
-            key: job.key,
-            priority: job.priority,
-        })
-        .collect();
+    let actor = actor(&headers)?;
+    // Items over a limit are refused here, the rest go to the store.
+    let mut checked = Vec::with_capacity(request.jobs.len());
+    let mut requests = Vec::with_capacity(request.jobs.len());
+    for job in request.jobs {
+        let verdict = check_submit(&state.limits, &job);
+        if verdict.is_ok() {
+            requests.push(submission(job, actor.clone()));
+        }
+        checked.push(verdict);
+    }
     let answers = state.store.submit_many(&namespace, requests).await;
-    let items = answers
-        .into_iter()
-        .map(|answer| {
-            item(answer.map_err(ApiError::from), |submitted| {
-                api::SubmittedJob {
-                    id: submitted.state.job.id.to_string(),
-                    status: submitted.state.job.status.to_string(),
-                    created: submitted.created,
-                }
-            })
-        })
-        .collect();
+    let items = merge(checked, answers, |submitted| api::SubmittedJob {
+        id: submitted.state.job.id.to_string(),
+        status: submitted.state.job.status.to_string(),
+        created: submitted.created,
+    });
     Ok(Json(api::SubmitJobsResponse { items }))
 }
 
@@ -84,45 +79,61 @@ async fn complete_tasks(
 ) -> ApiResult<Json<api::CompleteTasksResponse>> {
     let request: api::CompleteTasks = body(&bytes)?;
     check_size("tasks", request.tasks.len())?;
-    // Items whose id cannot name a task are refused here, the rest go to the store.
-    let mut parsed = Vec::with_capacity(request.tasks.len());
-    let mut reports = Vec::new();
+    // Items whose id cannot name a task, or whose output is over the limit, are refused here;
+    // the rest go to the store.
+    let mut checked = Vec::with_capacity(request.tasks.len());
+    let mut reports = Vec::with_capacity(request.tasks.len());
     for task in request.tasks {
-        match task_id(&task.id) {
-            Ok(id) => {
-                parsed.push(Ok(()));
-                reports.push((
-                    id.clone(),
-                    Input::Complete {
-                        task: id,
-                        lease_token: task.lease_token,
-                        output: task.output,
-                        logs: task.logs,
-                    },
-                ));
-            }
-            Err(error) => parsed.push(Err(error)),
+        let verdict = check_completion(&state.limits, &task);
+        if let Ok(id) = &verdict {
+            reports.push((
+                id.clone(),
+                Input::Complete {
+                    task: id.clone(),
+                    lease_token: task.lease_token,
+                    output: task.output,
+                    logs: task.logs,
+                },
+            ));
         }
+        checked.push(verdict.map(drop));
     }
-    let mut answers = state
-        .store
-        .report_many(reports, caller.task_scope())
-        .await
-        .into_iter();
-    let items = parsed
+    let answers = state.store.report_many(reports, caller.task_scope()).await;
+    let items = merge(checked, answers, |reported| api::ReportResponse {
+        task_status: reported.task.status.to_string(),
+        job_status: reported.job_status.to_string(),
+    });
+    Ok(Json(api::CompleteTasksResponse { items }))
+}
+
+/// The task a completion names, once its output and logs are within the task limit.
+fn check_completion(limits: &Limits, task: &api::CompleteTask) -> ApiResult<TaskId> {
+    let id = task_id(&task.id)?;
+    limits.json(Limit::Task, "output", &task.output)?;
+    if let Some(logs) = &task.logs {
+        limits.json(Limit::Task, "logs", logs)?;
+    }
+    Ok(id)
+}
+
+/// The answer of each item, in request order: the refusal of an item `checked` refused, else
+/// the store's answer for it (`answers` holds one per accepted item, in order).
+fn merge<T, U>(
+    checked: Vec<ApiResult<()>>,
+    answers: Vec<starbridge_store::Result<T>>,
+    done: impl Fn(T) -> U,
+) -> Vec<api::BatchItem<U>> {
+    let mut answers = answers.into_iter();
+    checked
         .into_iter()
-        .map(|parsed| {
-            let answer = parsed.and_then(|()| {
+        .map(|verdict| {
+            let answer = verdict.and_then(|()| {
                 answers
                     .next()
                     .unwrap_or(Err(starbridge_store::Error::Closed))
                     .map_err(ApiError::from)
             });
-            item(answer, |reported| api::ReportResponse {
-                task_status: reported.task.status.to_string(),
-                job_status: reported.job_status.to_string(),
-            })
+            item(answer, &done)
         })
-        .collect();
-    Ok(Json(api::CompleteTasksResponse { items }))
+        .collect()
 }

@@ -7,7 +7,7 @@ use std::time::Duration as StdDuration;
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Extension, Json, Router};
@@ -21,7 +21,7 @@ use starbridge_core::time::Duration;
 use starbridge_store::{JobFilter, Store, Submit};
 use tokio::time::Instant;
 
-use crate::auth::{Auth, Caller};
+use crate::auth::{Auth, Caller, actor};
 use crate::error::{ApiError, ApiResult};
 use crate::limits::{Limit, Limits};
 use crate::views;
@@ -340,6 +340,7 @@ async fn job_view_with(
 async fn submit_job(
     State(state): State<AppState>,
     Query(query): Query<api::NamespaceQuery>,
+    headers: HeaderMap,
     bytes: Bytes,
 ) -> ApiResult<Response> {
     let namespace = namespace(&query)?;
@@ -347,17 +348,7 @@ async fn submit_job(
     check_submit(&state.limits, &request)?;
     let submitted = state
         .store
-        .submit(
-            &namespace,
-            Submit {
-                workflow: request.workflow,
-                version: request.version,
-                definition: request.definition,
-                params: request.params,
-                key: request.key,
-                priority: request.priority,
-            },
-        )
+        .submit(&namespace, submission(request, actor(&headers)?))
         .await?;
     let (status, view) = if submitted.created {
         let view = job_view_with(&state, &submitted.state, &[]).await?;
@@ -368,8 +359,22 @@ async fn submit_job(
     Ok((status, Json(view)).into_response())
 }
 
+/// What the store is asked to create for a submitted job; `actor` is recorded in the job's
+/// `job_created` event (submissions are not in the audit log: the job's history names them).
+pub(crate) fn submission(request: api::SubmitJob, actor: String) -> Submit {
+    Submit {
+        workflow: request.workflow,
+        version: request.version,
+        definition: request.definition,
+        params: request.params,
+        key: request.key,
+        priority: request.priority,
+        actor: Some(actor),
+    }
+}
+
 /// Holds a job submission to the limits on names, keys, params and inline definitions.
-fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResult<()> {
+pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResult<()> {
     if let Some(workflow) = &request.workflow {
         limits.text(Limit::Name, "workflow", workflow)?;
     }

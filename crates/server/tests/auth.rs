@@ -357,6 +357,51 @@ async fn operator_actions_are_recorded_with_the_tokens_name_not_the_claimed_acto
 }
 
 #[tokio::test]
+async fn a_jobs_history_names_its_submitter_and_submissions_stay_out_of_the_audit_log() {
+    let api = Api::start();
+    let admin = api.token("root", None, &[Scope::Admin], None).await;
+    let (status, _) = api
+        .call(
+            Some(&admin),
+            "PUT",
+            "/api/v1/workflows/wf?namespace=a",
+            WORKFLOW,
+        )
+        .await;
+    assert!(status.is_success(), "{status}");
+    let ci = api.token("ci", Some("a"), &[Scope::Submit], None).await;
+    let (status, one) = api
+        .call(Some(&ci), "POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{one}");
+    let batch = r#"{"jobs": [{"workflow": "wf"}, {"workflow": "wf"}]}"#;
+    let (status, many) = api
+        .call(Some(&ci), "POST", "/api/v1/jobs/batch", batch)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{many}");
+    let mut ids = vec![one["id"].as_str().unwrap().to_owned()];
+    for item in many["items"].as_array().unwrap() {
+        ids.push(item["id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids {
+        let (_, events) = api
+            .call(Some(&ci), "GET", &format!("/api/v1/jobs/{id}/events"), "")
+            .await;
+        let created = &events["items"][0];
+        assert_eq!(created["kind"], "job_created", "{events}");
+        assert_eq!(created["detail"]["actor"], "ci", "{created}");
+    }
+    let (_, audit) = api.call(Some(&admin), "GET", "/api/v1/audit", "").await;
+    let actions: Vec<&str> = audit["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["PUT /api/v1/workflows/{name}"], "{audit}");
+}
+
+#[tokio::test]
 async fn the_web_ui_asks_a_browser_to_sign_in_and_keeps_to_the_tokens_namespace() {
     let api = Api::start();
     let (_, job_a, job_b) = two_teams(&api).await;

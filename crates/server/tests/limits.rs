@@ -298,6 +298,16 @@ async fn task_outputs_progress_and_errors_over_the_task_limit_are_refused() {
         100,
         "output",
     );
+    // The batch form holds each item to the same limit, refusing only the item over it.
+    let batch = json!({"tasks": [{"id": id, "lease_token": token, "output": output}]});
+    let answer = api
+        .call("POST", "/api/v1/tasks/complete", &batch.to_string())
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let refused = &answer.body["items"][0]["error"];
+    assert_eq!(refused["type"], "/problems/limit-exceeded", "{refused}");
+    assert_eq!(refused["limit"]["name"], Limit::Task.name());
+    assert_eq!(refused["errors"][0]["field"], "output");
     // The refused reports changed nothing: an output at the limit completes the task.
     let output: Value = serde_json::from_str(&string_of(100)).unwrap();
     let answer = report("complete", json!({"lease_token": token, "output": output})).await;
@@ -333,6 +343,19 @@ async fn params_over_the_params_limit_are_refused_at_submit_and_in_schedules() {
         50,
         "params",
     );
+    // In a batch only the item over the limit is refused; the others are created.
+    let body = json!({"jobs": [
+        {"workflow": "wf", "params": params(50)},
+        {"workflow": "wf", "params": params(51)},
+    ]});
+    let answer = api
+        .ok("POST", "/api/v1/jobs/batch", &body.to_string())
+        .await;
+    assert_eq!(answer["items"][0]["created"], true, "{answer}");
+    let refused = &answer["items"][1]["error"];
+    assert_eq!(refused["type"], "/problems/limit-exceeded", "{refused}");
+    assert_eq!(refused["limit"]["name"], Limit::Params.name());
+    assert_eq!(refused["errors"][0]["field"], "params");
     let body = json!({"workflow": "wf", "cron": "@daily", "params": params(51)});
     let answer = api
         .call("PUT", "/api/v1/schedules/nightly", &body.to_string())

@@ -182,6 +182,7 @@ pub(crate) fn submit(
             params,
             key: request.key,
             priority: request.priority,
+            actor: request.actor,
         },
         &mut machine_ctx,
     )

@@ -134,6 +134,8 @@ pub struct Submit {
     pub params: Option<Value>,
     pub key: Option<String>,
     pub priority: Option<i32>,
+    /// Who submits (a token's name, a schedule): recorded in the job's `job_created` event.
+    pub actor: Option<String>,
 }
 
 #[derive(Debug, Clone)]

@@ -329,6 +329,7 @@ fn start(ctx: &mut WriteCtx<'_>, schedule: &StoredSchedule, fire: Timestamp) -> 
         workflow: Some(schedule.workflow.clone()),
         params: Some(schedule.params.clone()),
         key: Some(format!("schedule:{}:{}", schedule.name, fire.0)),
+        actor: Some(format!("schedule {}", schedule.name)),
         ..Submit::default()
     };
     let wakes = ctx.wakes.len();

@@ -37,6 +37,7 @@ impl Sim {
                 params,
                 key: None,
                 priority: None,
+                actor: None,
             },
             &mut Ctx {
                 now,
