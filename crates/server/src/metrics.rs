@@ -18,7 +18,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{FromFnLayer, Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use starbridge_store::{QueueStats, Stats};
+use starbridge_store::{QueueStats, Stats, WriterStats};
 
 use crate::routes::AppState;
 
@@ -136,7 +136,7 @@ pub(crate) async fn serve(
             None
         }
     };
-    let text = render(stats.as_ref(), &http);
+    let text = render(stats.as_ref(), &state.store.writer_stats(), &http);
     let mut response = (StatusCode::OK, text).into_response();
     response
         .headers_mut()
@@ -180,7 +180,7 @@ fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: impl std
     let _ = writeln!(out, " {value}");
 }
 
-fn render(stats: Option<&Stats>, http: &HttpMetrics) -> String {
+fn render(stats: Option<&Stats>, writer: &WriterStats, http: &HttpMetrics) -> String {
     let mut out = String::new();
     describe(
         &mut out,
@@ -209,6 +209,7 @@ fn render(stats: Option<&Stats>, http: &HttpMetrics) -> String {
     if let Some(stats) = stats {
         render_store(&mut out, stats);
     }
+    render_writer(&mut out, writer);
     render_http(&mut out, &http.lock());
     out
 }
@@ -248,6 +249,46 @@ fn render_store(out: &mut String, stats: &Stats) {
         "How long the oldest claimable ready task of a queue has been claimable; 0 when none is.",
         |q| seconds(q.oldest_ready_age.as_millis()),
     );
+}
+
+/// The group-commit writer's counters: how many requests share a commit, and how busy it is.
+fn render_writer(out: &mut String, writer: &WriterStats) {
+    let counters: [(&str, &str, String); 6] = [
+        (
+            "starbridge_store_commits_total",
+            "Group transactions committed by this node's writer.",
+            writer.commits.to_string(),
+        ),
+        (
+            "starbridge_store_failed_commits_total",
+            "Group transactions that failed; every request in them was refused.",
+            writer.failed_commits.to_string(),
+        ),
+        (
+            "starbridge_store_write_requests_total",
+            "Write requests run by the writer, each under its own savepoint (divide by commits for the group size).",
+            writer.requests.to_string(),
+        ),
+        (
+            "starbridge_store_write_retries_total",
+            "Write requests run again because another node held their rows.",
+            writer.retried.to_string(),
+        ),
+        (
+            "starbridge_store_write_seconds_total",
+            "Time the writer spent in transactions, from BEGIN to the end of COMMIT.",
+            writer.busy.as_secs_f64().to_string(),
+        ),
+        (
+            "starbridge_store_commit_seconds_total",
+            "Time the writer spent in COMMIT (on SQLite mostly the fsync of the write-ahead log).",
+            writer.committing.as_secs_f64().to_string(),
+        ),
+    ];
+    for (name, help, value) in counters {
+        describe(out, name, "counter", help);
+        sample(out, name, &[], value);
+    }
 }
 
 /// A gauge with one sample per known queue.
@@ -336,7 +377,7 @@ mod tests {
         http.record("GET", "/x".to_owned(), 200, 0.003);
         http.record("GET", "/x".to_owned(), 200, 0.2);
         http.record("GET", "/x".to_owned(), 500, 100.0);
-        let text = render(None, &http);
+        let text = render(None, &WriterStats::default(), &http);
         let bucket = |le: &str| {
             let prefix = format!(
                 "starbridge_http_request_duration_seconds_bucket{{method=\"GET\",route=\"/x\",le=\"{le}\"}} "

@@ -227,6 +227,24 @@ async fn scrape_shows_store_gauges_and_request_counters() {
     .unwrap();
     assert!(age.value >= 0.0);
 
+    // The writer committed the apply, its audit entry and the submit (three requests, one
+    // after the other) and spent time doing it.
+    let writer = |name: &str| find(name, &[]).unwrap_or_else(|| panic!("no {name}")).value;
+    assert_eq!(
+        writer("starbridge_store_write_requests_total"),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(writer("starbridge_store_commits_total"), 3.0, "{text}");
+    assert_eq!(writer("starbridge_store_failed_commits_total"), 0.0);
+    assert_eq!(writer("starbridge_store_write_retries_total"), 0.0);
+    let busy = writer("starbridge_store_write_seconds_total");
+    let committing = writer("starbridge_store_commit_seconds_total");
+    assert!(
+        busy > 0.0 && committing > 0.0 && committing <= busy,
+        "{text}"
+    );
+
     let submit = [
         ("method", "POST"),
         ("route", "/api/v1/jobs"),

@@ -52,6 +52,7 @@ pub use webhooks::{
 
 use db::Conn;
 use reader::ReadPool;
+pub use writer::WriterStats;
 use writer::{Connect, Shared, Writer};
 
 #[derive(Debug, thiserror::Error)]
@@ -242,6 +243,7 @@ pub struct Store {
     clock: Arc<dyn Clock>,
     sqlite_file: Option<PathBuf>,
     options: StoreOptions,
+    counters: Arc<writer::Counters>,
 }
 
 /// Runs `open` on a thread of its own: the PostgreSQL client blocks, which the async runtime
@@ -321,6 +323,7 @@ impl Store {
         if let Some(connector) = opened.listener {
             postgres::start_listener(connector, node.clone(), &notifier);
         }
+        let counters = Arc::new(writer::Counters::default());
         let writer = Writer::start(
             opened.writer,
             Shared {
@@ -330,6 +333,7 @@ impl Store {
                 notifier: notifier.clone(),
                 node,
                 limits: options.limits,
+                counters: counters.clone(),
             },
         );
         Ok(Store {
@@ -340,6 +344,7 @@ impl Store {
             clock,
             sqlite_file: opened.sqlite_file,
             options,
+            counters,
         })
     }
 
@@ -367,6 +372,11 @@ impl Store {
 
     pub fn options(&self) -> &StoreOptions {
         &self.options
+    }
+
+    /// What the group-commit writer has done since the store opened.
+    pub fn writer_stats(&self) -> WriterStats {
+        self.counters.read()
     }
 
     pub fn notifier(&self) -> &Arc<Notifier> {

@@ -11,7 +11,9 @@
 //! connection is replaced before the next transaction.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
+use std::time::Instant;
 
 use starbridge_core::limits::Limits;
 use starbridge_core::time::Timestamp;
@@ -60,6 +62,53 @@ pub(crate) struct Writer {
     sender: mpsc::UnboundedSender<Work>,
 }
 
+/// What the writer has done since the store opened: counters for `/metrics` and the benchmark.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    transactions: AtomicU64,
+    failed: AtomicU64,
+    requests: AtomicU64,
+    again: AtomicU64,
+    busy_nanos: AtomicU64,
+    commit_nanos: AtomicU64,
+}
+
+/// A reading of the writer's counters (see [`crate::Store::writer_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Group transactions that committed.
+    pub commits: u64,
+    /// Group transactions that failed (every request in them was refused).
+    pub failed_commits: u64,
+    /// Write requests run (each under its own savepoint), whatever their outcome.
+    pub requests: u64,
+    /// Requests rolled back to run again because another node held their rows.
+    pub retried: u64,
+    /// Time the writer spent in transactions, from `BEGIN` to the end of `COMMIT`.
+    pub busy: std::time::Duration,
+    /// Of that, time spent in `COMMIT`: on SQLite mostly the write-ahead log's fsync.
+    pub committing: std::time::Duration,
+}
+
+impl Counters {
+    pub(crate) fn read(&self) -> WriterStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        WriterStats {
+            commits: load(&self.transactions),
+            failed_commits: load(&self.failed),
+            requests: load(&self.requests),
+            retried: load(&self.again),
+            busy: std::time::Duration::from_nanos(load(&self.busy_nanos)),
+            committing: std::time::Duration::from_nanos(load(&self.commit_nanos)),
+        }
+    }
+}
+
+fn add_elapsed(counter: &AtomicU64, since: Instant) {
+    let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    counter.fetch_add(nanos, Ordering::Relaxed);
+}
+
 /// What the writer thread works with besides its connection.
 pub(crate) struct Shared {
     pub(crate) connect: Connect,
@@ -70,6 +119,7 @@ pub(crate) struct Shared {
     pub(crate) node: String,
     /// What the engine enforces on every job (fan-out width, task input size).
     pub(crate) limits: Limits,
+    pub(crate) counters: Arc<Counters>,
 }
 
 impl Writer {
@@ -204,6 +254,11 @@ fn commit_batch(
     jobs: &mut JobCache,
     shared: &Shared,
 ) {
+    let started = Instant::now();
+    let counters = &shared.counters;
+    counters
+        .requests
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
     let begin = match conn.backend() {
         Backend::Sqlite => "BEGIN IMMEDIATE",
         Backend::Postgres => "BEGIN",
@@ -251,6 +306,7 @@ fn commit_batch(
             }
             Outcome::Again => {
                 again.push(work);
+                counters.again.fetch_add(1, Ordering::Relaxed);
                 false
             }
         };
@@ -278,10 +334,18 @@ fn commit_batch(
             }
         }
     }
+    let committing = Instant::now();
     let committed = match broken {
         Some(error) => Err(error),
         None => conn.batch("COMMIT"),
     };
+    add_elapsed(&counters.commit_nanos, committing);
+    add_elapsed(&counters.busy_nanos, started);
+    match committed {
+        Ok(()) => &counters.transactions,
+        Err(_) => &counters.failed,
+    }
+    .fetch_add(1, Ordering::Relaxed);
     if let Err(error) = &committed {
         tracing::error!(%error, "group commit failed; every request in it is refused");
         let _ = conn.batch("ROLLBACK");

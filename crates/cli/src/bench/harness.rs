@@ -21,7 +21,7 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::BenchArgs;
 use super::report::SQLITE_DURABILITY;
-use super::stats::{DatabaseSize, Latencies};
+use super::stats::{DatabaseSize, Latencies, Usage};
 
 /// The queue and command of every benchmark step.
 pub(crate) const QUEUE: &str = "bench";
@@ -557,6 +557,8 @@ pub(crate) struct Bench {
     pub(crate) database: Database,
     pub(crate) recorder: Arc<Recorder>,
     pub(crate) clock: WallClock,
+    /// The embedded server's store, for the writer's counters.
+    store: Store,
     url: String,
     workers: usize,
     concurrency: usize,
@@ -572,7 +574,7 @@ impl Bench {
         let database = Database::choose(args)?;
         let store =
             Store::open(&database.url).with_context(|| format!("cannot open {}", database.url))?;
-        let server = Server::bind(store, "127.0.0.1:0").await?;
+        let server = Server::bind(store.clone(), "127.0.0.1:0").await?;
         let url = format!("http://{}", server.local_addr());
         let (stop_server, mut stopped) = watch::channel(false);
         let server = tokio::spawn(server.run(async move {
@@ -595,6 +597,7 @@ impl Bench {
             database,
             recorder: Arc::new(Recorder::default()),
             clock,
+            store,
             url,
             workers: args.workers,
             concurrency: args.concurrency,
@@ -665,6 +668,11 @@ impl Bench {
             tokio::time::sleep(POLL_WAIT * 2).await;
         }
         Ok(())
+    }
+
+    /// The process's CPU time and the store writer's counters now.
+    pub(crate) fn usage(&self) -> Usage {
+        Usage::read(&self.store)
     }
 
     /// A new HTTP client of the embedded server.

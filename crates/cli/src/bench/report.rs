@@ -140,6 +140,42 @@ pub(crate) fn print_table(report: &Report) {
     table(&["PHASE", "COUNT", "SECONDS", "RATE", "TARGET"], &rows);
     println!();
     let rows: Vec<Vec<String>> = report
+        .throughput
+        .iter()
+        .filter_map(|rate| {
+            let work = rate.work.as_ref()?;
+            let percent = |share: f64| format!("{:.0}%", share * 100.0);
+            Some(vec![
+                rate.label.clone(),
+                work.cpu_ms_per_item.map_or_else(
+                    || "?".to_owned(),
+                    |cpu| format!("{cpu:.3} per {}", rate.unit.trim_end_matches('s')),
+                ),
+                work.cpus_busy
+                    .map_or_else(|| "?".to_owned(), |busy| format!("{busy:.2}")),
+                work.commits.to_string(),
+                format!("{:.1}", work.requests_per_commit),
+                percent(work.writer_busy),
+                percent(work.writer_committing),
+            ])
+        })
+        .collect();
+    if !rows.is_empty() {
+        table(
+            &[
+                "WORK",
+                "CPU MS (WHOLE PROCESS)",
+                "CPUS BUSY",
+                "COMMITS",
+                "REQUESTS/COMMIT",
+                "WRITER BUSY",
+                "IN COMMIT",
+            ],
+            &rows,
+        );
+        println!();
+    }
+    let rows: Vec<Vec<String>> = report
         .latency_ms
         .iter()
         .map(|latency| {

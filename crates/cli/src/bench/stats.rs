@@ -2,10 +2,11 @@
 //! process's peak memory and database size.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Serialize, Serializer};
+use starbridge_store::{Store, WriterStats};
 
 /// Largest latency recorded exactly: an hour, in microseconds (larger ones saturate).
 const MAX_MICROS: u64 = 3_600_000_000;
@@ -98,6 +99,9 @@ pub(crate) struct Throughput {
     /// The arrival rate asked for, for a phase run at a fixed rate.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) target_per_second: Option<f64>,
+    /// What the process and the store's writer did during the phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) work: Option<Work>,
 }
 
 impl Throughput {
@@ -120,8 +124,103 @@ impl Throughput {
                 0.0
             },
             target_per_second: None,
+            work: None,
         }
     }
+
+    /// The same, with what the phase cost between `start` and `end`.
+    pub(crate) fn with_work(mut self, start: &Usage, end: &Usage) -> Throughput {
+        self.work = Some(start.until(end, self.count));
+        self
+    }
+}
+
+/// The process's CPU time and the store writer's counters at one moment.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Usage {
+    at: Instant,
+    cpu: Option<Duration>,
+    writer: WriterStats,
+}
+
+impl Usage {
+    pub(crate) fn read(store: &Store) -> Usage {
+        Usage {
+            at: Instant::now(),
+            cpu: process_cpu(),
+            writer: store.writer_stats(),
+        }
+    }
+
+    /// What happened from `self` to `end`, for a phase that got through `items` things.
+    pub(crate) fn until(&self, end: &Usage, items: u64) -> Work {
+        let wall = end.at.saturating_duration_since(self.at).as_secs_f64();
+        let share = |part: Duration| {
+            if wall > 0.0 {
+                round3(part.as_secs_f64() / wall)
+            } else {
+                0.0
+            }
+        };
+        let cpu = match (self.cpu, end.cpu) {
+            (Some(start), Some(end)) => Some(end.saturating_sub(start)),
+            _ => None,
+        };
+        let commits = end.writer.commits - self.writer.commits;
+        let requests = end.writer.requests - self.writer.requests;
+        Work {
+            cpu_ms_per_item: cpu
+                .filter(|_| items > 0)
+                .map(|cpu| round3(cpu.as_secs_f64() * 1000.0 / items as f64)),
+            cpus_busy: cpu.map(share),
+            commits,
+            write_requests: requests,
+            requests_per_commit: if commits > 0 {
+                round3(requests as f64 / commits as f64)
+            } else {
+                0.0
+            },
+            writer_busy: share(end.writer.busy.saturating_sub(self.writer.busy)),
+            writer_committing: share(end.writer.committing.saturating_sub(self.writer.committing)),
+        }
+    }
+}
+
+/// What a phase cost: CPU for the whole process (server, workers and clients share it) and
+/// the store writer's group commits.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Work {
+    /// Process CPU time (user + system) per item, in milliseconds.
+    pub(crate) cpu_ms_per_item: Option<f64>,
+    /// Process CPU time over wall time: 2.0 is two CPUs busy throughout.
+    pub(crate) cpus_busy: Option<f64>,
+    /// Group transactions committed.
+    pub(crate) commits: u64,
+    /// Write requests run (one per submitted job, claim, report…).
+    pub(crate) write_requests: u64,
+    pub(crate) requests_per_commit: f64,
+    /// Share of the wall time the writer spent in transactions.
+    pub(crate) writer_busy: f64,
+    /// Share of the wall time the writer spent in `COMMIT` (the durable write).
+    pub(crate) writer_committing: f64,
+}
+
+/// This process's CPU time so far (user + system, all threads), from `/proc/self/stat`.
+fn process_cpu() -> Option<Duration> {
+    parse_cpu(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+/// Clock ticks per second of `/proc` times (`USER_HZ`, fixed at 100 in Linux's ABI).
+const USER_HZ: u64 = 100;
+
+fn parse_cpu(stat: &str) -> Option<Duration> {
+    // The command name (field 2) may hold spaces; the fields after it are plain. utime and
+    // stime are fields 14 and 15, so the 12th and 13th after the name's closing parenthesis.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(Duration::from_millis((user + system) * 1000 / USER_HZ))
 }
 
 /// Something listed in the report under a key of its own.
@@ -220,6 +319,15 @@ mod tests {
             "Name:\tstarbridge\nVmPeak:\t  2000 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
         assert_eq!(parse_vm_hwm(status), Some(1234 * 1024));
         assert_eq!(parse_vm_hwm("Name: x\n"), None);
+    }
+
+    #[test]
+    fn process_cpu_is_user_plus_system_ticks() {
+        // pid (comm with a space and a parenthesis) state, then fields 4 to 13, utime, stime.
+        let stat = "42 (tokio (rt) w) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9";
+        assert_eq!(parse_cpu(stat), Some(Duration::from_millis(3250)));
+        assert_eq!(parse_cpu("42 (x) S 1"), None);
+        assert!(process_cpu().is_some(), "/proc/self/stat reads on Linux");
     }
 
     #[test]

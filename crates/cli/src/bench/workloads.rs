@@ -18,7 +18,7 @@ use starbridge_api as api;
 
 use super::harness::{Bench, COMMAND, Pace, QUEUE, Sending, Submission, submit_jobs};
 use super::report::{Config, DatabaseInfo, Report, Resources};
-use super::stats::{DatabaseSize, Latencies, LatencySummary, Throughput, peak_rss_bytes};
+use super::stats::{DatabaseSize, Latencies, LatencySummary, Throughput, Usage, peak_rss_bytes};
 use super::verify::{Verified, verify};
 use super::{BenchArgs, Workload};
 
@@ -212,6 +212,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         "bench: phase 1/3: submitting {jobs} jobs from {} clients, no worker running",
         args.submitters
     );
+    let usage = bench.usage();
     let queued = submit_jobs(
         &bench.api,
         "bench_single",
@@ -221,13 +222,16 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         "submit",
     )
     .await?;
-    let mut throughput = vec![Throughput::new(
-        "submit",
-        format!("submit, {} (no workers)", args.per_request()),
-        queued.jobs.len() as u64,
-        "jobs",
-        queued.seconds(),
-    )];
+    let mut throughput = vec![
+        Throughput::new(
+            "submit",
+            format!("submit, {} (no workers)", args.per_request()),
+            queued.jobs.len() as u64,
+            "jobs",
+            queued.seconds(),
+        )
+        .with_work(&usage, &bench.usage()),
+    ];
     let mut latency = vec![
         queued
             .request_latency
@@ -240,10 +244,12 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         args.workers, args.concurrency
     );
     let drain_start = Instant::now();
+    let usage = bench.usage();
     bench.start_workers()?;
     let drained = bench
         .wait_until_done(queued.jobs.len() as u64, "drain")
         .await?;
+    let drained_usage = bench.usage();
     let mut rate = None;
     let mut paced = None;
     if drained {
@@ -255,7 +261,8 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             queued.jobs.len() as u64,
             "jobs",
             seconds,
-        );
+        )
+        .with_work(&usage, &drained_usage);
         let target = args.rate.unwrap_or(drain.per_second / 2.0).max(1.0);
         throughput.push(drain);
         rate = Some(target);
@@ -268,6 +275,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             start: Instant::now() + Duration::from_millis(20),
             rate: target,
         };
+        let usage = bench.usage();
         let submitted = submit_jobs(
             &bench.api,
             "bench_single",
@@ -283,6 +291,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
                 "end to end",
             )
             .await?;
+        let end_usage = bench.usage();
         let mut sent = Throughput::new(
             "end_to_end",
             format!("end to end, submitted at {target:.0}/s"),
@@ -292,7 +301,8 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
                 .last_answer
                 .saturating_duration_since(pace.start)
                 .as_secs_f64(),
-        );
+        )
+        .with_work(&usage, &end_usage);
         sent.target_per_second = Some(target.round());
         if sent.per_second < 0.95 * target {
             notes.push(format!(
@@ -378,11 +388,12 @@ async fn submit_and_run(
     workflow: &str,
     jobs: usize,
     tasks_per_job: usize,
-) -> Result<Submission> {
+) -> Result<(Submission, Usage, Usage)> {
     eprintln!(
         "bench: submitting {jobs} {workflow} jobs from {} clients to {} workers x {}",
         args.submitters, args.workers, args.concurrency
     );
+    let usage = bench.usage();
     bench.start_workers()?;
     let submission = submit_jobs(
         &bench.api,
@@ -396,7 +407,7 @@ async fn submit_and_run(
     bench
         .wait_until_done((submission.jobs.len() * tasks_per_job) as u64, "run")
         .await?;
-    Ok(submission)
+    Ok((submission, usage, bench.usage()))
 }
 
 /// The handler time of each job, all its tasks together.
@@ -419,7 +430,8 @@ const QUEUEING_NOTE: &str = "every job is submitted at once with the workers run
                              include waiting behind other jobs' tasks";
 
 async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
-    let submission = submit_and_run(bench, args, "bench_chain", jobs, CHAIN_STEPS).await?;
+    let (submission, start, end) =
+        submit_and_run(bench, args, "bench_chain", jobs, CHAIN_STEPS).await?;
     let checked = check(bench, args, &[&submission], CHAIN_STEPS).await?;
     let views = &checked.verified.jobs;
     let seconds = seconds_until(
@@ -473,7 +485,8 @@ async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures,
                 count * CHAIN_STEPS as u64,
                 "steps",
                 seconds,
-            ),
+            )
+            .with_work(&start, &end),
             Throughput::new(
                 "jobs",
                 "jobs, first submit to last end",
@@ -500,7 +513,8 @@ async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures,
 
 async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
     let tasks_per_job = FAN_OUT_WIDTH + 2;
-    let submission = submit_and_run(bench, args, "bench_fanout", jobs, tasks_per_job).await?;
+    let (submission, start, end) =
+        submit_and_run(bench, args, "bench_fanout", jobs, tasks_per_job).await?;
     let checked = check(bench, args, &[&submission], tasks_per_job).await?;
     let views = &checked.verified.jobs;
     let seconds = seconds_until(
@@ -566,7 +580,8 @@ async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
                 count * tasks_per_job as u64,
                 "tasks",
                 seconds,
-            ),
+            )
+            .with_work(&start, &end),
             Throughput::new(
                 "jobs",
                 "jobs, first submit to last end",
