@@ -253,7 +253,7 @@ fn render_store(out: &mut String, stats: &Stats) {
 
 /// The group-commit writer's counters: how many requests share a commit, and how busy it is.
 fn render_writer(out: &mut String, writer: &WriterStats) {
-    let counters: [(&str, &str, String); 6] = [
+    let counters: [(&str, &str, String); 7] = [
         (
             "starbridge_store_commits_total",
             "Group transactions committed by this node's writer.",
@@ -266,13 +266,18 @@ fn render_writer(out: &mut String, writer: &WriterStats) {
         ),
         (
             "starbridge_store_write_requests_total",
-            "Write requests run by the writer, each under its own savepoint (divide by commits for the group size).",
+            "Write requests run by the writer (divide by commits for the group size).",
             writer.requests.to_string(),
         ),
         (
             "starbridge_store_write_retries_total",
             "Write requests run again because another node held their rows.",
             writer.retried.to_string(),
+        ),
+        (
+            "starbridge_store_write_restarts_total",
+            "Group transactions run again with a savepoint per request because a request failed after writing (SQLite).",
+            writer.restarts.to_string(),
         ),
         (
             "starbridge_store_write_seconds_total",

@@ -238,6 +238,7 @@ async fn scrape_shows_store_gauges_and_request_counters() {
     assert_eq!(writer("starbridge_store_commits_total"), 3.0, "{text}");
     assert_eq!(writer("starbridge_store_failed_commits_total"), 0.0);
     assert_eq!(writer("starbridge_store_write_retries_total"), 0.0);
+    assert_eq!(writer("starbridge_store_write_restarts_total"), 0.0);
     let busy = writer("starbridge_store_write_seconds_total");
     let committing = writer("starbridge_store_commit_seconds_total");
     assert!(

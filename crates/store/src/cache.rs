@@ -58,7 +58,8 @@ impl Compiled {
     }
 }
 
-type Key = (String, String, u32);
+/// (namespace, workflow name, version).
+pub(crate) type Key = (String, String, u32);
 
 #[derive(Default)]
 pub(crate) struct WorkflowCache {
@@ -74,6 +75,20 @@ impl WorkflowCache {
         name: &str,
         version: u32,
     ) -> Result<Arc<Compiled>> {
+        self.get_noting(conn, namespace, name, version, &mut Vec::new())
+    }
+
+    /// The same inside a write transaction, which may read a version it stored itself: the key
+    /// of a version loaded now goes to `loaded`, so that it can be forgotten if the transaction
+    /// (or the request's savepoint) rolls back and the version number is reused.
+    pub(crate) fn get_noting(
+        &self,
+        conn: &mut dyn Conn,
+        namespace: &str,
+        name: &str,
+        version: u32,
+        loaded: &mut Vec<Key>,
+    ) -> Result<Arc<Compiled>> {
         let key = (namespace.to_owned(), name.to_owned(), version);
         if let Some(found) = self.lock().get(&key) {
             return Ok(found.clone());
@@ -85,8 +100,20 @@ impl WorkflowCache {
             Error::Corrupt(format!("stored definition of {name} v{version}: {error}"))
         })?;
         let compiled = Arc::new(Compiled::new(workflow, version)?);
-        self.lock().insert(key, compiled.clone());
+        self.lock().insert(key.clone(), compiled.clone());
+        loaded.push(key);
         Ok(compiled)
+    }
+
+    /// Drops versions loaded by a write that was rolled back.
+    pub(crate) fn forget(&self, keys: &[Key]) {
+        if keys.is_empty() {
+            return;
+        }
+        let mut entries = self.lock();
+        for key in keys {
+            entries.remove(key);
+        }
     }
 
     pub(crate) fn clear(&self) {

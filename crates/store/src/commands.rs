@@ -159,7 +159,7 @@ pub(crate) fn submit(
             ));
         }
     };
-    let compiled = ctx.workflows.get(ctx.conn, namespace, &name, version)?;
+    let compiled = ctx.workflow(namespace, &name, version)?;
     let params = request
         .params
         .unwrap_or_else(|| Value::Object(Default::default()));
@@ -530,12 +530,7 @@ fn load_job(ctx: &mut WriteCtx<'_>, id: &JobId, lock: RowLock) -> Result<Option<
 }
 
 fn workflow_of(ctx: &mut WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Compiled>> {
-    ctx.workflows.get(
-        ctx.conn,
-        &state.job.namespace,
-        &state.job.workflow,
-        state.job.version,
-    )
+    ctx.workflow(&state.job.namespace, &state.job.workflow, state.job.version)
 }
 
 fn apply(

@@ -242,6 +242,11 @@ pub(crate) trait Conn: Send {
     /// Runs statements without parameters (transaction control, schema).
     fn batch(&mut self, sql: &str) -> Result<()>;
 
+    /// Rows changed by this connection's statements so far, counting only statements that
+    /// succeeded (a failed one undoes itself). The writer compares readings around a request
+    /// that ran without a savepoint; PostgreSQL, whose requests always have one, reports 0.
+    fn changes(&self) -> u64;
+
     /// Holds a lock on `key` until the transaction ends, so that transactions of other server
     /// nodes that count and then take a limited resource (a serial queue, a lock's slots) run
     /// one after the other. A no-op where one writer serializes every transaction anyway.

@@ -135,6 +135,10 @@ impl Conn for SqliteConn {
         Ok(self.conn.execute_batch(sql)?)
     }
 
+    fn changes(&self) -> u64 {
+        self.conn.total_changes()
+    }
+
     fn lock_key(&mut self, _key: &str) -> Result<()> {
         Ok(())
     }

@@ -252,6 +252,46 @@ async fn params_are_checked_against_the_schema_naming_the_field(f: Fixture) {
     assert!(missing.to_string().contains("cpu"), "{missing}");
 }
 
+/// A submit with an inline definition that is refused (here for its params) stores no version,
+/// and leaves nothing behind in memory either: the version number it would have taken goes to
+/// the next definition applied, whose jobs run that definition's steps.
+async fn a_refused_inline_definition_leaves_no_version_behind(f: Fixture) {
+    let inline = definition(
+        "name: wf\nparams: {type: object, required: [cpu]}\nsteps:\n- {id: refused, queue: q, command: c}\n",
+    );
+    let error = f
+        .store
+        .submit(
+            "default",
+            Submit {
+                definition: Some(inline),
+                params: Some(json!({})),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Invalid(_)), "{error}");
+    let applied = f
+        .store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: kept, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.version, 1, "the refused definition took no version");
+    let submitted = submit(&f.store, "wf", json!({})).await;
+    let steps: Vec<&str> = submitted
+        .state
+        .tasks
+        .iter()
+        .map(|t| t.step.as_str())
+        .collect();
+    assert_eq!(steps, ["kept"]);
+}
+
 async fn a_job_runs_to_success_and_its_history_is_stored_in_order(f: Fixture) {
     f.store
         .apply_workflow("default", "wf", definition(TWO_STEPS))
@@ -1277,6 +1317,7 @@ on_both_backends!(
     invalid_definition_is_refused_with_problems_and_nothing_is_stored,
     submit_with_the_same_key_returns_the_existing_job,
     params_are_checked_against_the_schema_naming_the_field,
+    a_refused_inline_definition_leaves_no_version_behind,
     a_job_runs_to_success_and_its_history_is_stored_in_order,
     concurrent_claims_never_hand_out_the_same_task,
     lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change,

@@ -1,8 +1,18 @@
 //! Group commit: one thread owns the node's only write connection. Requests queue up while a
-//! commit is in flight; the next transaction takes all of them (up to `MAX_BATCH`), runs each
-//! under its own savepoint (a failing request rolls back only its own changes), commits once,
-//! and only then answers every request and wakes the pollers of queues that got work. One fsync
-//! serves many requests, and no request is answered before its change is durable.
+//! commit is in flight; the next transaction takes all of them (up to `MAX_BATCH`), runs each,
+//! commits once, and only then answers every request and wakes the pollers of queues that got
+//! work. One fsync serves many requests, and no request is answered before its change is
+//! durable.
+//!
+//! A refused request must leave nothing behind while the others of its transaction commit. On
+//! PostgreSQL every request runs under a savepoint of its own (any failed statement there
+//! spoils the transaction up to the last savepoint). On SQLite a savepoint per request costs a
+//! copy of every page the request changes first, and almost every refusal (a stale lease, an
+//! invalid submit, an action that does not apply) is decided before anything is written: so
+//! requests run bare, and the writer watches SQLite's change counter. A request that fails
+//! after writing spoils the transaction, which is then rolled back and run again from the start
+//! with a savepoint around every request (every run of a request gives the same answer against
+//! the same rows, so only the answers of the last run are sent).
 //!
 //! On PostgreSQL other nodes write too. A request that waited too long for a row another node
 //! holds (or lost a deadlock, or a unique key race) is rolled back to its savepoint and runs
@@ -19,7 +29,7 @@ use starbridge_core::limits::Limits;
 use starbridge_core::time::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cache::WorkflowCache;
+use crate::cache::{Compiled, Key, WorkflowCache};
 use crate::clock::Clock;
 use crate::db::{Backend, Conn};
 use crate::jobs::JobCache;
@@ -41,18 +51,92 @@ pub(crate) struct WriteCtx<'a> {
     /// Set when webhook deliveries were written: the deliverer is woken after commit.
     pub(crate) deliveries: bool,
     pub(crate) limits: Limits,
+    /// Workflow versions this request compiled into the shared cache (see `workflow`).
+    loaded_workflows: Vec<Key>,
 }
 
-type Reply = Box<dyn FnOnce(Result<()>) + Send>;
+impl WriteCtx<'_> {
+    /// A compiled workflow version as this transaction sees it (perhaps stored by it).
+    pub(crate) fn workflow(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<Arc<Compiled>> {
+        self.workflows.get_noting(
+            self.conn,
+            namespace,
+            name,
+            version,
+            &mut self.loaded_workflows,
+        )
+    }
+}
 
-enum Outcome {
-    /// The request ran (`ok` says whether its changes stay); `reply` answers it after commit.
-    Done { ok: bool, reply: Reply },
-    /// The request met another node's transaction: run it again in the next one.
+/// A queued write request as the writer thread holds it.
+trait Request: Send {
+    /// Runs the request in the open transaction. It may run again (its earlier run rolled back),
+    /// and the result of its last run is what `answer` sends.
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> Ran;
+
+    /// Answers the request once its transaction ended (`committed` says how).
+    fn answer(self: Box<Self>, committed: &Result<()>);
+}
+
+/// How a run of a request went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ran {
+    /// Its changes stay.
+    Kept,
+    /// It was refused: its changes (if any) must go.
+    Refused,
+    /// It met another node's transaction: undo it and run it in the next transaction.
     Again,
 }
 
-type Work = Box<dyn FnMut(&mut WriteCtx<'_>) -> Outcome + Send>;
+/// A request for a `T`: the work, its last result, and where the answer goes.
+struct Queued<T, F> {
+    work: F,
+    result: Option<Result<T>>,
+    reply_to: oneshot::Sender<Result<T>>,
+    tries: u32,
+}
+
+impl<T, F> Request for Queued<T, F>
+where
+    T: Send,
+    F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send,
+{
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> Ran {
+        let result = (self.work)(ctx);
+        if matches!(result, Err(Error::Contended(_))) && self.tries < MAX_TRIES {
+            self.tries += 1;
+            self.result = None;
+            return Ran::Again;
+        }
+        let ran = if result.is_ok() {
+            Ran::Kept
+        } else {
+            Ran::Refused
+        };
+        self.result = Some(result);
+        ran
+    }
+
+    fn answer(self: Box<Self>, committed: &Result<()>) {
+        let answer = match committed {
+            Err(error) => Err(Error::Unavailable(error.to_string())),
+            Ok(()) => self.result.unwrap_or_else(|| {
+                Err(Error::Unavailable(
+                    "the request did not run; nothing was written".to_owned(),
+                ))
+            }),
+        };
+        let _ = self.reply_to.send(answer);
+    }
+}
+
+type Work = Box<dyn Request>;
 
 /// Opens a new write connection (after the old one broke).
 pub(crate) type Connect = Arc<dyn Fn() -> Result<Box<dyn Conn>> + Send + Sync>;
@@ -69,6 +153,7 @@ pub(crate) struct Counters {
     failed: AtomicU64,
     requests: AtomicU64,
     again: AtomicU64,
+    restarts: AtomicU64,
     busy_nanos: AtomicU64,
     commit_nanos: AtomicU64,
 }
@@ -80,10 +165,13 @@ pub struct WriterStats {
     pub commits: u64,
     /// Group transactions that failed (every request in them was refused).
     pub failed_commits: u64,
-    /// Write requests run (each under its own savepoint), whatever their outcome.
+    /// Write requests run, whatever their outcome.
     pub requests: u64,
     /// Requests rolled back to run again because another node held their rows.
     pub retried: u64,
+    /// Group transactions rolled back and run again with a savepoint per request, because a
+    /// request that ran without one failed after writing (SQLite).
+    pub restarts: u64,
     /// Time the writer spent in transactions, from `BEGIN` to the end of `COMMIT`.
     pub busy: std::time::Duration,
     /// Of that, time spent in `COMMIT`: on SQLite mostly the write-ahead log's fsync.
@@ -98,6 +186,7 @@ impl Counters {
             failed_commits: load(&self.failed),
             requests: load(&self.requests),
             retried: load(&self.again),
+            restarts: load(&self.restarts),
             busy: std::time::Duration::from_nanos(load(&self.busy_nanos)),
             committing: std::time::Duration::from_nanos(load(&self.commit_nanos)),
         }
@@ -143,29 +232,18 @@ impl Writer {
     }
 
     /// Queues `work` for the next group transaction at once (requests queued together commit
-    /// together, each under its own savepoint); the answer resolves once it is committed.
-    pub(crate) fn enqueue<T, F>(&self, mut work: F) -> Pending<T>
+    /// together, each refusable on its own); the answer resolves once it is committed.
+    pub(crate) fn enqueue<T, F>(&self, work: F) -> Pending<T>
     where
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
         let (reply_to, reply) = oneshot::channel::<Result<T>>();
-        let mut reply_to = Some(reply_to);
-        let mut tries = 1;
-        let work: Work = Box::new(move |ctx: &mut WriteCtx<'_>| {
-            let result = work(ctx);
-            if matches!(result, Err(Error::Contended(_))) && tries < MAX_TRIES {
-                tries += 1;
-                return Outcome::Again;
-            }
-            let ok = result.is_ok();
-            let reply_to = reply_to.take();
-            let reply: Reply = Box::new(move |commit: Result<()>| {
-                if let Some(reply_to) = reply_to {
-                    let _ = reply_to.send(commit.and(result));
-                }
-            });
-            Outcome::Done { ok, reply }
+        let work: Work = Box::new(Queued {
+            work,
+            result: None,
+            reply_to,
+            tries: 1,
         });
         Pending {
             reply: self.sender.send(work).ok().map(|()| reply),
@@ -246,7 +324,8 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared:
     }
 }
 
-/// Runs one group transaction over `batch`; requests to run again go to `again`.
+/// Runs one group transaction over `batch` and answers its requests; those to run again go to
+/// `again`.
 fn commit_batch(
     conn: &mut dyn Conn,
     batch: &mut Vec<Work>,
@@ -259,37 +338,136 @@ fn commit_batch(
     counters
         .requests
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    let guard = Guard::backend(conn);
+    let mut transaction = match run_transaction(conn, batch, guard, jobs, shared) {
+        Attempt::Ended(transaction) => transaction,
+        Attempt::Spoiled => {
+            counters.restarts.fetch_add(1, Ordering::Relaxed);
+            match run_transaction(conn, batch, Guard::Every, jobs, shared) {
+                Attempt::Ended(transaction) => transaction,
+                Attempt::Spoiled => unreachable!("every request ran under a savepoint"),
+            }
+        }
+    };
+    add_elapsed(&counters.busy_nanos, started);
+    let committed = &transaction.committed;
+    match committed {
+        Ok(()) => &counters.transactions,
+        Err(_) => &counters.failed,
+    }
+    .fetch_add(1, Ordering::Relaxed);
+    if let Err(error) = committed {
+        tracing::error!(%error, "group commit failed; every request in it is refused");
+        let _ = conn.batch("ROLLBACK");
+        shared.workflows.clear();
+        jobs.clear();
+        transaction.wakes.clear();
+    }
+    for (request, ran) in batch.drain(..).zip(transaction.ran) {
+        if ran == Ran::Again && committed.is_ok() {
+            counters.again.fetch_add(1, Ordering::Relaxed);
+            again.push(request);
+        } else {
+            // Requests set to run again are refused too when the commit failed: the database
+            // is in trouble.
+            request.answer(committed);
+        }
+    }
+    if committed.is_ok() {
+        shared.notifier.timers_changed();
+        if transaction.deliveries {
+            shared.notifier.deliveries_changed();
+        }
+    }
+    // Many requests of a batch wake the same queue: wake each once.
+    let mut wakes = transaction.wakes;
+    wakes.sort_unstable();
+    wakes.dedup();
+    for (namespace, queue) in wakes {
+        shared.notifier.wake(&namespace, &queue);
+    }
+}
+
+/// Which requests of a transaction run under a savepoint of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// None: a request that fails after writing spoils the transaction (SQLite).
+    None,
+    /// Every one (PostgreSQL; SQLite after a spoiled attempt).
+    Every,
+}
+
+impl Guard {
+    fn backend(conn: &dyn Conn) -> Guard {
+        match conn.backend() {
+            Backend::Sqlite => Guard::None,
+            Backend::Postgres => Guard::Every,
+        }
+    }
+}
+
+/// A group transaction that ran to its end: how each request ran, what to wake, and whether it
+/// committed.
+struct Transaction {
+    ran: Vec<Ran>,
+    wakes: Vec<(String, String)>,
+    deliveries: bool,
+    committed: Result<()>,
+}
+
+enum Attempt {
+    Ended(Transaction),
+    /// A request without a savepoint failed after writing: the transaction was rolled back, and
+    /// nothing of it stays (in the database or the caches).
+    Spoiled,
+}
+
+/// Runs every request of `batch` in one transaction and commits it.
+fn run_transaction(
+    conn: &mut dyn Conn,
+    batch: &mut [Work],
+    guard: Guard,
+    jobs: &mut JobCache,
+    shared: &Shared,
+) -> Attempt {
+    let mut transaction = Transaction {
+        ran: Vec::with_capacity(batch.len()),
+        wakes: Vec::new(),
+        deliveries: false,
+        committed: Ok(()),
+    };
     let begin = match conn.backend() {
         Backend::Sqlite => "BEGIN IMMEDIATE",
         Backend::Postgres => "BEGIN",
     };
     if let Err(error) = conn.batch(begin) {
         tracing::error!(%error, "cannot begin a write transaction");
-        batch.clear();
-        return;
+        transaction.ran = vec![Ran::Refused; batch.len()];
+        transaction.committed = Err(error);
+        return Attempt::Ended(transaction);
     }
-    let mut replies: Vec<Reply> = Vec::with_capacity(batch.len());
-    let mut wakes = Vec::new();
-    let mut deliveries = false;
     // A failed savepoint command leaves the transaction unusable: then nothing may commit.
     let mut broken: Option<Error> = None;
     // A request's savepoint is closed in the same round trip that opens the next one's (one
     // round trip fewer per request on PostgreSQL); the last one is closed on its own.
     let mut close: Option<&str> = None;
-    for mut work in batch.drain(..) {
+    for request in batch.iter_mut() {
         if broken.is_some() {
-            drop(work);
+            transaction.ran.push(Ran::Refused);
             continue;
         }
-        let open = match close.take() {
-            Some(close) => format!("{close}; SAVEPOINT request"),
-            None => "SAVEPOINT request".to_owned(),
-        };
-        if let Err(error) = conn.batch(&open) {
-            broken = Some(error);
-            drop(work);
-            continue;
+        if guard == Guard::Every {
+            let open = match close.take() {
+                Some(close) => format!("{close}; SAVEPOINT request"),
+                None => "SAVEPOINT request".to_owned(),
+            };
+            if let Err(error) = conn.batch(&open) {
+                broken = Some(error);
+                transaction.ran.push(Ran::Refused);
+                continue;
+            }
         }
+        let changes_before = conn.changes();
         let mut ctx = WriteCtx {
             conn: &mut *conn,
             now: shared.clock.now(),
@@ -298,27 +476,33 @@ fn commit_batch(
             wakes: Vec::new(),
             deliveries: false,
             limits: shared.limits,
+            loaded_workflows: Vec::new(),
         };
-        let keep = match work(&mut ctx) {
-            Outcome::Done { ok, reply } => {
-                replies.push(reply);
-                ok
-            }
-            Outcome::Again => {
-                again.push(work);
-                counters.again.fetch_add(1, Ordering::Relaxed);
-                false
-            }
-        };
-        close = Some(if keep {
-            wakes.append(&mut ctx.wakes);
-            deliveries |= ctx.deliveries;
+        let ran = request.run(&mut ctx);
+        let (mut wakes, deliveries, loaded) = (ctx.wakes, ctx.deliveries, ctx.loaded_workflows);
+        if ran == Ran::Kept {
+            transaction.wakes.append(&mut wakes);
+            transaction.deliveries |= deliveries;
             jobs.request_kept();
-            "RELEASE request"
         } else {
             jobs.request_rolled_back();
-            "ROLLBACK TO request; RELEASE request"
-        });
+            shared.workflows.forget(&loaded);
+            if guard == Guard::None && conn.changes() != changes_before {
+                tracing::debug!("a request failed after writing; running the group again");
+                let _ = conn.batch("ROLLBACK");
+                shared.workflows.clear();
+                jobs.clear();
+                return Attempt::Spoiled;
+            }
+        }
+        if guard == Guard::Every {
+            close = Some(if ran == Ran::Kept {
+                "RELEASE request"
+            } else {
+                "ROLLBACK TO request; RELEASE request"
+            });
+        }
+        transaction.ran.push(ran);
     }
     if broken.is_none()
         && let Some(close) = close
@@ -327,7 +511,9 @@ fn commit_batch(
         broken = Some(error);
     }
     if broken.is_none() && conn.backend() == Backend::Postgres {
-        for payload in crate::postgres::announcements(&shared.node, &wakes, deliveries) {
+        for payload in
+            crate::postgres::announcements(&shared.node, &transaction.wakes, transaction.deliveries)
+        {
             if let Err(error) = conn.announce(&payload) {
                 broken = Some(error);
                 break;
@@ -335,42 +521,121 @@ fn commit_batch(
         }
     }
     let committing = Instant::now();
-    let committed = match broken {
+    transaction.committed = match broken {
         Some(error) => Err(error),
         None => conn.batch("COMMIT"),
     };
-    add_elapsed(&counters.commit_nanos, committing);
-    add_elapsed(&counters.busy_nanos, started);
-    match committed {
-        Ok(()) => &counters.transactions,
-        Err(_) => &counters.failed,
+    add_elapsed(&shared.counters.commit_nanos, committing);
+    Attempt::Ended(transaction)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::mpsc as std_mpsc;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::sqlite::SqliteConn;
+
+    /// A writer on a fresh SQLite file, with its counters and the file's path.
+    fn sqlite_writer(dir: &tempfile::TempDir) -> (Writer, Arc<Counters>, PathBuf) {
+        let path = dir.path().join("writer.db");
+        let mut conn = SqliteConn::open(&path).unwrap();
+        conn.migrate(0).unwrap();
+        let file = path.clone();
+        let connect: Connect =
+            Arc::new(move || SqliteConn::open(&file).map(|conn| Box::new(conn) as Box<dyn Conn>));
+        let counters = Arc::new(Counters::default());
+        let writer = Writer::start(
+            Box::new(conn),
+            Shared {
+                connect,
+                clock: Arc::new(SystemClock),
+                workflows: Arc::default(),
+                notifier: Arc::default(),
+                node: "test".to_owned(),
+                limits: Limits::default(),
+                counters: counters.clone(),
+            },
+        );
+        (writer, counters, path)
     }
-    .fetch_add(1, Ordering::Relaxed);
-    if let Err(error) = &committed {
-        tracing::error!(%error, "group commit failed; every request in it is refused");
-        let _ = conn.batch("ROLLBACK");
-        shared.workflows.clear();
-        jobs.clear();
-        wakes.clear();
-        // Requests set to run again are refused too: the database is in trouble.
-        again.clear();
-    }
-    for reply in replies {
-        reply(match &committed {
-            Ok(()) => Ok(()),
-            Err(error) => Err(Error::Unavailable(error.to_string())),
+
+    /// Holds the writer inside a transaction until the returned sender is dropped, so that
+    /// requests queued meanwhile share the next group transaction.
+    fn hold_writer(writer: &Writer) -> (std_mpsc::Sender<()>, Pending<()>) {
+        let (release, held) = std_mpsc::channel::<()>();
+        let (entered, inside) = std_mpsc::channel::<()>();
+        let held = std::sync::Mutex::new(held);
+        let pending = writer.enqueue(move |_ctx| {
+            let _ = entered.send(());
+            let _ = held.lock().unwrap().recv();
+            Ok(())
         });
+        inside.recv().unwrap();
+        (release, pending)
     }
-    if committed.is_ok() {
-        shared.notifier.timers_changed();
-        if deliveries {
-            shared.notifier.deliveries_changed();
-        }
+
+    fn insert_namespace(ctx: &mut WriteCtx<'_>, name: &str) -> Result<()> {
+        crate::rows::ensure_namespace(ctx.conn, name, ctx.now)
     }
-    // Many requests of a batch wake the same queue: wake each once.
-    wakes.sort_unstable();
-    wakes.dedup();
-    for (namespace, queue) in wakes {
-        shared.notifier.wake(&namespace, &queue);
+
+    fn namespaces(path: &Path) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut statement = conn
+            .prepare("SELECT name FROM namespaces ORDER BY name")
+            .unwrap();
+        statement
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_request_refused_after_writing_leaves_nothing_and_the_others_of_its_group_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, counters, path) = sqlite_writer(&dir);
+        let (release, holder) = hold_writer(&writer);
+        let first = writer.enqueue(|ctx| insert_namespace(ctx, "first"));
+        let refused = writer.enqueue(|ctx| {
+            insert_namespace(ctx, "refused")?;
+            Err::<(), _>(Error::Conflict("refused after writing".to_owned()))
+        });
+        let last = writer.enqueue(|ctx| insert_namespace(ctx, "last"));
+        drop(release);
+        holder.answer().await.unwrap();
+        first.answer().await.unwrap();
+        assert!(matches!(refused.answer().await, Err(Error::Conflict(_))));
+        last.answer().await.unwrap();
+        assert_eq!(namespaces(&path), ["first", "last"]);
+        let stats = counters.read();
+        assert_eq!(stats.restarts, 1, "{stats:?}");
+        assert_eq!(
+            stats.commits, 2,
+            "the held transaction, then the group: {stats:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_refused_before_writing_costs_its_group_no_second_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, counters, path) = sqlite_writer(&dir);
+        let (release, holder) = hold_writer(&writer);
+        let runs = Arc::new(AtomicU64::new(0));
+        let counted = runs.clone();
+        let first = writer.enqueue(move |ctx| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            insert_namespace(ctx, "first")
+        });
+        let refused = writer.enqueue(|_ctx| Err::<(), _>(Error::Conflict("refused".to_owned())));
+        drop(release);
+        holder.answer().await.unwrap();
+        first.answer().await.unwrap();
+        assert!(matches!(refused.answer().await, Err(Error::Conflict(_))));
+        assert_eq!(namespaces(&path), ["first"]);
+        assert_eq!(runs.load(Ordering::Relaxed), 1);
+        assert_eq!(counters.read().restarts, 0);
     }
 }
