@@ -257,6 +257,9 @@ fn off_runtime<T: Send + 'static>(open: impl FnOnce() -> Result<T> + Send + 'sta
 /// What opening a backend gives the store: the migrated write connection and how to open more.
 struct Opened {
     writer: Box<dyn Conn>,
+    /// Opens a new write connection when the writer's broke.
+    reconnect_writer: Connect,
+    /// Opens a read connection.
     connect: Connect,
     sqlite_file: Option<PathBuf>,
     applied: usize,
@@ -279,6 +282,7 @@ fn open_backend(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Op
         });
         return Ok(Opened {
             writer: Box::new(writer),
+            reconnect_writer: connect.clone(),
             connect,
             sqlite_file: None,
             applied,
@@ -286,14 +290,19 @@ fn open_backend(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Op
         });
     }
     let path = sqlite_path(url)?;
-    let mut writer = sqlite::SqliteConn::open(&path)?;
+    let mut writer = sqlite::SqliteConn::open_writer(&path)?;
     let applied = writer.migrate(now_millis)?;
     let file = path.clone();
     let connect: Connect = Arc::new(move || {
         sqlite::SqliteConn::open(&file).map(|conn| Box::new(conn) as Box<dyn Conn>)
     });
+    let file = path.clone();
+    let reconnect_writer: Connect = Arc::new(move || {
+        sqlite::SqliteConn::open_writer(&file).map(|conn| Box::new(conn) as Box<dyn Conn>)
+    });
     Ok(Opened {
         writer: Box::new(writer),
+        reconnect_writer,
         connect,
         sqlite_file: Some(path),
         applied,
@@ -327,7 +336,7 @@ impl Store {
         let writer = Writer::start(
             opened.writer,
             Shared {
-                connect: opened.connect.clone(),
+                connect: opened.reconnect_writer,
                 clock: clock.clone(),
                 workflows: workflows.clone(),
                 notifier: notifier.clone(),
