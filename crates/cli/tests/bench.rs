@@ -125,8 +125,11 @@ fn every_workload_runs_each_job_exactly_once() {
     for key in ["submit", "steps", "jobs"] {
         assert_throughput(&chain, key);
     }
-    for key in ["submit_request", "step_overhead", "step_handoff", "job"] {
-        assert_latency(&chain, key);
+    assert_latency(&chain, "submit_request");
+    for how in ["all_at_once", "one_at_a_time"] {
+        for key in ["step_overhead", "step_handoff", "job"] {
+            assert_latency(&chain, &format!("{key}_{how}"));
+        }
     }
 
     let fanout = bench(&["--workload", "fanout", "--jobs", "2"]);
@@ -135,8 +138,11 @@ fn every_workload_runs_each_job_exactly_once() {
     for key in ["submit", "tasks", "jobs"] {
         assert_throughput(&fanout, key);
     }
-    for key in ["submit_request", "fan_out", "fan_in", "job"] {
-        assert_latency(&fanout, key);
+    assert_latency(&fanout, "submit_request");
+    for how in ["all_at_once", "one_at_a_time"] {
+        for key in ["fan_out_ready", "fan_out", "fan_in_ready", "fan_in", "job"] {
+            assert_latency(&fanout, &format!("{key}_{how}"));
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 //! are in migration `0004_browse.sql` (PostgreSQL: `0003_browse.sql`). The SQL is portable:
 //! row values, plain comparisons, numbered placeholders.
 
-use crate::db::{Arg, Conn, Row, Value as SqlValue, args, bind};
+use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, bind};
 use starbridge_core::ids::JobId;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;

@@ -2,7 +2,6 @@
 //! lets the pure state machine decide, and persists the new state, its history events and the
 //! wake-ups in the same transaction.
 
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
@@ -88,6 +87,7 @@ fn store_workflow(ctx: &mut WriteCtx<'_>, namespace: &str, workflow: Workflow) -
     Compiled::new(workflow, version)?;
     rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
     rows::insert_workflow(ctx.conn, &stored)?;
+    ctx.reads.forget_version(namespace, &name);
     for queue in queues.into_iter().collect::<HashSet<_>>() {
         rows::ensure_queue(ctx.conn, namespace, &queue, ctx.now)?;
     }
@@ -107,9 +107,18 @@ pub(crate) fn submit(
             return Err(invalid("key", "must be 1 to 256 characters"));
         }
         if let Some(existing) = rows::job_by_key(ctx.conn, namespace, key)? {
-            let state = load_job(ctx, &existing, RowLock::None)?
-                .ok_or_else(|| Error::Corrupt(format!("job {existing} of key {key} vanished")))?;
-            ctx.jobs.keep(state.clone());
+            // Read, not taken for change: it goes back to the cache as it was (on PostgreSQL it
+            // is not locked, so it is not cached).
+            let state =
+                match ctx.jobs.take(&existing) {
+                    Some(cached) => {
+                        ctx.jobs.keep(cached.clone());
+                        cached
+                    }
+                    None => rows::lock_job_state(ctx.conn, &existing, RowLock::None)?.ok_or_else(
+                        || Error::Corrupt(format!("job {existing} of key {key} vanished")),
+                    )?,
+                };
             if let Some(workflow) = &request.workflow
                 && *workflow != state.job.workflow
             {
@@ -142,13 +151,11 @@ pub(crate) fn submit(
             check_name(name).map_err(|message| invalid("workflow", message))?;
             let version = match request.version {
                 Some(version) => version,
-                None => rows::workflow(ctx.conn, namespace, name, None)?
-                    .ok_or_else(|| {
-                        Error::NotFound(format!(
-                            "workflow '{name}' not found in namespace '{namespace}': apply it first"
-                        ))
-                    })?
-                    .version,
+                None => ctx.latest_version(namespace, name)?.ok_or_else(|| {
+                    Error::NotFound(format!(
+                        "workflow '{name}' not found in namespace '{namespace}': apply it first"
+                    ))
+                })?,
             };
             (name.clone(), version)
         }
@@ -296,9 +303,27 @@ pub(crate) fn claim(
         }
     }
     let mut claimed = Vec::new();
-    // Each job is loaded once per claim, however many of its tasks are claimed (`None`: another
-    // node holds it).
+    // Each job is loaded once per claim, however many of its tasks are claimed, and those not
+    // cached together (`None`: another node holds it).
     let mut jobs: HashMap<JobId, Option<JobState>> = HashMap::new();
+    let mut missing = Vec::new();
+    for candidate in &candidates {
+        if jobs.contains_key(&candidate.job) {
+            continue;
+        }
+        match ctx.jobs.take(&candidate.job) {
+            Some(state) => {
+                jobs.insert(candidate.job.clone(), Some(state));
+            }
+            None => {
+                jobs.insert(candidate.job.clone(), None);
+                missing.push(candidate.job.clone());
+            }
+        }
+    }
+    for state in rows::lock_job_states(ctx.conn, &missing, RowLock::Skip)? {
+        jobs.insert(state.job.id.clone(), Some(state));
+    }
     for candidate in dispatch::order(candidates, usize::MAX) {
         if claimed.len() >= max as usize {
             break;
@@ -310,11 +335,7 @@ pub(crate) fn claim(
             *free -= 1;
         }
         // A job another node is changing right now is left for a later claim.
-        let state = match jobs.entry(candidate.job.clone()) {
-            Entry::Occupied(entry) => entry.into_mut(),
-            Entry::Vacant(entry) => entry.insert(load_job(ctx, &candidate.job, RowLock::Skip)?),
-        };
-        let Some(state) = state else {
+        let Some(Some(state)) = jobs.get_mut(&candidate.job) else {
             continue;
         };
         let compiled = workflow_of(ctx, state)?;
@@ -384,7 +405,10 @@ pub(crate) fn report(
     scope: &TaskScope,
 ) -> Result<Reported> {
     let not_found = || Error::NotFound(format!("task {task_id} not found"));
-    let job_id = rows::job_of_task(ctx.conn, task_id)?.ok_or_else(not_found)?;
+    let job_id = match ctx.jobs.job_of(task_id) {
+        Some(job) => job.clone(),
+        None => rows::job_of_task(ctx.conn, task_id)?.ok_or_else(not_found)?,
+    };
     let mut state = load_job(ctx, &job_id, RowLock::Wait)?
         .ok_or_else(|| Error::Corrupt(format!("job {job_id} of task {task_id} not found")))?;
     let queue = state.task(task_id).map(|task| task.queue.as_str());
@@ -405,6 +429,30 @@ pub(crate) fn report(
         lease,
         job_status,
     })
+}
+
+/// Loads the jobs of the tasks a group's reports name that are not cached, in a few set-based
+/// statements, their rows locked (on PostgreSQL) until the transaction ends: each report then
+/// finds its job in the cache. Jobs that ended are not cached; their reports read them alone.
+pub(crate) fn prefetch(ctx: &mut WriteCtx<'_>, tasks: &[TaskId]) -> Result<()> {
+    let unknown: Vec<TaskId> = tasks
+        .iter()
+        .filter(|task| ctx.jobs.job_of(task).is_none())
+        .cloned()
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let mut jobs: Vec<JobId> = rows::jobs_of_tasks(ctx.conn, &unknown)?
+        .into_iter()
+        .map(|(_, job)| job)
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    for state in rows::lock_job_states(ctx.conn, &jobs, RowLock::Wait)? {
+        ctx.jobs.load(state);
+    }
+    Ok(())
 }
 
 /// An operator's action on a job of `namespace`; returns the job as it is afterwards.
@@ -570,7 +618,7 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
         match action {
             Action::SaveJob => {
                 if !saved_job {
-                    rows::save_job(ctx.conn, &state.job)?;
+                    ctx.conn.defer_job(&state.job);
                     saved_job = true;
                 }
             }
@@ -579,7 +627,7 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                     let task = state
                         .task(&id)
                         .ok_or_else(|| Error::Corrupt(format!("task {id} to save is missing")))?;
-                    rows::save_task(ctx.conn, namespace, task)?;
+                    ctx.conn.defer_task(namespace, task);
                 }
             }
             Action::Record(event) => {
@@ -588,7 +636,7 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                     .as_ref()
                     .and_then(|id| state.task(id))
                     .map(|task| task.step.as_str());
-                rows::insert_event(ctx.conn, &state.job.id, step, &event)?;
+                ctx.conn.defer_event(&state.job.id, step, &event);
             }
             Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
             Action::ReleaseLock { key } => released.push(key),

@@ -79,18 +79,35 @@ impl ToArg for f64 {
     }
 }
 
-/// An owned parameter, for statements assembled piece by piece (filters).
+/// An owned parameter, for statements assembled piece by piece (filters) or rows written
+/// later (see `deferred`).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value {
+    Null,
     Int(i64),
+    Real(f64),
     Text(String),
 }
 
 impl ToArg for Value {
     fn to_arg(&self) -> Arg<'_> {
         match self {
+            Value::Null => Arg::Null,
             Value::Int(value) => Arg::Int(*value),
+            Value::Real(value) => Arg::Real(*value),
             Value::Text(value) => Arg::Text(value),
+        }
+    }
+}
+
+impl Value {
+    /// The owned form of a parameter.
+    pub(crate) fn of(arg: &Arg<'_>) -> Value {
+        match *arg {
+            Arg::Null => Value::Null,
+            Arg::Int(value) => Value::Int(value),
+            Arg::Real(value) => Value::Real(value),
+            Arg::Text(value) => Value::Text(value.to_owned()),
         }
     }
 }
@@ -105,6 +122,36 @@ impl From<String> for Value {
     fn from(value: String) -> Value {
         Value::Text(value)
     }
+}
+
+/// Rows (or ids) per statement of a set-based statement, largest first: a set is handled in
+/// chunks of these sizes, so that a handful of statement texts (each prepared once) serve every
+/// size.
+const CHUNKS: [usize; 7] = [64, 32, 16, 8, 4, 2, 1];
+
+/// `items` in chunks of the sizes of `CHUNKS`, largest first.
+pub(crate) fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let size = CHUNKS
+            .into_iter()
+            .find(|size| *size <= rest.len())
+            .unwrap_or(1);
+        let (chunk, after) = rest.split_at(size);
+        rest = after;
+        Some(chunk)
+    })
+}
+
+/// `?1, ?2, …, ?count`: the placeholders of an `IN` list.
+pub(crate) fn placeholders(count: usize) -> String {
+    (1..=count)
+        .map(|n| format!("?{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Binds owned parameters.
@@ -242,11 +289,6 @@ pub(crate) trait Conn: Send {
     /// Runs statements without parameters (transaction control, schema).
     fn batch(&mut self, sql: &str) -> Result<()>;
 
-    /// Rows changed by this connection's statements so far, counting only statements that
-    /// succeeded (a failed one undoes itself). The writer compares readings around a request
-    /// that ran without a savepoint; PostgreSQL, whose requests always have one, reports 0.
-    fn changes(&self) -> u64;
-
     /// Holds a lock on `key` until the transaction ends, so that transactions of other server
     /// nodes that count and then take a limited resource (a serial queue, a lock's slots) run
     /// one after the other. A no-op where one writer serializes every transaction anyway.
@@ -260,8 +302,9 @@ pub(crate) trait Conn: Send {
     fn is_usable(&self) -> bool;
 }
 
-impl dyn Conn + '_ {
-    pub(crate) fn query_map<T>(
+/// Reading helpers over any connection (the writer's holds row writes back, see `deferred`).
+pub(crate) trait Queries: Conn {
+    fn query_map<T>(
         &mut self,
         sql: &str,
         args: &[Arg<'_>],
@@ -270,7 +313,7 @@ impl dyn Conn + '_ {
         self.query(sql, args)?.iter_mut().map(&mut map).collect()
     }
 
-    pub(crate) fn query_opt<T>(
+    fn query_opt<T>(
         &mut self,
         sql: &str,
         args: &[Arg<'_>],
@@ -280,7 +323,7 @@ impl dyn Conn + '_ {
     }
 
     /// The first column of the only row (an aggregate, a count).
-    pub(crate) fn query_value<T: FromCell>(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<T> {
+    fn query_value<T: FromCell>(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<T> {
         let mut rows = self.query(sql, args)?;
         let row = rows
             .first_mut()
@@ -288,6 +331,8 @@ impl dyn Conn + '_ {
         row.get(0)
     }
 }
+
+impl<C: Conn + ?Sized> Queries for C {}
 
 /// Applies, in one transaction opened with `begin`, the migrations newer than the last one
 /// recorded; returns how many. Both backends' DDL is transactional, so a failed migration leaves
@@ -396,6 +441,15 @@ mod tests {
             postgres_sql("INSERT INTO t (ID, Item) VALUES (?1, ?2)"),
             "INSERT INTO t (ID, Item) VALUES ($1, $2)"
         );
+    }
+
+    #[test]
+    fn sets_go_in_chunks_of_few_sizes_largest_first() {
+        let items: Vec<u32> = (0..200).collect();
+        let sizes: Vec<usize> = chunks(&items).map(<[u32]>::len).collect();
+        assert_eq!(sizes, [64, 64, 64, 8]);
+        assert_eq!(chunks::<u32>(&[]).count(), 0);
+        assert_eq!(placeholders(3), "?1, ?2, ?3");
     }
 
     #[test]

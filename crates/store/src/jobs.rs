@@ -1,77 +1,135 @@
 //! Unfinished jobs kept in memory by the writer thread, so that a claim or a report does not
 //! read the whole job (its row and every task row, with their JSON) back from the database it
 //! just wrote. A fan-out of 100 children is then read once, not once per child claimed and once
-//! per child completed.
+//! per child completed. The tasks of cached jobs are indexed, so a report finds its job without
+//! a query.
 //!
-//! The cache is used only where it is provably current: on SQLite, where this node's writer
-//! thread makes every change to jobs and tasks, so a job's rows can only change through a
-//! command that took the job out of the cache first. On PostgreSQL other nodes change jobs too,
-//! and the cache stays empty.
+//! The cache is used only where it is provably current:
+//!
+//! - on SQLite (`Lifetime::Store`), where this node's writer thread makes every change to jobs
+//!   and tasks, so a job's rows can only change through a command that took the job out of the
+//!   cache first;
+//! - on PostgreSQL (`Lifetime::Transaction`), other nodes change jobs too, but never a job whose
+//!   row this transaction locked (every change locks its job first) or inserted: the cache keeps
+//!   such jobs until the transaction ends, and then forgets everything.
 //!
 //! A command takes the job out (`take`), changes it, persists it and puts it back (`keep`).
-//! A request whose changes are rolled back to its savepoint drops what it put back
-//! (`rolled_back`); a failed commit empties the cache. A job that ended is not kept (it is
-//! rarely changed again, and the retention pruner deletes finished jobs' rows).
+//! A request whose changes are rolled back drops what it put back (`request_rolled_back`); a
+//! failed commit empties the cache. A job that ended is not kept (it is rarely changed again,
+//! and the retention pruner deletes finished jobs' rows).
 
 use std::collections::HashMap;
 
-use starbridge_core::ids::JobId;
+use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::JobState;
 
 /// Most jobs kept; past it, an arbitrary entry goes (the database has every job anyway).
 const CAPACITY: usize = 8192;
 
+/// How long a cached job stays right.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lifetime {
+    /// As long as the store is open: this writer is the database's only one.
+    Store,
+    /// Until the transaction that locked it ends.
+    Transaction,
+}
+
 pub(crate) struct JobCache {
-    enabled: bool,
+    lifetime: Lifetime,
     entries: HashMap<JobId, JobState>,
+    /// The job of every task of a cached job.
+    tasks: HashMap<TaskId, JobId>,
     /// Jobs put back by the request running now: dropped if its changes are rolled back.
     kept_by_request: Vec<JobId>,
 }
 
 impl JobCache {
-    /// A cache that keeps jobs when `enabled` (the node's writer is the database's only one).
-    pub(crate) fn new(enabled: bool) -> JobCache {
+    pub(crate) fn new(lifetime: Lifetime) -> JobCache {
         JobCache {
-            enabled,
+            lifetime,
             entries: HashMap::new(),
+            tasks: HashMap::new(),
             kept_by_request: Vec::new(),
         }
     }
 
     /// Takes the job out of the cache; a command puts it back with `keep` once persisted.
     pub(crate) fn take(&mut self, id: &JobId) -> Option<JobState> {
-        self.entries.remove(id)
+        let state = self.entries.remove(id)?;
+        self.forget_tasks(&state);
+        Some(state)
     }
 
-    /// Keeps a job as it was just persisted in the open transaction.
+    /// The job of a task, if the task's job is cached.
+    pub(crate) fn job_of(&self, task: &TaskId) -> Option<&JobId> {
+        self.tasks.get(task)
+    }
+
+    /// Keeps a job as it was just persisted (or inserted) in the open transaction, which on
+    /// PostgreSQL must hold the job's row lock.
     pub(crate) fn keep(&mut self, state: JobState) {
-        if !self.enabled || state.job.status.is_terminal() {
-            return;
+        let id = state.job.id.clone();
+        if self.insert(state) {
+            self.kept_by_request.push(id);
+        }
+    }
+
+    /// Caches a job read (on PostgreSQL: and locked) by the open transaction before its
+    /// requests run; a request that is rolled back does not take it along.
+    pub(crate) fn load(&mut self, state: JobState) {
+        self.insert(state);
+    }
+
+    /// Caches a job unless it ended; true when it did.
+    fn insert(&mut self, state: JobState) -> bool {
+        if state.job.status.is_terminal() {
+            return false;
         }
         if self.entries.len() >= CAPACITY
             && let Some(evicted) = self.entries.keys().next().cloned()
+            && let Some(evicted) = self.entries.remove(&evicted)
         {
-            self.entries.remove(&evicted);
+            self.forget_tasks(&evicted);
         }
-        self.kept_by_request.push(state.job.id.clone());
+        for task in &state.tasks {
+            self.tasks.insert(task.id.clone(), state.job.id.clone());
+        }
         self.entries.insert(state.job.id.clone(), state);
+        true
     }
 
-    /// The request's changes stay (released savepoint).
+    fn forget_tasks(&mut self, state: &JobState) {
+        for task in &state.tasks {
+            self.tasks.remove(&task.id);
+        }
+    }
+
+    /// The request's changes stay.
     pub(crate) fn request_kept(&mut self) {
         self.kept_by_request.clear();
     }
 
-    /// The request's changes were rolled back to its savepoint: forget what it kept.
+    /// The request's changes were rolled back: forget what it kept.
     pub(crate) fn request_rolled_back(&mut self) {
-        for id in self.kept_by_request.drain(..) {
-            self.entries.remove(&id);
+        for id in std::mem::take(&mut self.kept_by_request) {
+            if let Some(state) = self.entries.remove(&id) {
+                self.forget_tasks(&state);
+            }
+        }
+    }
+
+    /// The transaction ended (committed or not): on PostgreSQL its row locks are gone.
+    pub(crate) fn transaction_ended(&mut self) {
+        if self.lifetime == Lifetime::Transaction {
+            self.clear();
         }
     }
 
     /// The transaction did not commit (or rows changed outside the commands): forget everything.
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
+        self.tasks.clear();
         self.kept_by_request.clear();
     }
 }
@@ -79,7 +137,7 @@ impl JobCache {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use starbridge_core::model::{Job, JobStatus};
+    use starbridge_core::model::{Job, JobStatus, Task};
     use starbridge_core::time::Timestamp;
 
     use super::*;
@@ -111,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_rolled_back_request_leaves_nothing_it_kept() {
-        let mut cache = JobCache::new(true);
+        let mut cache = JobCache::new(Lifetime::Store);
         cache.keep(job("a", JobStatus::Running));
         cache.request_kept();
         let a = cache.take(&JobId::from_unique("a")).unwrap();
@@ -123,18 +181,44 @@ mod tests {
     }
 
     #[test]
-    fn ended_jobs_and_a_disabled_cache_keep_nothing() {
-        let mut cache = JobCache::new(true);
+    fn ended_jobs_are_not_kept_and_a_transaction_cache_forgets_at_its_end() {
+        let mut cache = JobCache::new(Lifetime::Store);
         cache.keep(job("done", JobStatus::Succeeded));
         assert!(cache.take(&JobId::from_unique("done")).is_none());
-        let mut off = JobCache::new(false);
-        off.keep(job("a", JobStatus::Running));
-        assert!(off.take(&JobId::from_unique("a")).is_none());
+        cache.keep(job("a", JobStatus::Running));
+        cache.transaction_ended();
+        assert!(cache.take(&JobId::from_unique("a")).is_some());
+        let mut locked = JobCache::new(Lifetime::Transaction);
+        locked.keep(job("a", JobStatus::Running));
+        locked.transaction_ended();
+        assert!(locked.take(&JobId::from_unique("a")).is_none());
+    }
+
+    #[test]
+    fn a_task_leads_to_its_cached_job_until_the_job_is_taken() {
+        let mut cache = JobCache::new(Lifetime::Store);
+        let mut state = job("a", JobStatus::Running);
+        let task: Task = serde_json::from_value(json!({
+            "id": "tsk_1", "job_id": "job_a", "seq": 0, "kind": "step", "step": "s",
+            "item": null, "compensates": null, "queue": "q", "command": "c", "status": "ready",
+            "priority": 0, "attempt": 0, "checking": false, "available_at": null,
+            "deadline_at": null, "lease_token": null, "lease_expires_at": null, "worker_id": null,
+            "input": null, "output": null, "error": null, "progress": null, "logs": null,
+            "created_at": 0, "ready_at": null, "started_at": null, "ended_at": null,
+            "completed_seq": null, "held": false, "round": 0, "attempt_base": 0
+        }))
+        .unwrap();
+        let task_id = task.id.clone();
+        state.tasks.push(task);
+        cache.keep(state);
+        assert_eq!(cache.job_of(&task_id), Some(&JobId::from_unique("a")));
+        cache.take(&JobId::from_unique("a"));
+        assert_eq!(cache.job_of(&task_id), None);
     }
 
     #[test]
     fn a_taken_job_is_gone_until_kept_again() {
-        let mut cache = JobCache::new(true);
+        let mut cache = JobCache::new(Lifetime::Store);
         cache.keep(job("a", JobStatus::Running));
         cache.request_kept();
         assert!(cache.take(&JobId::from_unique("a")).is_some());

@@ -11,6 +11,7 @@ mod cache;
 mod clock;
 mod commands;
 mod db;
+mod deferred;
 mod jobs;
 mod notify;
 mod postgres;
@@ -50,7 +51,7 @@ pub use webhooks::{
     Webhook,
 };
 
-use db::Conn;
+use db::{Conn, Queries};
 use reader::ReadPool;
 pub use writer::WriterStats;
 use writer::{Connect, Shared, Writer};
@@ -450,7 +451,10 @@ impl Store {
     /// A worker's report on a task; a task outside `scope` is not found.
     pub async fn report(&self, task: TaskId, input: Input, scope: TaskScope) -> Result<Reported> {
         self.writer
-            .write(move |ctx| commands::report(ctx, &task, input.clone(), &scope))
+            .enqueue_report(task.clone(), move |ctx| {
+                commands::report(ctx, &task, input.clone(), &scope)
+            })
+            .answer()
             .await
     }
 
@@ -465,8 +469,9 @@ impl Store {
             .into_iter()
             .map(|(task, input)| {
                 let scope = scope.clone();
-                self.writer
-                    .enqueue(move |ctx| commands::report(ctx, &task, input.clone(), &scope))
+                self.writer.enqueue_report(task.clone(), move |ctx| {
+                    commands::report(ctx, &task, input.clone(), &scope)
+                })
             })
             .collect();
         writer::answers(pending).await

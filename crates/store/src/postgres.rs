@@ -249,10 +249,6 @@ impl Conn for PgConn {
         Ok(self.client.batch_execute(sql)?)
     }
 
-    fn changes(&self) -> u64 {
-        0
-    }
-
     fn lock_key(&mut self, key: &str) -> Result<()> {
         let key = format!("{}/{key}", self.schema);
         self.execute(

@@ -2,7 +2,9 @@
 //! `stats.rs`, `schedules.rs`, `webhooks.rs` and the migrations); it is written once for both
 //! backends (see `db`).
 
-use crate::db::{Arg, Conn, Row, args};
+use std::collections::HashMap;
+
+use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
 use serde_json::Value;
 use starbridge_core::dispatch::{Bucket, Candidate, QueueConfig, QueueMode, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
@@ -292,6 +294,68 @@ pub(crate) fn lock_job_state(
     Ok(Some(JobState { job, tasks }))
 }
 
+/// Jobs with their tasks (those that exist, and with `RowLock::Skip` that no other node holds),
+/// their rows locked as `lock` says, in a few set-based statements. Rows are locked in id
+/// order, so that two transactions locking overlapping sets cannot wait on each other.
+pub(crate) fn lock_job_states(
+    conn: &mut dyn Conn,
+    ids: &[JobId],
+    lock: RowLock,
+) -> Result<Vec<JobState>> {
+    let mut states = Vec::with_capacity(ids.len());
+    for chunk in chunks(ids) {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({}) ORDER BY id{}",
+            placeholders(chunk.len()),
+            lock.clause()
+        );
+        let values: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id.as_str())).collect();
+        let jobs = conn
+            .query_map(&sql, &values, job_from_row)?
+            .into_iter()
+            .map(RawJob::into_job)
+            .collect::<Result<Vec<_>>>()?;
+        if jobs.is_empty() {
+            continue;
+        }
+        let found: Vec<Arg<'_>> = jobs.iter().map(|job| Arg::Text(job.id.as_str())).collect();
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE job_id IN ({}) ORDER BY job_id, seq",
+            placeholders(found.len())
+        );
+        let mut tasks: HashMap<JobId, Vec<Task>> = HashMap::with_capacity(jobs.len());
+        for raw in conn.query_map(&sql, &found, task_from_row)? {
+            let task = raw.into_task()?;
+            tasks.entry(task.job_id.clone()).or_default().push(task);
+        }
+        states.extend(jobs.into_iter().map(|job| JobState {
+            tasks: tasks.remove(&job.id).unwrap_or_default(),
+            job,
+        }));
+    }
+    Ok(states)
+}
+
+/// The job of each of these tasks that exists.
+pub(crate) fn jobs_of_tasks(conn: &mut dyn Conn, tasks: &[TaskId]) -> Result<Vec<(TaskId, JobId)>> {
+    let mut found = Vec::with_capacity(tasks.len());
+    for chunk in chunks(tasks) {
+        let sql = format!(
+            "SELECT id, job_id FROM tasks WHERE id IN ({})",
+            placeholders(chunk.len())
+        );
+        let values: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id.as_str())).collect();
+        for (task, job) in conn.query_map(&sql, &values, |row| {
+            Ok((row.get::<String>(0)?, row.get::<String>(1)?))
+        })? {
+            if let (Some(task), Some(job)) = (TaskId::parse(&task), JobId::parse(&job)) {
+                found.push((task, job));
+            }
+        }
+    }
+    Ok(found)
+}
+
 pub(crate) fn job_of_task(conn: &mut dyn Conn, task: &TaskId) -> Result<Option<JobId>> {
     let id: Option<String> = conn.query_opt(
         "SELECT job_id FROM tasks WHERE id = ?1",
@@ -310,124 +374,260 @@ pub(crate) fn job_by_key(conn: &mut dyn Conn, namespace: &str, key: &str) -> Res
     Ok(id.and_then(|id| JobId::parse(&id)))
 }
 
-pub(crate) fn save_job(conn: &mut dyn Conn, job: &Job) -> Result<()> {
+/// How the rows of a table are written in sets (see `deferred`): its columns, and for rows
+/// that may exist already, the key and the columns an existing row takes from the new one.
+pub(crate) struct RowWrite {
+    pub(crate) table: &'static str,
+    pub(crate) columns: &'static [&'static str],
+    pub(crate) upsert: Option<(&'static str, &'static [&'static str])>,
+}
+
+impl RowWrite {
+    /// The `INSERT` of `rows` rows, their values bound as `?1, ?2, …` row after row.
+    pub(crate) fn sql(&self, rows: usize) -> String {
+        let width = self.columns.len();
+        let mut sql = format!(
+            "INSERT INTO {} ({}) VALUES ",
+            self.table,
+            self.columns.join(", ")
+        );
+        for row in 0..rows {
+            if row > 0 {
+                sql.push_str(", ");
+            }
+            sql.push('(');
+            for column in 0..width {
+                if column > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("?{}", row * width + column + 1));
+            }
+            sql.push(')');
+        }
+        if let Some((key, updated)) = self.upsert {
+            let set: Vec<String> = updated
+                .iter()
+                .map(|column| format!("{column} = excluded.{column}"))
+                .collect();
+            sql.push_str(&format!(
+                " ON CONFLICT ({key}) DO UPDATE SET {}",
+                set.join(", ")
+            ));
+        }
+        sql
+    }
+}
+
+/// Jobs: a new row at submit, its changing columns afterwards.
+pub(crate) const JOB_WRITE: RowWrite = RowWrite {
+    table: "jobs",
+    columns: &[
+        "id",
+        "namespace",
+        "workflow",
+        "version",
+        "status",
+        "params",
+        "key",
+        "priority",
+        "created_at",
+        "started_at",
+        "ended_at",
+        "deadline_at",
+        "wind_down",
+        "compensation_planned",
+        "completions",
+        "round",
+        "lock_key",
+        "lock_slots",
+    ],
+    upsert: Some((
+        "id",
+        &[
+            "status",
+            "started_at",
+            "ended_at",
+            "deadline_at",
+            "wind_down",
+            "compensation_planned",
+            "completions",
+            "round",
+        ],
+    )),
+};
+
+/// A job's row, in the columns of `JOB_WRITE`.
+pub(crate) fn job_values(job: &Job) -> Vec<SqlValue> {
     let wind_down = job
         .wind_down
         .as_ref()
         .map(|w| serde_json::to_string(w).unwrap_or_default());
-    conn.execute(
-        "INSERT INTO jobs (id, namespace, workflow, version, status, params, key, priority, created_at, \
-         started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, \
-         lock_key, lock_slots) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
-         ON CONFLICT (id) DO UPDATE SET status = excluded.status, started_at = excluded.started_at, \
-         ended_at = excluded.ended_at, deadline_at = excluded.deadline_at, wind_down = excluded.wind_down, \
-         compensation_planned = excluded.compensation_planned, completions = excluded.completions, \
-         round = excluded.round",
-        args![
-            job.id.as_str(),
-            job.namespace,
-            job.workflow,
-            job.version,
-            job.status.as_str(),
-            json_text(&job.params),
-            job.key,
-            job.priority,
-            job.created_at.0,
-            job.started_at.map(|t| t.0),
-            job.ended_at.map(|t| t.0),
-            job.deadline_at.map(|t| t.0),
-            wind_down,
-            job.compensation_planned,
-            job.completions,
-            job.round,
-            job.lock.as_ref().map(|lock| lock.key.as_str()),
-            job.lock.as_ref().map(|lock| lock.slots),
-        ],
-    )?;
-    Ok(())
+    args![
+        job.id.as_str(),
+        job.namespace,
+        job.workflow,
+        job.version,
+        job.status.as_str(),
+        json_text(&job.params),
+        job.key,
+        job.priority,
+        job.created_at.0,
+        job.started_at.map(|t| t.0),
+        job.ended_at.map(|t| t.0),
+        job.deadline_at.map(|t| t.0),
+        wind_down,
+        job.compensation_planned,
+        job.completions,
+        job.round,
+        job.lock.as_ref().map(|lock| lock.key.as_str()),
+        job.lock.as_ref().map(|lock| lock.slots),
+    ]
+    .iter()
+    .map(SqlValue::of)
+    .collect()
 }
 
-pub(crate) fn save_task(conn: &mut dyn Conn, namespace: &str, task: &Task) -> Result<()> {
+/// Tasks: a new row when the job (or a fan-out, a compensation) makes one, its changing
+/// columns afterwards.
+pub(crate) const TASK_WRITE: RowWrite = RowWrite {
+    table: "tasks",
+    columns: &[
+        "id",
+        "job_id",
+        "namespace",
+        "seq",
+        "kind",
+        "step",
+        "item",
+        "compensates",
+        "queue",
+        "command",
+        "status",
+        "priority",
+        "attempt",
+        "checking",
+        "available_at",
+        "deadline_at",
+        "lease_token",
+        "lease_expires_at",
+        "worker_id",
+        "input",
+        "output",
+        "error",
+        "progress",
+        "logs",
+        "created_at",
+        "ready_at",
+        "started_at",
+        "ended_at",
+        "completed_seq",
+        "held",
+        "round",
+        "attempt_base",
+    ],
+    upsert: Some((
+        "id",
+        &[
+            "status",
+            "attempt",
+            "checking",
+            "available_at",
+            "deadline_at",
+            "lease_token",
+            "lease_expires_at",
+            "worker_id",
+            "input",
+            "output",
+            "error",
+            "progress",
+            "logs",
+            "ready_at",
+            "started_at",
+            "ended_at",
+            "completed_seq",
+            "held",
+            "round",
+            "attempt_base",
+        ],
+    )),
+};
+
+/// A task's row, in the columns of `TASK_WRITE`.
+pub(crate) fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
     let error = task
         .error
         .as_ref()
         .map(|e| serde_json::to_string(e).unwrap_or_default());
-    conn.execute(
-        "INSERT INTO tasks (id, job_id, namespace, seq, kind, step, item, compensates, queue, command, \
-         status, priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, \
-         worker_id, input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, \
-         completed_seq, held, round, attempt_base) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, \
-         ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29, ?30, \
-         ?31, ?32) \
-         ON CONFLICT (id) DO UPDATE SET status = excluded.status, attempt = excluded.attempt, \
-         checking = excluded.checking, available_at = excluded.available_at, \
-         deadline_at = excluded.deadline_at, lease_token = excluded.lease_token, \
-         lease_expires_at = excluded.lease_expires_at, worker_id = excluded.worker_id, \
-         input = excluded.input, output = excluded.output, error = excluded.error, \
-         progress = excluded.progress, logs = excluded.logs, ready_at = excluded.ready_at, \
-         started_at = excluded.started_at, ended_at = excluded.ended_at, \
-         completed_seq = excluded.completed_seq, held = excluded.held, round = excluded.round, \
-         attempt_base = excluded.attempt_base",
-        args![
-            task.id.as_str(),
-            task.job_id.as_str(),
-            namespace,
-            task.seq,
-            task.kind.as_str(),
-            task.step,
-            task.item,
-            task.compensates.as_ref().map(TaskId::as_str),
-            task.queue,
-            task.command,
-            task.status.as_str(),
-            task.priority,
-            task.attempt,
-            task.checking,
-            task.available_at.map(|t| t.0),
-            task.deadline_at.map(|t| t.0),
-            task.lease_token,
-            task.lease_expires_at.map(|t| t.0),
-            task.worker_id,
-            opt_json_text(task.input.as_ref()),
-            opt_json_text(task.output.as_ref()),
-            error,
-            opt_json_text(task.progress.as_ref()),
-            opt_json_text(task.logs.as_ref()),
-            task.created_at.0,
-            task.ready_at.map(|t| t.0),
-            task.started_at.map(|t| t.0),
-            task.ended_at.map(|t| t.0),
-            task.completed_seq,
-            task.held,
-            task.round,
-            task.attempt_base,
-        ],
-    )?;
-    Ok(())
+    args![
+        task.id.as_str(),
+        task.job_id.as_str(),
+        namespace,
+        task.seq,
+        task.kind.as_str(),
+        task.step,
+        task.item,
+        task.compensates.as_ref().map(TaskId::as_str),
+        task.queue,
+        task.command,
+        task.status.as_str(),
+        task.priority,
+        task.attempt,
+        task.checking,
+        task.available_at.map(|t| t.0),
+        task.deadline_at.map(|t| t.0),
+        task.lease_token,
+        task.lease_expires_at.map(|t| t.0),
+        task.worker_id,
+        opt_json_text(task.input.as_ref()),
+        opt_json_text(task.output.as_ref()),
+        error,
+        opt_json_text(task.progress.as_ref()),
+        opt_json_text(task.logs.as_ref()),
+        task.created_at.0,
+        task.ready_at.map(|t| t.0),
+        task.started_at.map(|t| t.0),
+        task.ended_at.map(|t| t.0),
+        task.completed_seq,
+        task.held,
+        task.round,
+        task.attempt_base,
+    ]
+    .iter()
+    .map(SqlValue::of)
+    .collect()
 }
 
-pub(crate) fn insert_event(
-    conn: &mut dyn Conn,
-    job: &JobId,
-    step: Option<&str>,
-    event: &Event,
-) -> Result<()> {
-    conn.execute(
-        "INSERT INTO events (job_id, task_id, step, at, kind, attempt, worker_id, detail) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        args![
-            job.as_str(),
-            event.task.as_ref().map(TaskId::as_str),
-            step,
-            event.at.0,
-            event.kind.as_str(),
-            event.attempt,
-            event.worker,
-            json_text(&event.detail),
-        ],
-    )?;
-    Ok(())
+/// History events: appended, never changed.
+pub(crate) const EVENT_WRITE: RowWrite = RowWrite {
+    table: "events",
+    columns: &[
+        "job_id",
+        "task_id",
+        "step",
+        "at",
+        "kind",
+        "attempt",
+        "worker_id",
+        "detail",
+    ],
+    upsert: None,
+};
+
+/// An event's row, in the columns of `EVENT_WRITE`.
+pub(crate) fn event_values(job: &JobId, step: Option<&str>, event: &Event) -> Vec<SqlValue> {
+    args![
+        job.as_str(),
+        event.task.as_ref().map(TaskId::as_str),
+        step,
+        event.at.0,
+        event.kind.as_str(),
+        event.attempt,
+        event.worker,
+        json_text(&event.detail),
+    ]
+    .iter()
+    .map(SqlValue::of)
+    .collect()
 }
 
 pub(crate) fn events(
@@ -752,6 +952,18 @@ fn into_stored(raw: RawWorkflow) -> Result<StoredWorkflow> {
 }
 
 /// A workflow version, or the latest when `version` is `None`.
+/// The latest version of a workflow, if it has one.
+pub(crate) fn latest_version(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<u32>> {
+    conn.query_value(
+        "SELECT MAX(version) FROM workflows WHERE namespace = ?1 AND name = ?2",
+        args![namespace, name],
+    )
+}
+
 pub(crate) fn workflow(
     conn: &mut dyn Conn,
     namespace: &str,

@@ -2,7 +2,7 @@
 //! transaction. Each fire submits a job keyed by schedule and fire time, so a fire never creates
 //! two jobs, whichever node or retry runs it.
 
-use crate::db::{Conn, Row, args};
+use crate::db::{Conn, Queries, Row, args};
 use serde_json::Value;
 use starbridge_core::ids::JobId;
 use starbridge_core::schedule::{self, CatchUp, CronSpec, FireDecision, Overlap};

@@ -205,10 +205,6 @@ impl Conn for SqliteConn {
         Ok(self.conn.execute_batch(sql)?)
     }
 
-    fn changes(&self) -> u64 {
-        self.conn.total_changes()
-    }
-
     fn lock_key(&mut self, _key: &str) -> Result<()> {
         Ok(())
     }
@@ -227,7 +223,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::db::args;
+    use crate::db::{Queries, args};
 
     /// Commits `rows` rows of about a page each, in transactions of 100.
     fn fill(writer: &mut SqliteConn, rows: usize) {

@@ -12,7 +12,7 @@ use starbridge_core::model::JobStatus;
 use starbridge_core::time::{Duration, Timestamp};
 
 use crate::Result;
-use crate::db::{Conn, args};
+use crate::db::{Conn, Queries, args};
 
 /// Jobs per namespace and status, tasks per namespace and queue, at one moment.
 #[derive(Debug, Clone, PartialEq)]

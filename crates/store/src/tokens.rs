@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use starbridge_core::time::Timestamp;
 
 use crate::commands::invalid;
-use crate::db::{Arg, Conn, Row, args};
+use crate::db::{Arg, Conn, Queries, Row, args};
 use crate::writer::WriteCtx;
 use crate::{Error, Result};
 

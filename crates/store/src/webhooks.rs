@@ -8,7 +8,7 @@ use starbridge_core::model::{Job, JobStatus};
 use starbridge_core::time::{Duration, Timestamp};
 
 use crate::commands::invalid;
-use crate::db::{Conn, Row, args};
+use crate::db::{Conn, Queries, Row, args};
 use crate::writer::WriteCtx;
 use crate::{Error, Result};
 
@@ -135,6 +135,7 @@ pub(crate) fn create(
     };
     let states: Vec<&str> = webhook.states.iter().map(|s| s.as_str()).collect();
     crate::rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
+    ctx.reads.forget_webhooks(namespace);
     ctx.conn.execute(
         "INSERT INTO webhooks (id, namespace, url, secret, workflow, states, created_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -161,6 +162,7 @@ pub(crate) fn delete(ctx: &mut WriteCtx<'_>, namespace: &str, id: &str) -> Resul
     )?;
     ctx.conn
         .execute("DELETE FROM webhooks WHERE id = ?1", args![id])?;
+    ctx.reads.forget_webhooks(namespace);
     Ok(())
 }
 
@@ -170,7 +172,7 @@ pub(crate) fn enqueue(
     job: &Job,
     previous: Option<JobStatus>,
 ) -> Result<()> {
-    let subscriptions = list(ctx.conn, &job.namespace)?;
+    let subscriptions = ctx.webhooks(&job.namespace)?;
     for webhook in subscriptions.iter().filter(|w| w.matches(job)) {
         let payload = json!({
             "type": "job.status_changed",

@@ -2,17 +2,21 @@
 //! commit is in flight; the next transaction takes all of them (up to `MAX_BATCH`), runs each,
 //! commits once, and only then answers every request and wakes the pollers of queues that got
 //! work. One fsync serves many requests, and no request is answered before its change is
-//! durable.
+//! durable. The connection holds row writes back and writes them in sets (see `deferred`), and
+//! reads some things once per transaction (`TxReads`).
 //!
-//! A refused request must leave nothing behind while the others of its transaction commit. On
-//! PostgreSQL every request runs under a savepoint of its own (any failed statement there
-//! spoils the transaction up to the last savepoint). On SQLite a savepoint per request costs a
-//! copy of every page the request changes first, and almost every refusal (a stale lease, an
-//! invalid submit, an action that does not apply) is decided before anything is written: so
-//! requests run bare, and the writer watches SQLite's change counter. A request that fails
-//! after writing spoils the transaction, which is then rolled back and run again from the start
-//! with a savepoint around every request (every run of a request gives the same answer against
-//! the same rows, so only the answers of the last run are sent).
+//! A refused request must leave nothing behind while the others of its transaction commit.
+//! Requests run bare: a savepoint per request costs a round trip on PostgreSQL and a copy of
+//! every page it changes on SQLite, and almost every refusal (a stale lease, an invalid submit,
+//! an action that does not apply) is decided before anything is written, so dropping the rows
+//! the request held back is all it takes. A request that is refused after something of it
+//! reached the database, or that the database failed (PostgreSQL then refuses every further
+//! statement of the transaction), spoils the transaction: it is rolled back and run again
+//! from the start with a savepoint around every request. Every run of a request gives the same
+//! answer against the same rows, and only the answers of the last run are sent.
+//!
+//! Before a group's requests run, the jobs its reports name are loaded (and on PostgreSQL
+//! locked) in a few set-based statements (`commands::prefetch`).
 //!
 //! On PostgreSQL other nodes write too. A request that waited too long for a row another node
 //! holds (or lost a deadlock, or a unique key race) is rolled back to its savepoint and runs
@@ -20,11 +24,13 @@
 //! committing, the transaction announces the queues that got work to the other nodes. A broken
 //! connection is replaced before the next transaction.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::Instant;
 
+use starbridge_core::ids::TaskId;
 use starbridge_core::limits::Limits;
 use starbridge_core::time::Timestamp;
 use tokio::sync::{mpsc, oneshot};
@@ -32,9 +38,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::cache::{Compiled, Key, WorkflowCache};
 use crate::clock::Clock;
 use crate::db::{Backend, Conn};
-use crate::jobs::JobCache;
+use crate::deferred::WriteConn;
+use crate::jobs::{JobCache, Lifetime};
 use crate::notify::Notifier;
-use crate::{Error, Result};
+use crate::{Error, Result, Webhook};
 
 const MAX_BATCH: usize = 512;
 /// How often a request contended by other nodes runs again before it is refused.
@@ -42,11 +49,14 @@ const MAX_TRIES: u32 = 8;
 
 /// What a write request sees: the open transaction, the time, and where to note wake-ups.
 pub(crate) struct WriteCtx<'a> {
-    pub(crate) conn: &'a mut dyn Conn,
+    /// The transaction's connection; it holds row writes back (see `deferred`).
+    pub(crate) conn: &'a mut WriteConn,
     pub(crate) now: Timestamp,
     pub(crate) workflows: &'a WorkflowCache,
-    /// Unfinished jobs as this transaction left them (SQLite only, see `jobs`).
+    /// Unfinished jobs as this transaction left them (see `jobs`).
     pub(crate) jobs: &'a mut JobCache,
+    /// Reads that hold for the whole transaction.
+    pub(crate) reads: &'a mut TxReads,
     pub(crate) wakes: Vec<(String, String)>,
     /// Set when webhook deliveries were written: the deliverer is woken after commit.
     pub(crate) deliveries: bool,
@@ -55,7 +65,58 @@ pub(crate) struct WriteCtx<'a> {
     loaded_workflows: Vec<Key>,
 }
 
+/// Reads a group transaction makes once for all its requests. They stay right for the length
+/// of the transaction: every request in it arrived before it began, so a change another node
+/// commits meanwhile counts as coming after all of them; a change of the transaction's own
+/// forgets the entry it makes stale.
+#[derive(Default)]
+pub(crate) struct TxReads {
+    /// Webhook subscriptions by namespace.
+    webhooks: HashMap<String, Arc<Vec<Webhook>>>,
+    /// The latest version of each workflow by (namespace, name).
+    versions: HashMap<(String, String), Option<u32>>,
+}
+
+impl TxReads {
+    pub(crate) fn clear(&mut self) {
+        self.webhooks.clear();
+        self.versions.clear();
+    }
+
+    pub(crate) fn forget_webhooks(&mut self, namespace: &str) {
+        self.webhooks.remove(namespace);
+    }
+
+    pub(crate) fn forget_version(&mut self, namespace: &str, name: &str) {
+        self.versions
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+}
+
 impl WriteCtx<'_> {
+    /// The webhook subscriptions of a namespace.
+    pub(crate) fn webhooks(&mut self, namespace: &str) -> Result<Arc<Vec<Webhook>>> {
+        if let Some(found) = self.reads.webhooks.get(namespace) {
+            return Ok(found.clone());
+        }
+        let found = Arc::new(crate::webhooks::list(self.conn, namespace)?);
+        self.reads
+            .webhooks
+            .insert(namespace.to_owned(), found.clone());
+        Ok(found)
+    }
+
+    /// The latest version of a workflow, if it has one.
+    pub(crate) fn latest_version(&mut self, namespace: &str, name: &str) -> Result<Option<u32>> {
+        let key = (namespace.to_owned(), name.to_owned());
+        if let Some(found) = self.reads.versions.get(&key) {
+            return Ok(*found);
+        }
+        let found = crate::rows::latest_version(self.conn, namespace, name)?;
+        self.reads.versions.insert(key, found);
+        Ok(found)
+    }
+
     /// A compiled workflow version as this transaction sees it (perhaps stored by it).
     pub(crate) fn workflow(
         &mut self,
@@ -81,6 +142,9 @@ trait Request: Send {
 
     /// Answers the request once its transaction ended (`committed` says how).
     fn answer(self: Box<Self>, committed: &Result<()>);
+
+    /// The task the request reports on, if it is a report: its job is loaded with the group's.
+    fn task(&self) -> Option<&TaskId>;
 }
 
 /// How a run of a request went.
@@ -90,6 +154,9 @@ enum Ran {
     Kept,
     /// It was refused: its changes (if any) must go.
     Refused,
+    /// The database failed it: its changes must go, and without a savepoint the transaction
+    /// may be unusable (PostgreSQL aborts a transaction on any failed statement).
+    Failed,
     /// It met another node's transaction: undo it and run it in the next transaction.
     Again,
 }
@@ -97,6 +164,7 @@ enum Ran {
 /// A request for a `T`: the work, its last result, and where the answer goes.
 struct Queued<T, F> {
     work: F,
+    task: Option<TaskId>,
     result: Option<Result<T>>,
     reply_to: oneshot::Sender<Result<T>>,
     tries: u32,
@@ -114,10 +182,10 @@ where
             self.result = None;
             return Ran::Again;
         }
-        let ran = if result.is_ok() {
-            Ran::Kept
-        } else {
-            Ran::Refused
+        let ran = match &result {
+            Ok(_) => Ran::Kept,
+            Err(Error::Database(_) | Error::Contended(_) | Error::Unavailable(_)) => Ran::Failed,
+            Err(_) => Ran::Refused,
         };
         self.result = Some(result);
         ran
@@ -133,6 +201,10 @@ where
             }),
         };
         let _ = self.reply_to.send(answer);
+    }
+
+    fn task(&self) -> Option<&TaskId> {
+        self.task.as_ref()
     }
 }
 
@@ -238,9 +310,28 @@ impl Writer {
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
+        self.enqueue_on(None, work)
+    }
+
+    /// Queues a report on `task` (see `enqueue`); the group it joins loads the task's job with
+    /// the jobs of its other reports.
+    pub(crate) fn enqueue_report<T, F>(&self, task: TaskId, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.enqueue_on(Some(task), work)
+    }
+
+    fn enqueue_on<T, F>(&self, task: Option<TaskId>, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
         let (reply_to, reply) = oneshot::channel::<Result<T>>();
         let work: Work = Box::new(Queued {
             work,
+            task,
             result: None,
             reply_to,
             tries: 1,
@@ -279,21 +370,34 @@ pub(crate) async fn answers<T>(pending: Vec<Pending<T>>) -> Vec<Result<T>> {
 }
 
 /// The connection to write with: the current one, or a new one when it broke.
-fn usable(conn: &mut Option<Box<dyn Conn>>, connect: &Connect) -> Result<()> {
+fn usable(conn: &mut Option<WriteConn>, connect: &Connect) -> Result<()> {
     if conn.as_ref().is_some_and(|conn| conn.is_usable()) {
         return Ok(());
     }
     *conn = None;
     let fresh = connect()?;
     tracing::info!("write connection (re)opened");
-    *conn = Some(fresh);
+    *conn = Some(WriteConn::new(fresh));
     Ok(())
 }
 
+/// What the writer thread keeps between requests besides its connection.
+struct State {
+    jobs: JobCache,
+    reads: TxReads,
+}
+
 fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared: &Shared) {
-    // On SQLite this thread makes every change to jobs, so what it cached is what is stored.
-    let mut jobs = JobCache::new(conn.backend() == Backend::Sqlite);
-    let mut conn = Some(conn);
+    // On SQLite this thread makes every change to jobs, so what it cached is what is stored; on
+    // PostgreSQL a job stays cached only while the transaction that locked it runs.
+    let mut state = State {
+        jobs: JobCache::new(match conn.backend() {
+            Backend::Sqlite => Lifetime::Store,
+            Backend::Postgres => Lifetime::Transaction,
+        }),
+        reads: TxReads::default(),
+    };
+    let mut conn = Some(WriteConn::new(conn));
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
     let mut again: Vec<Work> = Vec::new();
     loop {
@@ -317,20 +421,22 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared:
             batch.clear();
             continue;
         }
-        let Some(conn) = conn.as_deref_mut() else {
+        let Some(conn) = conn.as_mut() else {
             continue;
         };
-        commit_batch(conn, &mut batch, &mut again, &mut jobs, shared);
+        commit_batch(conn, &mut batch, &mut again, &mut state, shared);
+        state.jobs.transaction_ended();
+        state.reads.clear();
     }
 }
 
 /// Runs one group transaction over `batch` and answers its requests; those to run again go to
 /// `again`.
 fn commit_batch(
-    conn: &mut dyn Conn,
+    conn: &mut WriteConn,
     batch: &mut Vec<Work>,
     again: &mut Vec<Work>,
-    jobs: &mut JobCache,
+    state: &mut State,
     shared: &Shared,
 ) {
     let started = Instant::now();
@@ -338,12 +444,11 @@ fn commit_batch(
     counters
         .requests
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
-    let guard = Guard::backend(conn);
-    let mut transaction = match run_transaction(conn, batch, guard, jobs, shared) {
+    let mut transaction = match run_transaction(conn, batch, Guard::None, state, shared) {
         Attempt::Ended(transaction) => transaction,
         Attempt::Spoiled => {
             counters.restarts.fetch_add(1, Ordering::Relaxed);
-            match run_transaction(conn, batch, Guard::Every, jobs, shared) {
+            match run_transaction(conn, batch, Guard::Every, state, shared) {
                 Attempt::Ended(transaction) => transaction,
                 Attempt::Spoiled => unreachable!("every request ran under a savepoint"),
             }
@@ -358,9 +463,10 @@ fn commit_batch(
     .fetch_add(1, Ordering::Relaxed);
     if let Err(error) = committed {
         tracing::error!(%error, "group commit failed; every request in it is refused");
-        let _ = conn.batch("ROLLBACK");
+        let _ = conn.raw().batch("ROLLBACK");
+        conn.discard();
         shared.workflows.clear();
-        jobs.clear();
+        state.jobs.clear();
         transaction.wakes.clear();
     }
     for (request, ran) in batch.drain(..).zip(transaction.ran) {
@@ -391,19 +497,11 @@ fn commit_batch(
 /// Which requests of a transaction run under a savepoint of their own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Guard {
-    /// None: a request that fails after writing spoils the transaction (SQLite).
+    /// None: a request that is refused after writing (or that the database failed) spoils the
+    /// transaction.
     None,
-    /// Every one (PostgreSQL; SQLite after a spoiled attempt).
+    /// Every one (after a spoiled attempt).
     Every,
-}
-
-impl Guard {
-    fn backend(conn: &dyn Conn) -> Guard {
-        match conn.backend() {
-            Backend::Sqlite => Guard::None,
-            Backend::Postgres => Guard::Every,
-        }
-    }
 }
 
 /// A group transaction that ran to its end: how each request ran, what to wake, and whether it
@@ -417,17 +515,42 @@ struct Transaction {
 
 enum Attempt {
     Ended(Transaction),
-    /// A request without a savepoint failed after writing: the transaction was rolled back, and
-    /// nothing of it stays (in the database or the caches).
+    /// A request without a savepoint was refused after writing, or failed in the database:
+    /// the transaction was rolled back, and nothing of it stays (in the database, the rows
+    /// held back or the caches).
     Spoiled,
+}
+
+/// Rolls a spoiled transaction back and forgets everything it left in memory.
+fn spoil(conn: &mut WriteConn, state: &mut State, shared: &Shared) -> Attempt {
+    let _ = conn.raw().batch("ROLLBACK");
+    conn.discard();
+    shared.workflows.clear();
+    state.jobs.clear();
+    state.reads.clear();
+    Attempt::Spoiled
+}
+
+fn context<'a>(conn: &'a mut WriteConn, state: &'a mut State, shared: &'a Shared) -> WriteCtx<'a> {
+    WriteCtx {
+        conn,
+        now: shared.clock.now(),
+        workflows: &shared.workflows,
+        jobs: &mut state.jobs,
+        reads: &mut state.reads,
+        wakes: Vec::new(),
+        deliveries: false,
+        limits: shared.limits,
+        loaded_workflows: Vec::new(),
+    }
 }
 
 /// Runs every request of `batch` in one transaction and commits it.
 fn run_transaction(
-    conn: &mut dyn Conn,
+    conn: &mut WriteConn,
     batch: &mut [Work],
     guard: Guard,
-    jobs: &mut JobCache,
+    state: &mut State,
     shared: &Shared,
 ) -> Attempt {
     let mut transaction = Transaction {
@@ -440,11 +563,24 @@ fn run_transaction(
         Backend::Sqlite => "BEGIN IMMEDIATE",
         Backend::Postgres => "BEGIN",
     };
-    if let Err(error) = conn.batch(begin) {
+    if let Err(error) = conn.raw().batch(begin) {
         tracing::error!(%error, "cannot begin a write transaction");
         transaction.ran = vec![Ran::Refused; batch.len()];
         transaction.committed = Err(error);
         return Attempt::Ended(transaction);
+    }
+    if guard == Guard::None {
+        let reported: Vec<TaskId> = batch
+            .iter()
+            .filter_map(|request| request.task().cloned())
+            .collect();
+        if !reported.is_empty() {
+            let mut ctx = context(conn, state, shared);
+            if let Err(error) = crate::commands::prefetch(&mut ctx, &reported) {
+                tracing::debug!(%error, "loading the group's jobs failed; running it again");
+                return spoil(conn, state, shared);
+            }
+        }
     }
     // A failed savepoint command leaves the transaction unusable: then nothing may commit.
     let mut broken: Option<Error> = None;
@@ -457,43 +593,35 @@ fn run_transaction(
             continue;
         }
         if guard == Guard::Every {
+            // What earlier requests held back goes out before this one's savepoint opens, so a
+            // rollback to it cannot take their rows along.
             let open = match close.take() {
                 Some(close) => format!("{close}; SAVEPOINT request"),
                 None => "SAVEPOINT request".to_owned(),
             };
-            if let Err(error) = conn.batch(&open) {
+            if let Err(error) = conn.flush().and_then(|()| conn.raw().batch(&open)) {
                 broken = Some(error);
                 transaction.ran.push(Ran::Refused);
                 continue;
             }
         }
-        let changes_before = conn.changes();
-        let mut ctx = WriteCtx {
-            conn: &mut *conn,
-            now: shared.clock.now(),
-            workflows: &shared.workflows,
-            jobs: &mut *jobs,
-            wakes: Vec::new(),
-            deliveries: false,
-            limits: shared.limits,
-            loaded_workflows: Vec::new(),
-        };
+        let (mark, writes_before) = (conn.mark(), conn.writes());
+        let mut ctx = context(conn, state, shared);
         let ran = request.run(&mut ctx);
         let (mut wakes, deliveries, loaded) = (ctx.wakes, ctx.deliveries, ctx.loaded_workflows);
         if ran == Ran::Kept {
             transaction.wakes.append(&mut wakes);
             transaction.deliveries |= deliveries;
-            jobs.request_kept();
+            state.jobs.request_kept();
         } else {
-            jobs.request_rolled_back();
+            state.jobs.request_rolled_back();
             shared.workflows.forget(&loaded);
-            if guard == Guard::None && conn.changes() != changes_before {
-                tracing::debug!("a request failed after writing; running the group again");
-                let _ = conn.batch("ROLLBACK");
-                shared.workflows.clear();
-                jobs.clear();
-                return Attempt::Spoiled;
+            let wrote = conn.writes() != writes_before;
+            if guard == Guard::None && (wrote || ran != Ran::Refused) {
+                tracing::debug!(?ran, wrote, "a request spoiled its group; running it again");
+                return spoil(conn, state, shared);
             }
+            conn.discard_since(mark);
         }
         if guard == Guard::Every {
             close = Some(if ran == Ran::Kept {
@@ -505,8 +633,13 @@ fn run_transaction(
         transaction.ran.push(ran);
     }
     if broken.is_none()
+        && let Err(error) = conn.flush()
+    {
+        broken = Some(error);
+    }
+    if broken.is_none()
         && let Some(close) = close
-        && let Err(error) = conn.batch(close)
+        && let Err(error) = conn.raw().batch(close)
     {
         broken = Some(error);
     }
@@ -523,7 +656,7 @@ fn run_transaction(
     let committing = Instant::now();
     transaction.committed = match broken {
         Some(error) => Err(error),
-        None => conn.batch("COMMIT"),
+        None => conn.raw().batch("COMMIT"),
     };
     add_elapsed(&shared.counters.commit_nanos, committing);
     Attempt::Ended(transaction)
@@ -616,6 +749,80 @@ mod tests {
             stats.commits, 2,
             "the held transaction, then the group: {stats:?}"
         );
+    }
+
+    /// A job row as a command would hold it back.
+    fn job(id: &str) -> starbridge_core::model::Job {
+        starbridge_core::model::Job {
+            id: starbridge_core::ids::JobId::from_unique(id),
+            namespace: "default".to_owned(),
+            workflow: "w".to_owned(),
+            version: 1,
+            status: starbridge_core::model::JobStatus::Running,
+            params: serde_json::json!({}),
+            key: None,
+            priority: 0,
+            created_at: Timestamp(0),
+            started_at: None,
+            ended_at: None,
+            deadline_at: None,
+            wind_down: None,
+            compensation_planned: false,
+            completions: 0,
+            round: 0,
+            lock: None,
+        }
+    }
+
+    fn jobs(path: &Path) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut statement = conn.prepare("SELECT id FROM jobs ORDER BY id").unwrap();
+        statement
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn rows_held_back_by_a_refused_request_are_dropped_and_the_others_are_written_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, counters, path) = sqlite_writer(&dir);
+        let (release, holder) = hold_writer(&writer);
+        let kept = writer.enqueue(|ctx| {
+            ctx.conn.defer_job(&job("kept"));
+            Ok(())
+        });
+        let refused = writer.enqueue(|ctx| {
+            ctx.conn.defer_job(&job("refused"));
+            Err::<(), _>(Error::Conflict("refused".to_owned()))
+        });
+        let rewritten = writer.enqueue(|ctx| {
+            let mut twice = job("twice");
+            ctx.conn.defer_job(&twice);
+            twice.completions = 2;
+            ctx.conn.defer_job(&twice);
+            Ok(())
+        });
+        drop(release);
+        holder.answer().await.unwrap();
+        kept.answer().await.unwrap();
+        assert!(matches!(refused.answer().await, Err(Error::Conflict(_))));
+        rewritten.answer().await.unwrap();
+        assert_eq!(jobs(&path), ["job_kept", "job_twice"]);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let completions: i64 = conn
+            .query_row(
+                "SELECT completions FROM jobs WHERE id = 'job_twice'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            completions, 2,
+            "the last version of a row is the one written"
+        );
+        assert_eq!(counters.read().restarts, 0);
     }
 
     #[tokio::test]

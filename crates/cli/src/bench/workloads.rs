@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use starbridge_api as api;
 
-use super::harness::{Bench, COMMAND, Pace, QUEUE, Sending, Submission, submit_jobs};
+use super::harness::{Bench, COMMAND, Pace, QUEUE, Sending, Submission, SubmittedJob, submit_jobs};
 use super::report::{Config, DatabaseInfo, Report, Resources};
 use super::stats::{DatabaseSize, Latencies, LatencySummary, Throughput, Usage, peak_rss_bytes};
 use super::verify::{Verified, verify};
@@ -410,6 +410,49 @@ async fn submit_and_run(
     Ok((submission, usage, bench.usage()))
 }
 
+/// Submits `count` jobs of `workflow` one after the other, each once the previous one ended,
+/// with the workers running: the engine's own latency, with no other job's tasks to wait
+/// behind. `tasks_before` is how many tasks the handler ran before.
+async fn one_at_a_time(
+    bench: &Bench,
+    workflow: &str,
+    count: usize,
+    tasks_per_job: usize,
+    tasks_before: u64,
+) -> Result<Submission> {
+    eprintln!("bench: running {count} {workflow} jobs one at a time");
+    let now = Instant::now();
+    let mut submission = Submission {
+        jobs: Vec::with_capacity(count),
+        errors: Vec::new(),
+        request_latency: Latencies::new(),
+        first_send: now,
+        last_answer: now,
+        max_lag: Duration::ZERO,
+    };
+    for index in 0..count {
+        let sent = Instant::now();
+        match bench.api.submit(workflow).await {
+            Ok(id) => submission.jobs.push(SubmittedJob { id, planned: sent }),
+            Err(error) => submission
+                .errors
+                .push(format!("submit {index} (one at a time) failed: {error}")),
+        }
+        submission.last_answer = Instant::now();
+        submission
+            .request_latency
+            .record(submission.last_answer - sent);
+        let expected = tasks_before + (submission.jobs.len() * tasks_per_job) as u64;
+        if !bench.wait_until_done(expected, "one at a time").await? {
+            break;
+        }
+    }
+    Ok(submission)
+}
+
+/// Jobs run one at a time after the loaded phase of `chain` and `fanout`.
+const ALONE_JOBS: usize = 20;
+
 /// The handler time of each job, all its tasks together.
 fn handler_time_per_job(bench: &Bench) -> HashMap<String, Duration> {
     bench.recorder.read(|runs| {
@@ -426,24 +469,31 @@ fn job_millis(job: &api::JobView) -> Option<i64> {
     Some(millis(job.summary.ended_at)? - job.summary.created_at.as_millisecond())
 }
 
-const QUEUEING_NOTE: &str = "every job is submitted at once with the workers running: latencies \
-                             include waiting behind other jobs' tasks";
+/// The checked views of the jobs of one submission.
+fn views_of<'a>(
+    checked: &'a Checked,
+    submission: &'a Submission,
+) -> impl Iterator<Item = &'a api::JobView> {
+    submission
+        .jobs
+        .iter()
+        .filter_map(|job| checked.verified.jobs.get(&job.id))
+}
 
-async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
-    let (submission, start, end) =
-        submit_and_run(bench, args, "bench_chain", jobs, CHAIN_STEPS).await?;
-    let checked = check(bench, args, &[&submission], CHAIN_STEPS).await?;
-    let views = &checked.verified.jobs;
-    let seconds = seconds_until(
-        bench,
-        submission.first_send,
-        last_end(views.values().map(|job| &job.summary)),
-    );
-    let handler_time = handler_time_per_job(bench);
+const QUEUEING_NOTE: &str = "the \"all at once\" lines submit every job at once with the workers \
+                             running: their latencies include waiting behind other jobs' tasks; \
+                             the \"one at a time\" lines run jobs one after the other";
+
+/// Per-step overhead, step handoff and job time of chain jobs.
+fn chain_latencies<'a>(
+    views: impl Iterator<Item = &'a api::JobView>,
+    handler_time: &HashMap<String, Duration>,
+    how: &str,
+) -> Vec<LatencySummary> {
     let mut overhead = Latencies::new();
     let mut handoff = Latencies::new();
     let mut whole = Latencies::new();
-    for job in views.values() {
+    for job in views {
         if let Some(total) = job_millis(job) {
             let handlers = handler_time
                 .get(&job.summary.id)
@@ -465,7 +515,60 @@ async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures,
             }
         }
     }
+    let key = |name: &str| format!("{name}_{}", how.replace(' ', "_"));
+    vec![
+        overhead.summary(
+            key("step_overhead"),
+            format!("per-step overhead ((job time - handler time) / 10), {how}"),
+        ),
+        handoff.summary(
+            key("step_handoff"),
+            format!("step ended -> next step claimed, {how}"),
+        ),
+        whole.summary(key("job"), format!("job created -> ended, {how}")),
+    ]
+}
+
+async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
+    let (submission, start, end) =
+        submit_and_run(bench, args, "bench_chain", jobs, CHAIN_STEPS).await?;
     let count = submission.jobs.len() as u64;
+    let seconds = seconds_until(
+        bench,
+        submission.first_send,
+        bench
+            .api
+            .list_jobs(Some("succeeded"))
+            .await?
+            .iter()
+            .filter_map(|job| millis(job.ended_at))
+            .max(),
+    );
+    let alone = one_at_a_time(
+        bench,
+        "bench_chain",
+        ALONE_JOBS.min(jobs),
+        CHAIN_STEPS,
+        count * CHAIN_STEPS as u64,
+    )
+    .await?;
+    let checked = check(bench, args, &[&submission, &alone], CHAIN_STEPS).await?;
+    let handler_time = handler_time_per_job(bench);
+    let mut latency = vec![
+        submission
+            .request_latency
+            .summary("submit_request", "submit request"),
+    ];
+    latency.extend(chain_latencies(
+        views_of(&checked, &submission),
+        &handler_time,
+        "all at once",
+    ));
+    latency.extend(chain_latencies(
+        views_of(&checked, &alone),
+        &handler_time,
+        "one at a time",
+    ));
     let figures = Figures {
         jobs,
         tasks_per_job: CHAIN_STEPS,
@@ -481,7 +584,7 @@ async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures,
             ),
             Throughput::new(
                 "steps",
-                format!("steps ({CHAIN_STEPS} per job)"),
+                format!("steps ({CHAIN_STEPS} per job), all at once"),
                 count * CHAIN_STEPS as u64,
                 "steps",
                 seconds,
@@ -495,37 +598,24 @@ async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures,
                 seconds,
             ),
         ],
-        latency: vec![
-            submission
-                .request_latency
-                .summary("submit_request", "submit request"),
-            overhead.summary(
-                "step_overhead",
-                "per-step overhead ((job time - handler time) / 10)",
-            ),
-            handoff.summary("step_handoff", "step ended -> next step claimed"),
-            whole.summary("job", "job created -> ended"),
-        ],
+        latency,
         notes: vec![QUEUEING_NOTE.to_owned()],
     };
     Ok((figures, checked))
 }
 
-async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
-    let tasks_per_job = FAN_OUT_WIDTH + 2;
-    let (submission, start, end) =
-        submit_and_run(bench, args, "bench_fanout", jobs, tasks_per_job).await?;
-    let checked = check(bench, args, &[&submission], tasks_per_job).await?;
-    let views = &checked.verified.jobs;
-    let seconds = seconds_until(
-        bench,
-        submission.first_send,
-        last_end(views.values().map(|job| &job.summary)),
-    );
-    let mut fan_out = Latencies::new();
-    let mut fan_in = Latencies::new();
+/// Fan-out and fan-in latencies of fanout jobs: to the last child (the join) being ready, that
+/// is claimable, and to it being claimed by a worker.
+fn fanout_latencies<'a>(
+    views: impl Iterator<Item = &'a api::JobView>,
+    how: &str,
+) -> Vec<LatencySummary> {
+    let mut to_ready = Latencies::new();
+    let mut to_claimed = Latencies::new();
+    let mut join_ready = Latencies::new();
+    let mut join_claimed = Latencies::new();
     let mut whole = Latencies::new();
-    for job in views.values() {
+    for job in views {
         let step = |id: &str| {
             job.tasks
                 .iter()
@@ -536,31 +626,89 @@ async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             .iter()
             .filter(|task| task.kind == "item")
             .collect();
-        let last_claimed = children
-            .iter()
-            .filter_map(|task| millis(task.started_at))
-            .max();
-        let last_ended = children
-            .iter()
-            .filter_map(|task| millis(task.ended_at))
-            .max();
-        if let (Some(root_end), Some(last_claimed)) = (
-            step("root").and_then(|root| millis(root.ended_at)),
-            last_claimed,
-        ) {
-            fan_out.record_ms((last_claimed - root_end) as f64);
+        let last = |at: fn(&api::TaskView) -> Option<api::Timestamp>| {
+            children.iter().filter_map(|task| millis(at(task))).max()
+        };
+        if let Some(root_end) = step("root").and_then(|root| millis(root.ended_at)) {
+            if let Some(ready) = last(|task| task.ready_at) {
+                to_ready.record_ms((ready - root_end) as f64);
+            }
+            if let Some(claimed) = last(|task| task.started_at) {
+                to_claimed.record_ms((claimed - root_end) as f64);
+            }
         }
-        if let (Some(last_ended), Some(join_claimed)) = (
-            last_ended,
-            step("join").and_then(|join| millis(join.started_at)),
-        ) {
-            fan_in.record_ms((join_claimed - last_ended) as f64);
+        if let (Some(last_ended), Some(join)) = (last(|task| task.ended_at), step("join")) {
+            if let Some(ready) = millis(join.ready_at) {
+                join_ready.record_ms((ready - last_ended) as f64);
+            }
+            if let Some(claimed) = millis(join.started_at) {
+                join_claimed.record_ms((claimed - last_ended) as f64);
+            }
         }
         if let Some(total) = job_millis(job) {
             whole.record_ms(total as f64);
         }
     }
+    let key = |name: &str| format!("{name}_{}", how.replace(' ', "_"));
+    vec![
+        to_ready.summary(
+            key("fan_out_ready"),
+            format!("root ended -> last child claimable, {how}"),
+        ),
+        to_claimed.summary(
+            key("fan_out"),
+            format!("root ended -> last child claimed, {how}"),
+        ),
+        join_ready.summary(
+            key("fan_in_ready"),
+            format!("last child ended -> join claimable, {how}"),
+        ),
+        join_claimed.summary(
+            key("fan_in"),
+            format!("last child ended -> join claimed, {how}"),
+        ),
+        whole.summary(key("job"), format!("job created -> ended, {how}")),
+    ]
+}
+
+async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
+    let tasks_per_job = FAN_OUT_WIDTH + 2;
+    let (submission, start, end) =
+        submit_and_run(bench, args, "bench_fanout", jobs, tasks_per_job).await?;
     let count = submission.jobs.len() as u64;
+    let seconds = seconds_until(
+        bench,
+        submission.first_send,
+        bench
+            .api
+            .list_jobs(Some("succeeded"))
+            .await?
+            .iter()
+            .filter_map(|job| millis(job.ended_at))
+            .max(),
+    );
+    let alone = one_at_a_time(
+        bench,
+        "bench_fanout",
+        ALONE_JOBS.min(jobs),
+        tasks_per_job,
+        count * tasks_per_job as u64,
+    )
+    .await?;
+    let checked = check(bench, args, &[&submission, &alone], tasks_per_job).await?;
+    let mut latency = vec![
+        submission
+            .request_latency
+            .summary("submit_request", "submit request"),
+    ];
+    latency.extend(fanout_latencies(
+        views_of(&checked, &submission),
+        "all at once",
+    ));
+    latency.extend(fanout_latencies(
+        views_of(&checked, &alone),
+        "one at a time",
+    ));
     let figures = Figures {
         jobs,
         tasks_per_job,
@@ -576,7 +724,7 @@ async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             ),
             Throughput::new(
                 "tasks",
-                format!("tasks (root, {FAN_OUT_WIDTH} children, join per job)"),
+                format!("tasks (root, {FAN_OUT_WIDTH} children, join per job), all at once"),
                 count * tasks_per_job as u64,
                 "tasks",
                 seconds,
@@ -590,14 +738,7 @@ async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
                 seconds,
             ),
         ],
-        latency: vec![
-            submission
-                .request_latency
-                .summary("submit_request", "submit request"),
-            fan_out.summary("fan_out", "root ended -> last child claimed"),
-            fan_in.summary("fan_in", "last child ended -> join claimed"),
-            whole.summary("job", "job created -> ended"),
-        ],
+        latency,
         notes: vec![QUEUEING_NOTE.to_owned()],
     };
     Ok((figures, checked))

@@ -1,0 +1,276 @@
+//! Row writes that a write transaction holds back, so that a group of requests writes its jobs,
+//! tasks and history in a few set-based statements (up to 64 rows each, see `db::chunks`)
+//! instead of a statement
+//! per row: the engine rewrites a job's row and a task's row several times in its life and
+//! appends an event for every change, and each statement costs a round trip on PostgreSQL and a
+//! pass through SQLite's virtual machine.
+//!
+//! The writer's connection (`WriteConn`) holds the rows back and writes them before anything
+//! could notice they are missing:
+//!
+//! - before any statement that names a table they belong to or depend on (`jobs`, `tasks`,
+//!   `events`, `lock_holders`, which references jobs), so that every query of the transaction
+//!   reads its own writes, and foreign keys find their parents;
+//! - before any transaction control a command runs itself (a savepoint and its rollback then
+//!   cover exactly what they would cover without deferral);
+//! - before the writer commits.
+//!
+//! Events are never read inside a transaction, so they wait for the commit (or a statement that
+//! names them); jobs and tasks go out together, jobs first (tasks reference them). A row
+//! rewritten several times before it is written goes out once, as last written.
+//!
+//! A request that is refused before anything of it was written leaves nothing behind: the
+//! writer drops what it held back since the request began (`discard_since`). `writes` counts
+//! rows that reached the database, which is how the writer knows when a refused request wrote
+//! something that only a rollback can undo.
+
+use std::collections::{HashMap, HashSet};
+
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::{Event, Job, Task};
+
+use crate::Result;
+use crate::db::{Arg, Backend, Conn, Row, ToArg, Value, chunks};
+use crate::rows::{self, EVENT_WRITE, JOB_WRITE, RowWrite, TASK_WRITE};
+
+/// Where the rows held back stood when a request began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mark {
+    jobs: usize,
+    tasks: usize,
+    events: usize,
+}
+
+/// What a statement needs written before it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    Nothing,
+    JobsAndTasks,
+    Everything,
+}
+
+impl Needs {
+    fn of(sql: &str) -> Needs {
+        if sql.contains("events") {
+            Needs::Everything
+        } else if sql.contains("jobs") || sql.contains("tasks") || sql.contains("lock_holders") {
+            Needs::JobsAndTasks
+        } else {
+            Needs::Nothing
+        }
+    }
+}
+
+/// The writer's connection: the database connection and the rows its transaction holds back.
+pub(crate) struct WriteConn {
+    conn: Box<dyn Conn>,
+    jobs: Vec<(JobId, Vec<Value>)>,
+    tasks: Vec<(TaskId, Vec<Value>)>,
+    events: Vec<Vec<Value>>,
+    /// Statement texts by table and rows per statement.
+    texts: HashMap<(&'static str, usize), String>,
+    writes: u64,
+}
+
+impl WriteConn {
+    pub(crate) fn new(conn: Box<dyn Conn>) -> WriteConn {
+        WriteConn {
+            conn,
+            jobs: Vec::new(),
+            tasks: Vec::new(),
+            events: Vec::new(),
+            texts: HashMap::new(),
+            writes: 0,
+        }
+    }
+
+    /// Holds back a job's row as it is now.
+    pub(crate) fn defer_job(&mut self, job: &Job) {
+        self.jobs.push((job.id.clone(), rows::job_values(job)));
+    }
+
+    /// Holds back a task's row as it is now.
+    pub(crate) fn defer_task(&mut self, namespace: &str, task: &Task) {
+        self.tasks
+            .push((task.id.clone(), rows::task_values(namespace, task)));
+    }
+
+    /// Holds back a history event of a job (`step`: the step of its task, if any).
+    pub(crate) fn defer_event(&mut self, job: &JobId, step: Option<&str>, event: &Event) {
+        self.events.push(rows::event_values(job, step, event));
+    }
+
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            jobs: self.jobs.len(),
+            tasks: self.tasks.len(),
+            events: self.events.len(),
+        }
+    }
+
+    /// Drops the rows held back since `mark` (none of them was written: nothing was written
+    /// since, or `writes` would have moved).
+    pub(crate) fn discard_since(&mut self, mark: Mark) {
+        self.jobs.truncate(mark.jobs);
+        self.tasks.truncate(mark.tasks);
+        self.events.truncate(mark.events);
+    }
+
+    /// Drops every row held back (the transaction was rolled back).
+    pub(crate) fn discard(&mut self) {
+        self.discard_since(Mark {
+            jobs: 0,
+            tasks: 0,
+            events: 0,
+        });
+    }
+
+    /// Rows written to the database through this connection so far.
+    pub(crate) fn writes(&self) -> u64 {
+        self.writes
+    }
+
+    /// Writes every row held back.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        self.write(Needs::Everything)
+    }
+
+    /// The database connection itself, for the writer's own transaction control.
+    pub(crate) fn raw(&mut self) -> &mut dyn Conn {
+        &mut *self.conn
+    }
+
+    fn write(&mut self, needs: Needs) -> Result<()> {
+        if needs == Needs::Nothing {
+            return Ok(());
+        }
+        let jobs = latest(std::mem::take(&mut self.jobs));
+        let tasks = latest(std::mem::take(&mut self.tasks));
+        self.insert(&JOB_WRITE, &jobs)?;
+        self.insert(&TASK_WRITE, &tasks)?;
+        if needs == Needs::Everything {
+            let events = std::mem::take(&mut self.events);
+            self.insert(&EVENT_WRITE, &events)?;
+        }
+        Ok(())
+    }
+
+    /// Inserts (or upserts) `rows` in as few statements as the chunk sizes allow.
+    fn insert(&mut self, table: &'static RowWrite, rows: &[Vec<Value>]) -> Result<()> {
+        for chunk in chunks(rows) {
+            let sql = self
+                .texts
+                .entry((table.table, chunk.len()))
+                .or_insert_with(|| table.sql(chunk.len()));
+            let args: Vec<Arg<'_>> = chunk.iter().flatten().map(ToArg::to_arg).collect();
+            self.conn.execute(sql, &args)?;
+            self.writes += chunk.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+/// The last version of each row, in the order of their last versions.
+fn latest<K: std::hash::Hash + Eq>(rows: Vec<(K, Vec<Value>)>) -> Vec<Vec<Value>> {
+    let mut seen = HashSet::with_capacity(rows.len());
+    let mut kept: Vec<Vec<Value>> = rows
+        .into_iter()
+        .rev()
+        .filter_map(|(key, values)| seen.insert(key).then_some(values))
+        .collect();
+    kept.reverse();
+    kept
+}
+
+impl Conn for WriteConn {
+    fn backend(&self) -> Backend {
+        self.conn.backend()
+    }
+
+    fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
+        self.write(Needs::of(sql))?;
+        let changed = self.conn.execute(sql, args)?;
+        self.writes += changed;
+        Ok(changed)
+    }
+
+    fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
+        self.write(Needs::of(sql))?;
+        self.conn.query(sql, args)
+    }
+
+    fn batch(&mut self, sql: &str) -> Result<()> {
+        // Transaction control inside a command: a savepoint must cover exactly what it would
+        // without deferral, so everything held back goes out first.
+        self.write(Needs::Everything)?;
+        self.writes += 1;
+        self.conn.batch(sql)
+    }
+
+    fn lock_key(&mut self, key: &str) -> Result<()> {
+        self.conn.lock_key(key)
+    }
+
+    fn announce(&mut self, payload: &str) -> Result<()> {
+        self.conn.announce(payload)
+    }
+
+    fn is_usable(&self) -> bool {
+        self.conn.is_usable()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_say_what_they_need_written_first() {
+        assert_eq!(
+            Needs::of("SELECT job_id FROM tasks WHERE id = ?1"),
+            Needs::JobsAndTasks
+        );
+        assert_eq!(
+            Needs::of("INSERT INTO lock_holders (job_id) VALUES (?1)"),
+            Needs::JobsAndTasks
+        );
+        assert_eq!(
+            Needs::of("DELETE FROM events WHERE job_id = ?1"),
+            Needs::Everything
+        );
+        assert_eq!(
+            Needs::of("SELECT mode FROM queues WHERE namespace = ?1"),
+            Needs::Nothing
+        );
+    }
+
+    #[test]
+    fn only_the_last_version_of_a_row_is_written_in_the_order_of_last_versions() {
+        let row = |text: &str| vec![Value::Text(text.to_owned())];
+        let kept = latest(vec![
+            ("a", row("a1")),
+            ("b", row("b1")),
+            ("a", row("a2")),
+            ("c", row("c1")),
+        ]);
+        assert_eq!(kept, [row("b1"), row("a2"), row("c1")]);
+    }
+
+    #[test]
+    fn a_set_statement_numbers_its_placeholders_row_after_row() {
+        let sql = EVENT_WRITE.sql(2);
+        assert!(
+            sql.starts_with("INSERT INTO events (job_id, task_id"),
+            "{sql}"
+        );
+        assert!(
+            sql.ends_with("(?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
+            "{sql}"
+        );
+        let upsert = JOB_WRITE.sql(1);
+        assert!(
+            upsert.contains("ON CONFLICT (id) DO UPDATE SET status = excluded.status"),
+            "{upsert}"
+        );
+    }
+}
