@@ -4,14 +4,19 @@
 //!
 //! The writer's commits do not checkpoint the write-ahead log themselves (copying its pages into
 //! the database file and syncing that file), as SQLite's commits do by default: a checkpointer
-//! thread with a connection of its own does it while the writer goes on. Only when the log has
-//! grown far past the usual size (the checkpointer cannot catch up with a writer that never
-//! pauses) does a commit finish the checkpoint itself, which lets the next transaction start the
-//! log from its beginning again.
+//! thread with a connection of its own does it while the writer goes on. A checkpoint that runs
+//! while the writer appends cannot reach the log's end, and only a checkpoint that reached it
+//! (with no reader left in the log) lets the next transaction start the log from its beginning
+//! again; so once the log has grown to a few times the usual size, the writer waits after its
+//! commit for a restarting checkpoint, which also waits a moment for readers to leave the log.
+//! A reader that stays longer (a long export) makes it give up, and the writer then lets the log
+//! grow by as much again before it waits next. The wait comes after the commit is durable and
+//! never fails it: the write-ahead log hook only ever reports success.
 
 use std::os::raw::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
@@ -67,8 +72,16 @@ const STATEMENT_CACHE: usize = 128;
 /// own auto-checkpoint threshold).
 const CHECKPOINT_PAGES: c_int = 1000;
 
-/// Pages in the write-ahead log from which a commit completes the checkpoint itself.
-const CHECKPOINT_INLINE_PAGES: c_int = 16 * CHECKPOINT_PAGES;
+/// Pages in the write-ahead log from which the writer waits after its commit for a checkpoint
+/// that lets the log start over.
+const CHECKPOINT_WAIT_PAGES: c_int = 4 * CHECKPOINT_PAGES;
+
+/// How long a restarting checkpoint waits for readers to leave the log.
+const RESTART_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// What the write-ahead log file is cut back to when the log starts over (it keeps the size it
+/// grew to otherwise).
+const WAL_SIZE_LIMIT: u64 = 32 << 20;
 
 /// A connection to the store's SQLite file.
 pub(crate) struct SqliteConn {
@@ -103,14 +116,26 @@ impl SqliteConn {
     /// the module's documentation), which ends when the connection is dropped.
     pub(crate) fn open_writer(path: &Path) -> Result<SqliteConn> {
         let mut writer = SqliteConn::open(path)?;
-        let checkpointer = Checkpointer::start(SqliteConn::open(path)?)?;
-        // Replacing the write-ahead log hook also turns SQLite's own auto-checkpoint off.
+        let checkpointing = SqliteConn::open(path)?;
+        checkpointing.conn.busy_timeout(RESTART_WAIT)?;
+        let checkpointer = Checkpointer::start(checkpointing)?;
+        // The log length at which the writer next waits for the log to start over.
+        let mut wait_at = CHECKPOINT_WAIT_PAGES;
         writer
             .conn
-            .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: c_int| {
-                if pages >= CHECKPOINT_INLINE_PAGES {
-                    wal.checkpoint_v2(rusqlite::wal::CheckpointMode::PASSIVE)?;
-                } else if pages >= CHECKPOINT_PAGES {
+            .execute_batch(&format!("PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}"))?;
+        // Replacing the write-ahead log hook also turns SQLite's own auto-checkpoint off. The
+        // hook runs once the commit is durable, and must not fail it.
+        writer
+            .conn
+            .wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: c_int| {
+                if pages >= wait_at {
+                    wait_at = if checkpointer.restart() {
+                        CHECKPOINT_WAIT_PAGES
+                    } else {
+                        pages.saturating_add(CHECKPOINT_WAIT_PAGES)
+                    };
+                } else if checkpointer.behind(pages) >= CHECKPOINT_PAGES {
                     checkpointer.request();
                 }
                 Ok(())
@@ -125,38 +150,86 @@ impl SqliteConn {
     }
 }
 
+/// A request to the checkpointer: a passive checkpoint, or one that lets the log start over
+/// (and then says it is done).
+enum CheckpointRequest {
+    Passive,
+    /// Answered with whether the log can start over.
+    Restart(SyncSender<bool>),
+}
+
 /// Runs passive checkpoints on a connection of its own when asked.
 struct Checkpointer {
-    due: SyncSender<()>,
+    due: SyncSender<CheckpointRequest>,
+    /// Frames in the log, and frames copied from it, as the last checkpoint left them.
+    progress: Arc<Mutex<(c_int, c_int)>>,
 }
 
 impl Checkpointer {
     fn start(conn: SqliteConn) -> Result<Checkpointer> {
-        // One request waits at most: asking while one waits adds nothing.
-        let (due, requests) = sync_channel::<()>(1);
+        // One request waits at most: asking while one waits adds nothing, unless to wait.
+        let (due, requests) = sync_channel::<CheckpointRequest>(1);
+        let progress = Arc::new(Mutex::new((0, 0)));
+        let made = progress.clone();
         std::thread::Builder::new()
             .name("starbridge-checkpoint".to_owned())
             .spawn(move || {
-                while requests.recv().is_ok() {
-                    let checkpoint = conn
-                        .conn
-                        .wal_checkpoint_v2(None::<&str>, rusqlite::wal::CheckpointMode::PASSIVE);
-                    if let Err(error) = checkpoint {
-                        tracing::warn!(%error, "checkpoint of the write-ahead log failed");
+                while let Ok(request) = requests.recv() {
+                    let mode = match request {
+                        CheckpointRequest::Passive => rusqlite::wal::CheckpointMode::PASSIVE,
+                        CheckpointRequest::Restart(_) => rusqlite::wal::CheckpointMode::RESTART,
+                    };
+                    let checkpoint = conn.conn.wal_checkpoint_v2(None::<&str>, mode);
+                    let busy = matches!(
+                        &checkpoint,
+                        Err(rusqlite::Error::SqliteFailure(error, _))
+                            if error.code == rusqlite::ErrorCode::DatabaseBusy
+                    );
+                    match &checkpoint {
+                        Ok(frames) => {
+                            *made.lock().unwrap_or_else(PoisonError::into_inner) = *frames;
+                        }
+                        // Readers stayed in the log: everything else was copied.
+                        Err(_) if busy => {}
+                        Err(error) => {
+                            tracing::warn!(%error, "checkpoint of the write-ahead log failed");
+                        }
+                    }
+                    if let CheckpointRequest::Restart(done) = request {
+                        let _ = done.send(checkpoint.is_ok());
                     }
                 }
             })
             .map_err(|error| Error::Open(format!("cannot start the checkpointer: {error}")))?;
-        Ok(Checkpointer { due })
+        Ok(Checkpointer { due, progress })
     }
 
+    /// Pages of a log of `pages` pages that no checkpoint has copied yet, as far as known. A
+    /// log shorter than the last checkpoint saw has started over since.
+    fn behind(&self, pages: c_int) -> c_int {
+        let (log, copied) = *self.progress.lock().unwrap_or_else(PoisonError::into_inner);
+        if pages >= log { pages - copied } else { pages }
+    }
+
+    /// Asks for a passive checkpoint, without waiting for it.
     fn request(&self) {
-        match self.due.try_send(()) {
-            Ok(()) | Err(TrySendError::Full(())) => {}
-            Err(TrySendError::Disconnected(())) => {
+        match self.due.try_send(CheckpointRequest::Passive) {
+            Ok(()) | Err(TrySendError::Full(_)) => {}
+            Err(TrySendError::Disconnected(_)) => {
                 tracing::warn!("the checkpointer has stopped");
             }
         }
+    }
+
+    /// Waits for a checkpoint that copies the whole log and waits for readers to leave it, so
+    /// that the next transaction starts the log over; false when readers stayed.
+    fn restart(&self) -> bool {
+        let (done, finished) = sync_channel::<bool>(1);
+        if self.due.send(CheckpointRequest::Restart(done)).is_err() {
+            tracing::warn!("the checkpointer has stopped");
+            return false;
+        }
+        finished.recv().unwrap_or(false)
     }
 }
 
@@ -227,11 +300,16 @@ mod tests {
 
     /// Commits `rows` rows of about a page each, in transactions of 100.
     fn fill(writer: &mut SqliteConn, rows: usize) {
+        fill_from(writer, 0, rows);
+    }
+
+    /// The same, with ids from `first` on.
+    fn fill_from(writer: &mut SqliteConn, first: usize, rows: usize) {
         let filler = "x".repeat(4000);
         for chunk in 0..rows / 100 {
             writer.batch("BEGIN IMMEDIATE").unwrap();
             for row in 0..100 {
-                let id = i64::try_from(chunk * 100 + row).unwrap();
+                let id = i64::try_from(first + chunk * 100 + row).unwrap();
                 writer
                     .execute(
                         "INSERT INTO filler (id, body) VALUES (?1, ?2)",
@@ -255,6 +333,7 @@ mod tests {
         let before = file_pages();
         // Past the checkpoint threshold, short of the size at which a commit checkpoints itself.
         let rows = usize::try_from(2 * CHECKPOINT_PAGES).unwrap();
+        assert!(2 * CHECKPOINT_PAGES < CHECKPOINT_WAIT_PAGES);
         fill(&mut writer, rows);
         // A liveness bound, not a measurement: the checkpointer runs on its own thread.
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -270,5 +349,66 @@ mod tests {
             .query_value("SELECT COUNT(*) FROM filler", args![])
             .unwrap();
         assert_eq!(count, i64::try_from(rows).unwrap());
+    }
+
+    #[test]
+    fn a_writer_that_never_pauses_keeps_its_log_bounded_and_every_commit_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bounded.db");
+        let mut writer = SqliteConn::open_writer(&path).unwrap();
+        writer
+            .batch("CREATE TABLE filler (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+            .unwrap();
+        // Three times the size at which the writer waits for the checkpointer: `fill` unwraps
+        // every commit, which a checkpoint must never fail.
+        fill(
+            &mut writer,
+            usize::try_from(3 * CHECKPOINT_WAIT_PAGES).unwrap(),
+        );
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal_pages = std::fs::metadata(&wal).unwrap().len() / 4096;
+        assert!(
+            wal_pages < u64::try_from(2 * CHECKPOINT_WAIT_PAGES).unwrap(),
+            "the log grew to {wal_pages} pages"
+        );
+    }
+
+    #[test]
+    fn a_reader_that_stays_in_the_log_lets_it_grow_and_it_starts_over_once_the_reader_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("reader.db");
+        let mut writer = SqliteConn::open_writer(&path).unwrap();
+        writer
+            .batch("CREATE TABLE filler (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+            .unwrap();
+        let mut reader = SqliteConn::open(&path).unwrap();
+        reader.batch("BEGIN").unwrap();
+        let _: i64 = (&mut reader as &mut dyn Conn)
+            .query_value("SELECT COUNT(*) FROM filler", args![])
+            .unwrap();
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal_bytes = || std::fs::metadata(&wal).unwrap().len();
+        let rows = usize::try_from(3 * CHECKPOINT_WAIT_PAGES).unwrap();
+        fill(&mut writer, rows);
+        assert!(
+            wal_bytes() > 2 * u64::try_from(CHECKPOINT_WAIT_PAGES).unwrap() * 4096,
+            "the reader's snapshot keeps the log: {} bytes",
+            wal_bytes()
+        );
+        reader.batch("COMMIT").unwrap();
+        // More commits reach the next wait, which now lets the log start over (and the file is
+        // cut back to its limit).
+        fill_from(
+            &mut writer,
+            rows,
+            usize::try_from(2 * CHECKPOINT_WAIT_PAGES).unwrap(),
+        );
+        assert!(
+            wal_bytes() <= WAL_SIZE_LIMIT + 4096 * u64::try_from(CHECKPOINT_WAIT_PAGES).unwrap(),
+            "the log did not start over: {} bytes",
+            wal_bytes()
+        );
     }
 }
