@@ -333,7 +333,7 @@ mod tests {
         let before = file_pages();
         // Past the checkpoint threshold, short of the size at which a commit checkpoints itself.
         let rows = usize::try_from(2 * CHECKPOINT_PAGES).unwrap();
-        assert!(2 * CHECKPOINT_PAGES < CHECKPOINT_WAIT_PAGES);
+        const { assert!(2 * CHECKPOINT_PAGES < CHECKPOINT_WAIT_PAGES) };
         fill(&mut writer, rows);
         // A liveness bound, not a measurement: the checkpointer runs on its own thread.
         let deadline = Instant::now() + Duration::from_secs(30);
