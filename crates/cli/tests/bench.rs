@@ -105,8 +105,14 @@ fn assert_common(report: &Value, workload: &str) {
 fn every_workload_runs_each_job_exactly_once() {
     let single = bench(&["--workload", "single", "--jobs", "200"]);
     assert_common(&single, "single");
-    assert_correct(&single, 200, 1);
-    for key in ["submit", "drain", "end_to_end", "end_to_end_completed"] {
+    assert_correct(&single, 400, 1);
+    for key in [
+        "submit",
+        "drain",
+        "end_to_end_full",
+        "end_to_end",
+        "end_to_end_completed",
+    ] {
         assert_throughput(&single, key);
     }
     assert!(single["throughput"]["end_to_end"]["target_per_second"].is_number());
@@ -150,7 +156,7 @@ fn every_workload_runs_each_job_exactly_once() {
 fn batched_and_backlog_runs_are_checked_the_same_way() {
     let single = bench(&["--workload", "single", "--jobs", "300", "--batch", "50"]);
     assert_common(&single, "single");
-    assert_correct(&single, 300, 1);
+    assert_correct(&single, 600, 1);
     assert_eq!(single["config"]["batch"], 50);
     for key in ["submit", "drain", "end_to_end"] {
         assert_throughput(&single, key);

@@ -170,6 +170,7 @@ pub const NO_WORKER_AFTER: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone)]
 pub struct QueueState {
     pub config: QueueConfig,
+    /// Running tasks, counted for a queue with a limit (serial, or a concurrency); 0 otherwise.
     pub running: u32,
     /// Tokens in the rate-limit bucket now (for a rate-limited queue).
     pub tokens: Option<f64>,

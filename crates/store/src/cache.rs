@@ -105,6 +105,13 @@ impl WorkflowCache {
         Ok(compiled)
     }
 
+    /// The compiled version if it is cached (no database needed).
+    pub(crate) fn cached(&self, namespace: &str, name: &str, version: u32) -> Option<Arc<Compiled>> {
+        self.lock()
+            .get(&(namespace.to_owned(), name.to_owned(), version))
+            .cloned()
+    }
+
     /// Drops versions loaded by a write that was rolled back.
     pub(crate) fn forget(&self, keys: &[Key]) {
         if keys.is_empty() {

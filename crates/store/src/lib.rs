@@ -605,6 +605,9 @@ impl Store {
         name: &str,
         version: u32,
     ) -> Result<Arc<Compiled>> {
+        if let Some(compiled) = self.workflows.cached(namespace, name, version) {
+            return Ok(compiled);
+        }
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         let workflows = self.workflows.clone();
         self.reader
@@ -795,7 +798,11 @@ impl Store {
                     let bucket = stored.as_ref().and_then(|q| q.bucket);
                     let config = stored.map(|q| q.config).unwrap_or_default();
                     let tokens = config.rate.map(|rate| rate.available(bucket, now));
-                    let running = rows::running_count(conn, &namespace, &queue)?;
+                    let running = if config.is_limited() {
+                        rows::running_count(conn, &namespace, &queue)?
+                    } else {
+                        0
+                    };
                     let last_poll = notifier.last_poll(&namespace, &queue).map(|at| {
                         Duration::from_millis(
                             u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX),

@@ -1,9 +1,11 @@
 //! The workloads, phase by phase, and the figures drawn from them.
 //!
 //! - `single`: one-step jobs. (1) submit rate with no worker running, (2) drain rate once the
-//!   workers start, (3) end to end at a fixed arrival rate: latency from each submit's *planned*
-//!   send time (so a slow server cannot hide behind a late send: no coordinated omission) to the
-//!   handler being invoked, and to the job's `ended_at`.
+//!   workers start, (3) end to end at full speed: as many jobs submitted with the workers
+//!   running, from the first submit to the last job's end, (4) end to end at a fixed arrival
+//!   rate: latency from each submit's *planned* send time (so a slow server cannot hide behind a
+//!   late send: no coordinated omission) to the handler being invoked, and to the job's
+//!   `ended_at`.
 //! - `chain`: 10 sequential steps per job: steps/s and per-step overhead.
 //! - `fanout`: a root, 100 parallel children (`for_each: range(100)`), a join: fan-out and
 //!   fan-in latency.
@@ -209,7 +211,7 @@ fn seconds_until(bench: &Bench, start: Instant, end: Option<i64>) -> f64 {
 
 async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
     eprintln!(
-        "bench: phase 1/3: submitting {jobs} jobs from {} clients, no worker running",
+        "bench: phase 1/4: submitting {jobs} jobs from {} clients, no worker running",
         args.submitters
     );
     let usage = bench.usage();
@@ -240,7 +242,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
     let mut notes = Vec::new();
 
     eprintln!(
-        "bench: phase 2/3: draining with {} workers x {}",
+        "bench: phase 2/4: draining with {} workers x {}",
         args.workers, args.concurrency
     );
     let drain_start = Instant::now();
@@ -252,6 +254,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
     let drained_usage = bench.usage();
     let mut rate = None;
     let mut paced = None;
+    let mut full_speed = None;
     if drained {
         let listed = bench.api.list_jobs(Some("succeeded")).await?;
         let seconds = seconds_until(bench, drain_start, last_end(&listed));
@@ -265,10 +268,48 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         .with_work(&usage, &drained_usage);
         let target = args.rate.unwrap_or(drain.per_second / 2.0).max(1.0);
         throughput.push(drain);
+
+        eprintln!(
+            "bench: phase 3/4: submitting {jobs} jobs from {} clients, workers running",
+            args.submitters
+        );
+        let usage = bench.usage();
+        let submitted = submit_jobs(
+            &bench.api,
+            "bench_single",
+            jobs,
+            args.submitters,
+            args.sending(),
+            "end to end",
+        )
+        .await?;
+        bench
+            .wait_until_done(
+                (queued.jobs.len() + submitted.jobs.len()) as u64,
+                "end to end",
+            )
+            .await?;
+        let end_usage = bench.usage();
+        let listed = bench.api.list_jobs(Some("succeeded")).await?;
+        throughput.push(
+            Throughput::new(
+                "end_to_end_full",
+                format!(
+                    "end to end, {} with the workers running",
+                    args.per_request()
+                ),
+                submitted.jobs.len() as u64,
+                "jobs",
+                seconds_until(bench, submitted.first_send, last_end(&listed)),
+            )
+            .with_work(&usage, &end_usage),
+        );
+        full_speed = Some(submitted);
+
         rate = Some(target);
         let count = ((target * args.seconds).round() as usize).max(1);
         eprintln!(
-            "bench: phase 3/3: {count} jobs at {target:.0} jobs/s for {}s, workers running",
+            "bench: phase 4/4: {count} jobs at {target:.0} jobs/s for {}s, workers running",
             args.seconds
         );
         let pace = Pace {
@@ -285,11 +326,9 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             "end to end",
         )
         .await?;
+        let earlier = queued.jobs.len() + full_speed.as_ref().map_or(0, |s| s.jobs.len());
         bench
-            .wait_until_done(
-                (queued.jobs.len() + submitted.jobs.len()) as u64,
-                "end to end",
-            )
+            .wait_until_done((earlier + submitted.jobs.len()) as u64, "end to end")
             .await?;
         let end_usage = bench.usage();
         let mut sent = Throughput::new(
@@ -326,6 +365,9 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
     }
 
     let mut submissions = vec![&queued];
+    if let Some(submitted) = &full_speed {
+        submissions.push(submitted);
+    }
     if let Some((submitted, _)) = &paced {
         submissions.push(submitted);
     }
