@@ -7,6 +7,10 @@ mod client;
 mod local;
 mod output;
 
+/// The process's allocator (see the workspace's `Cargo.toml` for why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand, ValueEnum};
 
 /// Durable DAG workflows: retries, timeouts, rollback, and a CLI to drive them.

@@ -106,7 +106,12 @@ impl WorkflowCache {
     }
 
     /// The compiled version if it is cached (no database needed).
-    pub(crate) fn cached(&self, namespace: &str, name: &str, version: u32) -> Option<Arc<Compiled>> {
+    pub(crate) fn cached(
+        &self,
+        namespace: &str,
+        name: &str,
+        version: u32,
+    ) -> Option<Arc<Compiled>> {
         self.lock()
             .get(&(namespace.to_owned(), name.to_owned(), version))
             .cloned()
