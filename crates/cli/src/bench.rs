@@ -71,6 +71,12 @@ pub(crate) struct BenchArgs {
     /// Allow --database to name an existing file (the run uses a namespace of its own).
     #[arg(long)]
     reuse: bool,
+    /// Run against servers already running (`starbridge server` without `--auth`; several
+    /// nodes of one PostgreSQL database, comma-separated) instead of one in this process:
+    /// submitters and workers take them in turn, and their CPU, memory and store writers are
+    /// read from their `/metrics`. `--database` may then name their SQLite file, for its size.
+    #[arg(long = "servers", value_name = "URL", value_delimiter = ',')]
+    servers: Vec<String>,
     /// Keep the temporary database folder (or PostgreSQL schema) instead of removing it.
     #[arg(long)]
     keep: bool,

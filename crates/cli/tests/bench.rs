@@ -79,6 +79,7 @@ fn assert_correct(report: &Value, jobs: u64, tasks_per_job: u64) {
 
 fn assert_common(report: &Value, workload: &str) {
     assert_eq!(report["workload"], workload);
+    assert_eq!(report["resources"]["server"], "in this process");
     if !report["database"]["url"]
         .as_str()
         .unwrap()
@@ -224,4 +225,71 @@ fn an_existing_database_is_refused_without_reuse() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--reuse"), "{stderr}");
+}
+
+/// Kills the server process when the test ends, however it ends.
+struct ServerProcess(std::process::Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_run_against_an_external_server_reads_its_memory_and_writer_from_its_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = format!("sqlite://{}", dir.path().join("external.db").display());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = ServerProcess(
+        Command::new(BIN)
+            .args(["server", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--database", &database])
+            .env("STARBRIDGE_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .expect("the server starts"),
+    );
+    // A liveness bound, not a measurement: the server listens once its database is open.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never listened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let url = format!("http://127.0.0.1:{port}");
+    let single = bench(&[
+        "--workload",
+        "single",
+        "--jobs",
+        "100",
+        "--batch",
+        "20",
+        "--servers",
+        &url,
+        "--database",
+        &database,
+    ]);
+    assert_correct(&single, 200, 1);
+    assert_eq!(single["resources"]["server"], "external");
+    assert!(single["resources"]["peak_rss_bytes"].as_u64().unwrap() > 0);
+    assert!(
+        single["resources"]["database_growth_bytes"]
+            .as_i64()
+            .unwrap()
+            > 0
+    );
+    let drain = &single["throughput"]["drain"]["work"];
+    assert!(drain["commits"].as_u64().unwrap() > 0, "{single:#}");
+    assert!(
+        drain["cpu_ms_per_item"].as_f64().unwrap() > 0.0,
+        "{single:#}"
+    );
 }

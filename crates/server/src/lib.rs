@@ -9,6 +9,7 @@ pub mod limits;
 mod metrics;
 mod openapi;
 mod operate;
+pub mod process;
 mod queues;
 mod routes;
 mod schedules;

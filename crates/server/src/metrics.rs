@@ -210,6 +210,9 @@ fn render(stats: Option<&Stats>, writer: &WriterStats, http: &HttpMetrics) -> St
         render_store(&mut out, stats);
     }
     render_writer(&mut out, writer);
+    if let Some(process) = crate::process::read() {
+        render_process(&mut out, &process);
+    }
     render_http(&mut out, &http.lock());
     out
 }
@@ -292,6 +295,35 @@ fn render_writer(out: &mut String, writer: &WriterStats) {
     ];
     for (name, help, value) in counters {
         describe(out, name, "counter", help);
+        sample(out, name, &[], value);
+    }
+}
+
+/// This process's CPU time and memory (the names of Prometheus's process collector, and the
+/// peak, which it has not).
+fn render_process(out: &mut String, process: &crate::process::ProcessStats) {
+    let series = [
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+            process.cpu.as_secs_f64().to_string(),
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            process.resident_bytes.to_string(),
+        ),
+        (
+            "starbridge_process_peak_resident_memory_bytes",
+            "gauge",
+            "The most resident memory the process has had, in bytes.",
+            process.peak_resident_bytes.to_string(),
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        describe(out, name, kind, help);
         sample(out, name, &[], value);
     }
 }

@@ -239,6 +239,11 @@ async fn scrape_shows_store_gauges_and_request_counters() {
     assert_eq!(writer("starbridge_store_failed_commits_total"), 0.0);
     assert_eq!(writer("starbridge_store_write_retries_total"), 0.0);
     assert_eq!(writer("starbridge_store_write_restarts_total"), 0.0);
+    // The process's own figures, under the names Prometheus's process collector uses.
+    assert!(writer("process_cpu_seconds_total") >= 0.0);
+    let resident = writer("process_resident_memory_bytes");
+    assert!(resident > 0.0, "{text}");
+    assert!(writer("starbridge_process_peak_resident_memory_bytes") >= resident);
     let busy = writer("starbridge_store_write_seconds_total");
     let committing = writer("starbridge_store_commit_seconds_total");
     assert!(

@@ -328,6 +328,22 @@ impl Client {
         self.send(builder).await.map(|(_, body)| body)
     }
 
+    /// `GET path`, the answer as text (e.g. `/metrics`).
+    pub async fn get_text(&self, path: &str) -> Result<String, Error> {
+        let response = self
+            .request(Method::GET, path)
+            .send()
+            .await
+            .map_err(Error::Transport)?;
+        let status = response.status();
+        let body = response.bytes().await.map_err(Error::Transport)?;
+        if status.is_success() {
+            Ok(String::from_utf8_lossy(&body).into_owned())
+        } else {
+            Err(error_from_response(status, &body))
+        }
+    }
+
     /// `GET path?query`, the query serialized from `query` (e.g. a
     /// [`starbridge_api::JobListQuery`]; `None` fields are left out).
     pub async fn get_json_query<Q, T>(&self, path: &str, query: &Q) -> Result<T, Error>

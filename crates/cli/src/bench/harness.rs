@@ -16,12 +16,17 @@ use starbridge_server::Server;
 use starbridge_store::Store;
 use starbridge_store::scratch::ScratchSchema;
 use starbridge_worker::{Client, Outcome, TaskContext, Worker};
+
+/// An HTTP client of the server at `url`.
+fn client_of(url: &str) -> Result<Client> {
+    Client::new(url.to_owned()).with_context(|| format!("cannot make a client of {url}"))
+}
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::BenchArgs;
 use super::report::SQLITE_DURABILITY;
-use super::stats::{DatabaseSize, Latencies, Usage};
+use super::stats::{DatabaseSize, Latencies, Scrape, Usage};
 
 /// The queue and command of every benchmark step.
 pub(crate) const QUEUE: &str = "bench";
@@ -55,10 +60,29 @@ enum Place {
     },
     /// A fresh schema on the PostgreSQL server `--database` named.
     Postgres(ScratchSchema),
+    /// Whatever the external servers (`--servers`) were started with; `--database` may name
+    /// their SQLite file, for its size.
+    External { sqlite: Option<PathBuf> },
 }
 
 impl Database {
     fn choose(args: &BenchArgs) -> Result<Database> {
+        if !args.servers.is_empty() {
+            let sqlite = match &args.database {
+                Some(url) if !url.starts_with("postgres") => {
+                    Some(starbridge_store::sqlite_path(url)?)
+                }
+                _ => None,
+            };
+            return Ok(Database {
+                url: args
+                    .database
+                    .clone()
+                    .unwrap_or_else(|| "as the external servers were started".to_owned()),
+                place: Place::External { sqlite },
+                keep: true,
+            });
+        }
         if let Some(url) = &args.database {
             if url.starts_with("postgres://") || url.starts_with("postgresql://") {
                 let mut schema = ScratchSchema::create_on(url, "bench").map_err(|error| {
@@ -115,6 +139,7 @@ impl Database {
                 Ok(settings) => format!("postgresql {settings}"),
                 Err(error) => format!("postgresql (settings unreadable: {error})"),
             },
+            Place::External { .. } => "as the external servers were started".to_owned(),
         }
     }
 
@@ -127,6 +152,8 @@ impl Database {
                 db_bytes: schema.size_bytes().unwrap_or(0),
                 wal_bytes: 0,
             },
+            Place::External { sqlite: Some(path) } => DatabaseSize::of(path),
+            Place::External { sqlite: None } => DatabaseSize::default(),
         }
     }
 
@@ -143,7 +170,7 @@ impl Database {
                 }
             }
             // Dropping the schema removes it, unless kept.
-            Place::Sqlite { temp: None, .. } | Place::Postgres(_) => {}
+            Place::Sqlite { temp: None, .. } | Place::Postgres(_) | Place::External { .. } => {}
         }
         Ok(())
     }
@@ -226,10 +253,12 @@ impl Recorder {
     }
 }
 
-/// The HTTP API of the embedded server, in the benchmark's namespace. Cheap to clone.
+/// The HTTP API of the server (or servers, taken in turn), in the benchmark's namespace. Cheap
+/// to clone.
 #[derive(Clone)]
 pub(crate) struct Api {
-    client: Client,
+    clients: Arc<[Client]>,
+    next: Arc<AtomicUsize>,
     namespace: String,
 }
 
@@ -240,9 +269,15 @@ struct Created {
 }
 
 impl Api {
+    /// The client of the next server in turn.
+    fn client(&self) -> &Client {
+        let index = self.next.fetch_add(1, Ordering::Relaxed);
+        &self.clients[index % self.clients.len()]
+    }
+
     pub(crate) async fn apply(&self, name: &str, definition: &str) -> Result<()> {
         let _: api::AppliedWorkflow = self
-            .client
+            .client()
             .put_raw(
                 &format!("/api/v1/workflows/{name}?namespace={}", self.namespace),
                 "application/yaml",
@@ -261,7 +296,7 @@ impl Api {
             ..Default::default()
         };
         let created: Created = self
-            .client
+            .client()
             .post_json(
                 &format!("/api/v1/jobs?namespace={}", self.namespace),
                 &request,
@@ -286,7 +321,7 @@ impl Api {
             jobs: vec![job; count],
         };
         let answer: api::SubmitJobsResponse = self
-            .client
+            .client()
             .post_json(
                 &format!("/api/v1/jobs/batch?namespace={}", self.namespace),
                 &request,
@@ -316,7 +351,7 @@ impl Api {
                 ..api::JobListQuery::default()
             };
             let page: api::JobList = self
-                .client
+                .client()
                 .get_json_query("/api/v1/jobs", &query)
                 .await
                 .context("cannot list jobs")?;
@@ -330,7 +365,7 @@ impl Api {
 
     /// One job with its tasks.
     pub(crate) async fn job(&self, id: &str) -> Result<api::JobView> {
-        self.client
+        self.client()
             .get_json(&format!(
                 "/api/v1/jobs/{}?namespace={}",
                 starbridge_worker::encode_path_segment(id),
@@ -344,7 +379,7 @@ impl Api {
     async fn unfinished(&self) -> Result<bool> {
         for status in ["running", "compensating", "queued", "paused"] {
             let page: api::JobList = self
-                .client
+                .client()
                 .get_json(&format!(
                     "/api/v1/jobs?namespace={}&status={status}&limit=1",
                     self.namespace
@@ -550,45 +585,69 @@ struct RunningWorkers {
     handles: Vec<JoinHandle<()>>,
 }
 
-/// The embedded server, its database and the benchmark's workers.
+/// A server running in this process, and how to stop it.
+struct Embedded {
+    stop: watch::Sender<bool>,
+    server: JoinHandle<Result<(), starbridge_server::Error>>,
+}
+
+/// The server (embedded, or external ones), its database and the benchmark's workers.
 pub(crate) struct Bench {
     pub(crate) api: Api,
     pub(crate) namespace: String,
     pub(crate) database: Database,
     pub(crate) recorder: Arc<Recorder>,
     pub(crate) clock: WallClock,
-    /// The embedded server's store, for the writer's counters.
-    store: Store,
-    url: String,
+    /// The servers' base URLs: the embedded one, or those `--servers` named.
+    servers: Vec<String>,
+    /// `None` when the servers run in processes of their own.
+    embedded: Option<Embedded>,
     workers: usize,
     concurrency: usize,
     batch_completions: bool,
     running: Mutex<Option<RunningWorkers>>,
-    stop_server: watch::Sender<bool>,
-    server: JoinHandle<Result<(), starbridge_server::Error>>,
 }
 
 impl Bench {
-    /// Opens the database and starts the server on a free loopback port (workers come later).
+    /// Opens the database and starts the server on a free loopback port, or checks that the
+    /// external servers answer (workers come later).
     pub(crate) async fn start(args: &BenchArgs) -> Result<Bench> {
         let database = Database::choose(args)?;
-        let store =
-            Store::open(&database.url).with_context(|| format!("cannot open {}", database.url))?;
-        let server = Server::bind(store.clone(), "127.0.0.1:0").await?;
-        let url = format!("http://{}", server.local_addr());
-        let (stop_server, mut stopped) = watch::channel(false);
-        let server = tokio::spawn(server.run(async move {
-            let _ = stopped.wait_for(|stop| *stop).await;
-        }));
+        let (servers, embedded) = if args.servers.is_empty() {
+            let store = Store::open(&database.url)
+                .with_context(|| format!("cannot open {}", database.url))?;
+            let server = Server::bind(store, "127.0.0.1:0").await?;
+            let url = format!("http://{}", server.local_addr());
+            let (stop, mut stopped) = watch::channel(false);
+            let server = tokio::spawn(server.run(async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            }));
+            (vec![url], Some(Embedded { stop, server }))
+        } else {
+            for url in &args.servers {
+                client_of(url)?
+                    .get_text("/healthz")
+                    .await
+                    .with_context(|| format!("the server at {url} does not answer"))?;
+            }
+            (args.servers.clone(), None)
+        };
         let clock = WallClock::new();
         // A namespace of the run's own, so a reused database's older jobs are not counted.
         let namespace = format!("bench-{}", clock.anchor_ms as u64);
+        let clients = servers
+            .iter()
+            .map(|url| client_of(url))
+            .collect::<Result<Vec<_>>>()?;
         let api = Api {
-            client: Client::new(url.clone())?,
+            clients: clients.into(),
+            next: Arc::new(AtomicUsize::new(0)),
             namespace: namespace.clone(),
         };
         eprintln!(
-            "bench: server at {url}, database {}, namespace {namespace}",
+            "bench: server{} at {}, database {}, namespace {namespace}",
+            if servers.len() > 1 { "s" } else { "" },
+            servers.join(", "),
             database.url
         );
         Ok(Bench {
@@ -597,15 +656,18 @@ impl Bench {
             database,
             recorder: Arc::new(Recorder::default()),
             clock,
-            store,
-            url,
+            servers,
+            embedded,
             workers: args.workers,
             concurrency: args.concurrency,
             batch_completions: args.batch.is_some(),
             running: Mutex::new(None),
-            stop_server,
-            server,
         })
+    }
+
+    /// True when the servers run in processes of their own.
+    pub(crate) fn external(&self) -> bool {
+        self.embedded.is_none()
     }
 
     /// Starts the workers: each its own HTTP client, polling the benchmark queue with a no-op
@@ -624,7 +686,8 @@ impl Bench {
                     outcome
                 }
             };
-            let worker = Worker::builder(Client::new(self.url.clone())?)
+            let url = &self.servers[index % self.servers.len()];
+            let worker = Worker::builder(client_of(url)?)
                 .worker_id(format!("bench-worker-{index}"))
                 .namespace(self.namespace.clone())
                 .concurrency(self.concurrency)
@@ -670,14 +733,23 @@ impl Bench {
         Ok(())
     }
 
-    /// The process's CPU time and the store writer's counters now.
-    pub(crate) fn usage(&self) -> Usage {
-        Usage::read(&self.store)
+    /// CPU time so far (this process, and the external servers'), the servers' store writer
+    /// counters and their peak memory, read from their `/metrics`.
+    pub(crate) async fn usage(&self) -> Result<Usage> {
+        let mut scrapes = Vec::with_capacity(self.servers.len());
+        for url in &self.servers {
+            let text = client_of(url)?
+                .get_text("/metrics")
+                .await
+                .with_context(|| format!("cannot read the metrics of {url}"))?;
+            scrapes.push(Scrape::parse(&text));
+        }
+        Ok(Usage::new(&scrapes, self.external()))
     }
 
-    /// A new HTTP client of the embedded server.
+    /// A new HTTP client of a server (of the first, when there are several).
     pub(crate) fn client(&self) -> Result<Client> {
-        Ok(Client::new(self.url.clone())?)
+        client_of(&self.servers[0])
     }
 
     /// Waits until the handler has run `expected` times in all and no job of the namespace is
@@ -713,13 +785,16 @@ impl Bench {
         }
     }
 
-    /// Stops the workers and the server, and removes the temporary database unless kept.
+    /// Stops the workers and the embedded server, and removes the temporary database unless
+    /// kept.
     pub(crate) async fn stop(self) -> Result<()> {
         self.stop_workers().await?;
-        let _ = self.stop_server.send(true);
-        match tokio::time::timeout(STOP_TIMEOUT, self.server).await {
-            Ok(joined) => joined.context("the server task failed")??,
-            Err(_) => bail!("the server did not stop within {STOP_TIMEOUT:?}"),
+        if let Some(embedded) = self.embedded {
+            let _ = embedded.stop.send(true);
+            match tokio::time::timeout(STOP_TIMEOUT, embedded.server).await {
+                Ok(joined) => joined.context("the server task failed")??,
+                Err(_) => bail!("the server did not stop within {STOP_TIMEOUT:?}"),
+            }
         }
         self.database.finish()
     }

@@ -60,8 +60,11 @@ pub(crate) struct DatabaseInfo {
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Resources {
-    /// Peak resident memory of this process (`VmHWM`): the server, and also the benchmark's own
-    /// workers and HTTP clients, which run in the same process.
+    /// Where the server ran: `in this process` (with the benchmark's workers and clients, so
+    /// the peak memory is theirs together), or `external` (their own processes).
+    pub(crate) server: &'static str,
+    /// Peak resident memory (`VmHWM`) of the server's process: this one, or the external
+    /// servers' added up.
     pub(crate) peak_rss_bytes: Option<u64>,
     /// Database file plus write-ahead log, before the workload's first submit.
     pub(crate) database_bytes_before: u64,
@@ -164,7 +167,7 @@ pub(crate) fn print_table(report: &Report) {
         table(
             &[
                 "WORK",
-                "CPU MS (WHOLE PROCESS)",
+                "CPU MS (ALL PROCESSES)",
                 "CPUS BUSY",
                 "COMMITS",
                 "REQUESTS/COMMIT",
@@ -197,10 +200,15 @@ pub(crate) fn print_table(report: &Report) {
     println!();
     let resources = &report.resources;
     println!(
-        "peak RSS: {} (server, workers and clients: one process)",
+        "peak RSS: {} ({})",
         resources
             .peak_rss_bytes
-            .map_or_else(|| "unknown".to_owned(), mib)
+            .map_or_else(|| "unknown".to_owned(), mib),
+        if resources.server == "external" {
+            "the external servers"
+        } else {
+            "server, workers and clients: one process"
+        }
     );
     println!(
         "database: {} -> {} (db {}, wal {}; {:+.1} MiB)",

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Serialize, Serializer};
-use starbridge_store::{Store, WriterStats};
 
 /// Largest latency recorded exactly: an hour, in microseconds (larger ones saturate).
 const MAX_MICROS: u64 = 3_600_000_000;
@@ -135,29 +134,96 @@ impl Throughput {
     }
 }
 
-/// The process's CPU time and the store writer's counters at one moment.
+/// What one server's `/metrics` says of its store writer and its process.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Scrape {
+    commits: f64,
+    requests: f64,
+    busy_seconds: f64,
+    commit_seconds: f64,
+    cpu_seconds: Option<f64>,
+    peak_rss_bytes: Option<f64>,
+}
+
+impl Scrape {
+    /// Reads the series the benchmark uses from a Prometheus text exposition.
+    pub(crate) fn parse(text: &str) -> Scrape {
+        let mut scrape = Scrape::default();
+        for line in text.lines().filter(|line| !line.starts_with('#')) {
+            let Some((name, value)) = line.split_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.trim().parse::<f64>() else {
+                continue;
+            };
+            match name {
+                "starbridge_store_commits_total" => scrape.commits = value,
+                "starbridge_store_write_requests_total" => scrape.requests = value,
+                "starbridge_store_write_seconds_total" => scrape.busy_seconds = value,
+                "starbridge_store_commit_seconds_total" => scrape.commit_seconds = value,
+                "process_cpu_seconds_total" => scrape.cpu_seconds = Some(value),
+                "starbridge_process_peak_resident_memory_bytes" => {
+                    scrape.peak_rss_bytes = Some(value);
+                }
+                _ => {}
+            }
+        }
+        scrape
+    }
+}
+
+/// CPU time and the servers' store writer counters at one moment.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Usage {
     at: Instant,
+    /// This process's CPU time, and the external servers'.
     cpu: Option<Duration>,
-    writer: WriterStats,
+    /// The servers' writers, added up.
+    writer: Scrape,
+    /// The servers' peak resident memory (added up, when there are several).
+    pub(crate) server_peak_rss: Option<u64>,
 }
 
 impl Usage {
-    pub(crate) fn read(store: &Store) -> Usage {
+    /// From the servers' scrapes; `external`: they run in processes of their own (else in this
+    /// one, whose CPU they already count).
+    pub(crate) fn new(scrapes: &[Scrape], external: bool) -> Usage {
+        let own = starbridge_server::process::read();
+        let mut writer = Scrape::default();
+        for scrape in scrapes {
+            writer.commits += scrape.commits;
+            writer.requests += scrape.requests;
+            writer.busy_seconds += scrape.busy_seconds;
+            writer.commit_seconds += scrape.commit_seconds;
+        }
+        let servers_cpu: Option<f64> = scrapes.iter().map(|scrape| scrape.cpu_seconds).sum();
+        let cpu = match (own, external) {
+            (Some(own), false) => Some(own.cpu),
+            (Some(own), true) => servers_cpu.map(|cpu| own.cpu + Duration::from_secs_f64(cpu)),
+            (None, _) => None,
+        };
+        let server_peak_rss = if external {
+            scrapes
+                .iter()
+                .map(|scrape| scrape.peak_rss_bytes.map(|bytes| bytes as u64))
+                .sum()
+        } else {
+            own.map(|own| own.peak_resident_bytes)
+        };
         Usage {
             at: Instant::now(),
-            cpu: process_cpu(),
-            writer: store.writer_stats(),
+            cpu,
+            writer,
+            server_peak_rss,
         }
     }
 
     /// What happened from `self` to `end`, for a phase that got through `items` things.
     pub(crate) fn until(&self, end: &Usage, items: u64) -> Work {
         let wall = end.at.saturating_duration_since(self.at).as_secs_f64();
-        let share = |part: Duration| {
+        let share = |seconds: f64| {
             if wall > 0.0 {
-                round3(part.as_secs_f64() / wall)
+                round3(seconds.max(0.0) / wall)
             } else {
                 0.0
             }
@@ -166,13 +232,13 @@ impl Usage {
             (Some(start), Some(end)) => Some(end.saturating_sub(start)),
             _ => None,
         };
-        let commits = end.writer.commits - self.writer.commits;
-        let requests = end.writer.requests - self.writer.requests;
+        let commits = (end.writer.commits - self.writer.commits).max(0.0) as u64;
+        let requests = (end.writer.requests - self.writer.requests).max(0.0) as u64;
         Work {
             cpu_ms_per_item: cpu
                 .filter(|_| items > 0)
                 .map(|cpu| round3(cpu.as_secs_f64() * 1000.0 / items as f64)),
-            cpus_busy: cpu.map(share),
+            cpus_busy: cpu.map(|cpu| share(cpu.as_secs_f64())),
             commits,
             write_requests: requests,
             requests_per_commit: if commits > 0 {
@@ -180,8 +246,8 @@ impl Usage {
             } else {
                 0.0
             },
-            writer_busy: share(end.writer.busy.saturating_sub(self.writer.busy)),
-            writer_committing: share(end.writer.committing.saturating_sub(self.writer.committing)),
+            writer_busy: share(end.writer.busy_seconds - self.writer.busy_seconds),
+            writer_committing: share(end.writer.commit_seconds - self.writer.commit_seconds),
         }
     }
 }
@@ -203,24 +269,6 @@ pub(crate) struct Work {
     pub(crate) writer_busy: f64,
     /// Share of the wall time the writer spent in `COMMIT` (the durable write).
     pub(crate) writer_committing: f64,
-}
-
-/// This process's CPU time so far (user + system, all threads), from `/proc/self/stat`.
-fn process_cpu() -> Option<Duration> {
-    parse_cpu(&std::fs::read_to_string("/proc/self/stat").ok()?)
-}
-
-/// Clock ticks per second of `/proc` times (`USER_HZ`, fixed at 100 in Linux's ABI).
-const USER_HZ: u64 = 100;
-
-fn parse_cpu(stat: &str) -> Option<Duration> {
-    // The command name (field 2) may hold spaces; the fields after it are plain. utime and
-    // stime are fields 14 and 15, so the 12th and 13th after the name's closing parenthesis.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace().skip(11);
-    let user: u64 = fields.next()?.parse().ok()?;
-    let system: u64 = fields.next()?.parse().ok()?;
-    Some(Duration::from_millis((user + system) * 1000 / USER_HZ))
 }
 
 /// Something listed in the report under a key of its own.
@@ -276,24 +324,6 @@ impl DatabaseSize {
     }
 }
 
-/// The peak resident set size of this process (`VmHWM` in /proc/self/status), where available.
-pub(crate) fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    parse_vm_hwm(&status)
-}
-
-fn parse_vm_hwm(status: &str) -> Option<u64> {
-    let line = status.lines().find(|line| line.starts_with("VmHWM:"))?;
-    let kib: u64 = line
-        .trim_start_matches("VmHWM:")
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kib * 1024)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,20 +344,31 @@ mod tests {
     }
 
     #[test]
-    fn vm_hwm_is_read_in_bytes() {
-        let status =
-            "Name:\tstarbridge\nVmPeak:\t  2000 kB\nVmHWM:\t    1234 kB\nVmRSS:\t 1000 kB\n";
-        assert_eq!(parse_vm_hwm(status), Some(1234 * 1024));
-        assert_eq!(parse_vm_hwm("Name: x\n"), None);
-    }
-
-    #[test]
-    fn process_cpu_is_user_plus_system_ticks() {
-        // pid (comm with a space and a parenthesis) state, then fields 4 to 13, utime, stime.
-        let stat = "42 (tokio (rt) w) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9";
-        assert_eq!(parse_cpu(stat), Some(Duration::from_millis(3250)));
-        assert_eq!(parse_cpu("42 (x) S 1"), None);
-        assert!(process_cpu().is_some(), "/proc/self/stat reads on Linux");
+    fn a_scrape_reads_the_writer_and_process_series() {
+        let text = "# HELP starbridge_store_commits_total x\n\
+                    # TYPE starbridge_store_commits_total counter\n\
+                    starbridge_store_commits_total 12\n\
+                    starbridge_store_write_requests_total 300\n\
+                    starbridge_store_write_seconds_total 1.5\n\
+                    starbridge_store_commit_seconds_total 0.5\n\
+                    process_cpu_seconds_total 2.25\n\
+                    starbridge_process_peak_resident_memory_bytes 1048576\n\
+                    starbridge_http_requests_total{method=\"GET\",route=\"/x\",status=\"200\"} 3\n";
+        let scrape = Scrape::parse(text);
+        assert_eq!(
+            scrape,
+            Scrape {
+                commits: 12.0,
+                requests: 300.0,
+                busy_seconds: 1.5,
+                commit_seconds: 0.5,
+                cpu_seconds: Some(2.25),
+                peak_rss_bytes: Some(1_048_576.0),
+            }
+        );
+        let external = Usage::new(&[scrape, scrape], true);
+        assert_eq!(external.server_peak_rss, Some(2 * 1_048_576));
+        assert!(external.cpu.unwrap() >= Duration::from_millis(4500));
     }
 
     #[test]

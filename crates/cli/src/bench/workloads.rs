@@ -20,7 +20,7 @@ use starbridge_api as api;
 
 use super::harness::{Bench, COMMAND, Pace, QUEUE, Sending, Submission, SubmittedJob, submit_jobs};
 use super::report::{Config, DatabaseInfo, Report, Resources};
-use super::stats::{DatabaseSize, Latencies, LatencySummary, Throughput, Usage, peak_rss_bytes};
+use super::stats::{DatabaseSize, Latencies, LatencySummary, Throughput, Usage};
 use super::verify::{Verified, verify};
 use super::{BenchArgs, Workload};
 
@@ -111,7 +111,7 @@ pub(super) async fn check(
     tasks_per_job: usize,
 ) -> Result<Checked> {
     let after = bench.database.size();
-    let peak_rss = peak_rss_bytes();
+    let peak_rss = bench.usage().await?.server_peak_rss;
     let ids: Vec<String> = submitted
         .iter()
         .flat_map(|submission| submission.jobs.iter().map(|job| job.id.clone()))
@@ -148,10 +148,19 @@ fn report(
 ) -> Report {
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let mut notes = figures.notes;
-    notes.push(format!(
-        "one process on {cpus} CPUs: the server, the {} workers and the submitters share them",
-        args.workers
-    ));
+    notes.push(if bench.external() {
+        format!(
+            "external servers: CPU per job counts this process (the {} workers and the \
+             submitters) and theirs, on the CPUs of this machine ({cpus}) if they run here",
+            args.workers
+        )
+    } else {
+        format!(
+            "one process on {cpus} CPUs: the server, the {} workers and the submitters share \
+             them",
+            args.workers
+        )
+    });
     notes.push("server timestamps (created_at, started_at, ended_at) have 1 ms resolution".into());
     Report {
         workload: args.workload.name(),
@@ -175,6 +184,11 @@ fn report(
         throughput: figures.throughput,
         latency_ms: figures.latency,
         resources: Resources {
+            server: if bench.external() {
+                "external"
+            } else {
+                "in this process"
+            },
             peak_rss_bytes: checked.peak_rss,
             database_bytes_before: before.total(),
             database_bytes_after: checked.after.total(),
@@ -214,7 +228,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         "bench: phase 1/4: submitting {jobs} jobs from {} clients, no worker running",
         args.submitters
     );
-    let usage = bench.usage();
+    let usage = bench.usage().await?;
     let queued = submit_jobs(
         &bench.api,
         "bench_single",
@@ -232,7 +246,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             "jobs",
             queued.seconds(),
         )
-        .with_work(&usage, &bench.usage()),
+        .with_work(&usage, &bench.usage().await?),
     ];
     let mut latency = vec![
         queued
@@ -246,12 +260,12 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         args.workers, args.concurrency
     );
     let drain_start = Instant::now();
-    let usage = bench.usage();
+    let usage = bench.usage().await?;
     bench.start_workers()?;
     let drained = bench
         .wait_until_done(queued.jobs.len() as u64, "drain")
         .await?;
-    let drained_usage = bench.usage();
+    let drained_usage = bench.usage().await?;
     let mut rate = None;
     let mut paced = None;
     let mut full_speed = None;
@@ -273,7 +287,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             "bench: phase 3/4: submitting {jobs} jobs from {} clients, workers running",
             args.submitters
         );
-        let usage = bench.usage();
+        let usage = bench.usage().await?;
         let submitted = submit_jobs(
             &bench.api,
             "bench_single",
@@ -289,7 +303,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
                 "end to end",
             )
             .await?;
-        let end_usage = bench.usage();
+        let end_usage = bench.usage().await?;
         let listed = bench.api.list_jobs(Some("succeeded")).await?;
         throughput.push(
             Throughput::new(
@@ -316,7 +330,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             start: Instant::now() + Duration::from_millis(20),
             rate: target,
         };
-        let usage = bench.usage();
+        let usage = bench.usage().await?;
         let submitted = submit_jobs(
             &bench.api,
             "bench_single",
@@ -330,7 +344,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         bench
             .wait_until_done((earlier + submitted.jobs.len()) as u64, "end to end")
             .await?;
-        let end_usage = bench.usage();
+        let end_usage = bench.usage().await?;
         let mut sent = Throughput::new(
             "end_to_end",
             format!("end to end, submitted at {target:.0}/s"),
@@ -435,7 +449,7 @@ async fn submit_and_run(
         "bench: submitting {jobs} {workflow} jobs from {} clients to {} workers x {}",
         args.submitters, args.workers, args.concurrency
     );
-    let usage = bench.usage();
+    let usage = bench.usage().await?;
     bench.start_workers()?;
     let submission = submit_jobs(
         &bench.api,
@@ -449,7 +463,7 @@ async fn submit_and_run(
     bench
         .wait_until_done((submission.jobs.len() * tasks_per_job) as u64, "run")
         .await?;
-    Ok((submission, usage, bench.usage()))
+    Ok((submission, usage, bench.usage().await?))
 }
 
 /// Submits `count` jobs of `workflow` one after the other, each once the previous one ended,
