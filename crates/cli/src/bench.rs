@@ -77,6 +77,10 @@ pub(crate) struct BenchArgs {
     /// read from their `/metrics`. `--database` may then name their SQLite file, for its size.
     #[arg(long = "servers", value_name = "URL", value_delimiter = ',')]
     servers: Vec<String>,
+    /// When the embedded store answers a change: `full` (on disk, the default and what the
+    /// targets are about) or `relaxed` (see `starbridge server --help`), reported as such.
+    #[arg(long, value_enum, default_value = "full")]
+    durability: crate::local::DurabilityArg,
     /// Keep the temporary database folder (or PostgreSQL schema) instead of removing it.
     #[arg(long)]
     keep: bool,

@@ -68,6 +68,33 @@ pub(crate) struct DatabaseArgs {
     /// `forever` to keep them.
     #[arg(long, env = "STARBRIDGE_RETAIN_FINISHED", default_value = "30d", value_parser = parse_retention)]
     retain_finished: Retention,
+    /// `full`: every change is on disk before it is answered. `relaxed`: answered once the
+    /// database has it (SQLite synchronous=NORMAL, PostgreSQL synchronous_commit=off): a crash
+    /// of this process loses nothing, but a power loss or an operating system crash may lose the
+    /// last moments' changes, though acknowledged.
+    #[arg(
+        long,
+        env = "STARBRIDGE_DURABILITY",
+        value_enum,
+        default_value = "full"
+    )]
+    durability: DurabilityArg,
+}
+
+/// The values of `--durability`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DurabilityArg {
+    Full,
+    Relaxed,
+}
+
+impl From<DurabilityArg> for starbridge_store::Durability {
+    fn from(arg: DurabilityArg) -> starbridge_store::Durability {
+        match arg {
+            DurabilityArg::Full => starbridge_store::Durability::Full,
+            DurabilityArg::Relaxed => starbridge_store::Durability::Relaxed,
+        }
+    }
 }
 
 /// How long finished jobs are kept.
@@ -104,6 +131,7 @@ impl DatabaseArgs {
             lock_timeout: self.db_lock_timeout,
             retain_finished: self.retain_finished.0,
             limits: starbridge_core::limits::Limits::default(),
+            durability: self.durability.into(),
         }
     }
 }
@@ -382,6 +410,12 @@ async fn start_server(listen: &str, database: &str, limits: Limits) -> Result<Se
 pub(crate) async fn server(args: ServerArgs) -> Result<ExitCode> {
     let (server, url) = args.start().await?;
     tracing::info!(%url, database = %args.database.url(), "starbridge server listening (web UI at {url}/)");
+    if args.database.durability == DurabilityArg::Relaxed {
+        tracing::warn!(
+            "durability relaxed: changes are answered before they reach the disk; a power loss \
+             or an operating system crash may lose the last ones"
+        );
+    }
     server.run(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
 }

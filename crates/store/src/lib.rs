@@ -216,6 +216,23 @@ pub struct StoreOptions {
     pub retain_finished: Option<Duration>,
     /// What the engine enforces on every job (fan-out width, task input size).
     pub limits: Limits,
+    /// When a change counts as stored.
+    pub durability: Durability,
+}
+
+/// When the store answers a change: once it is on disk, or once the database has it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Every change is on disk (fsynced) before it is answered: nothing acknowledged is lost,
+    /// whatever fails.
+    #[default]
+    Full,
+    /// A change is answered once the database has it, before it reaches the disk (SQLite
+    /// `synchronous=NORMAL` on the writer, PostgreSQL `synchronous_commit=off`): a crash of the
+    /// server process loses nothing, but a power loss or a crash of the operating system (or of
+    /// PostgreSQL) may lose the changes of the last moments, though acknowledged. The database
+    /// stays consistent either way.
+    Relaxed,
 }
 
 impl Default for StoreOptions {
@@ -227,6 +244,7 @@ impl Default for StoreOptions {
             lock_timeout: StdDuration::from_millis(200),
             retain_finished: Some(Duration::from_secs(30 * 24 * 3600)),
             limits: Limits::default(),
+            durability: Durability::Full,
         }
     }
 }
@@ -291,7 +309,8 @@ fn open_backend(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Op
         });
     }
     let path = sqlite_path(url)?;
-    let mut writer = sqlite::SqliteConn::open_writer(&path)?;
+    let durability = options.durability;
+    let mut writer = sqlite::SqliteConn::open_writer(&path, durability)?;
     let applied = writer.migrate(now_millis)?;
     let file = path.clone();
     let connect: Connect = Arc::new(move || {
@@ -299,7 +318,8 @@ fn open_backend(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Op
     });
     let file = path.clone();
     let reconnect_writer: Connect = Arc::new(move || {
-        sqlite::SqliteConn::open_writer(&file).map(|conn| Box::new(conn) as Box<dyn Conn>)
+        sqlite::SqliteConn::open_writer(&file, durability)
+            .map(|conn| Box::new(conn) as Box<dyn Conn>)
     });
     Ok(Opened {
         writer: Box::new(writer),

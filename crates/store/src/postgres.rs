@@ -154,6 +154,10 @@ impl Connector {
             self.options.statement_timeout.as_millis(),
             self.options.lock_timeout.as_millis()
         ))?;
+        if self.options.durability == crate::Durability::Relaxed {
+            // Commits are answered before PostgreSQL flushed them to its log.
+            client.batch_execute("SET synchronous_commit = off")?;
+        }
         let schema: Option<String> = client.query_one("SELECT current_schema()", &[])?.get(0);
         let schema = schema.ok_or_else(|| {
             Error::Open(

@@ -1,5 +1,6 @@
 //! The embedded SQLite backend: a file in WAL mode with `synchronous=FULL`, so every commit the
-//! store acknowledges is on disk. One writer thread owns the only write connection (see
+//! store acknowledges is on disk (`Durability::Relaxed` turns the writer's to `NORMAL`: commits
+//! are answered before the log is synced, which a power loss may undo). One writer thread owns the only write connection (see
 //! `writer`), which is what makes SQLite's lack of row locks harmless.
 //!
 //! The writer's commits do not checkpoint the write-ahead log themselves (copying its pages into
@@ -22,7 +23,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
 use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, sqlite_sql};
-use crate::{Error, Result};
+use crate::{Durability, Error, Result};
 
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/sqlite/0001_init.sql")),
@@ -114,8 +115,12 @@ impl SqliteConn {
 
     /// The writer's connection: its write-ahead log is checkpointed by a thread of its own (see
     /// the module's documentation), which ends when the connection is dropped.
-    pub(crate) fn open_writer(path: &Path) -> Result<SqliteConn> {
+    pub(crate) fn open_writer(path: &Path, durability: Durability) -> Result<SqliteConn> {
         let mut writer = SqliteConn::open(path)?;
+        if durability == Durability::Relaxed {
+            // Commits write the log without syncing it; checkpoints still sync it first.
+            writer.conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+        }
         let checkpointing = SqliteConn::open(path)?;
         checkpointing.conn.busy_timeout(RESTART_WAIT)?;
         let checkpointer = Checkpointer::start(checkpointing)?;
@@ -322,10 +327,25 @@ mod tests {
     }
 
     #[test]
+    fn the_writer_syncs_every_commit_unless_durability_is_relaxed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("durability.db");
+        let synchronous = |durability| -> i64 {
+            let mut writer = SqliteConn::open_writer(&path, durability).unwrap();
+            (&mut writer as &mut dyn Conn)
+                .query_value("PRAGMA synchronous", args![])
+                .unwrap()
+        };
+        // SQLite's numbers: 1 is NORMAL, 2 is FULL.
+        assert_eq!(synchronous(Durability::Full), 2);
+        assert_eq!(synchronous(Durability::Relaxed), 1);
+    }
+
+    #[test]
     fn the_writers_log_is_checkpointed_into_the_database_file_by_the_checkpointer() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("checkpoint.db");
-        let mut writer = SqliteConn::open_writer(&path).unwrap();
+        let mut writer = SqliteConn::open_writer(&path, Durability::Full).unwrap();
         writer
             .batch("CREATE TABLE filler (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
             .unwrap();
@@ -355,7 +375,7 @@ mod tests {
     fn a_writer_that_never_pauses_keeps_its_log_bounded_and_every_commit_succeeds() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bounded.db");
-        let mut writer = SqliteConn::open_writer(&path).unwrap();
+        let mut writer = SqliteConn::open_writer(&path, Durability::Full).unwrap();
         writer
             .batch("CREATE TABLE filler (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
             .unwrap();
@@ -378,7 +398,7 @@ mod tests {
     fn a_reader_that_stays_in_the_log_lets_it_grow_and_it_starts_over_once_the_reader_left() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("reader.db");
-        let mut writer = SqliteConn::open_writer(&path).unwrap();
+        let mut writer = SqliteConn::open_writer(&path, Durability::Full).unwrap();
         writer
             .batch("CREATE TABLE filler (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
             .unwrap();

@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::json;
 use starbridge_api as api;
 use starbridge_server::Server;
-use starbridge_store::Store;
 use starbridge_store::scratch::ScratchSchema;
+use starbridge_store::{Durability, Store, StoreOptions, SystemClock};
 use starbridge_worker::{Client, Outcome, TaskContext, Worker};
 
 /// An HTTP client of the server at `url`.
@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::BenchArgs;
-use super::report::SQLITE_DURABILITY;
+use super::report::{SQLITE_DURABILITY, SQLITE_RELAXED};
 use super::stats::{DatabaseSize, Latencies, Scrape, Usage};
 
 /// The queue and command of every benchmark step.
@@ -48,6 +48,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(40);
 /// Where the benchmark's database lives.
 pub(crate) struct Database {
     pub(crate) url: String,
+    /// When the embedded store answers a change (`--durability`).
+    pub(crate) durability: Durability,
     place: Place,
     keep: bool,
 }
@@ -75,6 +77,7 @@ impl Database {
                 _ => None,
             };
             return Ok(Database {
+                durability: Durability::Full,
                 url: args
                     .database
                     .clone()
@@ -92,6 +95,7 @@ impl Database {
                     schema.keep();
                 }
                 return Ok(Database {
+                    durability: args.durability.into(),
                     url: schema.url.clone(),
                     place: Place::Postgres(schema),
                     keep: args.keep,
@@ -106,6 +110,7 @@ impl Database {
                 );
             }
             return Ok(Database {
+                durability: args.durability.into(),
                 url: url.clone(),
                 place: Place::Sqlite { path, temp: None },
                 keep: true,
@@ -117,6 +122,7 @@ impl Database {
             .context("cannot make a temporary folder for the database")?;
         let path = temp.path().join("bench.db");
         Ok(Database {
+            durability: args.durability.into(),
             url: format!("sqlite://{}", path.display()),
             place: Place::Sqlite {
                 path,
@@ -134,11 +140,23 @@ impl Database {
     /// What every acknowledged change is durable against, as the database is set up.
     pub(crate) fn durability(&self) -> String {
         match &self.place {
-            Place::Sqlite { .. } => SQLITE_DURABILITY.to_owned(),
-            Place::Postgres(schema) => match schema.durability() {
-                Ok(settings) => format!("postgresql {settings}"),
-                Err(error) => format!("postgresql (settings unreadable: {error})"),
+            Place::Sqlite { .. } => match self.durability {
+                Durability::Full => SQLITE_DURABILITY.to_owned(),
+                Durability::Relaxed => SQLITE_RELAXED.to_owned(),
             },
+            Place::Postgres(schema) => {
+                let relaxed = match self.durability {
+                    Durability::Full => "",
+                    Durability::Relaxed => {
+                        ", relaxed: the store's sessions run synchronous_commit=off, the last \
+                         changes acknowledged may be lost if PostgreSQL or the machine stops"
+                    }
+                };
+                match schema.durability() {
+                    Ok(settings) => format!("postgresql {settings}{relaxed}"),
+                    Err(error) => format!("postgresql (settings unreadable: {error}){relaxed}"),
+                }
+            }
             Place::External { .. } => "as the external servers were started".to_owned(),
         }
     }
@@ -614,7 +632,11 @@ impl Bench {
     pub(crate) async fn start(args: &BenchArgs) -> Result<Bench> {
         let database = Database::choose(args)?;
         let (servers, embedded) = if args.servers.is_empty() {
-            let store = Store::open(&database.url)
+            let options = StoreOptions {
+                durability: database.durability,
+                ..StoreOptions::default()
+            };
+            let store = Store::open_with(&database.url, options, Arc::new(SystemClock))
                 .with_context(|| format!("cannot open {}", database.url))?;
             let server = Server::bind(store, "127.0.0.1:0").await?;
             let url = format!("http://{}", server.local_addr());

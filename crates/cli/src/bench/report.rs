@@ -11,6 +11,10 @@ use crate::output::table;
 /// What the output says about durability on SQLite: the store's settings, as in production.
 pub(crate) const SQLITE_DURABILITY: &str = "sqlite synchronous=FULL (WAL)";
 
+/// The same with `--durability relaxed`.
+pub(crate) const SQLITE_RELAXED: &str = "sqlite synchronous=NORMAL (WAL), relaxed: the last \
+                                          changes acknowledged may be lost on power loss";
+
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Report {
     pub(crate) workload: &'static str,
