@@ -38,7 +38,7 @@ pub(crate) struct BenchArgs {
     /// then on one holding --jobs finished and --jobs ready tasks).
     #[arg(long, value_enum, default_value = "single")]
     workload: Workload,
-    /// Jobs to run (default: 10000 single, 500 chain, 50 fanout; backlog: 1000000 finished
+    /// Jobs to run (default: 100000 single, 500 chain, 50 fanout; backlog: 1000000 finished
     /// and as many ready).
     #[arg(long)]
     jobs: Option<usize>,
@@ -106,7 +106,7 @@ impl Workload {
 
     fn default_jobs(self) -> usize {
         match self {
-            Workload::Single => 10_000,
+            Workload::Single => 100_000,
             Workload::Chain => 500,
             Workload::Fanout => 50,
             Workload::Backlog => 1_000_000,
