@@ -263,6 +263,8 @@ pub struct Store {
     sqlite_file: Option<PathBuf>,
     options: StoreOptions,
     counters: Arc<writer::Counters>,
+    /// Claims counted for PostgreSQL's vacuumer (see `postgres::vacuum`).
+    upkeep: Arc<postgres::Upkeep>,
 }
 
 /// Runs `open` on a thread of its own: the PostgreSQL client blocks, which the async runtime
@@ -350,7 +352,9 @@ impl Store {
         let workflows = Arc::new(cache::WorkflowCache::default());
         let notifier = Arc::new(Notifier::default());
         let node = uuid::Uuid::new_v4().simple().to_string();
+        let upkeep = Arc::new(postgres::Upkeep::default());
         if let Some(connector) = opened.listener {
+            postgres::start_vacuumer(connector.clone(), &upkeep, postgres::VACUUM_AFTER_CLAIMS);
             postgres::start_listener(connector, node.clone(), &notifier);
         }
         let counters = Arc::new(writer::Counters::default());
@@ -375,6 +379,7 @@ impl Store {
             sqlite_file: opened.sqlite_file,
             options,
             counters,
+            upkeep,
         })
     }
 
@@ -463,9 +468,14 @@ impl Store {
         max: u32,
     ) -> Result<Vec<Claimed>> {
         let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
-        self.writer
+        let claimed = self
+            .writer
             .write(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
-            .await
+            .await?;
+        self.upkeep
+            .claimed
+            .fetch_add(claimed.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(claimed)
     }
 
     /// A worker's report on a task; a task outside `scope` is not found.
