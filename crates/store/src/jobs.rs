@@ -134,35 +134,43 @@ impl JobCache {
     }
 }
 
+/// A job row of workflow `w` in namespace `default`, as a command would hold it.
+#[cfg(test)]
+pub(crate) fn test_job(
+    id: &str,
+    status: starbridge_core::model::JobStatus,
+) -> starbridge_core::model::Job {
+    starbridge_core::model::Job {
+        id: JobId::from_unique(id),
+        namespace: "default".into(),
+        workflow: "w".into(),
+        version: 1,
+        status,
+        params: serde_json::json!({}),
+        key: None,
+        priority: 0,
+        created_at: starbridge_core::time::Timestamp(0),
+        started_at: None,
+        ended_at: None,
+        deadline_at: None,
+        wind_down: None,
+        compensation_planned: false,
+        completions: 0,
+        round: 0,
+        lock: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use starbridge_core::model::{Job, JobStatus, Task};
-    use starbridge_core::time::Timestamp;
+    use starbridge_core::model::{JobStatus, Task};
 
     use super::*;
 
     fn job(id: &str, status: JobStatus) -> JobState {
         JobState {
-            job: Job {
-                id: JobId::from_unique(id),
-                namespace: "default".into(),
-                workflow: "w".into(),
-                version: 1,
-                status,
-                params: json!({}),
-                key: None,
-                priority: 0,
-                created_at: Timestamp(0),
-                started_at: None,
-                ended_at: None,
-                deadline_at: None,
-                wind_down: None,
-                compensation_planned: false,
-                completions: 0,
-                round: 0,
-                lock: None,
-            },
+            job: test_job(id, status),
             tasks: Vec::new(),
         }
     }

@@ -714,16 +714,19 @@ mod tests {
         crate::rows::ensure_namespace(ctx.conn, name, ctx.now)
     }
 
-    fn namespaces(path: &Path) -> Vec<String> {
+    /// The first column of what `sql` selects from the database file, behind the writer's back.
+    fn strings(path: &Path, sql: &str) -> Vec<String> {
         let conn = rusqlite::Connection::open(path).unwrap();
-        let mut statement = conn
-            .prepare("SELECT name FROM namespaces ORDER BY name")
-            .unwrap();
+        let mut statement = conn.prepare(sql).unwrap();
         statement
             .query_map([], |row| row.get(0))
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap()
+    }
+
+    fn namespaces(path: &Path) -> Vec<String> {
+        strings(path, "SELECT name FROM namespaces ORDER BY name")
     }
 
     #[tokio::test]
@@ -753,35 +756,11 @@ mod tests {
 
     /// A job row as a command would hold it back.
     fn job(id: &str) -> starbridge_core::model::Job {
-        starbridge_core::model::Job {
-            id: starbridge_core::ids::JobId::from_unique(id),
-            namespace: "default".to_owned(),
-            workflow: "w".to_owned(),
-            version: 1,
-            status: starbridge_core::model::JobStatus::Running,
-            params: serde_json::json!({}),
-            key: None,
-            priority: 0,
-            created_at: Timestamp(0),
-            started_at: None,
-            ended_at: None,
-            deadline_at: None,
-            wind_down: None,
-            compensation_planned: false,
-            completions: 0,
-            round: 0,
-            lock: None,
-        }
+        crate::jobs::test_job(id, starbridge_core::model::JobStatus::Running)
     }
 
     fn jobs(path: &Path) -> Vec<String> {
-        let conn = rusqlite::Connection::open(path).unwrap();
-        let mut statement = conn.prepare("SELECT id FROM jobs ORDER BY id").unwrap();
-        statement
-            .query_map([], |row| row.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap()
+        strings(path, "SELECT id FROM jobs ORDER BY id")
     }
 
     #[tokio::test]

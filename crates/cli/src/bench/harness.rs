@@ -432,6 +432,19 @@ pub(crate) struct Submission {
 }
 
 impl Submission {
+    /// An empty round that starts now, for `count` jobs.
+    pub(crate) fn starting(count: usize) -> Submission {
+        let now = Instant::now();
+        Submission {
+            jobs: Vec::with_capacity(count),
+            errors: Vec::new(),
+            request_latency: Latencies::new(),
+            first_send: now,
+            last_answer: now,
+            max_lag: Duration::ZERO,
+        }
+    }
+
     pub(crate) fn seconds(&self) -> f64 {
         self.last_answer
             .saturating_duration_since(self.first_send)
@@ -570,15 +583,7 @@ pub(crate) async fn submit_jobs(
             }
         });
     }
-    let now = Instant::now();
-    let mut submission = Submission {
-        jobs: Vec::with_capacity(count),
-        errors: Vec::new(),
-        request_latency: Latencies::new(),
-        first_send: now,
-        last_answer: now,
-        max_lag: Duration::ZERO,
-    };
+    let mut submission = Submission::starting(count);
     let (mut first, mut last): (Option<Instant>, Option<Instant>) = (None, None);
     while let Some(joined) = set.join_next().await {
         let result = joined.context("a submitter failed")?;
@@ -592,8 +597,8 @@ pub(crate) async fn submit_jobs(
         };
         last = last.max(result.last_answer);
     }
-    submission.first_send = first.unwrap_or(now);
-    submission.last_answer = last.unwrap_or(now);
+    submission.first_send = first.unwrap_or(submission.first_send);
+    submission.last_answer = last.unwrap_or(submission.last_answer);
     Ok(submission)
 }
 

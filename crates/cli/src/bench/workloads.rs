@@ -477,15 +477,7 @@ async fn one_at_a_time(
     tasks_before: u64,
 ) -> Result<Submission> {
     eprintln!("bench: running {count} {workflow} jobs one at a time");
-    let now = Instant::now();
-    let mut submission = Submission {
-        jobs: Vec::with_capacity(count),
-        errors: Vec::new(),
-        request_latency: Latencies::new(),
-        first_send: now,
-        last_answer: now,
-        max_lag: Duration::ZERO,
-    };
+    let mut submission = Submission::starting(count);
     for index in 0..count {
         let sent = Instant::now();
         match bench.api.submit(workflow).await {
@@ -586,8 +578,56 @@ fn chain_latencies<'a>(
 }
 
 async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
+    let shape = Shape {
+        workflow: "bench_chain",
+        tasks_per_job: CHAIN_STEPS,
+        key: "steps",
+        label: format!("steps ({CHAIN_STEPS} per job), all at once"),
+        unit: "steps",
+    };
+    all_at_once_then_alone(bench, args, jobs, shape, |views| {
+        let handler_time = handler_time_per_job(bench);
+        let mut latency = chain_latencies(views.all_at_once, &handler_time, "all at once");
+        latency.extend(chain_latencies(views.alone, &handler_time, "one at a time"));
+        latency
+    })
+    .await
+}
+
+/// What `chain` and `fanout` differ in, besides their latencies.
+struct Shape {
+    workflow: &'static str,
+    tasks_per_job: usize,
+    /// Key, label and unit of the throughput line of the jobs run all at once.
+    key: &'static str,
+    label: String,
+    unit: &'static str,
+}
+
+/// The checked jobs of each phase of `all_at_once_then_alone`.
+struct PhaseViews<'a> {
+    all_at_once: Box<dyn Iterator<Item = &'a api::JobView> + 'a>,
+    alone: Box<dyn Iterator<Item = &'a api::JobView> + 'a>,
+}
+
+/// `chain` and `fanout`: every job submitted at once with the workers running, then a few run
+/// one at a time, then the check; `latencies` makes the latency lines of both phases.
+async fn all_at_once_then_alone(
+    bench: &Bench,
+    args: &BenchArgs,
+    jobs: usize,
+    shape: Shape,
+    latencies: impl FnOnce(PhaseViews<'_>) -> Vec<LatencySummary>,
+) -> Result<(Figures, Checked)> {
+    let Shape {
+        workflow,
+        tasks_per_job,
+        key,
+        label,
+        unit,
+    } = shape;
     let (submission, start, end) =
-        submit_and_run(bench, args, "bench_chain", jobs, CHAIN_STEPS).await?;
+        submit_and_run(bench, args, workflow, jobs, tasks_per_job).await?;
     let count = submission.jobs.len() as u64;
     let seconds = seconds_until(
         bench,
@@ -602,32 +642,25 @@ async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures,
     );
     let alone = one_at_a_time(
         bench,
-        "bench_chain",
+        workflow,
         ALONE_JOBS.min(jobs),
-        CHAIN_STEPS,
-        count * CHAIN_STEPS as u64,
+        tasks_per_job,
+        count * tasks_per_job as u64,
     )
     .await?;
-    let checked = check(bench, args, &[&submission, &alone], CHAIN_STEPS).await?;
-    let handler_time = handler_time_per_job(bench);
+    let checked = check(bench, args, &[&submission, &alone], tasks_per_job).await?;
     let mut latency = vec![
         submission
             .request_latency
             .summary("submit_request", "submit request"),
     ];
-    latency.extend(chain_latencies(
-        views_of(&checked, &submission),
-        &handler_time,
-        "all at once",
-    ));
-    latency.extend(chain_latencies(
-        views_of(&checked, &alone),
-        &handler_time,
-        "one at a time",
-    ));
+    latency.extend(latencies(PhaseViews {
+        all_at_once: Box::new(views_of(&checked, &submission)),
+        alone: Box::new(views_of(&checked, &alone)),
+    }));
     let figures = Figures {
         jobs,
-        tasks_per_job: CHAIN_STEPS,
+        tasks_per_job,
         rate: None,
         seconds: None,
         throughput: vec![
@@ -638,14 +671,8 @@ async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures,
                 "jobs",
                 submission.seconds(),
             ),
-            Throughput::new(
-                "steps",
-                format!("steps ({CHAIN_STEPS} per job), all at once"),
-                count * CHAIN_STEPS as u64,
-                "steps",
-                seconds,
-            )
-            .with_work(&start, &end),
+            Throughput::new(key, label, count * tasks_per_job as u64, unit, seconds)
+                .with_work(&start, &end),
             Throughput::new(
                 "jobs",
                 "jobs, first submit to last end",
@@ -728,76 +755,19 @@ fn fanout_latencies<'a>(
 }
 
 async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures, Checked)> {
-    let tasks_per_job = FAN_OUT_WIDTH + 2;
-    let (submission, start, end) =
-        submit_and_run(bench, args, "bench_fanout", jobs, tasks_per_job).await?;
-    let count = submission.jobs.len() as u64;
-    let seconds = seconds_until(
-        bench,
-        submission.first_send,
-        bench
-            .api
-            .list_jobs(Some("succeeded"))
-            .await?
-            .iter()
-            .filter_map(|job| millis(job.ended_at))
-            .max(),
-    );
-    let alone = one_at_a_time(
-        bench,
-        "bench_fanout",
-        ALONE_JOBS.min(jobs),
-        tasks_per_job,
-        count * tasks_per_job as u64,
-    )
-    .await?;
-    let checked = check(bench, args, &[&submission, &alone], tasks_per_job).await?;
-    let mut latency = vec![
-        submission
-            .request_latency
-            .summary("submit_request", "submit request"),
-    ];
-    latency.extend(fanout_latencies(
-        views_of(&checked, &submission),
-        "all at once",
-    ));
-    latency.extend(fanout_latencies(
-        views_of(&checked, &alone),
-        "one at a time",
-    ));
-    let figures = Figures {
-        jobs,
-        tasks_per_job,
-        rate: None,
-        seconds: None,
-        throughput: vec![
-            Throughput::new(
-                "submit",
-                format!("submit, {} (workers running)", args.per_request()),
-                count,
-                "jobs",
-                submission.seconds(),
-            ),
-            Throughput::new(
-                "tasks",
-                format!("tasks (root, {FAN_OUT_WIDTH} children, join per job), all at once"),
-                count * tasks_per_job as u64,
-                "tasks",
-                seconds,
-            )
-            .with_work(&start, &end),
-            Throughput::new(
-                "jobs",
-                "jobs, first submit to last end",
-                count,
-                "jobs",
-                seconds,
-            ),
-        ],
-        latency,
-        notes: vec![QUEUEING_NOTE.to_owned()],
+    let shape = Shape {
+        workflow: "bench_fanout",
+        tasks_per_job: FAN_OUT_WIDTH + 2,
+        key: "tasks",
+        label: format!("tasks (root, {FAN_OUT_WIDTH} children, join per job), all at once"),
+        unit: "tasks",
     };
-    Ok((figures, checked))
+    all_at_once_then_alone(bench, args, jobs, shape, |views| {
+        let mut latency = fanout_latencies(views.all_at_once, "all at once");
+        latency.extend(fanout_latencies(views.alone, "one at a time"));
+        latency
+    })
+    .await
 }
 
 #[cfg(test)]
