@@ -1,18 +1,14 @@
 //! Authentication end to end with the real binary: the secure default on a non-loopback address,
 //! the bootstrap admin token, tokens made and used through the CLI.
 
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
+use common::{KillOnDrop, free_port};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
 
 fn run(args: &[&str], token: Option<&str>) -> Output {
     let mut command = Command::new(BIN);
@@ -30,15 +26,6 @@ fn text(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
-}
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -68,7 +55,7 @@ fn an_admin_bootstraps_makes_a_scoped_token_and_the_cli_uses_it() {
 
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
-    let _server = Server(
+    let _server = KillOnDrop(
         Command::new(BIN)
             .args(["server", "--auth", "--database", &database])
             .args(["--listen", &format!("127.0.0.1:{port}")])

@@ -2,9 +2,13 @@
 //! `-o json`. The test checks correctness figures and that every figure is present — never
 //! throughput or latency values, which depend on the machine.
 
+mod common;
+
 use std::process::Command;
 
 use serde_json::Value;
+
+use common::{KillOnDrop, free_port};
 
 const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
 
@@ -227,26 +231,12 @@ fn an_existing_database_is_refused_without_reuse() {
     assert!(stderr.contains("--reuse"), "{stderr}");
 }
 
-/// Kills the server process when the test ends, however it ends.
-struct ServerProcess(std::process::Child);
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn a_run_against_an_external_server_reads_its_memory_and_writer_from_its_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let database = format!("sqlite://{}", dir.path().join("external.db").display());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _server = ServerProcess(
+    let port = free_port();
+    let _server = KillOnDrop(
         Command::new(BIN)
             .args(["server", "--listen", &format!("127.0.0.1:{port}")])
             .args(["--database", &database])

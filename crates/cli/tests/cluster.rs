@@ -6,6 +6,8 @@
 //! Skipped with a message when no PostgreSQL server is reachable, unless `CI` or
 //! `STARBRIDGE_REQUIRE_POSTGRES` is set (see `starbridge_store::scratch`).
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -13,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use starbridge_store::scratch::ScratchSchema;
+
+use common::free_port;
 
 const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
 /// How long a run may take before it is declared stuck (a liveness bound, not a benchmark).
@@ -49,14 +53,6 @@ steps:
     timeout: 3s
     retry: { max_attempts: 20, initial: 100ms, max_interval: 1s }
 "#;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Node {
     url: String,

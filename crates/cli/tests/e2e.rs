@@ -1,6 +1,8 @@
 //! End to end: the real `starbridge` binary as server and as worker processes, talking HTTP on
 //! loopback, with real SQLite files and real shell commands.
 
+mod common;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -8,17 +10,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use common::free_port;
+
 const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
 /// How long a test waits for a job before declaring it stuck (a liveness bound, not a benchmark).
 const STUCK: Duration = Duration::from_secs(90);
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Harness {
     dir: tempfile::TempDir,

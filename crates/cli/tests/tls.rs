@@ -2,30 +2,16 @@
 //! private CA made in the test; a client command trusts it with `--ca-cert` (or
 //! `STARBRIDGE_CA_CERT`) and refuses it without.
 
+mod common;
+
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
+use common::{KillOnDrop, free_port};
+
 const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Stops the server when the test ends, however it ends.
-struct Running(std::process::Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn client(server: &str, extra: &[&str], ca_env: Option<&std::path::Path>) -> Output {
     let mut command = Command::new(BIN);
@@ -63,7 +49,7 @@ fn client_commands_reach_an_https_server_with_its_ca_and_refuse_it_without() {
     std::fs::write(&key_path, key.serialize_pem()).unwrap();
 
     let port = free_port();
-    let _server = Running(
+    let _server = KillOnDrop(
         Command::new(BIN)
             .args(["server", "--listen", &format!("127.0.0.1:{port}")])
             .arg("--database")

@@ -279,7 +279,7 @@ fn render_writer(out: &mut String, writer: &WriterStats) {
         ),
         (
             "starbridge_store_write_restarts_total",
-            "Group transactions run again with a savepoint per request because a request failed after writing (SQLite).",
+            "Group transactions run again with a savepoint per request because a request was refused or failed after writing.",
             writer.restarts.to_string(),
         ),
         (

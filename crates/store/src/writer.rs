@@ -242,7 +242,7 @@ pub struct WriterStats {
     /// Requests rolled back to run again because another node held their rows.
     pub retried: u64,
     /// Group transactions rolled back and run again with a savepoint per request, because a
-    /// request that ran without one failed after writing (SQLite).
+    /// request that ran without one was refused or failed after writing.
     pub restarts: u64,
     /// Time the writer spent in transactions, from `BEGIN` to the end of `COMMIT`.
     pub busy: std::time::Duration,
