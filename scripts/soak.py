@@ -86,6 +86,7 @@ def call(base, method, path, body=None, text=None):
         headers["content-type"] = "application/json"
     elif text is not None:
         data = text.encode()
+        headers["content-type"] = "application/yaml"
     request = urllib.request.Request(base + path, data=data, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:

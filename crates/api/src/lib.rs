@@ -628,10 +628,29 @@ pub struct ProblemLimit {
     pub env: String,
 }
 
+/// `GET /healthz`: whether the server reads and writes its database (`503` unless `ok`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Health {
+    /// `ok` or `unhealthy`.
     pub status: String,
-    pub database: String,
+    pub database: DatabaseHealth,
+    /// What the answer rests on: the last write's age and outcome, a probe write's, or a failed
+    /// read.
+    pub detail: String,
+}
+
+/// Whether the database takes writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DatabaseHealth {
+    /// A write succeeded in the last 10 s, or a probe write just did.
+    Ok,
+    /// The disk holding the database is full: writes are refused.
+    Full,
+    /// The database or its filesystem is read-only: writes are refused.
+    ReadOnly,
+    /// The database cannot be reached, or fails writes for another reason.
+    Unavailable,
 }
 
 /// An API token as listed (its secret is never shown again after creation).

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use starbridge_core::destination::DestinationPolicy;
 use starbridge_server::{Limits, Server};
 use starbridge_store::{NewToken, Scope, Store, StoreOptions, SystemClock};
 use starbridge_worker::{Client, Worker, shell};
@@ -37,8 +38,81 @@ pub(crate) struct ServerArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, env = "STARBRIDGE_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Let webhooks reach a destination refused by default (loopback, private, link-local and
+    /// other local addresses, and localhost): a CIDR block (10.1.0.0/16), an address
+    /// (127.0.0.1, ::1) or a host name (hooks.internal; *.internal for the names under it).
+    /// Repeatable; the variable takes a comma-separated list (empty entries are ignored).
+    #[arg(
+        long = "webhook-allow",
+        value_name = "CIDR_OR_HOST",
+        env = "STARBRIDGE_WEBHOOK_ALLOW",
+        value_delimiter = ','
+    )]
+    webhook_allow: Vec<String>,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    connections: ConnectionArgs,
+}
+
+/// How connections are bounded, and which host names a server without authentication answers.
+#[derive(Args)]
+pub(crate) struct ConnectionArgs {
+    /// Longest wait for a request's head, the TLS handshake included (e.g. 10s).
+    #[arg(long, env = "STARBRIDGE_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_timeout)]
+    header_read_timeout: std::time::Duration,
+    /// Close a connection that reads and writes nothing for this long while none of its
+    /// requests is being answered (a long poll waiting for work is not idle).
+    #[arg(long, env = "STARBRIDGE_IDLE_TIMEOUT", default_value = "75s", value_parser = parse_timeout)]
+    idle_timeout: std::time::Duration,
+    /// Most connections open at once; more wait in the listen backlog. Default: 80% of the
+    /// file-descriptor limit (raised to its hard limit at start).
+    #[arg(long, env = "STARBRIDGE_MAX_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: Option<u32>,
+    /// A host name, besides localhost and IP addresses, that requests to a server without
+    /// --auth may be addressed to (repeatable; the variable takes a comma-separated list).
+    #[arg(
+        long = "allowed-host",
+        env = "STARBRIDGE_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    allowed_hosts: Vec<String>,
+}
+
+impl ConnectionArgs {
+    fn limits(&self) -> starbridge_server::ConnectionLimits {
+        let descriptors = raise_descriptor_limit();
+        starbridge_server::ConnectionLimits {
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+            // The rest of the descriptors stays for the database, the log and the listener.
+            max_connections: self.max_connections.map_or_else(
+                || {
+                    usize::try_from(descriptors / 5 * 4)
+                        .unwrap_or(usize::MAX)
+                        .max(1)
+                },
+                |max| max as usize,
+            ),
+        }
+    }
+}
+
+/// Raises the process's soft file-descriptor limit to its hard limit; answers the limit now in
+/// force.
+fn raise_descriptor_limit() -> u64 {
+    rlimit::increase_nofile_limit(u64::MAX).unwrap_or_else(|error| {
+        tracing::warn!(%error, "cannot read or raise the file-descriptor limit");
+        starbridge_server::serve::DEFAULT_MAX_CONNECTIONS as u64 * 5 / 4
+    })
+}
+
+/// A timeout longer than zero.
+fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    match parse_duration(text)? {
+        duration if duration.is_zero() => Err("must be longer than zero".to_owned()),
+        duration => Ok(duration),
+    }
 }
 
 /// Which database to use and how to connect to it.
@@ -215,6 +289,23 @@ impl ServerArgs {
     async fn start(&self) -> Result<(Server, String)> {
         // Settings first, so a bad one is reported before the database is touched.
         let limits = self.limits.limits()?;
+        let webhook_policy = DestinationPolicy::allowing(
+            self.webhook_allow
+                .iter()
+                .filter(|entry| !entry.trim().is_empty()),
+        )
+        .map_err(|error| anyhow::anyhow!("invalid --webhook-allow entry: {error}"))?;
+        if !webhook_policy.allowed().is_empty() {
+            let allowed: Vec<String> = webhook_policy
+                .allowed()
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            tracing::info!(
+                allowed = %allowed.join(", "),
+                "webhooks may also reach these destinations (--webhook-allow)"
+            );
+        }
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(starbridge_server::tls::server_config(cert, key)?),
             _ => None,
@@ -228,7 +319,10 @@ impl ServerArgs {
             .with_context(|| format!("cannot open {}", database.url()))?;
         let mut server = Server::bind(store.clone(), &self.listen)
             .await?
-            .with_limits(limits);
+            .with_limits(limits)
+            .with_connection_limits(self.connections.limits())
+            .with_allowed_hosts(self.connections.allowed_hosts.clone())
+            .with_webhook_policy(webhook_policy);
         if let Some(tls) = tls {
             server = server.with_tls(tls);
         }

@@ -157,14 +157,7 @@ impl Cluster {
     }
 
     async fn apply(&self, node: usize, name: &str, yaml: &str) {
-        let response = self
-            .http
-            .put(format!("{}/api/v1/workflows/{name}", self.nodes[node].url))
-            .body(yaml.to_owned())
-            .send()
-            .await
-            .unwrap();
-        assert!(response.status().is_success(), "apply failed");
+        common::apply_yaml(&self.http, &self.nodes[node].url, name, yaml).await;
     }
 
     /// Submits `count` jobs, spread over the nodes, 16 requests at a time; returns their ids.

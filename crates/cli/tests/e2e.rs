@@ -50,6 +50,9 @@ impl Harness {
     async fn start_server(&mut self) {
         let child = Command::new(BIN)
             .args(["server", "--listen", &format!("127.0.0.1:{}", self.port)])
+            // The webhook test's receiver listens on loopback, which webhooks may not reach
+            // by default.
+            .args(["--webhook-allow", "127.0.0.1"])
             .arg("--database")
             .arg(format!("sqlite://{}", self.database().display()))
             .env("STARBRIDGE_LOG", "warn")
@@ -102,18 +105,7 @@ impl Harness {
     }
 
     async fn apply(&self, name: &str, yaml: &str) {
-        let response = self
-            .http
-            .put(format!("{}/api/v1/workflows/{name}", self.url))
-            .body(yaml.to_owned())
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "apply failed: {}",
-            response.text().await.unwrap()
-        );
+        common::apply_yaml(&self.http, &self.url, name, yaml).await;
     }
 
     async fn submit(&self, workflow: &str, params: Value) -> String {

@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::expr::{self, Expr, Template};
@@ -45,7 +46,10 @@ pub struct LockDefinition {
 pub const MAX_LOCK_SLOTS: u32 = 1_000_000;
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a lock: a mapping with `key` and, optionally, `slots`"
+)]
 struct RawLock {
     key: Value,
     slots: Option<u32>,
@@ -175,14 +179,18 @@ fn yaml_options() -> serde_saphyr::Options {
     budget.max_aliases = MAX_YAML_ALIASES;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
+    // YAML 1.2's core schema: only `true` and `false` (also `True`, `TRUE`, `False`, `FALSE`)
+    // are booleans, so `command: no` or `command: y` is a string, not YAML 1.1's `false`/`true`.
+    options.strict_booleans = true;
     options
 }
 
 /// Parses a definition given as YAML or JSON. A document that starts with `{` is tried as JSON
 /// first, for its precise errors; if it is not JSON but is YAML (a flow mapping such as
 /// `{steps: [...]}`), the YAML reading is used; if it is neither, the error is the JSON one when
-/// the first key is quoted, else the YAML one. Parsing is bounded: nesting depth (128 for JSON,
-/// 64 for YAML), YAML nodes after alias expansion and alias uses.
+/// the first key is quoted, else the YAML one. YAML plain scalars are typed by YAML 1.2's core
+/// schema: `yes`, `no`, `on`, `off`, `y` and `n` are strings, not booleans. Parsing is bounded:
+/// nesting depth (128 for JSON, 64 for YAML), YAML nodes after alias expansion and alias uses.
 pub fn parse_document(text: &str) -> Result<Value, Error> {
     let Some(rest) = text.trim_start().strip_prefix('{') else {
         return parse_yaml(text);
@@ -216,6 +224,25 @@ fn parse_yaml(text: &str) -> Result<Value, Error> {
             _ => message,
         };
         Error::single(field, format!("malformed YAML: {message}"))
+    })
+}
+
+/// Reads a part of a definition at `field` (empty for the whole document) as `T`. A problem
+/// names the field that does not fit, such as `steps[0] (a).command` for "invalid type: boolean
+/// `false`, expected a string".
+fn read<T: DeserializeOwned>(field: &str, value: Value) -> Result<T, Problem> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        let field = match (field, path.as_str()) {
+            ("", ".") => "document".to_owned(),
+            (field, ".") => field.to_owned(),
+            ("", path) => path.to_owned(),
+            (field, path) => format!("{field}.{path}"),
+        };
+        Problem {
+            field,
+            message: error.into_inner().to_string(),
+        }
     })
 }
 
@@ -286,7 +313,10 @@ struct RawWorkflow {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a step: a mapping with `id`, `queue` and `command`"
+)]
 struct RawStep {
     id: String,
     queue: Option<String>,
@@ -304,7 +334,10 @@ struct RawStep {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a handler: a mapping with `queue` and `command`"
+)]
 struct RawHandler {
     queue: Option<String>,
     command: Option<String>,
@@ -314,7 +347,10 @@ struct RawHandler {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a retry policy: a mapping such as `{ max_attempts: 3 }`"
+)]
 struct RawRetry {
     max_attempts: Option<u32>,
     backoff: Option<String>,
@@ -356,6 +392,13 @@ impl Checker {
         });
     }
 
+    /// Reads the part at `field` as `T` (see [`read`]), noting the problem if it does not fit.
+    fn read<T: DeserializeOwned>(&mut self, field: &str, value: Value) -> Option<T> {
+        read(field, value)
+            .map_err(|problem| self.problems.push(problem))
+            .ok()
+    }
+
     fn duration(&mut self, field: String, value: Option<&Value>) -> Option<Duration> {
         let value = value?;
         match Duration::from_json(value) {
@@ -375,12 +418,8 @@ impl Checker {
         let Some(value) = value else {
             return RetryPolicy::default();
         };
-        let raw: RawRetry = match serde_json::from_value(value.clone()) {
-            Ok(raw) => raw,
-            Err(error) => {
-                self.problem(field, error.to_string());
-                return RetryPolicy::default();
-            }
+        let Some(raw) = self.read::<RawRetry>(field, value.clone()) else {
+            return RetryPolicy::default();
         };
         let mut policy = RetryPolicy::default();
         if let Some(max_attempts) = raw.max_attempts {
@@ -422,13 +461,7 @@ impl Checker {
     }
 
     fn lock(&mut self, value: &Value) -> Option<LockDefinition> {
-        let raw: RawLock = match serde_json::from_value(value.clone()) {
-            Ok(raw) => raw,
-            Err(error) => {
-                self.problem("lock", error.to_string());
-                return None;
-            }
-        };
+        let raw: RawLock = self.read("lock", value.clone())?;
         if !raw.key.is_string() {
             self.problem(
                 "lock.key",
@@ -545,17 +578,20 @@ impl Workflow {
                 ));
             }
         }
-        let raw: RawWorkflow = serde_json::from_value(value.clone())
-            .map_err(|error| Error::single("document", error.to_string()))?;
+        let raw: RawWorkflow = read("", value.clone()).map_err(|problem| Error {
+            problems: vec![problem],
+        })?;
         let mut checker = Checker {
             problems: Vec::new(),
         };
         let lock = raw.lock.as_ref().and_then(|value| checker.lock(value));
-        if let Some(schema) = &raw.params
-            && !schema.is_object()
-            && !schema.is_boolean()
-        {
-            checker.problem("params", "must be a JSON Schema (an object)");
+        match &raw.params {
+            None | Some(Value::Object(_) | Value::Bool(true)) => {}
+            Some(Value::Bool(false)) => checker.problem(
+                "params",
+                "the schema `false` accepts no params, so every job of this workflow would be refused: give a schema the params can meet, or drop `params` to accept any",
+            ),
+            Some(_) => checker.problem("params", "must be a JSON Schema (an object)"),
         }
         let timeout = checker.duration("timeout".to_owned(), raw.timeout.as_ref());
         if raw.steps.is_empty() {
@@ -576,23 +612,18 @@ impl Workflow {
         let mut index_of: HashMap<String, usize> = HashMap::new();
         for (position, step_value) in raw.steps.into_iter().enumerate() {
             let label = step_label(position, step_value.get("id").and_then(Value::as_str));
-            match serde_json::from_value::<RawStep>(step_value) {
-                Ok(step) => {
-                    if let Err(message) = check_step_id(&step.id) {
-                        checker.problem(format!("{label}.id"), message);
-                    } else if index_of.insert(step.id.clone(), position).is_some() {
-                        checker.problem(
-                            format!("{label}.id"),
-                            format!("duplicate step id '{}': step ids must be unique", step.id),
-                        );
-                    }
-                    parsed.push((label, Some(step)));
-                }
-                Err(error) => {
-                    checker.problem(label.clone(), error.to_string());
-                    parsed.push((label, None));
+            let step = checker.read::<RawStep>(&label, step_value);
+            if let Some(step) = &step {
+                if let Err(message) = check_step_id(&step.id) {
+                    checker.problem(format!("{label}.id"), message);
+                } else if index_of.insert(step.id.clone(), position).is_some() {
+                    checker.problem(
+                        format!("{label}.id"),
+                        format!("duplicate step id '{}': step ids must be unique", step.id),
+                    );
                 }
             }
+            parsed.push((label, step));
         }
 
         let mut steps = Vec::with_capacity(parsed.len());
@@ -658,16 +689,11 @@ impl Workflow {
                 format!("{label}.step_timeout"),
                 raw_step.step_timeout.as_ref(),
             );
-            let compensate = match raw_step.compensate {
-                None => None,
-                Some(value) => match serde_json::from_value::<RawHandler>(value) {
-                    Ok(raw) => Some(checker.handler(&format!("{label}.compensate"), raw)),
-                    Err(error) => {
-                        checker.problem(format!("{label}.compensate"), error.to_string());
-                        None
-                    }
-                },
-            };
+            let compensate = raw_step.compensate.and_then(|value| {
+                let field = format!("{label}.compensate");
+                let raw = checker.read::<RawHandler>(&field, value)?;
+                Some(checker.handler(&field, raw))
+            });
             steps.push((
                 label,
                 Step {
@@ -1096,8 +1122,115 @@ steps:
     fn unknown_field_is_rejected() {
         check_error(
             "steps:\n- {id: a, queue: q, command: c, qeue: x}\n",
-            "steps[0] (a)",
+            "steps[0] (a).qeue",
             "unknown field `qeue`",
+        );
+    }
+
+    #[test]
+    fn type_errors_name_the_field_in_yaml_and_json() {
+        let cases = [
+            (
+                "steps:\n- {id: a, queue: q, command: 5}\n",
+                "steps[0] (a).command",
+                "invalid type: integer `5`, expected a string",
+            ),
+            (
+                r#"{"steps": [{"id": "a", "queue": "q", "command": false}]}"#,
+                "steps[0] (a).command",
+                "invalid type: boolean `false`, expected a string",
+            ),
+            (
+                "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c, depends_on: [1]}\n",
+                "steps[1] (b).depends_on[0]",
+                "expected a string",
+            ),
+            (
+                "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: -1}}\n",
+                "steps[0] (a).retry.max_attempts",
+                "expected u32",
+            ),
+            (
+                "steps:\n- {id: a, queue: q, command: c, retry: {jitter: yes}}\n",
+                "steps[0] (a).retry.jitter",
+                "expected a boolean",
+            ),
+            (
+                "steps:\n- {id: a, queue: q, command: c, compensate: {queue: q, command: [x]}}\n",
+                "steps[0] (a).compensate.command",
+                "expected a string",
+            ),
+            (
+                r#"{"steps": [{"id": "a", "queue": "q", "command": "c", "compensate": "undo"}]}"#,
+                "steps[0] (a).compensate",
+                "expected a handler",
+            ),
+            ("steps:\n- 3\n", "steps[0]", "expected a step"),
+            (
+                "priority: high\nsteps:\n- {id: a, queue: q, command: c}\n",
+                "priority",
+                "expected i32",
+            ),
+            (
+                "lock: {key: k, slots: many}\nsteps:\n- {id: a, queue: q, command: c}\n",
+                "lock.slots",
+                "expected u32",
+            ),
+            ("steps: {id: a}\n", "steps", "expected a sequence"),
+            ("description: x\n", "document", "missing field `steps`"),
+        ];
+        for (document, field, message) in cases {
+            check_error(document, field, message);
+        }
+    }
+
+    #[test]
+    fn yaml_reads_yes_no_on_off_y_n_as_strings() {
+        let workflow = parse(
+            "steps:\n- {id: a, queue: q, command: no}\n- {id: b, queue: q, command: y, input: {a: yes, b: off, c: N, d: true, e: FALSE, f: True}}\n",
+        )
+        .unwrap();
+        assert_eq!(workflow.steps[0].handler.command, "no");
+        assert_eq!(workflow.steps[1].handler.command, "y");
+        let input = workflow.steps[1].handler.input.as_ref().unwrap();
+        assert_eq!(
+            input.render(&Value::Null).unwrap(),
+            serde_json::json!({"a": "yes", "b": "off", "c": "N", "d": true, "e": false, "f": true})
+        );
+    }
+
+    #[test]
+    fn a_params_schema_of_false_is_refused() {
+        check_error(
+            "params: false\nsteps:\n- {id: a, queue: q, command: c}\n",
+            "params",
+            "accepts no params",
+        );
+        let workflow = parse("params: true\nsteps:\n- {id: a, queue: q, command: c}\n").unwrap();
+        assert_eq!(workflow.params_schema, Some(Value::Bool(true)));
+    }
+
+    #[test]
+    fn a_constant_part_that_cannot_be_evaluated_is_refused() {
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, when: '${{ 1 / 0 }}'}\n",
+            "steps[0] (a).when",
+            "division by zero at column 7",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, input: {x: '${{ params.n + 1 / 0 }}'}}\n",
+            "steps[0] (a).input",
+            "in \"x\": division by zero at column 18",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, for_each: \"${{ range('3') }}\"}\n",
+            "steps[0] (a).for_each",
+            "range: expected a number, got string",
+        );
+        check_error(
+            "lock: {key: \"k-${{ params.n + (2 - 'x') }}\"}\nsteps:\n- {id: a, queue: q, command: c}\n",
+            "lock.key",
+            "cannot subtract string from number",
         );
     }
 

@@ -8,6 +8,13 @@
 //! number of times against a JSON context object whose keys are the root
 //! names (`params`, `steps`, `index`, ...).
 //!
+//! Compiling also folds constants: a part of an expression that reads no
+//! root name (`2 * 3`, `len(['a', 'b'])`, `'a' + 1`) is evaluated then, and
+//! replaced by its value, which is the value it would have at run time. A
+//! constant part that cannot be evaluated is a compile error at its column,
+//! even where `&&`, `||` or `default` would skip it at run time:
+//! `params.n + 1 / 0` and `params.x || 1 / 0` are both refused.
+//!
 //! The language is small and every evaluation terminates: there are no loops,
 //! no user-defined functions and no side effects.
 //!
@@ -71,7 +78,8 @@
 //! An expression is at most 4096 bytes long and nests at most 64 levels deep;
 //! a string or list produced by an operation may hold at most 1,000,000 bytes
 //! or items. Evaluation errors (wrong types, division by zero, results too
-//! large) are reported as [`EvalError`]s.
+//! large) are reported as [`EvalError`]s, or as compile [`Error`]s when they
+//! happen in a constant part.
 
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -92,7 +100,8 @@ const MAX_RESULT: usize = 1_000_000;
 // ---------------------------------------------------------------------------
 
 /// A compile error: a syntax error, an unknown function, a wrong number of
-/// arguments or an unclosed `${{`.
+/// arguments, an unclosed `${{`, or a constant part that cannot be evaluated
+/// (`1 / 0`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}{message} at column {column}", location_prefix(path))]
 pub struct Error {
@@ -671,38 +680,113 @@ fn binop(tok: &Tok) -> Option<(BinOp, usize)> {
     Some(op)
 }
 
+/// A binary operator and its right operand, as parsed.
+struct Operation {
+    op: BinOp,
+    /// Precedence level (see [`binop`]).
+    level: usize,
+    /// Index of the operator's first character.
+    at: usize,
+    operand: Node,
+}
+
 /// Turns the flat sequence `first op1 x1 op2 x2 ...` into one `Chain` per
-/// precedence level, starting at `level`. Recurses at most `LEVELS` deep.
-fn build_chains(first: Node, rest: Vec<(BinOp, usize, Node)>, level: usize) -> Node {
+/// precedence level, starting at `level`, folding constant parts (see
+/// [`fold_chain`]). Recurses at most `LEVELS` deep.
+fn build_chains(first: Node, rest: Vec<Operation>, level: usize) -> Result<Node, Fail> {
     if rest.is_empty() || level >= LEVELS {
-        return first;
+        return Ok(first);
     }
     let mut head = None;
     let mut chain = Vec::new();
     let mut joiner = None;
     let mut group = (first, Vec::new());
-    for (op, op_level, node) in rest {
-        if op_level == level {
-            let (group_first, group_rest) = std::mem::replace(&mut group, (node, Vec::new()));
-            let built = build_chains(group_first, group_rest, level + 1);
-            match joiner.replace(op) {
+    for operation in rest {
+        if operation.level == level {
+            let (group_first, group_rest) =
+                std::mem::replace(&mut group, (operation.operand, Vec::new()));
+            let built = build_chains(group_first, group_rest, level + 1)?;
+            match joiner.replace((operation.op, operation.at)) {
                 None => head = Some(built),
-                Some(previous) => chain.push((previous, built)),
+                Some((previous, at)) => chain.push((previous, at, built)),
             }
         } else {
-            group.1.push((op, op_level, node));
+            group.1.push(operation);
         }
     }
-    let last = build_chains(group.0, group.1, level + 1);
+    let last = build_chains(group.0, group.1, level + 1)?;
     match (head, joiner) {
-        (Some(head), Some(op)) => {
-            chain.push((op, last));
-            Node::Chain {
-                first: Box::new(head),
-                rest: chain,
-            }
+        (Some(head), Some((op, at))) => {
+            chain.push((op, at, last));
+            fold_chain(head, chain)
         }
-        _ => last,
+        _ => Ok(last),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Constant folding
+// ---------------------------------------------------------------------------
+
+/// The value of `node`, which reads no context, as a literal; an evaluation
+/// error is a compile error at `at`.
+fn evaluate(node: Node, at: usize) -> Result<Node, Fail> {
+    match eval_node(&node, &NULL) {
+        Ok(value) => Ok(Node::Lit(value.into_owned())),
+        Err(error) => fail(at, error.to_string()),
+    }
+}
+
+/// Replaces a list, access, prefix operation or call whose operands are all
+/// literals by its value; an evaluation error is a compile error at `at`.
+/// Chains fold in [`fold_chain`].
+#[inline(never)]
+fn fold(node: Node, at: usize) -> Result<Node, Fail> {
+    let literal = |node: &Node| matches!(node, Node::Lit(_));
+    let constant = match &node {
+        Node::List(items) | Node::Call { args: items, .. } => items.iter().all(literal),
+        Node::Access { target, segs } => {
+            literal(target)
+                && segs.iter().all(|seg| match seg {
+                    Seg::Member(_) => true,
+                    Seg::Index(index) => literal(index),
+                })
+        }
+        Node::Unary { operand, .. } => literal(operand),
+        Node::Lit(_) | Node::Root(_) | Node::Chain { .. } => false,
+    };
+    if constant {
+        evaluate(node, at)
+    } else {
+        Ok(node)
+    }
+}
+
+/// Builds the chain `first op1 x1 op2 x2 ...` (each operator with the index
+/// where it stands), folding its leading operations while both operands are
+/// literals: `1 + 2 + a` becomes `3 + a`, and `'a' + 1 + a` fails at the
+/// first `+`.
+#[inline(never)]
+fn fold_chain(first: Node, rest: Vec<(BinOp, usize, Node)>) -> Result<Node, Fail> {
+    let mut first = first;
+    let mut rest = rest.into_iter().peekable();
+    while matches!(first, Node::Lit(_))
+        && let Some((op, at, operand)) = rest.next_if(|(_, _, node)| matches!(node, Node::Lit(_)))
+    {
+        let single = Node::Chain {
+            first: Box::new(first),
+            rest: vec![(op, operand)],
+        };
+        first = evaluate(single, at)?;
+    }
+    let rest: Vec<(BinOp, Node)> = rest.map(|(op, _, operand)| (op, operand)).collect();
+    if rest.is_empty() {
+        Ok(first)
+    } else {
+        Ok(Node::Chain {
+            first: Box::new(first),
+            rest,
+        })
     }
 }
 
@@ -794,10 +878,16 @@ impl Parser<'_> {
         let first = self.parse_unary()?;
         let mut rest = Vec::new();
         while let Some((op, level)) = binop(self.peek()) {
-            self.advance();
-            rest.push((op, level, self.parse_unary()?));
+            let at = self.advance().start;
+            let operand = self.parse_unary()?;
+            rest.push(Operation {
+                op,
+                level,
+                at,
+                operand,
+            });
         }
-        Ok(build_chains(first, rest, 0))
+        build_chains(first, rest, 0)
     }
 
     fn parse_unary(&mut self) -> Result<Node, Fail> {
@@ -806,22 +896,21 @@ impl Parser<'_> {
             Tok::Minus => UnOp::Neg,
             _ => return self.parse_postfix(),
         };
-        self.advance();
+        let at = self.advance().start;
         self.enter()?;
         let operand = self.parse_unary()?;
         self.leave();
-        if let (UnOp::Neg, Node::Lit(Value::Number(n))) = (op, &operand)
-            && let Ok(folded) = Num::of(n).neg().into_value()
-        {
-            return Ok(Node::Lit(folded));
-        }
-        Ok(Node::Unary {
-            op,
-            operand: Box::new(operand),
-        })
+        fold(
+            Node::Unary {
+                op,
+                operand: Box::new(operand),
+            },
+            at,
+        )
     }
 
     fn parse_postfix(&mut self) -> Result<Node, Fail> {
+        let at = self.current().start;
         let target = self.parse_primary()?;
         let mut segs = Vec::new();
         loop {
@@ -859,10 +948,13 @@ impl Parser<'_> {
         if segs.is_empty() {
             Ok(target)
         } else {
-            Ok(Node::Access {
-                target: Box::new(target),
-                segs,
-            })
+            fold(
+                Node::Access {
+                    target: Box::new(target),
+                    segs,
+                },
+                at,
+            )
         }
     }
 
@@ -881,7 +973,7 @@ impl Parser<'_> {
             }
             Tok::LBracket => {
                 let items = self.parse_list(&Tok::RBracket, "']'")?;
-                Ok(Node::List(items))
+                fold(Node::List(items), token.start)
             }
             Tok::Ident(name) => {
                 if *self.peek() == Tok::LParen {
@@ -936,7 +1028,7 @@ impl Parser<'_> {
                 ),
             );
         }
-        Ok(Node::Call { func, args })
+        fold(Node::Call { func, args }, at)
     }
 }
 
@@ -1924,8 +2016,13 @@ mod tests {
 
     #[track_caller]
     fn check_eval_error(src: &str, expected: &str) {
+        check_eval_error_in(src, context(), expected);
+    }
+
+    #[track_caller]
+    fn check_eval_error_in(src: &str, context: Value, expected: &str) {
         let expr = Expr::parse(src).unwrap_or_else(|e| panic!("{src:?} does not parse: {e}"));
-        match expr.eval(&context()) {
+        match expr.eval(&context) {
             Ok(v) => panic!("{src:?} gave {v}, expected error containing {expected:?}"),
             Err(e) => assert!(
                 e.to_string().contains(expected),
@@ -2188,10 +2285,11 @@ mod tests {
 
     #[test]
     fn logical_operators_short_circuit() {
-        check("true || 1 / 0", json!({}), json!(true));
-        check("false && 1 / 0", json!({}), json!(false));
-        check("null && ('a' + 1)", json!({}), json!(null));
-        check("default(1, 1 / 0)", json!({}), json!(1));
+        let context = json!({"zero": 0, "one": 1});
+        check("true || 1 / zero", context.clone(), json!(true));
+        check("false && 1 / zero", context.clone(), json!(false));
+        check("null && ('a' + one)", context.clone(), json!(null));
+        check("default(1, 1 / zero)", context, json!(1));
     }
 
     #[test]
@@ -2339,67 +2437,90 @@ mod tests {
 
     #[test]
     fn type_errors_are_reported_at_evaluation() {
-        check_eval_error("'a' + 1", "cannot add string and number");
-        check_eval_error("null + 1", "cannot add null and number");
-        check_eval_error("'a' - 1", "cannot subtract number from string");
-        check_eval_error("[] * 2", "cannot multiply list by number");
-        check_eval_error("'a' < 1", "cannot compare string and number");
-        check_eval_error("null < 1", "cannot compare null and number");
-        check_eval_error("-'a'", "cannot negate string");
-        check_eval_error("1 in 'abc'", "cannot check if number is in a string");
+        check_eval_error("params.env + 1", "cannot add string and number");
+        check_eval_error("params.missing + 1", "cannot add null and number");
+        check_eval_error("params.env - 1", "cannot subtract number from string");
+        check_eval_error("params.tags * 2", "cannot multiply list by number");
+        check_eval_error("params.env < 1", "cannot compare string and number");
+        check_eval_error("params.missing < 1", "cannot compare null and number");
+        check_eval_error("-params.env", "cannot negate string");
+        check_eval_error(
+            "params.storage in params.env",
+            "cannot check if number is in a string",
+        );
         check_eval_error(
             "1 in params",
             "cannot check if number is a key of an object",
         );
-        check_eval_error("1 in 2", "cannot check membership in number");
+        check_eval_error("params.storage in 2", "cannot check membership in number");
         check_eval_error(
-            "len(1)",
+            "len(params.storage)",
             "len: expected a string, list or object, got number",
         );
-        check_eval_error("lower(1)", "lower: expected a string, got number");
         check_eval_error(
-            "startsWith(null, 'a')",
+            "lower(params.storage)",
+            "lower: expected a string, got number",
+        );
+        check_eval_error(
+            "startsWith(params.missing, 'a')",
             "startsWith: expected a string, got null",
         );
-        check_eval_error("join('ab', ',')", "join: expected a list, got string");
-        check_eval_error("keys([])", "keys: expected an object, got list");
-        check_eval_error("fromJSON('{')", "fromJSON: invalid JSON");
-        check_eval_error("number('abc')", "number: cannot convert 'abc' to a number");
-        check_eval_error("number(null)", "number: cannot convert null to a number");
-        check_eval_error("min(1, 'a')", "min: cannot compare number and string");
-        check_eval_error("range('a')", "range: expected a number, got string");
-        check_eval_error("range(1.5)", "range: expected a whole number");
-        check_eval_error("format('{2}', 1)", "format: no argument for '{2}'");
-        check_eval_error("format('{x}', 1)", "format: invalid placeholder");
+        check_eval_error("join(params.env, ',')", "join: expected a list, got string");
+        check_eval_error("keys(params.tags)", "keys: expected an object, got list");
+        check_eval_error("fromJSON(params.env)", "fromJSON: invalid JSON");
         check_eval_error(
-            "contains(1, 1)",
+            "number(params.env)",
+            "number: cannot convert 'prod' to a number",
+        );
+        check_eval_error(
+            "number(params.missing)",
+            "number: cannot convert null to a number",
+        );
+        check_eval_error(
+            "min(params.storage, 'a')",
+            "min: cannot compare number and string",
+        );
+        check_eval_error("range(params.env)", "range: expected a number, got string");
+        check_eval_error("range(params.ratio)", "range: expected a whole number");
+        check_eval_error(
+            "format('{2}', params.storage)",
+            "format: no argument for '{2}'",
+        );
+        check_eval_error(
+            "format('{x}', params.storage)",
+            "format: invalid placeholder",
+        );
+        check_eval_error(
+            "contains(params.storage, 1)",
             "contains: cannot check membership in number",
         );
     }
 
     #[test]
     fn division_by_zero_is_an_error() {
+        let context = json!({"zero": 0, "float_zero": 0.0});
         assert_eq!(
-            Expr::parse("1 / 0").unwrap().eval(&json!({})),
+            Expr::parse("1 / zero").unwrap().eval(&context),
             Err(EvalError::DivisionByZero)
         );
-        check_eval_error("1 % 0", "division by zero");
-        check_eval_error("1.5 / 0", "division by zero");
-        check_eval_error("1 / 0.0", "division by zero");
+        check_eval_error_in("1 % zero", context.clone(), "division by zero");
+        check_eval_error_in("1.5 / zero", context.clone(), "division by zero");
+        check_eval_error_in("1 / float_zero", context, "division by zero");
     }
 
     #[test]
     fn non_finite_numbers_are_an_error() {
-        check_eval_error("1e308 * 10", "number out of range");
+        check_eval_error_in("x * 10", json!({"x": 1e308}), "number out of range");
     }
 
     #[test]
     fn oversized_results_are_an_error() {
         check("len(range(1000000))", json!({}), json!(1_000_000));
-        check_eval_error("range(1000001)", "result too large");
-        check_eval_error("range(1000000) + [1]", "result too large");
-        check_eval_error("toJSON(range(1000000))", "result too large");
-        check_eval_error("join(range(1000000), ',')", "result too large");
+        let context = json!({"most": 1_000_000, "over": 1_000_001});
+        check_eval_error_in("range(over)", context.clone(), "result too large");
+        check_eval_error_in("range(most) + [1]", context.clone(), "result too large");
+        check_eval_error_in("toJSON(range(most))", context.clone(), "result too large");
+        check_eval_error_in("join(range(most), ',')", context, "result too large");
         let big = "x".repeat(600_000);
         let ctx = json!({"s": big});
         let expr = Expr::parse("s + s").unwrap();
@@ -2409,6 +2530,61 @@ mod tests {
                 .unwrap()
                 .eval(&json!({"s": "y".repeat(1_000_001)})),
             Err(EvalError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn constant_parts_fold_to_their_value() {
+        let same = |folded: &str, written: &str| {
+            assert_eq!(
+                Expr::parse(folded).unwrap(),
+                Expr::parse(written).unwrap(),
+                "{folded}"
+            );
+        };
+        same("2 * 3", "6");
+        same("params.n + 2 * 3", "params.n + 6");
+        same("1 + 2 + params.n", "3 + params.n");
+        same("'a' + 'b' + params.s", "'ab' + params.s");
+        same("len(['a', 'b']) > params.n", "2 > params.n");
+        same("[1, 2][-1] + params.n", "2 + params.n");
+        same("params[lower('KEY')]", "params['key']");
+        same("-(2 + 3)", "-5");
+        same("!(1 == 1) || params.x", "false || params.x");
+        same("default(null, 3)", "3");
+        same("[1, params.n, 2 + 2]", "[1, params.n, 4]");
+        check_refs("steps[lower('A')].output", &[&["steps", "a", "output"]]);
+    }
+
+    #[test]
+    fn constant_parts_that_cannot_be_evaluated_are_compile_errors() {
+        check_parse_error_at("1 / 0", "division by zero", 3);
+        check_parse_error_at("params.n + 1 / 0", "division by zero", 14);
+        check_parse_error_at("'a' + 1 + params.n", "cannot add string and number", 5);
+        check_parse_error_at("params.x || 1 % 0", "division by zero", 15);
+        check_parse_error_at("false && 1 / 0", "division by zero", 12);
+        check_parse_error_at("default(params.x, -'a')", "cannot negate string", 19);
+        check_parse_error_at(
+            "[1, len(2)]",
+            "len: expected a string, list or object, got number",
+            5,
+        );
+        check_parse_error_at("params[range(1000001)]", "result too large", 8);
+        check_parse_error_at("1e308 * 10", "number out of range", 7);
+        assert_eq!(
+            Expr::parse("params.n + 1 / 0").unwrap_err().to_string(),
+            "division by zero at column 14"
+        );
+        let error =
+            Template::compile(&json!({"size_gb": "${{ params.n * (1 / 0) }}"})).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "in \"size_gb\": division by zero at column 19"
+        );
+        let error = compile_condition("${{ 'a' < 1 }}").unwrap_err();
+        assert_eq!(
+            (error.message.as_str(), error.column),
+            ("cannot compare string and number", 9)
         );
     }
 
@@ -2644,8 +2820,8 @@ mod tests {
 
     #[test]
     fn template_evaluation_errors_name_the_location() {
-        let template = Template::compile(&json!({"a": [1, "${{ 1 / 0 }}"]})).unwrap();
-        let error = template.render(&json!({})).unwrap_err();
+        let template = Template::compile(&json!({"a": [1, "${{ 1 / zero }}"]})).unwrap();
+        let error = template.render(&json!({"zero": 0})).unwrap_err();
         assert_eq!(
             error,
             EvalError::InTemplate {
@@ -2654,9 +2830,9 @@ mod tests {
             }
         );
         assert_eq!(error.to_string(), "in \"a[1]\": division by zero");
-        let template = Template::compile(&json!("x${{ 'a' + 1 }}")).unwrap();
+        let template = Template::compile(&json!("x${{ 'a' + one }}")).unwrap();
         assert_eq!(
-            template.render(&json!({})),
+            template.render(&json!({"one": 1})),
             Err(EvalError::Type("cannot add string and number".to_string()))
         );
     }
@@ -2676,7 +2852,7 @@ mod tests {
             &[&["steps", "make-db", "output"], &["index"]],
         );
         check_refs("fromJSON(s).a", &[&["s"]]);
-        check_refs("1 + 'x'", &[]);
+        check_refs("1 + 2", &[]);
         check_refs("default(a, [b, c[0]])", &[&["a"], &["b"], &["c"]]);
         check_refs("(p).q", &[&["p", "q"]]);
     }
@@ -2748,20 +2924,45 @@ mod tests {
             .prop_map(|(tokens, spaced)| tokens.join(if spaced { " " } else { "" }))
     }
 
-    fn valid_expression() -> impl Strategy<Value = String> {
-        let leaf = prop::sample::select(vec![
-            "null",
-            "true",
-            "false",
-            "0",
-            "1",
-            "-1",
-            "2.5",
-            "'a'",
-            "\"b\"",
-            "''",
-            "[]",
-            "[1, 'a']",
+    /// Literal leaves of generated expressions; `literal_context()` holds
+    /// their values in `v`, in the same order.
+    const LITERALS: &[&str] = &[
+        "null", "true", "false", "0", "1", "-1", "2.5", "'a'", "\"b\"", "''", "[]", "[1, 'a']",
+        "1e308",
+    ];
+
+    /// `context()` with the values of [`LITERALS`] in `v`.
+    fn literal_context() -> Value {
+        let mut context = context();
+        context["v"] = json!([
+            null,
+            true,
+            false,
+            0,
+            1,
+            -1,
+            2.5,
+            "a",
+            "b",
+            "",
+            [],
+            [1, "a"],
+            1e308
+        ]);
+        context
+    }
+
+    /// One generated expression written three ways: with its literal leaves
+    /// written out, with each written out or read from `v` at random, and
+    /// with all of them read from `v` (so that nothing folds).
+    fn valid_expression() -> impl Strategy<Value = [String; 3]> {
+        let literal = (0..LITERALS.len(), any::<bool>()).prop_map(|(i, read_in_mixed)| {
+            let written = LITERALS[i].to_string();
+            let read = format!("v[{i}]");
+            let mixed = if read_in_mixed { &read } else { &written }.clone();
+            [written, mixed, read]
+        });
+        let path = prop::sample::select(vec![
             "params",
             "params.env",
             "params.storage",
@@ -2771,8 +2972,12 @@ mod tests {
             "index",
             "missing.path",
         ])
-        .prop_map(String::from);
-        leaf.prop_recursive(6, 64, 3, |inner| {
+        .prop_map(|path| [path; 3].map(String::from));
+        let map = |forms: &[String; 3], f: &dyn Fn(&str) -> String| forms.each_ref().map(|a| f(a));
+        let zip = |a: &[String; 3], b: &[String; 3], f: &dyn Fn(&str, &str) -> String| {
+            std::array::from_fn(|k| f(&a[k], &b[k]))
+        };
+        prop_oneof![literal, path].prop_recursive(6, 64, 3, move |inner| {
             let unary_fn = prop::sample::select(vec![
                 "len", "lower", "upper", "trim", "toJSON", "fromJSON", "string", "number", "keys",
                 "values", "range", "format",
@@ -2791,16 +2996,37 @@ mod tests {
                 "||", "&&", "==", "!=", "<", "<=", ">", ">=", "in", "+", "-", "*", "/", "%",
             ]);
             prop_oneof![
-                (inner.clone(), op, inner.clone()).prop_map(|(a, op, b)| format!("({a} {op} {b})")),
-                inner.clone().prop_map(|a| format!("!{a}")),
-                inner.clone().prop_map(|a| format!("-({a})")),
-                (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a})[{b}]")),
-                inner.clone().prop_map(|a| format!("({a}).x")),
-                (unary_fn, inner.clone()).prop_map(|(f, a)| format!("{f}({a})")),
-                (binary_fn, inner.clone(), inner.clone())
-                    .prop_map(|(f, a, b)| format!("{f}({a}, {b})")),
-                prop::collection::vec(inner, 0..3)
-                    .prop_map(|items| format!("[{}]", items.join(", "))),
+                (inner.clone(), op, inner.clone()).prop_map(move |(a, op, b)| zip(
+                    &a,
+                    &b,
+                    &|a, b| format!("({a} {op} {b})")
+                )),
+                inner
+                    .clone()
+                    .prop_map(move |a| map(&a, &|a| format!("!{a}"))),
+                inner
+                    .clone()
+                    .prop_map(move |a| map(&a, &|a| format!("-({a})"))),
+                (inner.clone(), inner.clone()).prop_map(move |(a, b)| zip(
+                    &a,
+                    &b,
+                    &|a, b| format!("({a})[{b}]")
+                )),
+                inner
+                    .clone()
+                    .prop_map(move |a| map(&a, &|a| format!("({a}).x"))),
+                (unary_fn, inner.clone()).prop_map(move |(f, a)| map(&a, &|a| format!("{f}({a})"))),
+                (binary_fn, inner.clone(), inner.clone()).prop_map(move |(f, a, b)| zip(
+                    &a,
+                    &b,
+                    &|a, b| format!("{f}({a}, {b})")
+                )),
+                prop::collection::vec(inner, 1..3).prop_map(|items| {
+                    std::array::from_fn(|k| {
+                        let forms: Vec<&str> = items.iter().map(|item| item[k].as_str()).collect();
+                        format!("[{}]", forms.join(", "))
+                    })
+                }),
             ]
         })
     }
@@ -2831,14 +3057,38 @@ mod tests {
         }
 
         #[test]
-        fn valid_expressions_parse_and_evaluate_without_panicking(source in valid_expression()) {
+        fn valid_expressions_parse_and_evaluate_without_panicking(
+            [_, _, source] in valid_expression(),
+        ) {
+            let context = literal_context();
             let expr = Expr::parse(&source);
             prop_assert!(expr.is_ok(), "{source:?}: {expr:?}");
             if let Ok(expr) = expr {
-                let _ = expr.eval(&context());
+                let _ = expr.eval(&context);
                 let _ = expr.references();
                 let wrapped = Template::compile(&json!(format!("${{{{ {source} }}}}")));
-                prop_assert_eq!(wrapped.map(|t| t.render(&context())).ok(), Some(expr.eval(&context())));
+                prop_assert_eq!(wrapped.map(|t| t.render(&context)).ok(), Some(expr.eval(&context)));
+            }
+        }
+
+        #[test]
+        fn folding_constants_keeps_every_result(
+            [written, mixed, read] in valid_expression(),
+        ) {
+            let context = literal_context();
+            let unfolded = Expr::parse(&read).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let at_run_time = unfolded.eval(&context);
+            for source in [&written, &mixed] {
+                if let Ok(folded) = Expr::parse(source) {
+                    prop_assert_eq!(folded.eval(&context), at_run_time.clone(), "{}", source);
+                }
+            }
+            // With every leaf a literal the whole expression is constant: it folds to its
+            // value (so, by the check above, one that fails at run time does not compile).
+            if unfolded.references().iter().all(|path| path[0] == "v")
+                && let Ok(folded) = Expr::parse(&written)
+            {
+                prop_assert!(matches!(folded.root, Node::Lit(_)), "{}: {:?}", written, folded);
             }
         }
     }

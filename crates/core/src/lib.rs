@@ -5,6 +5,7 @@
 //! numbers. Time, fresh ids and limits are passed in (`machine::Ctx`), so every rule is testable as data.
 
 pub mod definition;
+pub mod destination;
 pub mod dispatch;
 pub mod expr;
 pub mod ids;

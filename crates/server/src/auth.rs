@@ -104,6 +104,22 @@ impl Caller {
         Ok(())
     }
 
+    /// Whether this caller holds `scope` (anyone does when authentication is off).
+    pub(crate) fn holds(&self, scope: Scope) -> bool {
+        match self {
+            Caller::Anyone => true,
+            Caller::Token(token) => token.allows(scope),
+        }
+    }
+
+    /// Whether this caller may change workflows (make versions): the `operate` scope.
+    pub(crate) fn may_operate(&self) -> bool {
+        match self {
+            Caller::Anyone => true,
+            Caller::Token(token) => token.allows(Scope::Operate),
+        }
+    }
+
     /// The tasks this caller may report on.
     pub(crate) fn task_scope(&self) -> TaskScope {
         match self {
@@ -346,6 +362,36 @@ fn is_audited(path: &str) -> bool {
     !(path.starts_with("/api/v1/tasks/") || path == "/api/v1/jobs" || path == "/api/v1/jobs/batch")
 }
 
+async fn record(state: &AppState, entry: AuditEntry) {
+    if let Err(error) = state.store.record_audit(entry).await {
+        tracing::error!(%error, "cannot write the audit log");
+    }
+}
+
+/// Records the workflow version a job submission's inline definition made exactly as an apply
+/// (`PUT /api/v1/workflows/{name}`) that made it would be recorded.
+pub(crate) async fn audit_added_version(
+    state: &AppState,
+    namespace: &str,
+    actor: &str,
+    workflow: &str,
+) {
+    record(
+        state,
+        AuditEntry {
+            seq: 0,
+            at: state.store.now(),
+            namespace: namespace.to_owned(),
+            actor: actor.to_owned(),
+            action: "PUT /api/v1/workflows/{name}".to_owned(),
+            target: format!("/api/v1/workflows/{workflow}"),
+            status: StatusCode::CREATED.as_u16(),
+            reason: None,
+        },
+    )
+    .await;
+}
+
 async fn audited(
     state: &AppState,
     matched: Option<MatchedPath>,
@@ -382,19 +428,20 @@ async fn audited(
     let status = response.status();
     if status.is_success() {
         let route = matched.as_ref().map_or(path.as_str(), MatchedPath::as_str);
-        let entry = AuditEntry {
-            seq: 0,
-            at: state.store.now(),
-            namespace,
-            actor,
-            action: format!("{method} {route}"),
-            target: path,
-            status: status.as_u16(),
-            reason,
-        };
-        if let Err(error) = state.store.record_audit(entry).await {
-            tracing::error!(%error, "cannot write the audit log");
-        }
+        record(
+            state,
+            AuditEntry {
+                seq: 0,
+                at: state.store.now(),
+                namespace,
+                actor,
+                action: format!("{method} {route}"),
+                target: path,
+                status: status.as_u16(),
+                reason,
+            },
+        )
+        .await;
     }
     response
 }

@@ -13,7 +13,7 @@ use starbridge_api as api;
 use starbridge_core::ids::TaskId;
 use starbridge_core::model::Input;
 
-use crate::auth::{Caller, actor};
+use crate::auth::{Caller, actor, audit_added_version};
 use crate::error::{ApiError, ApiResult};
 use crate::limits::{Limit, Limits};
 use crate::routes::{AppState, body, check_submit, namespace, submission, task_id};
@@ -45,6 +45,7 @@ fn item<T, U>(result: Result<T, ApiError>, done: impl FnOnce(T) -> U) -> api::Ba
 
 async fn submit_jobs(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Query(query): Query<api::NamespaceQuery>,
     headers: HeaderMap,
     bytes: Bytes,
@@ -59,11 +60,17 @@ async fn submit_jobs(
     for job in request.jobs {
         let verdict = check_submit(&state.limits, &job);
         if verdict.is_ok() {
-            requests.push(submission(job, actor.clone()));
+            requests.push(submission(job, actor.clone(), &caller));
         }
         checked.push(verdict);
     }
     let answers = state.store.submit_many(&namespace, requests).await;
+    for submitted in answers.iter().flatten() {
+        if submitted.added_version.is_some() {
+            let workflow = &submitted.state.job.workflow;
+            audit_added_version(&state, &namespace, &actor, workflow).await;
+        }
+    }
     let items = merge(checked, answers, |submitted| api::SubmittedJob {
         id: submitted.state.job.id.to_string(),
         status: submitted.state.job.status.to_string(),

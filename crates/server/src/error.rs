@@ -9,7 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use starbridge_api::{FieldProblem, Problem, ProblemLimit};
-use starbridge_store::Error as StoreError;
+use starbridge_store::{Error as StoreError, WriteFault};
 
 use crate::limits::{Limit, Limits};
 
@@ -40,6 +40,16 @@ impl ApiError {
         }
     }
 
+    /// A request field holds a value the server cannot take (422), naming the field.
+    pub(crate) fn validation(field: &str, message: impl Into<String>) -> ApiError {
+        ApiError::from(StoreError::Invalid(vec![
+            starbridge_core::definition::Problem {
+                field: field.to_owned(),
+                message: message.into(),
+            },
+        ]))
+    }
+
     /// A request goes over a server limit: names the field, the limit and its setting.
     pub(crate) fn limit(
         status: StatusCode,
@@ -58,6 +68,32 @@ impl ApiError {
             }],
             limit: Some(Box::new(limit)),
         }
+    }
+
+    /// A request refused before it is read, for a reason its problem type names.
+    pub(crate) fn refused(
+        status: StatusCode,
+        slug: &'static str,
+        title: &'static str,
+        detail: String,
+    ) -> ApiError {
+        ApiError {
+            status,
+            slug,
+            title,
+            detail,
+            errors: Vec::new(),
+            limit: None,
+        }
+    }
+
+    /// Names the field (or header) at fault, with the detail as its message.
+    pub(crate) fn with_field(mut self, field: &str) -> ApiError {
+        self.errors = vec![FieldProblem {
+            field: field.to_owned(),
+            message: self.detail.clone(),
+        }];
+        self
     }
 
     /// The method is not served at this path (the `Allow` header lists the ones that are).
@@ -135,6 +171,7 @@ impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
         match error {
             StoreError::NotFound(detail) => ApiError::not_found(detail),
+            StoreError::Forbidden(detail) => ApiError::forbidden(detail),
             StoreError::Conflict(detail) => ApiError {
                 status: StatusCode::CONFLICT,
                 slug: "conflict",
@@ -193,6 +230,34 @@ impl From<StoreError> for ApiError {
                     limit: None,
                 }
             }
+            StoreError::Full(detail) => {
+                tracing::warn!(%detail, "write refused: the database's disk is full");
+                ApiError {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    slug: "disk-full",
+                    title: "Disk full",
+                    detail: format!(
+                        "{}; nothing was changed: free space on it, then try again",
+                        WriteFault::Full.explain()
+                    ),
+                    errors: Vec::new(),
+                    limit: None,
+                }
+            }
+            StoreError::ReadOnly(detail) => {
+                tracing::warn!(%detail, "write refused: the database is read-only");
+                ApiError {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    slug: "read-only",
+                    title: "Database read-only",
+                    detail: format!(
+                        "{}; nothing was changed: make it writable, then try again",
+                        WriteFault::ReadOnly.explain()
+                    ),
+                    errors: Vec::new(),
+                    limit: None,
+                }
+            }
             other => {
                 tracing::error!(error = %other, "internal error");
                 ApiError {
@@ -235,7 +300,8 @@ const MAX_REJECTION_TEXT: usize = 4096;
 
 /// Turns what the framework answers on its own (a query string that does not parse, a body over
 /// the size limit, a method the path does not serve, …) into problem documents like every other
-/// error. Answers that already are problem documents pass through untouched.
+/// error. Answers that already are problem documents, or JSON a handler wrote on purpose (the
+/// unhealthy answer of `/healthz`), pass through untouched: the framework's rejections are text.
 pub(crate) async fn problems_for_rejections(
     State(limits): State<Arc<Limits>>,
     request: Request,
@@ -247,7 +313,10 @@ pub(crate) async fn problems_for_rejections(
     let is_problem = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|value| value.as_bytes().starts_with(b"application/problem+json"));
+        .is_some_and(|value| {
+            let value = value.as_bytes();
+            value.starts_with(b"application/problem+json") || value == b"application/json"
+        });
     if is_problem || !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
@@ -262,13 +331,7 @@ pub(crate) async fn problems_for_rejections(
                 .await
                 .unwrap_or_default();
             let text = String::from_utf8_lossy(&body).trim().to_owned();
-            let field = if text.starts_with("Failed to deserialize query string") {
-                "query"
-            } else if text.contains("path") {
-                "path"
-            } else {
-                "body"
-            };
+            let field = rejected_field(&text);
             let message = if text.is_empty() {
                 status
                     .canonical_reason()
@@ -282,13 +345,45 @@ pub(crate) async fn problems_for_rejections(
                 slug: "invalid-request",
                 title: "Invalid request",
                 detail: format!("{field}: {message}"),
-                errors: vec![FieldProblem {
-                    field: field.to_owned(),
-                    message,
-                }],
+                errors: vec![FieldProblem { field, message }],
                 limit: None,
             }
             .into_response()
         }
+    }
+}
+
+/// The part of a request a framework rejection's text blames: the path parameter it names (a
+/// path that is not UTF-8 or does not parse), the query string, or else the body.
+fn rejected_field(text: &str) -> String {
+    if text.starts_with("Failed to deserialize query string") {
+        return "query".to_owned();
+    }
+    if text.starts_with("Invalid URL") {
+        let named = text.split('`').nth(1).filter(|name| !name.is_empty());
+        return named.unwrap_or("path").to_owned();
+    }
+    if text.contains("path") {
+        return "path".to_owned();
+    }
+    "body".to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rejected_field;
+
+    #[test]
+    fn a_rejection_blames_the_part_of_the_request_it_names() {
+        assert_eq!(rejected_field("Invalid URL: Invalid UTF-8 in `id`"), "id");
+        assert_eq!(
+            rejected_field("Failed to deserialize query string: limit: invalid digit"),
+            "query"
+        );
+        assert_eq!(
+            rejected_field("Wrong number of path arguments for `Path`. Expected 1 but got 2"),
+            "path"
+        );
+        assert_eq!(rejected_field("Failed to buffer the request body"), "body");
     }
 }

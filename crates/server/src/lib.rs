@@ -5,6 +5,8 @@
 mod auth;
 mod batch;
 mod error;
+mod guard;
+mod json_checks;
 pub mod limits;
 mod metrics;
 mod openapi;
@@ -13,6 +15,7 @@ pub mod process;
 mod queues;
 mod routes;
 mod schedules;
+pub mod serve;
 mod timers;
 pub mod tls;
 mod tokens;
@@ -24,6 +27,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use starbridge_core::destination::DestinationPolicy;
 use starbridge_store::Store;
 use tokio::net::TcpListener;
 
@@ -31,11 +35,13 @@ pub use auth::Auth;
 pub use error::ApiError;
 pub use limits::{Limit, Limits};
 pub use routes::{AppState, router};
+pub use serve::ConnectionLimits;
 pub use timers::{run_pruner, run_timers};
 
 /// The whole HTTP surface: the JSON API (`router`) and the web UI, both behind the same
 /// authentication. `closing` turns true when the server begins to shut down, which ends the
-/// UI's open event streams.
+/// UI's open event streams. Every request first passes the checks of `guard` (cross-origin,
+/// `Host`, content type, header size).
 pub fn app(state: AppState, closing: tokio::sync::watch::Receiver<bool>) -> axum::Router {
     let ui = ui::router(state.clone(), closing).route_layer(axum::middleware::from_fn_with_state(
         state.clone(),
@@ -47,7 +53,10 @@ pub fn app(state: AppState, closing: tokio::sync::watch::Receiver<bool>) -> axum
         auth::SIGN_IN_PATH,
         axum::routing::post(auth::sign_in).with_state(state.clone()),
     );
-    router(state).merge(ui).merge(sign_in)
+    router(state.clone())
+        .merge(ui)
+        .merge(sign_in)
+        .layer(axum::middleware::from_fn_with_state(state, guard::check))
 }
 pub use webhooks::{run_deliveries, signature};
 
@@ -60,8 +69,6 @@ pub enum Error {
         address: String,
         source: std::io::Error,
     },
-    #[error("server failed: {0}")]
-    Serve(std::io::Error),
 }
 
 /// A bound server, not yet serving: lets the caller learn the address (port 0) first.
@@ -70,6 +77,9 @@ pub struct Server {
     listener: TcpListener,
     auth: bool,
     limits: Limits,
+    webhook_policy: Arc<DestinationPolicy>,
+    connections: ConnectionLimits,
+    allowed_hosts: Vec<String>,
     tls: Option<Arc<rustls::ServerConfig>>,
 }
 
@@ -86,6 +96,9 @@ impl Server {
             listener,
             auth: false,
             limits: Limits::default(),
+            webhook_policy: Arc::default(),
+            connections: ConnectionLimits::default(),
+            allowed_hosts: Vec::new(),
             tls: None,
         })
     }
@@ -100,6 +113,26 @@ impl Server {
     /// (`limits.run`) are the store's: open it with the same ones (`Store::open_with`).
     pub fn with_limits(mut self, limits: Limits) -> Server {
         self.limits = limits;
+        self
+    }
+
+    /// Bounds connections: header read and idle timeouts, most open at once.
+    pub fn with_connection_limits(mut self, connections: ConnectionLimits) -> Server {
+        self.connections = connections;
+        self
+    }
+
+    /// Host names, besides `localhost` and IP addresses, that requests may be addressed to when
+    /// authentication is off (with it on, any).
+    pub fn with_allowed_hosts(mut self, hosts: Vec<String>) -> Server {
+        self.allowed_hosts = hosts;
+        self
+    }
+
+    /// Lets webhooks reach what this policy allows (by default, no local or private
+    /// destination: see [`starbridge_core::destination`]).
+    pub fn with_webhook_policy(mut self, policy: DestinationPolicy) -> Server {
+        self.webhook_policy = Arc::new(policy);
         self
     }
 
@@ -129,34 +162,28 @@ impl Server {
         let (stop_timers, timers_stopped) = tokio::sync::watch::channel(false);
         let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped.clone()));
         let pruner = tokio::spawn(run_pruner(self.store.clone(), timers_stopped.clone()));
-        let deliveries = tokio::spawn(run_deliveries(self.store.clone(), timers_stopped));
+        let deliveries = tokio::spawn(run_deliveries(
+            self.store.clone(),
+            self.webhook_policy.clone(),
+            timers_stopped,
+        ));
         let mut state = AppState::with_limits(self.store, self.limits);
         if self.auth {
             state.auth = Arc::new(Auth::required());
         }
+        state.webhook_policy = self.webhook_policy;
+        state.allowed_hosts = self.allowed_hosts.into();
         let (closing, closing_seen) = tokio::sync::watch::channel(false);
         let app = app(state, closing_seen);
         let shutdown = async move {
             shutdown.await;
             let _ = closing.send(true);
         };
-        let served = match self.tls {
-            None => axum::serve(self.listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(Error::Serve),
-            Some(config) => match tls::TlsListener::new(self.listener, config) {
-                Ok(listener) => axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown)
-                    .await
-                    .map_err(Error::Serve),
-                Err(error) => Err(Error::Serve(error)),
-            },
-        };
+        serve::serve(self.listener, self.tls, app, self.connections, shutdown).await;
         let _ = stop_timers.send(true);
         let _ = timers.await;
         let _ = deliveries.await;
         let _ = pruner.await;
-        served
+        Ok(())
     }
 }

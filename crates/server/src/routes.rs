@@ -15,13 +15,14 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use starbridge_api as api;
 use starbridge_core::definition::{check_name, parse_document};
+use starbridge_core::destination::DestinationPolicy;
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Input, JobStatus, ReportedError};
 use starbridge_core::time::Duration;
-use starbridge_store::{JobFilter, Store, Submit};
+use starbridge_store::{JobFilter, Store, Submit, WriteFault};
 use tokio::time::Instant;
 
-use crate::auth::{Auth, Caller, actor};
+use crate::auth::{Auth, Caller, actor, audit_added_version};
 use crate::error::{ApiError, ApiResult};
 use crate::limits::{Limit, Limits};
 use crate::views;
@@ -38,6 +39,10 @@ pub struct AppState {
     pub store: Store,
     pub auth: Arc<Auth>,
     pub limits: Arc<Limits>,
+    /// Where webhooks may be delivered (`--webhook-allow` opens more than the default).
+    pub webhook_policy: Arc<DestinationPolicy>,
+    /// Host names requests may be addressed to without authentication (see `guard`).
+    pub allowed_hosts: Arc<[String]>,
 }
 
 impl AppState {
@@ -52,6 +57,8 @@ impl AppState {
             store,
             auth: Arc::new(Auth::default()),
             limits: Arc::new(limits),
+            webhook_policy: Arc::default(),
+            allowed_hosts: Arc::new([]),
         }
     }
 
@@ -114,7 +121,7 @@ pub(crate) fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
             "expected a JSON object, got an empty body",
         ));
     }
-    serde_json::from_slice(bytes).or_else(|error| {
+    let parsed = serde_json::from_slice(bytes).or_else(|error| {
         // JSON does not tell 2 from 2.0; some clients send whole numbers as floats.
         if let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(bytes)
             && integral_floats_to_integers(&mut value)
@@ -126,7 +133,11 @@ pub(crate) fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
             "body",
             format!("{error} (line {} column {})", error.line(), error.column()),
         ))
-    })
+    })?;
+    match crate::json_checks::first_fault(bytes) {
+        None => Ok(parsed),
+        Some(fault) => Err(ApiError::validation(&fault.field, fault.message)),
+    }
 }
 
 /// Rewrites every float with no fractional part (in the 64-bit integer range) as an integer;
@@ -194,22 +205,28 @@ pub(crate) fn task_id(text: &str) -> ApiResult<TaskId> {
     TaskId::parse(text).ok_or_else(|| ApiError::not_found(format!("task {text} not found")))
 }
 
+/// Whether the database is read and written (see `Store::health`): `503` unless it is.
 async fn health(State(state): State<AppState>) -> Response {
-    match state.store.ping().await {
-        Ok(()) => Json(api::Health {
-            status: "ok".into(),
-            database: "ok".into(),
-        })
-        .into_response(),
-        Err(error) => (
+    let health = state.store.health().await;
+    let (status, database) = match health.fault {
+        None => (StatusCode::OK, api::DatabaseHealth::Ok),
+        Some(WriteFault::Full) => (StatusCode::SERVICE_UNAVAILABLE, api::DatabaseHealth::Full),
+        Some(WriteFault::ReadOnly) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(api::Health {
-                status: "unhealthy".into(),
-                database: error.to_string(),
-            }),
-        )
-            .into_response(),
-    }
+            api::DatabaseHealth::ReadOnly,
+        ),
+        Some(WriteFault::Unavailable) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            api::DatabaseHealth::Unavailable,
+        ),
+    };
+    let healthy = status == StatusCode::OK;
+    let body = api::Health {
+        status: (if healthy { "ok" } else { "unhealthy" }).into(),
+        database,
+        detail: health.detail,
+    };
+    (status, Json(body)).into_response()
 }
 
 async fn list_workflows(
@@ -339,6 +356,7 @@ async fn job_view_with(
 
 async fn submit_job(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Query(query): Query<api::NamespaceQuery>,
     headers: HeaderMap,
     bytes: Bytes,
@@ -346,10 +364,14 @@ async fn submit_job(
     let namespace = namespace(&query)?;
     let request: api::SubmitJob = body(&bytes)?;
     check_submit(&state.limits, &request)?;
+    let actor = actor(&headers)?;
     let submitted = state
         .store
-        .submit(&namespace, submission(request, actor(&headers)?))
+        .submit(&namespace, submission(request, actor.clone(), &caller))
         .await?;
+    if submitted.added_version.is_some() {
+        audit_added_version(&state, &namespace, &actor, &submitted.state.job.workflow).await;
+    }
     let (status, view) = if submitted.created {
         let view = job_view_with(&state, &submitted.state, &[]).await?;
         (StatusCode::CREATED, view)
@@ -360,8 +382,10 @@ async fn submit_job(
 }
 
 /// What the store is asked to create for a submitted job; `actor` is recorded in the job's
-/// `job_created` event (submissions are not in the audit log: the job's history names them).
-pub(crate) fn submission(request: api::SubmitJob, actor: String) -> Submit {
+/// `job_created` event (submissions are not in the audit log: the job's history names them,
+/// and a workflow version an inline definition makes is audited as an apply). Only a caller
+/// that may operate may make a version that way.
+pub(crate) fn submission(request: api::SubmitJob, actor: String, caller: &Caller) -> Submit {
     Submit {
         workflow: request.workflow,
         version: request.version,
@@ -370,6 +394,7 @@ pub(crate) fn submission(request: api::SubmitJob, actor: String) -> Submit {
         key: request.key,
         priority: request.priority,
         actor: Some(actor),
+        may_add_version: caller.may_operate(),
     }
 }
 

@@ -112,6 +112,92 @@ async fn invalid_definition_names_step_and_field() {
     assert_eq!(problem["errors"][0]["field"], "steps[0] (a).timeout");
 }
 
+/// The first problem of a 422 problem document, as (field, message).
+#[track_caller]
+fn first_problem(status: StatusCode, content_type: &str, problem: &Value) -> (String, String) {
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(content_type, "application/problem+json");
+    let first = &problem["errors"][0];
+    (
+        first["field"].as_str().unwrap_or_default().to_owned(),
+        first["message"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn definition_type_errors_name_the_field_in_yaml_and_inline_json() {
+    let api = api();
+    let (status, content_type, problem) = api
+        .call(
+            "PUT",
+            "/api/v1/workflows/wf",
+            "steps:\n- {id: a, queue: q, command: [c]}\n",
+        )
+        .await;
+    let (field, message) = first_problem(status, &content_type, &problem);
+    assert_eq!(field, "steps[0] (a).command");
+    assert_eq!(message, "invalid type: sequence, expected a string");
+    let inline = json!({"definition": {"name": "wf", "steps": [{"id": "a", "queue": "q", "command": false}]}});
+    let (status, content_type, problem) =
+        api.call("POST", "/api/v1/jobs", &inline.to_string()).await;
+    let (field, message) = first_problem(status, &content_type, &problem);
+    assert_eq!(field, "steps[0] (a).command");
+    assert_eq!(message, "invalid type: boolean `false`, expected a string");
+}
+
+#[tokio::test]
+async fn yaml_no_and_y_are_commands_not_booleans() {
+    let api = api();
+    let (status, _, body) = api
+        .call(
+            "PUT",
+            "/api/v1/workflows/wf",
+            "steps:\n- {id: a, queue: q, command: no}\n- {id: b, queue: q, command: y}\n",
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (_, _, body) = api.call("GET", "/api/v1/workflows/wf", "").await;
+    assert_eq!(body["definition"]["steps"][0]["command"], "no");
+    assert_eq!(body["definition"]["steps"][1]["command"], "y");
+}
+
+#[tokio::test]
+async fn a_params_schema_of_false_is_refused_at_apply_and_inline() {
+    let api = api();
+    let (status, content_type, problem) = api
+        .call(
+            "PUT",
+            "/api/v1/workflows/wf",
+            "params: false\nsteps:\n- {id: a, queue: q, command: c}\n",
+        )
+        .await;
+    let (field, message) = first_problem(status, &content_type, &problem);
+    assert_eq!(field, "params");
+    assert!(message.contains("accepts no params"), "{message}");
+    let inline = json!({"definition": {"name": "wf", "params": false, "steps": [{"id": "a", "queue": "q", "command": "c"}]}});
+    let (status, content_type, problem) =
+        api.call("POST", "/api/v1/jobs", &inline.to_string()).await;
+    let (field, _) = first_problem(status, &content_type, &problem);
+    assert_eq!(field, "params");
+    let (status, _, _) = api.call("GET", "/api/v1/workflows/wf", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_constant_expression_that_cannot_be_evaluated_is_refused_at_apply() {
+    let api = api();
+    let (status, content_type, problem) = api
+        .call(
+            "PUT",
+            "/api/v1/workflows/wf",
+            "steps:\n- {id: a, queue: q, command: c, when: '${{ params.n + 1 / 0 }}'}\n",
+        )
+        .await;
+    let (field, message) = first_problem(status, &content_type, &problem);
+    assert_eq!(field, "steps[0] (a).when");
+    assert_eq!(message, "division by zero at column 18");
+}
+
 #[tokio::test]
 async fn apply_twice_returns_created_then_unchanged() {
     let api = api();

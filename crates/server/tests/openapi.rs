@@ -9,7 +9,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
-use starbridge_server::{AppState, router};
+use starbridge_server::{AppState, app};
 use starbridge_store::{Clock, ManualClock, NewToken, Scope, Store, SystemClock};
 use tokio::sync::Mutex;
 use tower::ServiceExt;
@@ -90,6 +90,11 @@ struct Api {
     _dir: tempfile::TempDir,
 }
 
+/// The whole HTTP surface as the server serves it, with the checks made before routing.
+fn served(state: AppState) -> Router {
+    app(state, tokio::sync::watch::channel(false).1)
+}
+
 fn api() -> Api {
     api_with_clock(Arc::new(SystemClock))
 }
@@ -99,7 +104,7 @@ fn api_with_clock(clock: Arc<dyn Clock>) -> Api {
     let url = format!("sqlite://{}", dir.path().join("api.db").display());
     let store = Store::open_with_clock(&url, clock).unwrap();
     Api {
-        app: router(AppState::new(store.clone())),
+        app: served(AppState::new(store.clone())),
         store,
         _dir: dir,
     }
@@ -111,7 +116,7 @@ fn api_with_auth() -> Api {
     let url = format!("sqlite://{}", dir.path().join("auth.db").display());
     let store = Store::open(&url).unwrap();
     Api {
-        app: router(AppState::with_auth(store.clone())),
+        app: served(AppState::with_auth(store.clone())),
         store,
         _dir: dir,
     }
@@ -1374,7 +1379,8 @@ async fn responses_match_their_documented_schemas() {
     let left = c.call("GET", "/api/v1/schedules", "").await.json();
     assert_eq!(left["items"].as_array().unwrap().len(), 1);
 
-    // Webhooks: subscriptions refused (400 by the handler, 422 by the store), created with and
+    // Webhooks: subscriptions refused (400 by the handler, 422 by the store or the destination
+    // policy, which by default refuses local addresses, also spelled as numbers), created with and
     // without a secret, listed without secrets; a job's status changes write pending deliveries
     // (no deliverer runs here), read newest first; deleted.
     let none = c.call("GET", "/api/v1/webhooks", "").await;
@@ -1401,6 +1407,17 @@ async fn responses_match_their_documented_schemas() {
         refused(body, bad_request, field).await;
     }
     refused(r#"{"url": "ftp://h.example/x"}"#, unprocessable, "url").await;
+    for url in [
+        "http://localhost:9/all",
+        "http://2130706433/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://exa mple.com/",
+    ] {
+        let body = json!({ "url": url }).to_string();
+        let answer = c.call("POST", "/api/v1/webhooks", &body).await;
+        assert_eq!(answer.status, unprocessable, "{url}: {}", answer.text);
+        assert_eq!(answer.json()["errors"][0]["field"], "url", "{url}");
+    }
     refused(
         r#"{"url": "https://h.example/x", "secret": "short"}"#,
         unprocessable,
@@ -1428,7 +1445,7 @@ async fn responses_match_their_documented_schemas() {
     assert_eq!(hook["secret"], "0123456789abcdef");
     assert_eq!(hook["states"], json!(["running", "paused"]));
     let hook_id = str_of(&hook["id"]);
-    let everything = r#"{"url": "http://localhost:9/all", "workflow": null, "secret": null}"#;
+    let everything = r#"{"url": "http://192.0.2.1:9/all", "workflow": null, "secret": null}"#;
     let everything = c.call("POST", "/api/v1/webhooks", everything).await;
     assert_eq!(
         everything.status,
@@ -1894,6 +1911,140 @@ async fn answers_given_before_the_handler_are_as_documented() {
         "the fallback",
     )
     .await;
+}
+
+/// A request refused before routing, and how.
+struct Refusal<'a> {
+    method: &'a str,
+    uri: &'a str,
+    body: &'a str,
+    headers: Vec<(&'a str, &'a str)>,
+    status: u16,
+    kind: &'a str,
+}
+
+#[tokio::test]
+async fn refusals_before_routing_are_as_documented() {
+    let c = Checker::new().await;
+    let job = r#"{"workflow": "wf"}"#;
+    let length = job.len().to_string();
+    let json = ("content-type", "application/json");
+    let many: Vec<(String, &str)> = (0..101).map(|n| (format!("x-probe-{n}"), "1")).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let refusal = |method, uri, body, headers, status, kind| Refusal {
+        method,
+        uri,
+        body,
+        headers,
+        status,
+        kind,
+    };
+    let cases = [
+        refusal(
+            "POST",
+            "/api/v1/jobs",
+            job,
+            vec![("content-type", "text/plain"), ("content-length", &length)],
+            415,
+            "unsupported-media-type",
+        ),
+        refusal(
+            "PUT",
+            "/api/v1/workflows/wf",
+            "steps: []",
+            vec![("content-length", "9")],
+            415,
+            "unsupported-media-type",
+        ),
+        refusal(
+            "POST",
+            "/api/v1/jobs",
+            job,
+            vec![
+                json,
+                ("host", "127.0.0.1:7433"),
+                ("origin", "https://evil.example"),
+            ],
+            403,
+            "cross-origin",
+        ),
+        refusal(
+            "DELETE",
+            "/api/v1/schedules/nightly",
+            "",
+            vec![("sec-fetch-site", "cross-site")],
+            403,
+            "cross-origin",
+        ),
+        refusal(
+            "GET",
+            "/api/v1/jobs",
+            "",
+            vec![("host", "rebound.evil.example")],
+            403,
+            "host-not-allowed",
+        ),
+        refusal(
+            "GET",
+            "/healthz",
+            "",
+            vec![("host", "rebound.evil.example")],
+            403,
+            "host-not-allowed",
+        ),
+        refusal(
+            "GET",
+            "/api/v1/jobs?workflow=a%00b",
+            "",
+            vec![],
+            422,
+            "validation",
+        ),
+        refusal(
+            "POST",
+            "/api/v1/jobs",
+            r#"{"workflow": "wf", "params": {"n": 123456789012345678901234}}"#,
+            vec![json],
+            422,
+            "validation",
+        ),
+        refusal(
+            "POST",
+            "/api/v1/webhooks",
+            r#"{"url": "https://hooks.example/\u0000"}"#,
+            vec![json],
+            422,
+            "validation",
+        ),
+        refusal("GET", "/api/v1/queues", "", many, 431, "headers-too-large"),
+    ];
+    for case in cases {
+        let (method, uri, status) = (case.method, case.uri, case.status);
+        let mut request = Request::builder().method(method).uri(uri);
+        for (name, value) in &case.headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Body::from(case.body.to_owned())).unwrap();
+        let response = c.api.app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status().as_u16(), status, "{method} {uri}");
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let problem: Value = serde_json::from_slice(&bytes).unwrap();
+        let kind = case.kind;
+        assert_eq!(
+            problem["type"],
+            format!("/problems/{kind}"),
+            "{method} {uri}"
+        );
+        c.check("/components/schemas/Problem", &problem, kind).await;
+        let path = uri.split('?').next().unwrap();
+        let operation = &c.document["paths"][c.template(path)][method.to_lowercase()];
+        assert!(
+            operation["responses"].get(status.to_string()).is_some(),
+            "{method} {path} does not document {status}"
+        );
+    }
 }
 
 /// What fires leave in a schedule's view (its last fire, job and error, a held fire), on a clock

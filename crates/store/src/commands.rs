@@ -53,7 +53,21 @@ pub(crate) fn apply_workflow(
     store_workflow(ctx, namespace, workflow)
 }
 
+/// Refuses a NUL character in text the database stores as it is (not every backend can).
+fn check_no_nul(field: &str, text: &str) -> Result<()> {
+    if text.contains('\0') {
+        return Err(invalid(
+            field,
+            "must not contain a NUL character (\\u0000): remove it",
+        ));
+    }
+    Ok(())
+}
+
 fn store_workflow(ctx: &mut WriteCtx<'_>, namespace: &str, workflow: Workflow) -> Result<Applied> {
+    if let Some(description) = &workflow.description {
+        check_no_nul("description", description)?;
+    }
     let name = workflow.name.clone();
     let latest = rows::workflow(ctx.conn, namespace, &name, None)?;
     if let Some(latest) = &latest
@@ -130,9 +144,11 @@ pub(crate) fn submit(
             return Ok(Submitted {
                 state,
                 created: false,
+                added_version: None,
             });
         }
     }
+    let mut added_version = None;
     let (name, version) = match (&request.definition, &request.workflow) {
         (Some(definition), workflow) => {
             let name = workflow
@@ -144,8 +160,24 @@ pub(crate) fn submit(
                         .map(str::to_owned)
                 })
                 .ok_or_else(|| invalid("definition.name", "an inline definition needs a name"))?;
-            let applied = apply_workflow(ctx, namespace, &name, definition.clone())?;
-            (name, applied.version)
+            let workflow = Workflow::from_value(&name, definition.clone())
+                .map_err(|e| Error::Invalid(e.problems))?;
+            match rows::workflow_version_of(ctx.conn, namespace, &name, &workflow.source)? {
+                Some(version) => (name, version),
+                None if request.may_add_version => {
+                    let applied = store_workflow(ctx, namespace, workflow)?;
+                    added_version = Some(applied.version);
+                    (name, applied.version)
+                }
+                None => {
+                    return Err(Error::Forbidden(format!(
+                        "this inline definition differs from every version of workflow \
+                         '{name}', and making a new version needs the operate scope: submit \
+                         with a token that holds operate, or have the workflow applied \
+                         (PUT /api/v1/workflows/{name}) and submit it by name"
+                    )));
+                }
+            }
         }
         (None, Some(name)) => {
             check_name(name).map_err(|message| invalid("workflow", message))?;
@@ -196,6 +228,9 @@ pub(crate) fn submit(
     .map_err(|error| match error {
         machine::CreateError::LockKey(message) => invalid("lock.key", message),
     })?;
+    if let Some(lock) = &state.job.lock {
+        check_no_nul("lock.key", &lock.key)?;
+    }
     persist(ctx, &state, actions)?;
     crate::webhooks::enqueue(ctx, &state.job, None)?;
     ctx.jobs.keep(state.clone());
@@ -209,6 +244,7 @@ pub(crate) fn submit(
     Ok(Submitted {
         state,
         created: true,
+        added_version,
     })
 }
 

@@ -12,6 +12,8 @@ mod clock;
 mod commands;
 mod db;
 mod deferred;
+mod fault;
+mod health;
 mod jobs;
 mod notify;
 mod postgres;
@@ -41,6 +43,8 @@ pub use browse::{JobCursor, JobLine, JobSearch, StatusCount, WorkerLoad};
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use db::DatabaseError;
+pub use fault::WriteFault;
+pub use health::{HEALTHY_WRITE_AGE, Health};
 pub use notify::{Notifier, WorkerSeen};
 pub use schedules::{ScheduleSpec, StoredSchedule, time_zone};
 pub use sqlite::sqlite_path;
@@ -62,6 +66,9 @@ pub enum Error {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// The caller may not do this (for example, make a workflow version without `operate`).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     Invalid(Vec<Problem>),
     #[error("database error: {0}")]
@@ -73,10 +80,38 @@ pub enum Error {
     Corrupt(String),
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The disk holding the database is full: nothing was written.
+    #[error("the database's disk is full: {0}")]
+    Full(String),
+    /// The database, or its filesystem, is read-only: nothing was written.
+    #[error("the database is read-only: {0}")]
+    ReadOnly(String),
     #[error("cannot open the database: {0}")]
     Open(String),
     #[error("the store is shut down")]
     Closed,
+}
+
+impl Error {
+    /// What this error says about the database's ability to take writes, if anything.
+    pub fn write_fault(&self) -> Option<WriteFault> {
+        match self {
+            Error::Full(_) => Some(WriteFault::Full),
+            Error::ReadOnly(_) => Some(WriteFault::ReadOnly),
+            Error::Unavailable(_) => Some(WriteFault::Unavailable),
+            _ => None,
+        }
+    }
+
+    /// How a request is answered when its group transaction failed with this error: a full
+    /// disk or a read-only database is named, anything else is the database being unavailable.
+    pub(crate) fn refusal(&self) -> Error {
+        match self {
+            Error::Full(detail) => Error::Full(detail.clone()),
+            Error::ReadOnly(detail) => Error::ReadOnly(detail.clone()),
+            other => Error::Unavailable(other.to_string()),
+        }
+    }
 }
 
 /// Most jobs one `Store::tick` moves.
@@ -138,6 +173,9 @@ pub struct Submit {
     pub priority: Option<i32>,
     /// Who submits (a token's name, a schedule): recorded in the job's `job_created` event.
     pub actor: Option<String>,
+    /// Whether an inline `definition` equal to none of the workflow's versions may become its
+    /// new latest version (the `operate` scope); without it only an existing version runs.
+    pub may_add_version: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -145,6 +183,8 @@ pub struct Submitted {
     pub state: JobState,
     /// False when the key matched an existing job, which is returned instead.
     pub created: bool,
+    /// The workflow version this submission's inline definition created, if it made one.
+    pub added_version: Option<u32>,
 }
 
 /// A task handed to a worker, with how long its lease lasts.
@@ -263,6 +303,10 @@ pub struct Store {
     sqlite_file: Option<PathBuf>,
     options: StoreOptions,
     counters: Arc<writer::Counters>,
+    /// The outcome of the writer's last group transaction, for `health`.
+    last_write: Arc<health::LastWrite>,
+    /// Held while a health probe write is in flight: there is at most one.
+    probing: Arc<tokio::sync::Mutex<()>>,
     /// Claims counted for PostgreSQL's vacuumer (see `postgres::vacuum`).
     upkeep: Arc<postgres::Upkeep>,
 }
@@ -358,6 +402,7 @@ impl Store {
             postgres::start_listener(connector, node.clone(), &notifier);
         }
         let counters = Arc::new(writer::Counters::default());
+        let last_write = Arc::new(health::LastWrite::default());
         let writer = Writer::start(
             opened.writer,
             Shared {
@@ -368,6 +413,7 @@ impl Store {
                 node,
                 limits: options.limits,
                 counters: counters.clone(),
+                last_write: last_write.clone(),
             },
         );
         Ok(Store {
@@ -379,6 +425,8 @@ impl Store {
             sqlite_file: opened.sqlite_file,
             options,
             counters,
+            last_write,
+            probing: Arc::default(),
             upkeep,
         })
     }

@@ -25,6 +25,7 @@ use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, NoTls, Statement};
 
 use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, args, postgres_sql};
+use crate::fault::{self, WriteFault};
 use crate::notify::Notifier;
 use crate::{Error, Result, StoreOptions};
 
@@ -32,6 +33,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/postgres/0001_init.sql")),
     (2, include_str!("../migrations/postgres/0002_tokens.sql")),
     (3, include_str!("../migrations/postgres/0003_browse.sql")),
+    (4, include_str!("../migrations/postgres/0004_health.sql")),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.
@@ -47,19 +49,23 @@ fn sqlstate_error(error: &postgres::Error) -> Error {
         || message.clone(),
         |db| format!("{}: {}", db.severity(), db.message()),
     );
-    match error.code().map(postgres::error::SqlState::code) {
-        None => Error::Unavailable(message),
-        // Serialization failure, deadlock, lock wait timeout, a unique key another node just
-        // took: the request runs again in a new transaction, where it sees the winner's rows.
-        Some(code @ ("40001" | "40P01" | "55P03" | "23505")) => {
-            Error::Contended(format!("{detail} (SQLSTATE {code})"))
-        }
-        Some(code) if code.starts_with("08") || code.starts_with("57P") => {
-            Error::Unavailable(format!("{detail} (SQLSTATE {code})"))
-        }
-        Some(code) => Error::Database(DatabaseError {
-            message: detail,
-            code: Some(code.to_owned()),
+    let code = error.code().map(postgres::error::SqlState::code);
+    let described = || match code {
+        Some(code) => format!("{detail} (SQLSTATE {code})"),
+        None => message.clone(),
+    };
+    // Serialization failure, deadlock, lock wait timeout, a unique key another node just took:
+    // the request runs again in a new transaction, where it sees the winner's rows.
+    if let Some("40001" | "40P01" | "55P03" | "23505") = code {
+        return Error::Contended(described());
+    }
+    match fault::postgres_fault(code) {
+        Some(WriteFault::Full) => Error::Full(described()),
+        Some(WriteFault::ReadOnly) => Error::ReadOnly(described()),
+        Some(WriteFault::Unavailable) => Error::Unavailable(described()),
+        None => Error::Database(DatabaseError {
+            message: detail.clone(),
+            code: code.map(str::to_owned),
         }),
     }
 }

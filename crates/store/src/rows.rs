@@ -914,6 +914,16 @@ pub(crate) fn ensure_namespace(conn: &mut dyn Conn, namespace: &str, now: Timest
     Ok(())
 }
 
+/// The health check's probe write (see `health`): its one row, changed in place.
+pub(crate) fn write_health_probe(conn: &mut dyn Conn, now: Timestamp) -> Result<()> {
+    conn.execute(
+        "INSERT INTO health_probe (id, probed_at) VALUES (1, ?1) \
+         ON CONFLICT (id) DO UPDATE SET probed_at = excluded.probed_at",
+        args![now.0],
+    )?;
+    Ok(())
+}
+
 const WORKFLOW_COLUMNS: &str =
     "namespace, name, version, definition, description, steps, created_at";
 
@@ -961,6 +971,21 @@ pub(crate) fn latest_version(
     conn.query_value(
         "SELECT MAX(version) FROM workflows WHERE namespace = ?1 AND name = ?2",
         args![namespace, name],
+    )
+}
+
+/// The newest version of a workflow whose normalized definition is `definition`, if any.
+pub(crate) fn workflow_version_of(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    name: &str,
+    definition: &Value,
+) -> Result<Option<u32>> {
+    conn.query_opt(
+        "SELECT version FROM workflows WHERE namespace = ?1 AND name = ?2 AND definition = ?3 \
+         ORDER BY version DESC LIMIT 1",
+        args![namespace, name, json_text(definition)],
+        |row| row.get(0),
     )
 }
 

@@ -23,6 +23,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
 use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, sqlite_sql};
+use crate::fault::{self, WriteFault};
 use crate::{Durability, Error, Result};
 
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -30,14 +31,32 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../migrations/sqlite/0002_jobs_ended.sql")),
     (3, include_str!("../migrations/sqlite/0003_tokens.sql")),
     (4, include_str!("../migrations/sqlite/0004_browse.sql")),
+    (5, include_str!("../migrations/sqlite/0005_health.sql")),
 ];
 
 impl From<rusqlite::Error> for Error {
     fn from(error: rusqlite::Error) -> Error {
-        Error::Database(DatabaseError {
+        sqlite_error(error, || false)
+    }
+}
+
+/// The store's error for a failed SQLite call: a full disk or a read-only database is named
+/// (see `fault::sqlite_fault`; `read_only_filesystem` is asked only about I/O errors).
+fn sqlite_error(error: rusqlite::Error, read_only_filesystem: impl FnOnce() -> bool) -> Error {
+    let fault = match &error {
+        rusqlite::Error::SqliteFailure(failure, _) => {
+            fault::sqlite_fault(failure.code, read_only_filesystem)
+        }
+        _ => None,
+    };
+    match fault {
+        Some(WriteFault::Full) => Error::Full(error.to_string()),
+        Some(WriteFault::ReadOnly) => Error::ReadOnly(error.to_string()),
+        Some(WriteFault::Unavailable) => Error::Unavailable(error.to_string()),
+        None => Error::Database(DatabaseError {
             message: error.to_string(),
             code: None,
-        })
+        }),
     }
 }
 
@@ -87,6 +106,9 @@ const WAL_SIZE_LIMIT: u64 = 32 << 20;
 /// A connection to the store's SQLite file.
 pub(crate) struct SqliteConn {
     conn: Connection,
+    /// The database file, whose filesystem is asked whether it is read-only when a call fails
+    /// with an I/O error.
+    path: PathBuf,
 }
 
 impl SqliteConn {
@@ -110,7 +132,15 @@ impl SqliteConn {
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
              PRAGMA temp_store = MEMORY;",
         )?;
-        Ok(SqliteConn { conn })
+        Ok(SqliteConn {
+            conn,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The store's error for a failed call on this connection.
+    fn error(&self, error: rusqlite::Error) -> Error {
+        sqlite_error(error, || fault::read_only_filesystem(&self.path))
     }
 
     /// The writer's connection: its write-ahead log is checkpointed by a thread of its own (see
@@ -258,29 +288,35 @@ impl Conn for SqliteConn {
         let sql = sqlite_sql(sql);
         let changed = self
             .conn
-            .prepare_cached(sql)?
-            .execute(params_from_iter(args))?;
+            .prepare_cached(sql)
+            .and_then(|mut statement| statement.execute(params_from_iter(args)))
+            .map_err(|error| self.error(error))?;
         Ok(u64::try_from(changed).unwrap_or(u64::MAX))
     }
 
     fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
         let sql = sqlite_sql(sql);
-        let mut statement = self.conn.prepare_cached(sql)?;
-        let columns = statement.column_count();
-        let mut rows = statement.query(params_from_iter(args))?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next()? {
-            let mut cells = Vec::with_capacity(columns);
-            for index in 0..columns {
-                cells.push(cell(row.get_ref(index)?));
+        let rows = (|| -> rusqlite::Result<Vec<Row>> {
+            let mut statement = self.conn.prepare_cached(sql)?;
+            let columns = statement.column_count();
+            let mut rows = statement.query(params_from_iter(args))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let mut cells = Vec::with_capacity(columns);
+                for index in 0..columns {
+                    cells.push(cell(row.get_ref(index)?));
+                }
+                out.push(Row::new(cells));
             }
-            out.push(Row::new(cells));
-        }
-        Ok(out)
+            Ok(out)
+        })();
+        rows.map_err(|error| self.error(error))
     }
 
     fn batch(&mut self, sql: &str) -> Result<()> {
-        Ok(self.conn.execute_batch(sql)?)
+        self.conn
+            .execute_batch(sql)
+            .map_err(|error| self.error(error))
     }
 
     fn lock_key(&mut self, _key: &str) -> Result<()> {

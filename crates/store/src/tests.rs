@@ -252,6 +252,62 @@ async fn params_are_checked_against_the_schema_naming_the_field(f: Fixture) {
     assert!(missing.to_string().contains("cpu"), "{missing}");
 }
 
+/// An inline definition equal to an existing version (not only the latest) runs that version;
+/// one equal to none adds a version only when the submitter may (the `operate` scope), and is
+/// otherwise refused with nothing stored.
+async fn an_inline_definition_runs_its_version_and_adds_one_only_when_allowed(f: Fixture) {
+    let first = definition("steps:\n- {id: a, queue: q, command: first}\n");
+    let second = definition("steps:\n- {id: a, queue: q, command: second}\n");
+    let third = definition("steps:\n- {id: a, queue: q, command: third}\n");
+    f.store
+        .apply_workflow("default", "wf", first)
+        .await
+        .unwrap();
+    f.store
+        .apply_workflow("default", "wf", second)
+        .await
+        .unwrap();
+    let stored_first = f
+        .store
+        .workflow("default", "wf", Some(1))
+        .await
+        .unwrap()
+        .unwrap();
+    let inline = |definition: Value, may_add_version: bool| Submit {
+        workflow: Some("wf".into()),
+        definition: Some(definition),
+        may_add_version,
+        ..Submit::default()
+    };
+    let ran = f
+        .store
+        .submit("default", inline(stored_first.definition, false))
+        .await
+        .unwrap();
+    assert_eq!(ran.state.job.version, 1);
+    assert_eq!(ran.added_version, None);
+    let refused = f
+        .store
+        .submit("default", inline(third.clone(), false))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, Error::Forbidden(_)), "{refused}");
+    let latest = f
+        .store
+        .workflow("default", "wf", None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(latest.version, 2, "a refused definition made a version");
+    let added = f
+        .store
+        .submit("default", inline(third, true))
+        .await
+        .unwrap();
+    assert_eq!(added.state.job.version, 3);
+    assert_eq!(added.added_version, Some(3));
+}
+
 /// A submit with an inline definition that is refused (here for its params) stores no version,
 /// and leaves nothing behind in memory either: the version number it would have taken goes to
 /// the next definition applied, whose jobs run that definition's steps.
@@ -266,6 +322,7 @@ async fn a_refused_inline_definition_leaves_no_version_behind(f: Fixture) {
             Submit {
                 definition: Some(inline),
                 params: Some(json!({})),
+                may_add_version: true,
                 ..Submit::default()
             },
         )
@@ -1318,6 +1375,7 @@ on_both_backends!(
     submit_with_the_same_key_returns_the_existing_job,
     params_are_checked_against_the_schema_naming_the_field,
     a_refused_inline_definition_leaves_no_version_behind,
+    an_inline_definition_runs_its_version_and_adds_one_only_when_allowed,
     a_job_runs_to_success_and_its_history_is_stored_in_order,
     concurrent_claims_never_hand_out_the_same_task,
     lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change,
@@ -1435,5 +1493,142 @@ mod shared_database {
             running += claim.await.unwrap().len();
         }
         assert_eq!(running, 1, "a serial queue hands out one task at a time");
+    }
+}
+
+/// What `Store::health` answers, and what it costs: a recent write answers, a probe write is made
+/// only when none succeeded lately, at most one at a time.
+mod health_checks {
+    use super::*;
+
+    /// Write requests the writer ran so far.
+    fn requests(store: &Store) -> u64 {
+        store.writer_stats().requests
+    }
+
+    async fn health_answers_from_a_recent_write_and_probes_only_when_none_succeeded_lately(
+        f: Fixture,
+    ) {
+        // Nothing written yet since the store opened: a probe write answers.
+        let before = requests(&f.store);
+        let health = f.store.health().await;
+        assert_eq!(health.fault, None, "{health:?}");
+        assert!(health.detail.contains("probe"), "{health:?}");
+        assert_eq!(requests(&f.store), before + 1, "one probe write");
+
+        // That probe, then any write, answers the following checks: no more writes.
+        assert_eq!(f.store.health().await.fault, None);
+        f.store
+            .apply_workflow("default", "w", definition(TWO_STEPS))
+            .await
+            .unwrap();
+        let before = requests(&f.store);
+        for _ in 0..5 {
+            let health = f.store.health().await;
+            assert_eq!(health.fault, None, "{health:?}");
+            assert!(health.detail.contains("the last one"), "{health:?}");
+        }
+        assert_eq!(requests(&f.store), before, "a recent write answers");
+
+        // No write for longer than `HEALTHY_WRITE_AGE`: one probe write.
+        f.clock.advance(Duration::from_secs(11));
+        let health = f.store.health().await;
+        assert_eq!(health.fault, None, "{health:?}");
+        assert!(health.detail.contains("probe"), "{health:?}");
+        assert_eq!(requests(&f.store), before + 1);
+    }
+
+    async fn health_checks_at_once_make_at_most_one_probe_write(f: Fixture) {
+        f.store
+            .apply_workflow("default", "w", definition(TWO_STEPS))
+            .await
+            .unwrap();
+        f.clock.advance(Duration::from_secs(11));
+        let before = requests(&f.store);
+        let checks: Vec<_> = (0..20)
+            .map(|_| {
+                let store = f.store.clone();
+                tokio::spawn(async move { store.health().await })
+            })
+            .collect();
+        for check in checks {
+            let health = check.await.unwrap();
+            assert_eq!(health.fault, None, "{health:?}");
+        }
+        assert_eq!(requests(&f.store), before + 1, "one probe for all");
+    }
+
+    on_both_backends!(
+        health_answers_from_a_recent_write_and_probes_only_when_none_succeeded_lately,
+        health_checks_at_once_make_at_most_one_probe_write,
+    );
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_stamped_after_now_because_the_clock_went_back_is_not_taken_as_recent() {
+        let f = Fixture::sqlite();
+        let later = Timestamp(f.store.now().0 + 3_600_000);
+        f.store.last_write.record(later, None);
+        let before = requests(&f.store);
+        let health = f.store.health().await;
+        assert_eq!(health.fault, None, "{health:?}");
+        assert!(health.detail.contains("clock"), "{health:?}");
+        assert_eq!(requests(&f.store), before + 1, "a probe write answered");
+    }
+
+    /// Makes PostgreSQL refuse writes to `table` with `sqlstate`, as it does when its disk is
+    /// full (53100) or it is read-only (25006); `None` lifts it.
+    fn refuse_writes(f: &Fixture, table: &str, sqlstate: Option<&str>) {
+        let Some(sqlstate) = sqlstate else {
+            f.raw_sql(&format!("DROP TRIGGER IF EXISTS refuse ON {table}"));
+            return;
+        };
+        f.raw_sql(&format!(
+            "CREATE OR REPLACE FUNCTION refuse_{sqlstate}() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'refused for the test' USING ERRCODE = '{sqlstate}'; END $$; \
+             DROP TRIGGER IF EXISTS refuse ON {table}; \
+             CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON {table} \
+             FOR EACH ROW EXECUTE FUNCTION refuse_{sqlstate}()"
+        ));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_refusing_writes_for_want_of_space_or_read_only_is_named_until_a_probe_succeeds()
+     {
+        let Some(f) = Fixture::postgres("health_faults") else {
+            return;
+        };
+        // A request PostgreSQL refuses for want of space is answered so, and health says so.
+        refuse_writes(&f, "namespaces", Some("53100"));
+        let refused = f
+            .store
+            .apply_workflow("elsewhere", "w", definition(TWO_STEPS))
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, Error::Full(_)), "{refused:?}");
+        let health = f.store.health().await;
+        assert_eq!(health.fault, Some(WriteFault::Full), "{health:?}");
+        assert!(
+            health.detail.contains("the last write failed"),
+            "{health:?}"
+        );
+        refuse_writes(&f, "namespaces", None);
+
+        // The probe write meets the same refusal, then a read-only database.
+        refuse_writes(&f, "health_probe", Some("53100"));
+        f.clock.advance(Duration::from_secs(2));
+        let health = f.store.health().await;
+        assert_eq!(health.fault, Some(WriteFault::Full), "{health:?}");
+        assert!(health.detail.contains("probe"), "{health:?}");
+        refuse_writes(&f, "health_probe", Some("25006"));
+        f.clock.advance(Duration::from_secs(2));
+        let health = f.store.health().await;
+        assert_eq!(health.fault, Some(WriteFault::ReadOnly), "{health:?}");
+
+        // Once writes go through again, the next probe says so.
+        refuse_writes(&f, "health_probe", None);
+        f.clock.advance(Duration::from_secs(2));
+        let health = f.store.health().await;
+        assert_eq!(health.fault, None, "{health:?}");
+        assert!(health.detail.contains("probe"), "{health:?}");
     }
 }

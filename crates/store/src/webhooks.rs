@@ -302,9 +302,13 @@ pub enum Attempt {
     Delivered { status: u16 },
     /// Any other answer, or none.
     Failed { status: Option<u16>, error: String },
+    /// Not sent: the destination policy forbids it. Given up at once, since retrying cannot
+    /// change that (only the server's settings can).
+    Refused { error: String },
 }
 
-/// Records an attempt: delivered, retried after `min(2^attempts s, 1 h)`, or given up.
+/// Records an attempt: delivered, retried after `min(2^attempts s, 1 h)`, or given up (after
+/// the last attempt, or at once when refused).
 pub(crate) fn record(ctx: &mut WriteCtx<'_>, id: i64, attempt: Attempt) -> Result<()> {
     let attempts: Option<u32> = ctx.conn.query_opt(
         "SELECT attempts FROM webhook_deliveries WHERE id = ?1",
@@ -321,6 +325,13 @@ pub(crate) fn record(ctx: &mut WriteCtx<'_>, id: i64, attempt: Attempt) -> Resul
                 "UPDATE webhook_deliveries SET attempts = ?2, next_attempt_at = NULL, \
                  delivered_at = ?3, last_status = ?4, last_error = NULL WHERE id = ?1",
                 args![id, attempts, ctx.now.0, status],
+            )?;
+        }
+        Attempt::Refused { error } => {
+            ctx.conn.execute(
+                "UPDATE webhook_deliveries SET attempts = ?2, next_attempt_at = NULL, \
+                 last_status = NULL, last_error = ?3 WHERE id = ?1",
+                args![id, attempts, error],
             )?;
         }
         Attempt::Failed { status, error } => {

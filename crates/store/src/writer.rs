@@ -23,6 +23,9 @@
 //! again at the head of the next transaction, after this one has released its locks. Before
 //! committing, the transaction announces the queues that got work to the other nodes. A broken
 //! connection is replaced before the next transaction.
+//!
+//! Each transaction's outcome (committed, or the disk full, the database read-only or out of
+//! reach) is stored in one atomic word for `/healthz` (see `health`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +42,8 @@ use crate::cache::{Compiled, Key, WorkflowCache};
 use crate::clock::Clock;
 use crate::db::{Backend, Conn};
 use crate::deferred::WriteConn;
+use crate::fault::WriteFault;
+use crate::health::LastWrite;
 use crate::jobs::{JobCache, Lifetime};
 use crate::notify::Notifier;
 use crate::{Error, Result, Webhook};
@@ -145,6 +150,9 @@ trait Request: Send {
 
     /// The task the request reports on, if it is a report: its job is loaded with the group's.
     fn task(&self) -> Option<&TaskId>;
+
+    /// What the database's failure of its last run says about its ability to take writes.
+    fn fault(&self) -> Option<WriteFault>;
 }
 
 /// How a run of a request went.
@@ -184,7 +192,13 @@ where
         }
         let ran = match &result {
             Ok(_) => Ran::Kept,
-            Err(Error::Database(_) | Error::Contended(_) | Error::Unavailable(_)) => Ran::Failed,
+            Err(
+                Error::Database(_)
+                | Error::Contended(_)
+                | Error::Unavailable(_)
+                | Error::Full(_)
+                | Error::ReadOnly(_),
+            ) => Ran::Failed,
             Err(_) => Ran::Refused,
         };
         self.result = Some(result);
@@ -193,7 +207,7 @@ where
 
     fn answer(self: Box<Self>, committed: &Result<()>) {
         let answer = match committed {
-            Err(error) => Err(Error::Unavailable(error.to_string())),
+            Err(error) => Err(error.refusal()),
             Ok(()) => self.result.unwrap_or_else(|| {
                 Err(Error::Unavailable(
                     "the request did not run; nothing was written".to_owned(),
@@ -205,6 +219,13 @@ where
 
     fn task(&self) -> Option<&TaskId> {
         self.task.as_ref()
+    }
+
+    fn fault(&self) -> Option<WriteFault> {
+        match &self.result {
+            Some(Err(error)) => error.write_fault(),
+            _ => None,
+        }
     }
 }
 
@@ -281,6 +302,8 @@ pub(crate) struct Shared {
     /// What the engine enforces on every job (fan-out width, task input size).
     pub(crate) limits: Limits,
     pub(crate) counters: Arc<Counters>,
+    /// Where each group transaction's outcome goes, for health.
+    pub(crate) last_write: Arc<LastWrite>,
 }
 
 impl Writer {
@@ -418,6 +441,8 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared:
         if let Err(error) = usable(&mut conn, &shared.connect) {
             // Dropping the requests answers each with `Error::Unavailable`; nothing was written.
             tracing::error!(%error, "no write connection");
+            let fault = error.write_fault().unwrap_or(WriteFault::Unavailable);
+            shared.last_write.record(shared.clock.now(), Some(fault));
             batch.clear();
             continue;
         }
@@ -456,6 +481,9 @@ fn commit_batch(
     };
     add_elapsed(&counters.busy_nanos, started);
     let committed = &transaction.committed;
+    if let Some(fault) = outcome(committed, &transaction.ran, batch) {
+        shared.last_write.record(shared.clock.now(), fault);
+    }
     match committed {
         Ok(()) => &counters.transactions,
         Err(_) => &counters.failed,
@@ -491,6 +519,27 @@ fn commit_batch(
     wakes.dedup();
     for (namespace, queue) in wakes {
         shared.notifier.wake(&namespace, &queue);
+    }
+}
+
+/// What a group transaction says about the database's ability to take writes, for health:
+/// `Some(None)` it takes them, `Some(Some(fault))` it does not, `None` nothing either way (the
+/// commit lost to another node). A committed group still tells of a fault when one of its
+/// requests failed for want of space or because the database is read-only.
+fn outcome(committed: &Result<()>, ran: &[Ran], batch: &[Work]) -> Option<Option<WriteFault>> {
+    match committed {
+        Ok(()) => Some(
+            ran.iter()
+                .zip(batch)
+                .filter(|(ran, _)| **ran == Ran::Failed)
+                .find_map(|(_, request)| {
+                    request
+                        .fault()
+                        .filter(|fault| *fault != WriteFault::Unavailable)
+                }),
+        ),
+        Err(Error::Contended(_)) => None,
+        Err(error) => Some(Some(error.write_fault().unwrap_or(WriteFault::Unavailable))),
     }
 }
 
@@ -690,6 +739,7 @@ mod tests {
                 node: "test".to_owned(),
                 limits: Limits::default(),
                 counters: counters.clone(),
+                last_write: Arc::default(),
             },
         );
         (writer, counters, path)

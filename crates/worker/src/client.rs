@@ -23,6 +23,10 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long connecting to the server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Kept-alive connections unused this long are closed by the client, well before the server's
+/// idle timeout (75 s by default) closes them, so no request is sent on a connection the server
+/// is closing at that moment.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Extra time given to a long poll beyond the `wait_ms` the server may hold it.
 const POLL_TIMEOUT_MARGIN: Duration = Duration::from_secs(15);
@@ -198,6 +202,7 @@ impl Client {
         let http = reqwest::Client::builder()
             .tls_certs_merge(roots)
             .connect_timeout(CONNECT_TIMEOUT)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .timeout(DEFAULT_REQUEST_TIMEOUT)
             .user_agent(concat!("starbridge-worker/", env!("CARGO_PKG_VERSION")))
             .build()
