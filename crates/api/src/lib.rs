@@ -1,6 +1,11 @@
-//! Wire types of the Starbridge HTTP API (`/api/v1`), shared by the server, the CLI and the
-//! worker SDK so the three cannot drift apart. Times are RFC 3339 strings; ids are prefixed
-//! strings (`job_…`, `tsk_…`).
+//! The Starbridge HTTP API (`/api/v1`): its wire types, shared by the server, the CLI and the
+//! worker SDK so they cannot drift apart, its paths ([`paths`]), and the typed client the CLI,
+//! the SDK and the bench use (`client`, behind the default feature `client`). Times are RFC 3339
+//! strings; ids are prefixed strings (`job_…`, `tsk_…`).
+
+#[cfg(feature = "client")]
+pub mod client;
+pub mod paths;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

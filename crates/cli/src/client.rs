@@ -1,5 +1,5 @@
-//! Client commands: apply, submit, list, show, follow. They speak the public HTTP API only, so
-//! they work against any server.
+//! Client commands: apply, submit, list, show, follow, operate. They speak the public HTTP API
+//! only, through the typed client of `starbridge_api::client`, so they work against any server.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,12 +10,13 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use serde_json::Value;
 use starbridge_api as api;
-use starbridge_worker::Client;
+use starbridge_api::client::Client;
 
 use crate::Format;
 use crate::output::{clip, elapsed, table, time};
 
 pub(crate) struct Context {
+    /// A client of the server in the command's namespace, acting as `$USER`.
     pub(crate) client: Client,
     pub(crate) namespace: String,
     pub(crate) format: Format,
@@ -43,15 +44,11 @@ impl Context {
         Ok(Context {
             client: connect(server, ca_cert)?
                 .with_actor(Some(actor()))
-                .with_token(token),
+                .with_token(token)
+                .with_namespace(Some(namespace.to_owned())),
             namespace: namespace.to_owned(),
             format,
         })
-    }
-
-    fn path(&self, path: &str) -> String {
-        let separator = if path.contains('?') { '&' } else { '?' };
-        format!("{path}{separator}namespace={}", self.namespace)
     }
 
     fn json(&self) -> bool {
@@ -127,21 +124,11 @@ pub(crate) async fn apply_document(
     name: &str,
     text: &str,
 ) -> Result<api::AppliedWorkflow> {
-    Ok(context
-        .client
-        .put_raw(
-            &context.path(&format!("/api/v1/workflows/{name}")),
-            "application/yaml",
-            text.to_owned(),
-        )
-        .await?)
+    Ok(context.client.apply_workflow(name, text).await?)
 }
 
 pub(crate) async fn workflows(context: &Context) -> Result<ExitCode> {
-    let list: api::WorkflowList = context
-        .client
-        .get_json(&context.path("/api/v1/workflows"))
-        .await?;
+    let list = context.client.workflows().await?;
     show(context, &list, |list| {
         let rows: Vec<Vec<String>> = list
             .items
@@ -218,10 +205,7 @@ pub(crate) async fn submit(context: &Context, args: SubmitArgs) -> Result<ExitCo
         key: args.key,
         priority: args.priority,
     };
-    let job: api::JobView = context
-        .client
-        .post_json(&context.path("/api/v1/jobs"), &request)
-        .await?;
+    let job = context.client.submit(&request).await?;
     if context.json() && !args.watch {
         print_json(&job)?;
     } else {
@@ -251,17 +235,14 @@ pub(crate) struct JobsArgs {
 }
 
 pub(crate) async fn jobs(context: &Context, args: JobsArgs) -> Result<ExitCode> {
-    let mut path = format!("/api/v1/jobs?limit={}", args.limit);
-    for (name, value) in [
-        ("status", &args.status),
-        ("workflow", &args.workflow),
-        ("cursor", &args.cursor),
-    ] {
-        if let Some(value) = value {
-            path.push_str(&format!("&{name}={value}"));
-        }
-    }
-    let list: api::JobList = context.client.get_json(&context.path(&path)).await?;
+    let query = api::JobListQuery {
+        status: args.status,
+        workflow: args.workflow,
+        limit: Some(args.limit),
+        cursor: args.cursor,
+        ..api::JobListQuery::default()
+    };
+    let list = context.client.jobs(&query).await?;
     show(context, &list, |list| {
         let rows: Vec<Vec<String>> = list
             .items
@@ -285,13 +266,6 @@ pub(crate) async fn jobs(context: &Context, args: JobsArgs) -> Result<ExitCode> 
             eprintln!("more: --cursor {cursor}");
         }
     })
-}
-
-async fn fetch_job(context: &Context, id: &str) -> Result<api::JobView> {
-    Ok(context
-        .client
-        .get_json(&context.path(&format!("/api/v1/jobs/{id}")))
-        .await?)
 }
 
 /// `create_db`, `configure[1]`, or `undo create_db`.
@@ -321,7 +295,7 @@ fn task_note(task: &api::TaskView) -> String {
 }
 
 pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
-    let job = fetch_job(context, id).await?;
+    let job = context.client.job(id).await?;
     show(context, &job, |job| {
         let summary = &job.summary;
         println!("job       {}", summary.id);
@@ -373,10 +347,7 @@ pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
 }
 
 pub(crate) async fn events(context: &Context, id: &str) -> Result<ExitCode> {
-    let events: api::EventList = context
-        .client
-        .get_json(&context.path(&format!("/api/v1/jobs/{id}/events")))
-        .await?;
+    let events = context.client.events(id).await?;
     show(context, &events, |events| {
         let rows: Vec<Vec<String>> = events
             .items
@@ -403,6 +374,14 @@ pub(crate) struct ActionArgs {
     /// Why (recorded in the job's history).
     #[arg(long)]
     reason: Option<String>,
+}
+
+impl ActionArgs {
+    fn request(&self) -> api::ActionRequest {
+        api::ActionRequest {
+            reason: self.reason.clone(),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -442,26 +421,26 @@ fn actor() -> String {
         .unwrap_or_else(|| "cli".to_owned())
 }
 
-async fn operate<B: serde::Serialize>(
-    context: &Context,
-    id: &str,
-    action: &str,
-    body: &B,
-) -> Result<ExitCode> {
-    let job: api::JobView = context
-        .client
-        .post_json(&context.path(&format!("/api/v1/jobs/{id}/{action}")), body)
-        .await?;
-    show(context, &job, |job| {
+/// Prints the state a job is in after an operator action.
+fn operated(context: &Context, job: &api::JobView) -> Result<ExitCode> {
+    show(context, job, |job| {
         println!("job {} is {}", job.summary.id, job.summary.status);
     })
 }
 
-pub(crate) async fn act(context: &Context, action: &str, args: &ActionArgs) -> Result<ExitCode> {
-    let body = api::ActionRequest {
-        reason: args.reason.clone(),
-    };
-    operate(context, &args.id, action, &body).await
+pub(crate) async fn pause(context: &Context, args: &ActionArgs) -> Result<ExitCode> {
+    let job = context.client.pause_job(&args.id, &args.request()).await?;
+    operated(context, &job)
+}
+
+pub(crate) async fn resume(context: &Context, args: &ActionArgs) -> Result<ExitCode> {
+    let job = context.client.resume_job(&args.id, &args.request()).await?;
+    operated(context, &job)
+}
+
+pub(crate) async fn retry(context: &Context, args: &ActionArgs) -> Result<ExitCode> {
+    let job = context.client.retry_job(&args.id, &args.request()).await?;
+    operated(context, &job)
 }
 
 pub(crate) async fn cancel(context: &Context, args: &CancelArgs) -> Result<ExitCode> {
@@ -469,7 +448,8 @@ pub(crate) async fn cancel(context: &Context, args: &CancelArgs) -> Result<ExitC
         reason: args.action.reason.clone(),
         compensate: args.compensate,
     };
-    operate(context, &args.action.id, "cancel", &body).await
+    let job = context.client.cancel_job(&args.action.id, &body).await?;
+    operated(context, &job)
 }
 
 pub(crate) async fn skip(context: &Context, args: &SkipArgs) -> Result<ExitCode> {
@@ -478,8 +458,11 @@ pub(crate) async fn skip(context: &Context, args: &SkipArgs) -> Result<ExitCode>
         output,
         reason: args.action.reason.clone(),
     };
-    let path = format!("tasks/{}/skip", args.task);
-    operate(context, &args.action.id, &path, &body).await
+    let job = context
+        .client
+        .skip_task(&args.action.id, &args.task, &body)
+        .await?;
+    operated(context, &job)
 }
 
 pub(crate) async fn rerun(context: &Context, args: &RerunArgs) -> Result<ExitCode> {
@@ -487,7 +470,8 @@ pub(crate) async fn rerun(context: &Context, args: &RerunArgs) -> Result<ExitCod
         step: args.step.clone(),
         reason: args.action.reason.clone(),
     };
-    operate(context, &args.action.id, "rerun", &body).await
+    let job = context.client.rerun_job(&args.action.id, &body).await?;
+    operated(context, &job)
 }
 
 #[derive(clap::Subcommand)]
@@ -555,15 +539,12 @@ fn print_queues(queues: &[api::QueueView]) {
 }
 
 pub(crate) async fn queues(context: &Context) -> Result<ExitCode> {
-    let list: api::QueueList = context
-        .client
-        .get_json(&context.path("/api/v1/queues"))
-        .await?;
+    let list = context.client.queues().await?;
     show(context, &list, |list| print_queues(&list.items))
 }
 
 pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<ExitCode> {
-    let queue: api::QueueView = match command {
+    let queue = match command {
         QueueCommand::Set {
             name,
             mode,
@@ -602,30 +583,10 @@ pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<E
                 max_wait: max_wait.clone().map(Value::String),
                 rate,
             };
-            let body = serde_json::to_vec(&settings)?;
-            context
-                .client
-                .put_raw(
-                    &context.path(&format!("/api/v1/queues/{name}")),
-                    "application/json",
-                    body,
-                )
-                .await?
+            context.client.set_queue(name, &settings).await?
         }
-        QueueCommand::Pause { name } | QueueCommand::Resume { name } => {
-            let action = if matches!(command, QueueCommand::Pause { .. }) {
-                "pause"
-            } else {
-                "resume"
-            };
-            context
-                .client
-                .post_json(
-                    &context.path(&format!("/api/v1/queues/{name}/{action}")),
-                    &serde_json::json!({}),
-                )
-                .await?
-        }
+        QueueCommand::Pause { name } => context.client.pause_queue(name).await?,
+        QueueCommand::Resume { name } => context.client.resume_queue(name).await?,
     };
     show(context, &queue, |queue| {
         print_queues(std::slice::from_ref(queue))
@@ -709,17 +670,12 @@ fn print_schedules(schedules: &[api::ScheduleView]) {
 }
 
 pub(crate) async fn schedules(context: &Context) -> Result<ExitCode> {
-    let list: api::ScheduleList = context
-        .client
-        .get_json(&context.path("/api/v1/schedules"))
-        .await?;
+    let list = context.client.schedules().await?;
     show(context, &list, |list| print_schedules(&list.items))
 }
 
 pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Result<ExitCode> {
-    let path =
-        |name: &str, action: &str| context.path(&format!("/api/v1/schedules/{name}{action}"));
-    let schedule: api::ScheduleView = match command {
+    let schedule = match command {
         ScheduleCommand::Set {
             name,
             workflow,
@@ -743,27 +699,13 @@ pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Re
                 }),
                 paused: *paused,
             };
-            let body = serde_json::to_vec(&request)?;
-            context
-                .client
-                .put_raw(&path(name, ""), "application/json", body)
-                .await?
+            context.client.set_schedule(name, &request).await?
         }
-        ScheduleCommand::Show { name } => context.client.get_json(&path(name, "")).await?,
-        ScheduleCommand::Pause { name } => {
-            context
-                .client
-                .post_json(&path(name, "/pause"), &serde_json::json!({}))
-                .await?
-        }
-        ScheduleCommand::Resume { name } => {
-            context
-                .client
-                .post_json(&path(name, "/resume"), &serde_json::json!({}))
-                .await?
-        }
+        ScheduleCommand::Show { name } => context.client.schedule(name).await?,
+        ScheduleCommand::Pause { name } => context.client.pause_schedule(name).await?,
+        ScheduleCommand::Resume { name } => context.client.resume_schedule(name).await?,
         ScheduleCommand::Delete { name } => {
-            context.client.delete(&path(name, "")).await?;
+            context.client.delete_schedule(name).await?;
             eprintln!("schedule {name} deleted");
             return Ok(ExitCode::SUCCESS);
         }
@@ -810,13 +752,7 @@ pub(crate) async fn bulk(context: &Context, args: &BulkArgs) -> Result<ExitCode>
         compensate: args.compensate,
         limit: args.limit,
     };
-    let result: api::BulkResult = context
-        .client
-        .post_json(
-            &context.path(&format!("/api/v1/jobs/bulk/{}", args.action)),
-            &request,
-        )
-        .await?;
+    let result = context.client.bulk(&args.action, &request).await?;
     show(context, &result, |result| {
         println!(
             "{} of {} matching jobs: {}",
@@ -874,10 +810,7 @@ fn print_webhooks(webhooks: &[api::WebhookView]) {
 }
 
 pub(crate) async fn webhooks(context: &Context) -> Result<ExitCode> {
-    let list: api::WebhookList = context
-        .client
-        .get_json(&context.path("/api/v1/webhooks"))
-        .await?;
+    let list = context.client.webhooks().await?;
     show(context, &list, |list| print_webhooks(&list.items))
 }
 
@@ -895,10 +828,7 @@ pub(crate) async fn webhook(context: &Context, command: &WebhookCommand) -> Resu
                 states: states.clone(),
                 secret: secret.clone(),
             };
-            let created: api::WebhookView = context
-                .client
-                .post_json(&context.path("/api/v1/webhooks"), &request)
-                .await?;
+            let created = context.client.add_webhook(&request).await?;
             show(context, &created, |created| {
                 print_webhooks(std::slice::from_ref(created));
                 if let Some(secret) = &created.secret {
@@ -907,18 +837,12 @@ pub(crate) async fn webhook(context: &Context, command: &WebhookCommand) -> Resu
             })
         }
         WebhookCommand::Delete { id } => {
-            context
-                .client
-                .delete(&context.path(&format!("/api/v1/webhooks/{id}")))
-                .await?;
+            context.client.delete_webhook(id).await?;
             eprintln!("webhook {id} deleted");
             Ok(ExitCode::SUCCESS)
         }
         WebhookCommand::Deliveries { id, limit } => {
-            let list: api::DeliveryList = context
-                .client
-                .get_json(&context.path(&format!("/api/v1/webhooks/{id}/deliveries?limit={limit}")))
-                .await?;
+            let list = context.client.webhook_deliveries(id, Some(*limit)).await?;
             show(context, &list, |list| {
                 let rows: Vec<Vec<String>> = list
                     .items
@@ -966,7 +890,7 @@ pub(crate) async fn watch(context: &Context, id: &str) -> Result<ExitCode> {
     let mut seen: HashMap<String, (String, u32)> = HashMap::new();
     let mut job_status = String::new();
     loop {
-        let job = fetch_job(context, id).await?;
+        let job = context.client.job(id).await?;
         if !context.json() {
             if job.summary.status != job_status {
                 job_status = job.summary.status.clone();
@@ -1151,10 +1075,7 @@ pub(crate) async fn token(
                 queues: (!queues.is_empty()).then(|| queues.clone()),
                 reason: reason.clone(),
             };
-            let created: api::CreatedToken = context
-                .client
-                .post_json(&context.path("/api/v1/tokens"), &request)
-                .await?;
+            let created = context.client.create_token(&request).await?;
             show(&context, &created, |created| {
                 print_tokens(std::slice::from_ref(&created.token));
                 eprintln!("token (shown once, keep it secret): {}", created.secret);
@@ -1162,18 +1083,12 @@ pub(crate) async fn token(
         }
         TokenCommand::List => {
             let context = context()?;
-            let list: api::TokenList = context
-                .client
-                .get_json(&context.path("/api/v1/tokens"))
-                .await?;
+            let list = context.client.tokens().await?;
             show(&context, &list, |list| print_tokens(&list.items))
         }
         TokenCommand::Revoke { id } => {
             let context = context()?;
-            context
-                .client
-                .delete(&context.path(&format!("/api/v1/tokens/{id}")))
-                .await?;
+            context.client.revoke_token(id).await?;
             eprintln!("token {id} revoked");
             Ok(ExitCode::SUCCESS)
         }
@@ -1193,11 +1108,7 @@ pub(crate) struct AuditArgs {
 }
 
 pub(crate) async fn audit(context: &Context, args: &AuditArgs) -> Result<ExitCode> {
-    let mut path = format!("/api/v1/audit?limit={}", args.limit);
-    if let Some(before) = args.before {
-        path.push_str(&format!("&before={before}"));
-    }
-    let list: api::AuditList = context.client.get_json(&context.path(&path)).await?;
+    let list = context.client.audit(args.before, Some(args.limit)).await?;
     show(context, &list, |list| {
         let rows: Vec<Vec<String>> = list
             .items

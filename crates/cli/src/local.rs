@@ -8,8 +8,8 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use starbridge_core::destination::DestinationPolicy;
+use starbridge_engine::{Engine, NewToken, Scope, StoreOptions, SystemClock};
 use starbridge_server::{Limits, Server};
-use starbridge_store::{NewToken, Scope, Store, StoreOptions, SystemClock};
 use starbridge_worker::{Client, Worker, shell};
 
 use crate::Format;
@@ -162,11 +162,11 @@ pub(crate) enum DurabilityArg {
     Relaxed,
 }
 
-impl From<DurabilityArg> for starbridge_store::Durability {
-    fn from(arg: DurabilityArg) -> starbridge_store::Durability {
+impl From<DurabilityArg> for starbridge_engine::Durability {
+    fn from(arg: DurabilityArg) -> starbridge_engine::Durability {
         match arg {
-            DurabilityArg::Full => starbridge_store::Durability::Full,
-            DurabilityArg::Relaxed => starbridge_store::Durability::Relaxed,
+            DurabilityArg::Full => starbridge_engine::Durability::Full,
+            DurabilityArg::Relaxed => starbridge_engine::Durability::Relaxed,
         }
     }
 }
@@ -315,7 +315,7 @@ impl ServerArgs {
             limits: limits.run,
             ..database.options()
         };
-        let store = Store::open_with(database.url(), options, Arc::new(SystemClock))
+        let store = Engine::open_with(database.url(), options, Arc::new(SystemClock))
             .with_context(|| format!("cannot open {}", database.url()))?;
         let mut server = Server::bind(store.clone(), &self.listen)
             .await?
@@ -359,7 +359,7 @@ impl ServerArgs {
 
 /// Makes the first admin token directly in the database and prints it once.
 pub(crate) async fn bootstrap_token(name: &str, database: &DatabaseArgs) -> Result<ExitCode> {
-    let store = Store::open_with(
+    let store = Engine::open_with(
         database.url(),
         database.options(),
         std::sync::Arc::new(SystemClock),
@@ -400,7 +400,7 @@ pub(crate) enum DbCommand {
 pub(crate) fn db(command: &DbCommand) -> Result<ExitCode> {
     match command {
         DbCommand::Migrate(args) => {
-            let applied = Store::migrate(args.url(), &args.options())
+            let applied = Engine::migrate(args.url(), &args.options())
                 .with_context(|| format!("cannot migrate {}", args.url()))?;
             println!("{applied} migration(s) applied; the schema is up to date");
             Ok(ExitCode::SUCCESS)
@@ -496,7 +496,7 @@ async fn start_server(listen: &str, database: &str, limits: Limits) -> Result<Se
         limits: limits.run,
         ..StoreOptions::default()
     };
-    let store = Store::open_with(database, options, Arc::new(SystemClock))
+    let store = Engine::open_with(database, options, Arc::new(SystemClock))
         .with_context(|| format!("cannot open {database}"))?;
     Ok(Server::bind(store, listen).await?.with_limits(limits))
 }
@@ -589,18 +589,15 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
         eprintln!("demo: submitting a job that succeeds");
     }
     let started = std::time::Instant::now();
-    let submitted: starbridge_api::JobView = context
+    let submitted = context
         .client
-        .post_json(
-            "/api/v1/jobs",
-            &starbridge_api::SubmitJob {
-                workflow: Some("provision_database".to_owned()),
-                params: Some(
-                    serde_json::json!({"name": "orders", "size_gb": 20, "fail_at_load": fail}),
-                ),
-                ..Default::default()
-            },
-        )
+        .submit(&starbridge_api::SubmitJob {
+            workflow: Some("provision_database".to_owned()),
+            params: Some(
+                serde_json::json!({"name": "orders", "size_gb": 20, "fail_at_load": fail}),
+            ),
+            ..Default::default()
+        })
         .await?;
     let id = submitted.summary.id;
     eprintln!("demo: follow it in the web UI at {url}/ui/jobs/{id}");
@@ -608,10 +605,7 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
     let took = started.elapsed();
     println!();
     client::job(&context, &id).await?;
-    let job: starbridge_api::JobView = context
-        .client
-        .get_json(&format!("/api/v1/jobs/{id}"))
-        .await?;
+    let job = context.client.job(&id).await?;
     eprintln!(
         "\ndemo: job ended {} after {:.1}s (database kept at {database}); rerun with --succeed for the happy path",
         job.summary.status,

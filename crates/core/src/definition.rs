@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::expr::{self, Expr, Template};
+use crate::limits::MAX_NAME_BYTES;
 use crate::time::Duration;
 
 /// Per-attempt timeout (and lease) of a handler that names none.
@@ -58,7 +59,8 @@ struct RawLock {
 #[derive(Debug, Clone)]
 pub struct Step {
     pub id: String,
-    pub handler: Handler,
+    /// What the step does.
+    pub kind: StepKind,
     /// Indices (into `Workflow::steps`) of the steps this one waits for.
     pub depends_on: Vec<usize>,
     pub when: Option<Expr>,
@@ -69,6 +71,25 @@ pub struct Step {
     /// Bound on the whole step: every attempt, backoff and check-later together.
     pub step_timeout: Option<Duration>,
     pub compensate: Option<Handler>,
+}
+
+/// What a step does. Parsing decides it in one place (`Checker::step_kind`), so a new kind is a
+/// parse branch there and an arm in each `match` on it.
+#[derive(Debug, Clone)]
+pub enum StepKind {
+    /// A task a worker runs: it is handed out on the handler's queue with its command.
+    Task(Handler),
+}
+
+impl Step {
+    /// The handler of a task step. Total while every step is a task; when kinds that run
+    /// without a worker arrive (sleep, signal, approval, sub-workflow, set, fail, http) it
+    /// becomes an `Option`, or its callers match on [`Step::kind`].
+    pub fn handler(&self) -> &Handler {
+        match &self.kind {
+            StepKind::Task(handler) => handler,
+        }
+    }
 }
 
 /// What executes a task: a queue, a command, and how to run it.
@@ -249,7 +270,7 @@ fn read<T: DeserializeOwned>(field: &str, value: Value) -> Result<T, Problem> {
 /// Validates a workflow name: `[a-z0-9_.-]`, 1 to 128 characters.
 pub fn check_name(name: &str) -> Result<(), String> {
     let valid = !name.is_empty()
-        && name.len() <= 128
+        && name.len() <= MAX_NAME_BYTES
         && name.bytes().all(|b| {
             b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'.' | b'-')
         });
@@ -266,9 +287,9 @@ pub fn check_name(name: &str) -> Result<(), String> {
 pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
 
 /// Validates a queue name: 1 to 128 characters of letters, digits and `_.-:/`.
-fn check_queue(text: &str) -> Result<(), String> {
+pub fn check_queue_name(text: &str) -> Result<(), String> {
     let valid = !text.is_empty()
-        && text.len() <= 128
+        && text.len() <= MAX_NAME_BYTES
         && text
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | ':' | '/'));
@@ -504,8 +525,29 @@ impl Checker {
         }
     }
 
+    /// What the step does, from the fields that choose its kind: the one place a step's kind
+    /// is decided. Every step is a task today, run by a worker from the step's own `queue`,
+    /// `command`, `input`, `timeout` and `retry`.
+    fn step_kind(&mut self, label: &str, raw: &mut RawStep) -> StepKind {
+        StepKind::Task(self.handler(
+            label,
+            RawHandler {
+                queue: raw.queue.take(),
+                command: raw.command.take(),
+                input: raw.input.take(),
+                timeout: raw.timeout.take(),
+                retry: raw.retry.take(),
+            },
+        ))
+    }
+
     fn handler(&mut self, field: &str, raw: RawHandler) -> Handler {
-        let queue = self.required(&format!("{field}.queue"), raw.queue, "queue", check_queue);
+        let queue = self.required(
+            &format!("{field}.queue"),
+            raw.queue,
+            "queue",
+            check_queue_name,
+        );
         let command = self.required(
             &format!("{field}.command"),
             raw.command,
@@ -628,7 +670,9 @@ impl Workflow {
 
         let mut steps = Vec::with_capacity(parsed.len());
         for (position, (label, raw_step)) in parsed.into_iter().enumerate() {
-            let Some(raw_step) = raw_step else { continue };
+            let Some(mut raw_step) = raw_step else {
+                continue;
+            };
             let depends_on = match &raw_step.depends_on {
                 None if position == 0 => Vec::new(),
                 None => vec![position - 1],
@@ -654,16 +698,7 @@ impl Workflow {
                     resolved
                 }
             };
-            let handler = checker.handler(
-                &label,
-                RawHandler {
-                    queue: raw_step.queue,
-                    command: raw_step.command,
-                    input: raw_step.input,
-                    timeout: raw_step.timeout,
-                    retry: raw_step.retry,
-                },
-            );
+            let kind = checker.step_kind(&label, &mut raw_step);
             let when = raw_step.when.as_deref().and_then(|source| {
                 expr::compile_condition(source)
                     .map_err(|error| checker.problem(format!("{label}.when"), error.to_string()))
@@ -698,7 +733,7 @@ impl Workflow {
                 label,
                 Step {
                     id: raw_step.id,
-                    handler,
+                    kind,
                     depends_on,
                     when,
                     for_each,
@@ -760,7 +795,7 @@ fn step_label(position: usize, id: Option<&str>) -> String {
 
 fn check_step_id(id: &str) -> Result<(), String> {
     let mut chars = id.chars();
-    let valid = id.len() <= 128
+    let valid = id.len() <= MAX_NAME_BYTES
         && chars
             .next()
             .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
@@ -876,13 +911,17 @@ fn check_references(
             Scope::Step,
         ));
     }
-    if let Some(input) = &step.handler.input {
-        let scope = if fan_out {
-            Scope::FanOutInput
-        } else {
-            Scope::Step
-        };
-        sites.push((format!("{label}.input"), input.references(), scope));
+    match &step.kind {
+        StepKind::Task(handler) => {
+            if let Some(input) = &handler.input {
+                let scope = if fan_out {
+                    Scope::FanOutInput
+                } else {
+                    Scope::Step
+                };
+                sites.push((format!("{label}.input"), input.references(), scope));
+            }
+        }
     }
     if let Some(input) = step.compensate.as_ref().and_then(|c| c.input.as_ref()) {
         sites.push((
@@ -1019,9 +1058,9 @@ steps:
         .unwrap();
         assert_eq!(workflow.timeout, Some(Duration::from_secs(7200)));
         let init = &workflow.steps[1];
-        assert_eq!(init.handler.retry.max_attempts, 4);
-        assert_eq!(init.handler.retry.backoff, Backoff::Exponential);
-        assert_eq!(init.handler.timeout, Duration::from_secs(1800));
+        assert_eq!(init.handler().retry.max_attempts, 4);
+        assert_eq!(init.handler().retry.backoff, Backoff::Exponential);
+        assert_eq!(init.handler().timeout, Duration::from_secs(1800));
         assert_eq!(
             workflow.steps[2].compensate.as_ref().unwrap().timeout,
             DEFAULT_ATTEMPT_TIMEOUT
@@ -1190,9 +1229,9 @@ steps:
             "steps:\n- {id: a, queue: q, command: no}\n- {id: b, queue: q, command: y, input: {a: yes, b: off, c: N, d: true, e: FALSE, f: True}}\n",
         )
         .unwrap();
-        assert_eq!(workflow.steps[0].handler.command, "no");
-        assert_eq!(workflow.steps[1].handler.command, "y");
-        let input = workflow.steps[1].handler.input.as_ref().unwrap();
+        assert_eq!(workflow.steps[0].handler().command, "no");
+        assert_eq!(workflow.steps[1].handler().command, "y");
+        let input = workflow.steps[1].handler().input.as_ref().unwrap();
         assert_eq!(
             input.render(&Value::Null).unwrap(),
             serde_json::json!({"a": "yes", "b": "off", "c": "N", "d": true, "e": false, "f": true})

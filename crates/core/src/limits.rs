@@ -3,6 +3,12 @@
 
 use serde_json::Value;
 
+/// Longest name: of a workflow, queue, schedule, step or namespace (the server's
+/// `--max-name-bytes` may only lower it).
+pub const MAX_NAME_BYTES: usize = 128;
+/// Longest job key (the server's `--max-key-bytes` may only lower it).
+pub const MAX_KEY_BYTES: usize = 256;
+
 /// Default for [`Limits::fan_out`].
 pub const DEFAULT_MAX_FAN_OUT: usize = 10_000;
 /// Default for [`Limits::task_bytes`]: 256 KiB.

@@ -12,7 +12,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde_json::{Map, Value, json};
 
-use crate::definition::{Handler, Workflow};
+use crate::definition::{Handler, StepKind, Workflow};
 use crate::expr::{self, EvalError};
 use crate::ids::{IdSource, JobId};
 use crate::limits::{Limits, json_exceeds};
@@ -130,7 +130,7 @@ pub fn create_job(
             ctx,
             kind,
             &step.id,
-            &step.handler,
+            step.handler(),
             priority + step.priority,
         );
         state.tasks.push(task);
@@ -285,7 +285,7 @@ impl Machine<'_> {
                 .compensate
                 .as_ref()
                 .expect("compensation tasks are made only for steps with `compensate`"),
-            _ => &step.handler,
+            _ => step.handler(),
         }
     }
 
@@ -872,13 +872,17 @@ impl Machine<'_> {
                 };
                 self.expand(step_index, task_index, items, context);
             } else {
-                let input = match &step.handler.input {
-                    Some(template) => template.render(&context).map_err(|e| e.to_string()),
-                    None => Ok(self.state.job.params.clone()),
-                };
-                match input.and_then(|input| self.within_task_limit(input)) {
-                    Ok(input) => self.make_ready(task_index, input),
-                    Err(error) => self.expression_failure(task_index, "input", error),
+                match &step.kind {
+                    StepKind::Task(handler) => {
+                        let input = match &handler.input {
+                            Some(template) => template.render(&context).map_err(|e| e.to_string()),
+                            None => Ok(self.state.job.params.clone()),
+                        };
+                        match input.and_then(|input| self.within_task_limit(input)) {
+                            Ok(input) => self.make_ready(task_index, input),
+                            Err(error) => self.expression_failure(task_index, "input", error),
+                        }
+                    }
                 }
             }
         }
@@ -920,7 +924,7 @@ impl Machine<'_> {
         let deadline = self.state.tasks[parent].deadline_at;
         for (position, item) in items.into_iter().enumerate() {
             let position_u32 = u32::try_from(position).unwrap_or(u32::MAX);
-            let input = match &step.handler.input {
+            let input = match &step.handler().input {
                 Some(template) => {
                     context["item"] = item;
                     context["index"] = Value::from(position);
@@ -940,7 +944,7 @@ impl Machine<'_> {
                 &mut ctx,
                 TaskKind::Item,
                 &step.id,
-                &step.handler,
+                step.handler(),
                 priority,
             );
             task.item = Some(position_u32);

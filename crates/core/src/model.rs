@@ -60,6 +60,43 @@ impl JobStatus {
                 | JobStatus::TimedOut
         )
     }
+
+    // Which operator actions apply to a job in this status: the one rule the state machine
+    // enforces and the web UI's buttons follow. (Retry and rerun also need no task running.)
+
+    /// `pause`: a running job.
+    pub fn can_pause(self) -> bool {
+        self == JobStatus::Running
+    }
+
+    /// `resume`: a paused job.
+    pub fn can_resume(self) -> bool {
+        self == JobStatus::Paused
+    }
+
+    /// `cancel`: a job not finished yet.
+    pub fn can_cancel(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Running | JobStatus::Paused | JobStatus::Queued
+        )
+    }
+
+    /// `retry`: a job that finished unsuccessfully.
+    pub fn can_retry(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Failed
+                | JobStatus::CompensationFailed
+                | JobStatus::TimedOut
+                | JobStatus::Cancelled
+        )
+    }
+
+    /// `rerun`: a finished job.
+    pub fn can_rerun(self) -> bool {
+        self.is_terminal()
+    }
 }
 
 string_enum!(

@@ -11,60 +11,22 @@
 //! appended to the audit log with the token's name (or, without authentication, the
 //! `Starbridge-Actor` header) and the `reason` of its body, if any.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes, to_bytes};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use starbridge_store::{AuditEntry, Scope, TaskScope, Token};
+use starbridge_engine::{AuditEntry, Scope, TaskScope, Token};
 
 use crate::error::{ApiError, ApiResult};
-use crate::routes::AppState;
+use crate::state::AppState;
 
 /// The header naming who acts when authentication is off.
 pub(crate) const ACTOR_HEADER: &str = "starbridge-actor";
 /// The cookie a browser may carry the token in.
 const TOKEN_COOKIE: &str = "starbridge_token";
-/// A token's last-used time is written at most this often.
-const TOUCH_EVERY: Duration = Duration::from_secs(60);
-
-/// Whether requests must carry a token, and when each token's use was last recorded.
-#[derive(Default)]
-pub struct Auth {
-    required: bool,
-    touched: Mutex<HashMap<String, Instant>>,
-}
-
-impl Auth {
-    /// Every request (but health and the API document) must carry a token.
-    pub fn required() -> Auth {
-        Auth {
-            required: true,
-            touched: Mutex::default(),
-        }
-    }
-
-    pub fn is_required(&self) -> bool {
-        self.required
-    }
-
-    /// True when the token's use should be written now (at most once per `TOUCH_EVERY`).
-    fn due_for_touch(&self, id: &str) -> bool {
-        let mut touched = self.touched.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        match touched.get(id) {
-            Some(at) if now.duration_since(*at) < TOUCH_EVERY => false,
-            _ => {
-                touched.insert(id.to_owned(), now);
-                true
-            }
-        }
-    }
-}
 
 /// Who is calling: anyone (authentication off) or the holder of a token.
 #[derive(Clone)]
@@ -81,7 +43,7 @@ impl Caller {
             Caller::Token(token) => token.namespace.as_deref(),
             Caller::Anyone => None,
         };
-        let name = crate::routes::namespace_name(asked.or(bound))?;
+        let name = crate::extract::namespace_name(asked.or(bound))?;
         if let Caller::Token(token) = self
             && !token.may_act_in(&name)
         {
@@ -282,7 +244,7 @@ pub(crate) async fn sign_in(State(state): State<AppState>, body: Bytes) -> Respo
         .trim();
     let valid = !token.is_empty()
         && token.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && matches!(state.store.authenticate(token).await, Ok(Some(_)));
+        && matches!(state.engine.authenticate(token).await, Ok(Some(_)));
     if !valid {
         return sign_in_page(
             StatusCode::UNAUTHORIZED,
@@ -304,7 +266,7 @@ async fn admit(state: &AppState, request: &mut Request) -> ApiResult<Caller> {
     let Some(needed) = required_scope(request.method(), request.uri().path()) else {
         return Ok(Caller::Anyone);
     };
-    if !state.auth.required {
+    if !state.auth.is_required() {
         return Ok(Caller::Anyone);
     }
     let presented = presented_token(request.headers()).ok_or_else(|| {
@@ -314,7 +276,7 @@ async fn admit(state: &AppState, request: &mut Request) -> ApiResult<Caller> {
         )
     })?;
     let token = state
-        .store
+        .engine
         .authenticate(presented)
         .await?
         .ok_or_else(|| ApiError::unauthorized("the token is unknown or revoked"))?;
@@ -343,7 +305,7 @@ async fn admit(state: &AppState, request: &mut Request) -> ApiResult<Caller> {
         .map_err(|_| ApiError::invalid("token", "its name cannot be sent as a header"))?;
     request.headers_mut().insert(ACTOR_HEADER, name);
     if state.auth.due_for_touch(&token.id)
-        && let Err(error) = state.store.touch_token(&token.id).await
+        && let Err(error) = state.engine.touch_token(&token.id).await
     {
         tracing::warn!(%error, token = %token.name, "cannot record a token's use");
     }
@@ -363,7 +325,7 @@ fn is_audited(path: &str) -> bool {
 }
 
 async fn record(state: &AppState, entry: AuditEntry) {
-    if let Err(error) = state.store.record_audit(entry).await {
+    if let Err(error) = state.engine.record_audit(entry).await {
         tracing::error!(%error, "cannot write the audit log");
     }
 }
@@ -380,7 +342,7 @@ pub(crate) async fn audit_added_version(
         state,
         AuditEntry {
             seq: 0,
-            at: state.store.now(),
+            at: state.engine.now(),
             namespace: namespace.to_owned(),
             actor: actor.to_owned(),
             action: "PUT /api/v1/workflows/{name}".to_owned(),
@@ -432,7 +394,7 @@ async fn audited(
             state,
             AuditEntry {
                 seq: 0,
-                at: state.store.now(),
+                at: state.engine.now(),
                 namespace,
                 actor,
                 action: format!("{method} {route}"),

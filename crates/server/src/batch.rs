@@ -15,8 +15,10 @@ use starbridge_core::model::Input;
 
 use crate::auth::{Caller, actor, audit_added_version};
 use crate::error::{ApiError, ApiResult};
+use crate::extract::{body, namespace, task_id};
+use crate::jobs::{check_submit, submission};
 use crate::limits::{Limit, Limits};
-use crate::routes::{AppState, body, check_submit, namespace, submission, task_id};
+use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -64,7 +66,7 @@ async fn submit_jobs(
         }
         checked.push(verdict);
     }
-    let answers = state.store.submit_many(&namespace, requests).await;
+    let answers = state.engine.submit_many(&namespace, requests).await;
     for submitted in answers.iter().flatten() {
         if submitted.added_version.is_some() {
             let workflow = &submitted.state.job.workflow;
@@ -105,7 +107,7 @@ async fn complete_tasks(
         }
         checked.push(verdict.map(drop));
     }
-    let answers = state.store.report_many(reports, caller.task_scope()).await;
+    let answers = state.engine.report_many(reports, caller.task_scope()).await;
     let items = merge(checked, answers, |reported| api::ReportResponse {
         task_status: reported.task.status.to_string(),
         job_status: reported.job_status.to_string(),
@@ -127,7 +129,7 @@ fn check_completion(limits: &Limits, task: &api::CompleteTask) -> ApiResult<Task
 /// the store's answer for it (`answers` holds one per accepted item, in order).
 fn merge<T, U>(
     checked: Vec<ApiResult<()>>,
-    answers: Vec<starbridge_store::Result<T>>,
+    answers: Vec<starbridge_engine::Result<T>>,
     done: impl Fn(T) -> U,
 ) -> Vec<api::BatchItem<U>> {
     let mut answers = answers.into_iter();
@@ -137,7 +139,7 @@ fn merge<T, U>(
             let answer = verdict.and_then(|()| {
                 answers
                     .next()
-                    .unwrap_or(Err(starbridge_store::Error::Closed))
+                    .unwrap_or(Err(starbridge_engine::Error::Closed))
                     .map_err(ApiError::from)
             });
             item(answer, &done)

@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::auth::SIGN_IN_PATH;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::AppState;
+use crate::state::AppState;
 
 /// Most header fields a request may carry.
 pub(crate) const MAX_HEADER_FIELDS: usize = 100;

@@ -5,7 +5,10 @@
 mod auth;
 mod batch;
 mod error;
+mod extract;
 mod guard;
+mod health;
+mod jobs;
 mod json_checks;
 pub mod limits;
 mod metrics;
@@ -13,30 +16,39 @@ mod openapi;
 mod operate;
 pub mod process;
 mod queues;
+mod rejections;
 mod routes;
 mod schedules;
 pub mod serve;
-mod timers;
+mod state;
+mod tasks;
 pub mod tls;
 mod tokens;
 mod ui;
 mod views;
 mod webhooks;
+mod workflows;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use starbridge_core::destination::DestinationPolicy;
-use starbridge_store::Store;
 use tokio::net::TcpListener;
 
-pub use auth::Auth;
 pub use error::ApiError;
 pub use limits::{Limit, Limits};
-pub use routes::{AppState, router};
+pub use routes::router;
 pub use serve::ConnectionLimits;
-pub use timers::{run_pruner, run_timers};
+pub use starbridge_engine::{run_deliveries, run_pruner, run_timers, signature};
+pub use state::AppState;
+pub use state::Auth;
+
+// What opening the engine a `Server` serves takes, for a program that embeds one without
+// depending on the engine (`starbridge bench`); with `scratch`, a PostgreSQL schema of its own.
+pub use starbridge_engine::{Durability, Engine, StoreOptions, SystemClock, sqlite_path};
+#[cfg(feature = "scratch")]
+pub use starbridge_store::scratch;
 
 /// The whole HTTP surface: the JSON API (`router`) and the web UI, both behind the same
 /// authentication. `closing` turns true when the server begins to shut down, which ends the
@@ -58,12 +70,11 @@ pub fn app(state: AppState, closing: tokio::sync::watch::Receiver<bool>) -> axum
         .merge(sign_in)
         .layer(axum::middleware::from_fn_with_state(state, guard::check))
 }
-pub use webhooks::{run_deliveries, signature};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
-    Store(#[from] starbridge_store::Error),
+    Store(#[from] starbridge_engine::Error),
     #[error("cannot listen on {address}: {source}")]
     Listen {
         address: String,
@@ -73,7 +84,7 @@ pub enum Error {
 
 /// A bound server, not yet serving: lets the caller learn the address (port 0) first.
 pub struct Server {
-    store: Store,
+    store: Engine,
     listener: TcpListener,
     auth: bool,
     limits: Limits,
@@ -84,7 +95,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub async fn bind(store: Store, address: &str) -> Result<Server, Error> {
+    pub async fn bind(store: Engine, address: &str) -> Result<Server, Error> {
         let listener = TcpListener::bind(address)
             .await
             .map_err(|source| Error::Listen {
@@ -110,7 +121,7 @@ impl Server {
     }
 
     /// Serves with these limits instead of the defaults. The engine's run limits
-    /// (`limits.run`) are the store's: open it with the same ones (`Store::open_with`).
+    /// (`limits.run`) are the store's: open it with the same ones (`Engine::open_with`).
     pub fn with_limits(mut self, limits: Limits) -> Server {
         self.limits = limits;
         self

@@ -16,10 +16,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
 pub const DEFAULT_MAX_DEFINITION_BYTES: usize = 1 << 20;
 /// Default for [`Limits::params_bytes`]: 64 KiB.
 pub const DEFAULT_MAX_PARAMS_BYTES: usize = 64 << 10;
-/// Longest job key the store accepts, and the default of [`Limits::key_bytes`].
-pub const MAX_KEY_BYTES: usize = 256;
-/// Longest name the core accepts, and the default of [`Limits::name_bytes`].
-pub const MAX_NAME_BYTES: usize = 128;
+/// Longest job key the engine accepts, and the default of [`Limits::key_bytes`]; longest name
+/// the core accepts, and the default of [`Limits::name_bytes`].
+pub use starbridge_core::limits::{MAX_KEY_BYTES, MAX_NAME_BYTES};
 /// Default for [`Limits::page_size`].
 pub const DEFAULT_MAX_PAGE_SIZE: u32 = 1000;
 

@@ -1,7 +1,7 @@
 //! `GET /metrics`: Prometheus text exposition (format 0.0.4), written by hand.
 //!
 //! Two kinds of metrics. Gauges of jobs and tasks are read from the store at scrape time with one
-//! query (`Store::stats`); when that read fails, `starbridge_store_up` is 0 and those gauges are
+//! query (`Engine::stats`); when that read fails, `starbridge_store_up` is 0 and those gauges are
 //! left out, so the process counters can still be scraped. HTTP request counters and latency
 //! histograms are kept in memory by a middleware (`layer`) around every route, labelled with the
 //! route template (`MatchedPath`) so that ids do not multiply the series.
@@ -18,9 +18,9 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{FromFnLayer, Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use starbridge_store::{QueueStats, Stats, WriterStats};
+use starbridge_engine::{QueueStats, Stats, WriterStats};
 
-use crate::routes::AppState;
+use crate::state::AppState;
 
 /// Upper bounds (seconds) of the request duration histogram. Long polls wait up to 60 s.
 const BUCKETS: [f64; 13] = [
@@ -129,14 +129,14 @@ pub(crate) async fn serve(
     State(state): State<AppState>,
     Extension(http): Extension<Arc<HttpMetrics>>,
 ) -> Response {
-    let stats = match state.store.stats().await {
+    let stats = match state.engine.stats().await {
         Ok(stats) => Some(stats),
         Err(error) => {
             tracing::warn!(%error, "metrics: cannot read the store");
             None
         }
     };
-    let text = render(stats.as_ref(), &state.store.writer_stats(), &http);
+    let text = render(stats.as_ref(), &state.engine.writer_stats(), &http);
     let mut response = (StatusCode::OK, text).into_response();
     response
         .headers_mut()

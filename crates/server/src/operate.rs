@@ -17,11 +17,11 @@ use std::pin::Pin;
 
 use crate::auth::actor;
 use crate::error::{ApiError, ApiResult};
+use crate::extract::{body, job_id, namespace, parse_status, parse_time, task_id};
+use crate::jobs::job_view;
 use crate::limits::Limit;
-use crate::routes::{
-    AppState, body, job_id, job_view, namespace, parse_status, parse_time, task_id,
-};
-use starbridge_store::{Error as StoreError, JobFilter};
+use crate::state::AppState;
+use starbridge_engine::{Error as StoreError, JobFilter};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -103,7 +103,7 @@ async fn bulk(
         limit,
     };
     let actor = actor(&headers)?;
-    let jobs = state.store.jobs(filter).await?;
+    let jobs = state.engine.jobs(filter).await?;
     let mut result = api::BulkResult {
         matched: jobs.len() as u64,
         affected: 0,
@@ -115,7 +115,7 @@ async fn bulk(
             reason: request.reason.clone(),
             action: action.clone(),
         };
-        match state.store.operate(&namespace, &job.id, command).await {
+        match state.engine.operate(&namespace, &job.id, command).await {
             Ok(_) => result.affected += 1,
             Err(StoreError::Conflict(reason) | StoreError::NotFound(reason)) => {
                 if result.refused.len() < MAX_REFUSALS_LISTED {
@@ -163,7 +163,7 @@ async fn act(
         reason,
         action,
     };
-    let job = state.store.operate(&namespace, &id, command).await?;
+    let job = state.engine.operate(&namespace, &id, command).await?;
     Ok(Json(job_view(state, &job).await?))
 }
 

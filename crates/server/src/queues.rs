@@ -8,11 +8,12 @@ use axum::{Json, Router};
 use starbridge_api as api;
 use starbridge_core::dispatch::{QueueMode, RateLimit};
 use starbridge_core::time::Duration;
-use starbridge_store::{QueueChange, StoredQueue};
+use starbridge_engine::{QueueChange, StoredQueue};
 
 use crate::error::{ApiError, ApiResult};
+use crate::extract::{body, namespace};
 use crate::limits::Limit;
-use crate::routes::{AppState, body, namespace};
+use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -23,8 +24,8 @@ pub(crate) fn routes() -> Router<AppState> {
 }
 
 pub(crate) async fn views(state: &AppState, namespace: &str) -> ApiResult<Vec<api::QueueView>> {
-    let queues = state.store.queues(namespace).await?;
-    let stats = state.store.stats().await?;
+    let queues = state.engine.queues(namespace).await?;
+    let stats = state.engine.stats().await?;
     Ok(queues
         .iter()
         .map(|queue| {
@@ -38,7 +39,7 @@ pub(crate) async fn views(state: &AppState, namespace: &str) -> ApiResult<Vec<ap
         .collect())
 }
 
-fn view(queue: &StoredQueue, counts: starbridge_store::QueueStats) -> api::QueueView {
+fn view(queue: &StoredQueue, counts: starbridge_engine::QueueStats) -> api::QueueView {
     let config = &queue.config;
     api::QueueView {
         namespace: queue.namespace.clone(),
@@ -95,7 +96,7 @@ async fn change(
 ) -> ApiResult<Json<api::QueueView>> {
     let namespace = namespace(query)?;
     state
-        .store
+        .engine
         .configure_queue(&namespace, name, change)
         .await?;
     Ok(Json(one(state, &namespace, name).await?))

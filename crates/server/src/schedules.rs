@@ -7,11 +7,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use starbridge_api as api;
 use starbridge_core::schedule::{CatchUp, CronSpec, Overlap};
-use starbridge_store::{ScheduleSpec, StoredSchedule};
+use starbridge_engine::{ScheduleSpec, StoredSchedule};
 
 use crate::error::{ApiError, ApiResult};
+use crate::extract::{body, namespace};
 use crate::limits::Limit;
-use crate::routes::{AppState, body, namespace};
+use crate::state::AppState;
 
 /// How many upcoming fire times a schedule view lists.
 const UPCOMING: usize = 5;
@@ -48,7 +49,7 @@ pub(crate) fn view(schedule: &StoredSchedule) -> api::ScheduleView {
         schedule.paused,
         schedule.next_fire_at,
         CronSpec::parse(&schedule.cron),
-        starbridge_store::time_zone(&schedule.timezone),
+        starbridge_engine::time_zone(&schedule.timezone),
     ) {
         (false, Some(first), Ok(cron), Ok(tz)) => {
             let mut fires = vec![first];
@@ -82,7 +83,7 @@ async fn list(
     Query(query): Query<api::NamespaceQuery>,
 ) -> ApiResult<Json<api::ScheduleList>> {
     let namespace = namespace(&query)?;
-    let schedules = state.store.schedules(&namespace).await?;
+    let schedules = state.engine.schedules(&namespace).await?;
     Ok(Json(api::ScheduleList {
         items: schedules.iter().map(view).collect(),
     }))
@@ -95,7 +96,7 @@ async fn show(
 ) -> ApiResult<Json<api::ScheduleView>> {
     let namespace = namespace(&query)?;
     let schedule = state
-        .store
+        .engine
         .schedule(&namespace, &name)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("schedule {name} not found")))?;
@@ -147,7 +148,7 @@ async fn put(
             )
         })?,
     };
-    let existed = state.store.schedule(&namespace, &name).await?.is_some();
+    let existed = state.engine.schedule(&namespace, &name).await?.is_some();
     let spec = ScheduleSpec {
         workflow: request.workflow,
         params: request
@@ -159,7 +160,7 @@ async fn put(
         catch_up: catch_up(request.catch_up.as_ref())?,
         paused: request.paused,
     };
-    let schedule = state.store.put_schedule(&namespace, &name, spec).await?;
+    let schedule = state.engine.put_schedule(&namespace, &name, spec).await?;
     let status = if existed {
         StatusCode::OK
     } else {
@@ -175,7 +176,10 @@ async fn set_paused(
     paused: bool,
 ) -> ApiResult<Json<api::ScheduleView>> {
     let namespace = namespace(query)?;
-    let schedule = state.store.pause_schedule(&namespace, name, paused).await?;
+    let schedule = state
+        .engine
+        .pause_schedule(&namespace, name, paused)
+        .await?;
     Ok(Json(view(&schedule)))
 }
 
@@ -201,6 +205,6 @@ async fn delete(
     Query(query): Query<api::NamespaceQuery>,
 ) -> ApiResult<StatusCode> {
     let namespace = namespace(&query)?;
-    state.store.delete_schedule(&namespace, &name).await?;
+    state.engine.delete_schedule(&namespace, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

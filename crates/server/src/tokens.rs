@@ -7,11 +7,12 @@ use axum::routing::{delete, get};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use starbridge_api as api;
-use starbridge_store::{AuditEntry, NewToken, Scope, Token};
+use starbridge_engine::{AuditEntry, NewToken, Scope, Token};
 
 use crate::auth::{Caller, actor};
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{AppState, body};
+use crate::extract::body;
+use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -66,7 +67,7 @@ fn new_token(request: api::CreateTokenRequest, created_by: String) -> ApiResult<
 }
 
 async fn list(State(state): State<AppState>) -> ApiResult<Json<api::TokenList>> {
-    let tokens = state.store.tokens().await?;
+    let tokens = state.engine.tokens().await?;
     Ok(Json(api::TokenList {
         items: tokens.iter().map(view).collect(),
     }))
@@ -79,7 +80,7 @@ async fn create(
 ) -> ApiResult<(StatusCode, Json<api::CreatedToken>)> {
     let request: api::CreateTokenRequest = body(&bytes)?;
     let new = new_token(request, actor(&headers)?)?;
-    let (token, secret) = state.store.create_token(new).await?;
+    let (token, secret) = state.engine.create_token(new).await?;
     Ok((
         StatusCode::CREATED,
         Json(api::CreatedToken {
@@ -93,7 +94,7 @@ async fn revoke(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<api::TokenView>> {
-    let token = state.store.revoke_token(&id).await?;
+    let token = state.engine.revoke_token(&id).await?;
     Ok(Json(view(&token)))
 }
 
@@ -120,7 +121,7 @@ async fn audit(
         (Caller::Anyone, None) => None,
         (_, asked) => Some(caller.namespace(asked)?),
     };
-    let entries = state.store.audit(namespace, query.before, limit).await?;
+    let entries = state.engine.audit(namespace, query.before, limit).await?;
     let next_cursor = (entries.len() == limit as usize)
         .then(|| entries.last().map(|e| e.seq))
         .flatten();

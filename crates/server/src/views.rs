@@ -7,7 +7,7 @@ use starbridge_core::definition::Workflow;
 use starbridge_core::dispatch::{QueueState, task_waiting_reason};
 use starbridge_core::model::{EventKind, Job, JobState, JobStatus, Task, TaskKind, WindDown};
 use starbridge_core::time::Timestamp;
-use starbridge_store::{StoredEvent, StoredWorkflow};
+use starbridge_engine::{StoredEvent, StoredWorkflow};
 
 fn time(ts: Timestamp) -> api::Timestamp {
     timestamp_from_millis(ts.0)
@@ -62,7 +62,7 @@ fn max_attempts(workflow: Option<&Workflow>, task: &Task) -> u32 {
             .compensate
             .as_ref()
             .map_or(1, |handler| handler.retry.max_attempts),
-        _ => step.handler.retry.max_attempts,
+        _ => step.handler().retry.max_attempts,
     }
 }
 

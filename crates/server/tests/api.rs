@@ -1,49 +1,25 @@
 //! API surface tests: the router driven in-process (no socket) over a real SQLite file.
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
-use serde_json::{Value, json};
-use starbridge_server::{AppState, router};
-use starbridge_store::Store;
-use tower::ServiceExt;
+mod common;
 
-struct Api {
-    app: Router,
-    store: Store,
-    _dir: tempfile::TempDir,
-}
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use common::Api;
 
 fn api() -> Api {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&format!("sqlite://{}", dir.path().join("api.db").display())).unwrap();
-    Api {
-        app: router(AppState::new(store.clone())),
-        store,
-        _dir: dir,
-    }
+    Api::start()
 }
 
-impl Api {
+/// The status, content type and JSON body of a request with a JSON body.
+trait Calls {
+    async fn call(&self, method: &str, uri: &str, body: &str) -> (StatusCode, String, Value);
+}
+
+impl Calls for Api {
     async fn call(&self, method: &str, uri: &str, body: &str) -> (StatusCode, String, Value) {
-        let request = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(body.to_owned()))
-            .unwrap();
-        let response = self.app.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let content_type = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (status, content_type, value)
+        let answer = self.send_json(method, uri, body).await;
+        (answer.status, answer.content_type.clone(), answer.json())
     }
 }
 
@@ -296,23 +272,13 @@ async fn poll_input_is_validated_naming_the_field() {
 
 #[tokio::test]
 async fn a_long_poll_answers_when_a_task_becomes_ready() {
-    let api = api();
+    let api = std::sync::Arc::new(api());
     api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
-    let app = api.app.clone();
+    let poller = api.clone();
     let started = std::time::Instant::now();
     let poll = tokio::spawn(async move {
-        let request = Request::builder()
-            .method("POST")
-            .uri("/api/v1/tasks/poll")
-            .body(Body::from(
-                r#"{"worker_id": "w", "queues": ["q"], "wait_ms": 60000}"#,
-            ))
-            .unwrap();
-        let response = app.oneshot(request).await.unwrap();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        serde_json::from_slice::<Value>(&bytes).unwrap()
+        let poll = r#"{"worker_id": "w", "queues": ["q"], "wait_ms": 60000}"#;
+        poller.call("POST", "/api/v1/tasks/poll", poll).await.2
     });
     // The poll is waiting (nothing is ready yet); submitting makes a task ready.
     tokio::task::yield_now().await;
@@ -374,7 +340,7 @@ async fn a_report_with_a_stale_lease_token_is_409_and_changes_nothing() {
         .map(|e| e["kind"].as_str().unwrap())
         .collect();
     assert_eq!(kinds.iter().filter(|k| **k == "task_succeeded").count(), 1);
-    drop(api.store);
+    drop(api.engine);
 }
 
 #[tokio::test]
@@ -417,14 +383,18 @@ async fn pause_holds_dispatch_and_resume_releases_it_recording_who_and_why() {
         .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
         .await;
     let id = job["id"].as_str().unwrap();
-    let request = Request::builder()
-        .method("POST")
-        .uri(format!("/api/v1/jobs/{id}/pause"))
-        .header("starbridge-actor", "alice")
-        .body(Body::from(r#"{"reason": "maintenance window"}"#))
-        .unwrap();
-    let response = api.app.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
+    let response = api
+        .send(
+            "POST",
+            &format!("/api/v1/jobs/{id}/pause"),
+            &[
+                ("starbridge-actor", "alice"),
+                ("content-type", "application/json"),
+            ],
+            r#"{"reason": "maintenance window"}"#,
+        )
+        .await;
+    assert_eq!(response.status, StatusCode::OK);
     let (_, _, polled) = api
         .call(
             "POST",

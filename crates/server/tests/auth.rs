@@ -1,49 +1,28 @@
 //! Tokens, scopes and namespaces: each isolation rule of the API, with the router driven
 //! in-process over a real SQLite file and authentication required.
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
-use serde_json::{Value, json};
-use starbridge_server::{AppState, router};
-use starbridge_store::{NewToken, Scope, Store};
-use tower::ServiceExt;
+mod common;
 
-struct Api {
-    app: Router,
-    store: Store,
-    _dir: tempfile::TempDir,
+use axum::http::{StatusCode, header};
+use serde_json::{Value, json};
+use starbridge_engine::Scope;
+
+use common::{Answer, Api};
+
+/// Requests as a client with (or without) a token sends them.
+trait Calls {
+    async fn call(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        uri: &str,
+        body: &str,
+    ) -> (StatusCode, Value);
+    async fn page(&self, uri: &str, cookie: Option<&str>) -> Answer;
 }
 
-impl Api {
-    fn start() -> Api {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("auth.db").display());
-        let store = Store::open(&url).unwrap();
-        Api {
-            app: router(AppState::with_auth(store.clone())),
-            store,
-            _dir: dir,
-        }
-    }
-
-    async fn token(
-        &self,
-        name: &str,
-        namespace: Option<&str>,
-        scopes: &[Scope],
-        queues: Option<&[&str]>,
-    ) -> String {
-        let new = NewToken {
-            name: name.to_owned(),
-            namespace: namespace.map(str::to_owned),
-            scopes: scopes.to_vec(),
-            queues: queues.map(|q| q.iter().map(|s| (*s).to_owned()).collect()),
-            created_by: "test".to_owned(),
-        };
-        self.store.create_token(new).await.unwrap().1
-    }
-
+impl Calls for Api {
+    /// The status and JSON body of a request with a JSON body.
     async fn call(
         &self,
         token: Option<&str>,
@@ -51,27 +30,23 @@ impl Api {
         uri: &str,
         body: &str,
     ) -> (StatusCode, Value) {
-        let mut request = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header(header::CONTENT_TYPE, "application/json");
-        if let Some(token) = token {
-            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        let bearer = token.map(|token| format!("Bearer {token}"));
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(bearer) = &bearer {
+            headers.push(("authorization", bearer));
         }
-        let response = self
-            .app
-            .clone()
-            .oneshot(request.body(Body::from(body.to_owned())).unwrap())
-            .await
-            .unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        let answer = self.send(method, uri, &headers, body).await;
+        (answer.status, answer.json())
+    }
+
+    /// A page as a browser asks for it, with the token cookie when signed in.
+    async fn page(&self, uri: &str, cookie: Option<&str>) -> Answer {
+        let cookie = cookie.map(|token| format!("starbridge_token={token}"));
+        let mut headers = vec![("accept", "text/html")];
+        if let Some(cookie) = &cookie {
+            headers.push(("cookie", cookie));
+        }
+        self.send("GET", uri, &headers, "").await
     }
 }
 
@@ -97,7 +72,7 @@ async fn two_teams(api: &Api) -> (String, String, String) {
 
 #[tokio::test]
 async fn a_request_without_a_valid_token_is_refused_but_health_and_the_document_are_public() {
-    let api = Api::start();
+    let api = Api::with_auth();
     let (status, problem) = api.call(None, "GET", "/api/v1/jobs", "").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(problem["type"], "/problems/unauthorized");
@@ -123,7 +98,7 @@ async fn a_request_without_a_valid_token_is_refused_but_health_and_the_document_
 
 #[tokio::test]
 async fn a_token_of_one_namespace_gets_404_for_anothers_job_not_403() {
-    let api = Api::start();
+    let api = Api::with_auth();
     let (_, job_a, job_b) = two_teams(&api).await;
     let reader_a = api.token("reader-a", Some("a"), &[Scope::Read], None).await;
 
@@ -152,7 +127,7 @@ async fn a_token_of_one_namespace_gets_404_for_anothers_job_not_403() {
 
 #[tokio::test]
 async fn scopes_decide_what_a_token_may_do() {
-    let api = Api::start();
+    let api = Api::with_auth();
     let (_, job_a, _) = two_teams(&api).await;
     let read = api.token("read", Some("a"), &[Scope::Read], None).await;
     let submit = api.token("submit", Some("a"), &[Scope::Submit], None).await;
@@ -212,7 +187,7 @@ async fn scopes_decide_what_a_token_may_do() {
 
 #[tokio::test]
 async fn a_work_token_polls_and_reports_only_on_its_queues_and_namespace() {
-    let api = Api::start();
+    let api = Api::with_auth();
     let (_, job_a, job_b) = two_teams(&api).await;
     let work_a = api
         .token("work-a", Some("a"), &[Scope::Work], Some(&["q"]))
@@ -259,7 +234,7 @@ async fn a_work_token_polls_and_reports_only_on_its_queues_and_namespace() {
 
 #[tokio::test]
 async fn tokens_are_made_shown_once_listed_revoked_and_every_change_is_audited() {
-    let api = Api::start();
+    let api = Api::with_auth();
     let admin = api.token("root", None, &[Scope::Admin], None).await;
     let request =
         json!({"name": "ci", "scopes": ["submit"], "namespace": "a", "reason": "pipeline"});
@@ -320,20 +295,25 @@ async fn tokens_are_made_shown_once_listed_revoked_and_every_change_is_audited()
 
 #[tokio::test]
 async fn operator_actions_are_recorded_with_the_tokens_name_not_the_claimed_actor() {
-    let api = Api::start();
+    let api = Api::with_auth();
     let (_, job_a, _) = two_teams(&api).await;
     let operate = api
         .token("oncall", Some("a"), &[Scope::Operate], None)
         .await;
-    let request = Request::builder()
-        .method("POST")
-        .uri(format!("/api/v1/jobs/{job_a}/pause"))
-        .header(header::AUTHORIZATION, format!("Bearer {operate}"))
-        .header("Starbridge-Actor", "somebody-else")
-        .body(Body::from(r#"{"reason": "disk full"}"#))
-        .unwrap();
-    let response = api.app.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
+    let bearer = format!("Bearer {operate}");
+    let response = api
+        .send(
+            "POST",
+            &format!("/api/v1/jobs/{job_a}/pause"),
+            &[
+                ("authorization", &bearer),
+                ("starbridge-actor", "somebody-else"),
+                ("content-type", "application/json"),
+            ],
+            r#"{"reason": "disk full"}"#,
+        )
+        .await;
+    assert_eq!(response.status, StatusCode::OK);
     let (_, events) = api
         .call(
             Some(&operate),
@@ -358,7 +338,7 @@ async fn operator_actions_are_recorded_with_the_tokens_name_not_the_claimed_acto
 
 #[tokio::test]
 async fn a_jobs_history_names_its_submitter_and_submissions_stay_out_of_the_audit_log() {
-    let api = Api::start();
+    let api = Api::with_auth();
     let admin = api.token("root", None, &[Scope::Admin], None).await;
     let (status, _) = api
         .call(
@@ -403,81 +383,43 @@ async fn a_jobs_history_names_its_submitter_and_submissions_stay_out_of_the_audi
 
 #[tokio::test]
 async fn the_web_ui_asks_a_browser_to_sign_in_and_keeps_to_the_tokens_namespace() {
-    let api = Api::start();
+    let api = Api::with_auth();
     let (_, job_a, job_b) = two_teams(&api).await;
     let reader = api.token("viewer", Some("a"), &[Scope::Read], None).await;
-    let (_closing, closing_seen) = tokio::sync::watch::channel(false);
-    let ui = starbridge_server::app(AppState::with_auth(api.store.clone()), closing_seen);
-    let page = |uri: &str, cookie: Option<&str>| {
-        let mut request = Request::builder()
-            .uri(uri)
-            .header(header::ACCEPT, "text/html");
-        if let Some(cookie) = cookie {
-            request = request.header(header::COOKIE, format!("starbridge_token={cookie}"));
-        }
-        ui.clone().oneshot(request.body(Body::empty()).unwrap())
-    };
+    let response = api.page("/", None).await;
+    assert_eq!(response.status, StatusCode::UNAUTHORIZED);
+    assert!(response.text.contains("Sign in"));
 
-    let response = page("/", None).await.unwrap();
-    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    assert!(String::from_utf8_lossy(&body).contains("Sign in"));
-
-    let signed_in = ui
-        .clone()
-        .oneshot(
-            Request::builder()
-                .method("POST")
-                .uri("/ui/sign-in")
-                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-                .body(Body::from(format!("token={reader}")))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(signed_in.status(), StatusCode::SEE_OTHER);
-    let cookie = signed_in.headers()[header::SET_COOKIE].to_str().unwrap();
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let signed_in = api
+        .send("POST", "/ui/sign-in", &[form], &format!("token={reader}"))
+        .await;
+    assert_eq!(signed_in.status, StatusCode::SEE_OTHER);
+    let cookie = signed_in.header(header::SET_COOKIE).unwrap();
     assert!(
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
     );
 
-    let wrong = ui
-        .clone()
-        .oneshot(
-            Request::builder()
-                .method("POST")
-                .uri("/ui/sign-in")
-                .body(Body::from("token=sbt_nope_nope"))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    let wrong = api
+        .send("POST", "/ui/sign-in", &[form], "token=sbt_nope_nope")
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
 
+    assert_eq!(api.page("/", Some(&reader)).await.status, StatusCode::OK);
+    let own = api.page(&format!("/ui/jobs/{job_a}"), Some(&reader)).await;
+    assert_eq!(own.status, StatusCode::OK);
+    let other = api.page(&format!("/ui/jobs/{job_b}"), Some(&reader)).await;
     assert_eq!(
-        page("/", Some(&reader)).await.unwrap().status(),
-        StatusCode::OK
-    );
-    let own = page(&format!("/ui/jobs/{job_a}"), Some(&reader))
-        .await
-        .unwrap();
-    assert_eq!(own.status(), StatusCode::OK);
-    let other = page(&format!("/ui/jobs/{job_b}"), Some(&reader))
-        .await
-        .unwrap();
-    assert_eq!(
-        other.status(),
+        other.status,
         StatusCode::NOT_FOUND,
         "another team's job does not exist"
     );
-    let other = page(&format!("/ui/jobs/{job_b}/live?namespace=b"), Some(&reader))
-        .await
-        .unwrap();
+    let other = api
+        .page(&format!("/ui/jobs/{job_b}/live?namespace=b"), Some(&reader))
+        .await;
     assert_eq!(
-        other.status(),
+        other.status,
         StatusCode::NOT_FOUND,
         "nor does its event stream"
     );

@@ -3,39 +3,19 @@
 //! refuses on its own (bad query strings, oversized bodies, wrong methods, unknown paths) is a
 //! problem document too.
 
-use std::sync::Arc;
+mod common;
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{StatusCode, header};
 use serde_json::{Value, json};
-use starbridge_server::{AppState, Limit, Limits, router};
-use starbridge_store::{Store, SystemClock};
-use tower::ServiceExt;
+use starbridge_server::{Limit, Limits};
 
-struct Api {
-    app: Router,
-    _dir: tempfile::TempDir,
-}
+use common::Api;
 
 fn api(limits: Limits) -> Api {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("limits.db").display());
-    let store = Store::open_with(
-        &url,
-        starbridge_store::StoreOptions {
-            limits: limits.run,
-            ..Default::default()
-        },
-        Arc::new(SystemClock),
-    )
-    .unwrap();
-    Api {
-        app: router(AppState::with_limits(store, limits)),
-        _dir: dir,
-    }
+    Api::with_limits(limits)
 }
 
+/// What a request was answered: status, content type, the `Allow` header and the JSON body.
 struct Answer {
     status: StatusCode,
     content_type: String,
@@ -43,32 +23,21 @@ struct Answer {
     body: Value,
 }
 
-impl Api {
+/// Requests with a JSON body, and the fixtures the limits need.
+trait Calls {
+    async fn call(&self, method: &str, uri: &str, body: &str) -> Answer;
+    async fn ok(&self, method: &str, uri: &str, body: &str) -> Value;
+    async fn leased_task(&self) -> Value;
+}
+
+impl Calls for Api {
     async fn call(&self, method: &str, uri: &str, body: &str) -> Answer {
-        let request = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Body::from(body.to_owned()))
-            .unwrap();
-        let response = self.app.clone().oneshot(request).await.unwrap();
-        let header_text = |name| {
-            response
-                .headers()
-                .get(name)
-                .map(|v: &header::HeaderValue| v.to_str().unwrap().to_owned())
-        };
-        let content_type = header_text(header::CONTENT_TYPE).unwrap_or_default();
-        let allow = header_text(header::ALLOW);
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
+        let answer = self.send_json(method, uri, body).await;
         Answer {
-            status,
-            content_type,
-            allow,
-            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            status: answer.status,
+            content_type: answer.content_type.clone(),
+            allow: answer.header(header::ALLOW),
+            body: answer.json(),
         }
     }
 

@@ -1,49 +1,25 @@
 //! `GET /metrics` through the in-process router: the exposition parses line by line and carries
 //! the store gauges and the request counters.
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
-use starbridge_server::{AppState, router};
-use starbridge_store::Store;
-use tower::ServiceExt;
+mod common;
 
-struct Api {
-    app: Router,
-    _dir: tempfile::TempDir,
-}
+use axum::http::StatusCode;
+
+use common::Api;
 
 fn api() -> Api {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&format!("sqlite://{}", dir.path().join("api.db").display())).unwrap();
-    Api {
-        app: router(AppState::new(store)),
-        _dir: dir,
-    }
+    Api::start()
 }
 
-impl Api {
+/// The status, content type and text of a request with a JSON body.
+trait Calls {
+    async fn call(&self, method: &str, uri: &str, body: &str) -> (StatusCode, String, String);
+}
+
+impl Calls for Api {
     async fn call(&self, method: &str, uri: &str, body: &str) -> (StatusCode, String, String) {
-        let request = Request::builder()
-            .method(method)
-            .uri(uri)
-            .body(Body::from(body.to_owned()))
-            .unwrap();
-        let response = self.app.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let content_type = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        (
-            status,
-            content_type,
-            String::from_utf8(bytes.to_vec()).unwrap(),
-        )
+        let answer = self.send_json(method, uri, body).await;
+        (answer.status, answer.content_type, answer.text)
     }
 }
 

@@ -2,17 +2,19 @@
 //! resolving, it documents exactly the routes the server registers, and real responses (and the
 //! requests the server accepted) validate against the schemas it documents for them.
 
+mod common;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
+use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
-use starbridge_server::{AppState, app};
-use starbridge_store::{Clock, ManualClock, NewToken, Scope, Store, SystemClock};
+use starbridge_engine::{ManualClock, Scope};
 use tokio::sync::Mutex;
 use tower::ServiceExt;
+
+use common::{Answer, Api};
 
 /// Every operation the router serves. A route added to the server without being added here and
 /// documented fails `operations_are_exactly_the_routes`.
@@ -84,124 +86,18 @@ const METHODS: &[&str] = &[
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 
-struct Api {
-    app: Router,
-    store: Store,
-    _dir: tempfile::TempDir,
-}
-
-/// The whole HTTP surface as the server serves it, with the checks made before routing.
-fn served(state: AppState) -> Router {
-    app(state, tokio::sync::watch::channel(false).1)
-}
-
 fn api() -> Api {
-    api_with_clock(Arc::new(SystemClock))
+    Api::start()
 }
 
-fn api_with_clock(clock: Arc<dyn Clock>) -> Api {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("api.db").display());
-    let store = Store::open_with_clock(&url, clock).unwrap();
-    Api {
-        app: served(AppState::new(store.clone())),
-        store,
-        _dir: dir,
-    }
+/// The document the server serves.
+async fn document(api: &Api) -> Value {
+    let answer = api.send("GET", "/api/v1/openapi.json", &[], "").await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.content_type, "application/json");
+    serde_json::from_str(&answer.text).expect("the document is JSON")
 }
 
-/// A server that requires an API token (`--auth`).
-fn api_with_auth() -> Api {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("auth.db").display());
-    let store = Store::open(&url).unwrap();
-    Api {
-        app: served(AppState::with_auth(store.clone())),
-        store,
-        _dir: dir,
-    }
-}
-
-struct Answer {
-    status: StatusCode,
-    content_type: String,
-    headers: axum::http::HeaderMap,
-    text: String,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.text).unwrap_or(Value::Null)
-    }
-}
-
-impl Api {
-    async fn send(&self, method: &str, uri: &str, content_type: &str, body: &str) -> Answer {
-        self.send_with(method, uri, content_type, body, &[]).await
-    }
-
-    /// Sends a request with more headers (a token, an actor).
-    async fn send_with(
-        &self,
-        method: &str,
-        uri: &str,
-        content_type: &str,
-        body: &str,
-        headers: &[(&str, &str)],
-    ) -> Answer {
-        let mut request = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header(header::CONTENT_TYPE, content_type);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let request = request.body(Body::from(body.to_owned())).unwrap();
-        let response = self.app.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let headers = response.headers().clone();
-        let content_type = headers
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        Answer {
-            status,
-            content_type,
-            headers,
-            text: String::from_utf8(bytes.to_vec()).unwrap(),
-        }
-    }
-
-    /// A token of the store, with these scopes, bound to `namespace` and `queues` when given.
-    async fn token(
-        &self,
-        name: &str,
-        scopes: &[Scope],
-        namespace: Option<&str>,
-        queues: Option<&[&str]>,
-    ) -> String {
-        let new = NewToken {
-            name: name.to_owned(),
-            namespace: namespace.map(str::to_owned),
-            scopes: scopes.to_vec(),
-            queues: queues.map(|queues| queues.iter().map(|q| (*q).to_owned()).collect()),
-            created_by: "test".to_owned(),
-        };
-        self.store.create_token(new).await.unwrap().1
-    }
-
-    async fn document(&self) -> Value {
-        let answer = self.send("GET", "/api/v1/openapi.json", "", "").await;
-        assert_eq!(answer.status, StatusCode::OK);
-        assert_eq!(answer.content_type, "application/json");
-        serde_json::from_str(&answer.text).expect("the document is JSON")
-    }
-}
-
-/// Escapes a JSON pointer token.
 fn token(text: &str) -> String {
     text.replace('~', "~0").replace('/', "~1")
 }
@@ -308,7 +204,7 @@ fn routes_in(dir: &std::path::Path) -> BTreeSet<(String, String)> {
 #[tokio::test]
 async fn document_is_openapi_3_1_and_every_ref_resolves() {
     let api = api();
-    let document = api.document().await;
+    let document = document(&api).await;
     assert!(
         document["openapi"].as_str().unwrap().starts_with("3.1."),
         "{}",
@@ -348,7 +244,7 @@ fn ui_routes_stay_outside_the_json_api() {
 #[tokio::test]
 async fn operations_are_exactly_the_routes() {
     let api = api();
-    let document = api.document().await;
+    let document = document(&api).await;
     assert_eq!(
         routes_in_source(),
         expected(),
@@ -450,7 +346,7 @@ async fn operations_are_exactly_the_routes() {
 #[tokio::test]
 async fn enums_match_the_core() {
     use starbridge_core::model::{ErrorKind, EventKind, JobStatus, TaskKind, TaskStatus};
-    let document = api().document().await;
+    let document = document(&api()).await;
     let check = |name: &str, values: Vec<&str>| {
         let documented: Vec<&str> = document["components"]["schemas"][name]["enum"]
             .as_array()
@@ -559,7 +455,7 @@ impl Checker {
     }
 
     async fn with_api(api: Api) -> Checker {
-        let document = api.document().await;
+        let document = document(&api).await;
         let mut strict_document = document.clone();
         strict(&mut strict_document);
         Checker {
@@ -679,10 +575,9 @@ impl Checker {
         body: &str,
         headers: &[(&str, &str)],
     ) -> Answer {
-        let answer = self
-            .api
-            .send_with(method, uri, content_type, body, headers)
-            .await;
+        let mut all = vec![("content-type", content_type)];
+        all.extend_from_slice(headers);
+        let answer = self.api.send(method, uri, &all, body).await;
         let path = uri.split('?').next().unwrap();
         let template = self.template(path);
         let lower = method.to_lowercase();
@@ -1896,13 +1791,13 @@ async fn answers_given_before_the_handler_are_as_documented() {
         assert_eq!(answer.json()["type"], "/problems/limit-exceeded", "{uri}");
     }
     // A known path with another method: a 405 problem, as `info.description` says.
-    let answer = c.api.send("DELETE", "/api/v1/jobs", "", "").await;
+    let answer = c.api.send("DELETE", "/api/v1/jobs", &[], "").await;
     assert_eq!(answer.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(answer.content_type, "application/problem+json");
     c.check("/components/schemas/Problem", &answer.json(), "a 405")
         .await;
     // An unknown path: a 404 problem.
-    let answer = c.api.send("GET", "/api/v2/nothing", "", "").await;
+    let answer = c.api.send("GET", "/api/v2/nothing", &[], "").await;
     assert_eq!(answer.status, StatusCode::NOT_FOUND);
     assert_eq!(answer.content_type, "application/problem+json");
     c.check(
@@ -2054,7 +1949,7 @@ async fn fired_schedules_match_their_documented_schema() {
     use starbridge_core::time::{Duration, Timestamp};
     let start: starbridge_api::Timestamp = "2026-11-22T10:00:30Z".parse().unwrap();
     let clock = Arc::new(ManualClock::new(Timestamp(start.as_millisecond())));
-    let c = Checker::with_api(api_with_clock(clock.clone())).await;
+    let c = Checker::with_api(Api::with_clock(clock.clone())).await;
     let applied = c
         .call_as("PUT", "/api/v1/workflows/wf", "application/yaml", WORKFLOW)
         .await;
@@ -2071,7 +1966,7 @@ async fn fired_schedules_match_their_documented_schema() {
 
     let fire = |c: &Checker| {
         clock.advance(Duration::from_secs(60));
-        let store = c.api.store.clone();
+        let store = c.api.engine.clone();
         async move { store.tick().await.unwrap() }
     };
     fire(&c).await;
@@ -2099,13 +1994,13 @@ async fn fired_schedules_match_their_documented_schema() {
 /// matches its documented schema and headers.
 #[tokio::test]
 async fn refusals_of_authentication_are_as_documented() {
-    let c = Checker::with_api(api_with_auth()).await;
+    let c = Checker::with_api(Api::with_auth()).await;
     let mut tokens = HashMap::new();
     for (scope, _) in SCOPES {
-        let secret = c.api.token(scope.as_str(), &[*scope], None, None).await;
+        let secret = c.api.token(scope.as_str(), None, &[*scope], None).await;
         tokens.insert(*scope, secret);
     }
-    let revoked = c.api.token("revoked", &[Scope::Admin], None, None).await;
+    let revoked = c.api.token("revoked", None, &[Scope::Admin], None).await;
     let revoked_id = revoked.split('_').nth(1).unwrap().to_owned();
     let admin = tokens[&Scope::Admin].clone();
     let answer = c
@@ -2167,7 +2062,7 @@ async fn refusals_of_authentication_are_as_documented() {
                 "bound-{}",
                 operation["operationId"].as_str().unwrap().to_lowercase()
             );
-            let bound = c.api.token(&name, &[needed], Some("a"), None).await;
+            let bound = c.api.token(&name, Some("a"), &[needed], None).await;
             let answer = c
                 .call_by(&bound, method, &format!("{uri}?namespace=b"), "")
                 .await;
@@ -2184,7 +2079,7 @@ async fn refusals_of_authentication_are_as_documented() {
     assert_eq!(answer.status, StatusCode::OK);
     let worker = c
         .api
-        .token("worker-a", &[Scope::Work], Some("a"), Some(&["q"]))
+        .token("worker-a", Some("a"), &[Scope::Work], Some(&["q"]))
         .await;
     let poll = |queue: &str, namespace: &str| {
         json!({"worker_id": "w", "queues": [queue], "namespace": namespace}).to_string()

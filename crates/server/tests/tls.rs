@@ -4,9 +4,8 @@
 use std::path::PathBuf;
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use serde_json::Value;
+use starbridge_engine::Engine;
 use starbridge_server::{Server, tls};
-use starbridge_store::Store;
 use starbridge_worker::Client;
 use tokio::sync::watch;
 
@@ -48,7 +47,7 @@ fn pki() -> Pki {
 /// Serves HTTPS on a free loopback port until the sender is dropped or sent `true`.
 async fn serve(pki: &Pki) -> (String, watch::Sender<bool>) {
     let url = format!("sqlite://{}", pki.dir.path().join("tls.db").display());
-    let store = Store::open(&url).unwrap();
+    let store = Engine::open(&url).unwrap();
     let config = tls::server_config(&pki.cert, &pki.key).unwrap();
     let server = Server::bind(store, "127.0.0.1:0")
         .await
@@ -68,8 +67,8 @@ async fn the_sdk_reaches_an_https_server_whose_certificate_the_given_ca_signed()
     let (url, stop) = serve(&pki).await;
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let client = Client::with_ca_pem(&url, pki.ca_pem.as_bytes()).unwrap();
-    let health: Value = client.get_json("/healthz").await.unwrap();
-    assert_eq!(health["status"], "ok");
+    let health = client.health().await.unwrap();
+    assert_eq!(health.status, "ok");
     let answer = client
         .poll(&starbridge_api::PollRequest {
             worker_id: "w".into(),
@@ -90,7 +89,7 @@ async fn a_server_certificate_no_trusted_ca_signed_is_refused() {
     let (url, stop) = serve(&pki).await;
     // The system's roots only.
     let client = Client::new(&url).unwrap();
-    let error = client.get_json::<Value>("/healthz").await.unwrap_err();
+    let error = client.health().await.unwrap_err();
     assert!(
         matches!(error, starbridge_worker::Error::Transport(_)),
         "{error:?}"
@@ -102,7 +101,7 @@ async fn a_server_certificate_no_trusted_ca_signed_is_refused() {
     // Another CA than the one that signed the server's certificate.
     let (_, _, other_ca) = ca();
     let client = Client::with_ca_pem(&url, other_ca.as_bytes()).unwrap();
-    let error = client.get_json::<Value>("/healthz").await.unwrap_err();
+    let error = client.health().await.unwrap_err();
     assert!(
         format!("{error:?}").contains("InvalidCertificate"),
         "{error:?}"

@@ -2,56 +2,32 @@
 //! shows, that stored text is escaped, and how bad requests are answered. The browser tests are
 //! in `ui_browser.rs`.
 
-use axum::Router;
-use axum::body::Body;
-use axum::http::{Request, StatusCode, header};
-use serde_json::json;
-use starbridge_server::{AppState, app};
-use starbridge_store::{Store, Submit};
-use tower::ServiceExt;
+mod common;
 
-struct Ui {
-    app: Router,
-    store: Store,
-    /// Set to true as the server does when it shuts down.
-    closing: tokio::sync::watch::Sender<bool>,
-    _dir: tempfile::TempDir,
-}
+use axum::http::{StatusCode, header};
+use serde_json::json;
+use starbridge_engine::Submit;
+
+use common::Api as Ui;
 
 fn ui() -> Ui {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&format!("sqlite://{}", dir.path().join("ui.db").display())).unwrap();
-    let (closing, closing_seen) = tokio::sync::watch::channel(false);
-    Ui {
-        app: app(AppState::new(store.clone()), closing_seen),
-        store,
-        closing,
-        _dir: dir,
-    }
+    Ui::start()
 }
 
-impl Ui {
+/// Pages as a browser reads them, and a job to show.
+trait Pages {
+    async fn get(&self, uri: &str) -> (StatusCode, String, String);
+    async fn job(&self, key: &str) -> String;
+}
+
+impl Pages for Ui {
     async fn get(&self, uri: &str) -> (StatusCode, String, String) {
-        let request = Request::builder().uri(uri).body(Body::empty()).unwrap();
-        let response = self.app.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let content_type = response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap().to_owned())
-            .unwrap_or_default();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .unwrap();
-        (
-            status,
-            content_type,
-            String::from_utf8(bytes.to_vec()).unwrap(),
-        )
+        let answer = self.send("GET", uri, &[], "").await;
+        (answer.status, answer.content_type, answer.text)
     }
 
     async fn job(&self, key: &str) -> String {
-        self.store
+        self.engine
             .apply_workflow(
                 "default",
                 "etl",
@@ -63,7 +39,7 @@ impl Ui {
             .await
             .unwrap();
         let submitted = self
-            .store
+            .engine
             .submit(
                 "default",
                 Submit {
@@ -156,7 +132,7 @@ async fn job_and_workflow_graphs_download_as_dot_and_svg() {
 async fn a_workflow_page_shows_the_changes_between_versions() {
     let ui = ui();
     ui.job("k").await;
-    ui.store
+    ui.engine
         .apply_workflow(
             "default",
             "etl",
@@ -206,11 +182,14 @@ async fn a_job_stream_reports_history_growth_and_ends_when_the_server_closes() {
 
     let ui = ui();
     let id = ui.job("k").await;
-    let request = Request::builder()
+    let request = axum::http::Request::builder()
         .uri(format!("/ui/jobs/{id}/live?after=0"))
-        .body(Body::empty())
+        .body(axum::body::Body::empty())
         .unwrap();
-    let response = ui.app.clone().oneshot(request).await.unwrap();
+    // The stream is read as it comes, so this request goes to the app itself.
+    let response = tower::ServiceExt::oneshot(ui.app.clone(), request)
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(
         response.headers()[header::CONTENT_TYPE],
@@ -219,7 +198,7 @@ async fn a_job_stream_reports_history_growth_and_ends_when_the_server_closes() {
     let mut body = response.into_body().into_data_stream();
     let first = body.next().await.unwrap().unwrap();
     let events = ui
-        .store
+        .engine
         .events(
             "default",
             &starbridge_core::ids::JobId::parse(&id).unwrap(),

@@ -13,8 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use starbridge_engine::Engine;
 use starbridge_server::Server;
-use starbridge_store::Store;
 use tokio::time::Instant;
 
 /// Longest wait for anything the browser or the server should do.
@@ -292,7 +292,7 @@ fn decode_base64(text: &str) -> Vec<u8> {
 /// A running server on a fresh store, and an HTTP client playing the worker.
 struct Setup {
     base: String,
-    store: Store,
+    store: Engine,
     http: reqwest::Client,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<()>>,
@@ -303,7 +303,7 @@ impl Setup {
     async fn start() -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let store =
-            Store::open(&format!("sqlite://{}", dir.path().join("ui.db").display())).unwrap();
+            Engine::open(&format!("sqlite://{}", dir.path().join("ui.db").display())).unwrap();
         let server = Server::bind(store.clone(), "127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", server.local_addr());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -721,7 +721,7 @@ async fn the_jobs_list_counts_filters_and_pages_through_many_jobs() {
                 .store
                 .submit(
                     "default",
-                    starbridge_store::Submit {
+                    starbridge_engine::Submit {
                         workflow: Some(workflow.to_owned()),
                         key: Some(format!("run-{i:03}")),
                         ..Default::default()

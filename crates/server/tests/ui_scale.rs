@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::json;
+use starbridge_engine::Engine;
 use starbridge_server::{AppState, app};
-use starbridge_store::Store;
 use tower::ServiceExt;
 
 const JOBS: i64 = 1_000_000;
@@ -57,7 +57,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 async fn jobs_list_pages_with_a_million_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("scale.db");
-    let store = Store::open(&format!("sqlite://{}", path.display())).unwrap();
+    let store = Engine::open(&format!("sqlite://{}", path.display())).unwrap();
     for name in ["nightly", "backup", "adhoc"] {
         store
             .apply_workflow(

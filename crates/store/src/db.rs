@@ -13,14 +13,14 @@ use crate::{Error, Result};
 
 /// Which database a connection talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Backend {
+pub enum Backend {
     Sqlite,
     Postgres,
 }
 
 /// A statement parameter.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Arg<'a> {
+pub enum Arg<'a> {
     Null,
     Int(i64),
     Real(f64),
@@ -28,7 +28,7 @@ pub(crate) enum Arg<'a> {
 }
 
 /// Values that bind as statement parameters.
-pub(crate) trait ToArg {
+pub trait ToArg {
     fn to_arg(&self) -> Arg<'_>;
 }
 
@@ -82,7 +82,7 @@ impl ToArg for f64 {
 /// An owned parameter, for statements assembled piece by piece (filters) or rows written
 /// later (see `deferred`).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Value {
+pub enum Value {
     Null,
     Int(i64),
     Real(f64),
@@ -102,7 +102,7 @@ impl ToArg for Value {
 
 impl Value {
     /// The owned form of a parameter.
-    pub(crate) fn of(arg: &Arg<'_>) -> Value {
+    pub fn of(arg: &Arg<'_>) -> Value {
         match *arg {
             Arg::Null => Value::Null,
             Arg::Int(value) => Value::Int(value),
@@ -130,7 +130,7 @@ impl From<String> for Value {
 const CHUNKS: [usize; 7] = [64, 32, 16, 8, 4, 2, 1];
 
 /// `items` in chunks of the sizes of `CHUNKS`, largest first.
-pub(crate) fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
+pub fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
     let mut rest = items;
     std::iter::from_fn(move || {
         if rest.is_empty() {
@@ -147,7 +147,7 @@ pub(crate) fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
 }
 
 /// `?1, ?2, …, ?count`: the placeholders of an `IN` list.
-pub(crate) fn placeholders(count: usize) -> String {
+pub fn placeholders(count: usize) -> String {
     (1..=count)
         .map(|n| format!("?{n}"))
         .collect::<Vec<_>>()
@@ -155,21 +155,22 @@ pub(crate) fn placeholders(count: usize) -> String {
 }
 
 /// Binds owned parameters.
-pub(crate) fn bind(values: &[Value]) -> Vec<Arg<'_>> {
+pub fn bind(values: &[Value]) -> Vec<Arg<'_>> {
     values.iter().map(ToArg::to_arg).collect()
 }
 
 /// Statement parameters: `args![a, b, c]` is a `&[Arg]`.
+#[macro_export]
 macro_rules! args {
     ($($value:expr),* $(,)?) => {
         &[$($crate::db::ToArg::to_arg(&$value)),*][..]
     };
 }
-pub(crate) use args;
+pub use args;
 
 /// A column value as read.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) enum Cell {
+pub enum Cell {
     #[default]
     Null,
     Int(i64),
@@ -191,16 +192,16 @@ impl Cell {
 
 /// One result row; `get` takes a column's value out, converted to the type asked for.
 #[derive(Debug)]
-pub(crate) struct Row {
+pub struct Row {
     cells: Vec<Cell>,
 }
 
 impl Row {
-    pub(crate) fn new(cells: Vec<Cell>) -> Row {
+    pub fn new(cells: Vec<Cell>) -> Row {
         Row { cells }
     }
 
-    pub(crate) fn get<T: FromCell>(&mut self, index: usize) -> Result<T> {
+    pub fn get<T: FromCell>(&mut self, index: usize) -> Result<T> {
         let cell = self
             .cells
             .get_mut(index)
@@ -217,7 +218,7 @@ impl Row {
 }
 
 /// Types a column converts to.
-pub(crate) trait FromCell: Sized {
+pub trait FromCell: Sized {
     fn from_cell(cell: Cell) -> Option<Self>;
 }
 
@@ -277,7 +278,7 @@ impl<T: FromCell> FromCell for Option<T> {
 }
 
 /// A database connection as the store uses it.
-pub(crate) trait Conn: Send {
+pub trait Conn: Send {
     fn backend(&self) -> Backend;
 
     /// Runs one statement; returns how many rows it changed.
@@ -303,7 +304,7 @@ pub(crate) trait Conn: Send {
 }
 
 /// Reading helpers over any connection (the writer's holds row writes back, see `deferred`).
-pub(crate) trait Queries: Conn {
+pub trait Queries: Conn {
     fn query_map<T>(
         &mut self,
         sql: &str,
@@ -337,7 +338,7 @@ impl<C: Conn + ?Sized> Queries for C {}
 /// Applies, in one transaction opened with `begin`, the migrations newer than the last one
 /// recorded; returns how many. Both backends' DDL is transactional, so a failed migration leaves
 /// the schema as it was.
-pub(crate) fn migrate(
+pub fn migrate(
     conn: &mut dyn Conn,
     begin: &str,
     migrations: &[(i64, &str)],
@@ -394,7 +395,7 @@ impl fmt::Display for DatabaseError {
 impl std::error::Error for DatabaseError {}
 
 /// SQL for PostgreSQL: `?N` placeholders become `$N`, `INDEXED BY name` hints go.
-pub(crate) fn postgres_sql(sql: &str) -> String {
+pub fn postgres_sql(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len());
     let mut rest = sql;
     while let Some(at) = rest.find(['?', 'I']) {
@@ -419,7 +420,7 @@ pub(crate) fn postgres_sql(sql: &str) -> String {
 
 /// SQL for SQLite: PostgreSQL's row-lock clause, which ends a statement, goes. A slice of the
 /// text, so the claims and job loads that carry one allocate nothing for it.
-pub(crate) fn sqlite_sql(sql: &str) -> &str {
+pub fn sqlite_sql(sql: &str) -> &str {
     sql.strip_suffix(" FOR UPDATE SKIP LOCKED")
         .or_else(|| sql.strip_suffix(" FOR UPDATE"))
         .unwrap_or(sql)

@@ -35,7 +35,7 @@ use crate::rows::{self, EVENT_WRITE, JOB_WRITE, RowWrite, TASK_WRITE};
 
 /// Where the rows held back stood when a request began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Mark {
+pub struct Mark {
     jobs: usize,
     tasks: usize,
     events: usize,
@@ -62,7 +62,7 @@ impl Needs {
 }
 
 /// The writer's connection: the database connection and the rows its transaction holds back.
-pub(crate) struct WriteConn {
+pub struct WriteConn {
     conn: Box<dyn Conn>,
     jobs: Vec<(JobId, Vec<Value>)>,
     tasks: Vec<(TaskId, Vec<Value>)>,
@@ -73,7 +73,7 @@ pub(crate) struct WriteConn {
 }
 
 impl WriteConn {
-    pub(crate) fn new(conn: Box<dyn Conn>) -> WriteConn {
+    pub fn new(conn: Box<dyn Conn>) -> WriteConn {
         WriteConn {
             conn,
             jobs: Vec::new(),
@@ -85,22 +85,22 @@ impl WriteConn {
     }
 
     /// Holds back a job's row as it is now.
-    pub(crate) fn defer_job(&mut self, job: &Job) {
+    pub fn defer_job(&mut self, job: &Job) {
         self.jobs.push((job.id.clone(), rows::job_values(job)));
     }
 
     /// Holds back a task's row as it is now.
-    pub(crate) fn defer_task(&mut self, namespace: &str, task: &Task) {
+    pub fn defer_task(&mut self, namespace: &str, task: &Task) {
         self.tasks
             .push((task.id.clone(), rows::task_values(namespace, task)));
     }
 
     /// Holds back a history event of a job (`step`: the step of its task, if any).
-    pub(crate) fn defer_event(&mut self, job: &JobId, step: Option<&str>, event: &Event) {
+    pub fn defer_event(&mut self, job: &JobId, step: Option<&str>, event: &Event) {
         self.events.push(rows::event_values(job, step, event));
     }
 
-    pub(crate) fn mark(&self) -> Mark {
+    pub fn mark(&self) -> Mark {
         Mark {
             jobs: self.jobs.len(),
             tasks: self.tasks.len(),
@@ -110,14 +110,14 @@ impl WriteConn {
 
     /// Drops the rows held back since `mark` (none of them was written: nothing was written
     /// since, or `writes` would have moved).
-    pub(crate) fn discard_since(&mut self, mark: Mark) {
+    pub fn discard_since(&mut self, mark: Mark) {
         self.jobs.truncate(mark.jobs);
         self.tasks.truncate(mark.tasks);
         self.events.truncate(mark.events);
     }
 
     /// Drops every row held back (the transaction was rolled back).
-    pub(crate) fn discard(&mut self) {
+    pub fn discard(&mut self) {
         self.discard_since(Mark {
             jobs: 0,
             tasks: 0,
@@ -126,17 +126,17 @@ impl WriteConn {
     }
 
     /// Rows written to the database through this connection so far.
-    pub(crate) fn writes(&self) -> u64 {
+    pub fn writes(&self) -> u64 {
         self.writes
     }
 
     /// Writes every row held back.
-    pub(crate) fn flush(&mut self) -> Result<()> {
+    pub fn flush(&mut self) -> Result<()> {
         self.write(Needs::Everything)
     }
 
     /// The database connection itself, for the writer's own transaction control.
-    pub(crate) fn raw(&mut self) -> &mut dyn Conn {
+    pub fn raw(&mut self) -> &mut dyn Conn {
         &mut *self.conn
     }
 

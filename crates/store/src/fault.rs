@@ -47,7 +47,7 @@ impl WriteFault {
 /// primary code's class: `SQLITE_READONLY_*` are all read-only). SQLite reports a write the
 /// filesystem refused as read-only (`EROFS`) as a plain I/O error, or as cannot-open for a file
 /// it cannot create; `read_only_filesystem` (asked only then) says whether that is the cause.
-pub(crate) fn sqlite_fault(
+pub fn sqlite_fault(
     code: ErrorCode,
     read_only_filesystem: impl FnOnce() -> bool,
 ) -> Option<WriteFault> {
@@ -63,7 +63,7 @@ pub(crate) fn sqlite_fault(
 
 /// PostgreSQL: the fault an error's SQLSTATE reports. `None` (no SQLSTATE) is the client's own
 /// failure: a lost or refused connection.
-pub(crate) fn postgres_fault(sqlstate: Option<&str>) -> Option<WriteFault> {
+pub fn postgres_fault(sqlstate: Option<&str>) -> Option<WriteFault> {
     let Some(code) = sqlstate else {
         return Some(WriteFault::Unavailable);
     };
@@ -82,7 +82,7 @@ pub(crate) fn postgres_fault(sqlstate: Option<&str>) -> Option<WriteFault> {
 
 /// Whether the filesystem holding `path` refuses writes (`EROFS`): the file is opened for
 /// appending, which changes nothing in it.
-pub(crate) fn read_only_filesystem(path: &Path) -> bool {
+pub fn read_only_filesystem(path: &Path) -> bool {
     match std::fs::OpenOptions::new().append(true).open(path) {
         Ok(_) => false,
         Err(error) => error.kind() == std::io::ErrorKind::ReadOnlyFilesystem,

@@ -1,64 +1,44 @@
-//! The durable state of Starbridge. The store is the single source of truth: every state change
-//! and its history event are written in one transaction, and there is no other queue.
+//! The SQL layer of Starbridge: the connection seam (`db::Conn`) over two backends, an
+//! embedded SQLite file (`sqlite`, the default, with its checkpointer) and PostgreSQL
+//! (`postgres`, for several server nodes on one database), their migrations, the row mapping of
+//! every table (`rows`), the queries that browse and count (`browse`, `stats`), the pool of read
+//! connections (`reader`), a write connection that holds row writes back and sends them in sets
+//! (`deferred`), and what a failed write says about the database (`fault`).
 //!
-//! Two backends share one SQL layer (`db`): an embedded SQLite file (`sqlite`), the default, and
-//! PostgreSQL (`postgres`) for several server nodes on one database. On either, writes go through
-//! one writer thread per node that commits many requests together (group commit, see `writer`);
-//! reads use a bounded pool of separate connections.
+//! The store knows tables, not rules: what a change means is the engine's (`starbridge-engine`),
+//! which runs every change through one writer connection in group-committed transactions. This
+//! crate never calls the engine.
 
-mod browse;
-mod cache;
-mod clock;
-mod commands;
-mod db;
-mod deferred;
-mod fault;
-mod health;
-mod jobs;
-mod notify;
-mod postgres;
-mod reader;
-mod rows;
-mod schedules;
+pub mod browse;
+pub mod db;
+pub mod deferred;
+pub mod fault;
+pub mod postgres;
+pub mod reader;
+pub mod rows;
+// The store's own tests use scratch schemas too (`rows::tests`).
+#[cfg(any(test, feature = "scratch"))]
 pub mod scratch;
-mod sqlite;
-mod stats;
-mod tokens;
-mod webhooks;
-mod writer;
+pub mod sqlite;
+pub mod stats;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use serde_json::Value;
 use starbridge_core::definition::Problem;
-use starbridge_core::dispatch::{Bucket, QueueConfig, QueueMode, QueueState, RateLimit};
-use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::dispatch::{Bucket, QueueConfig};
+use starbridge_core::ids::JobId;
 use starbridge_core::limits::Limits;
-use starbridge_core::model::{Event, Input, Job, JobState, JobStatus, OperatorCommand, Task};
+use starbridge_core::model::{Event, JobStatus};
 use starbridge_core::time::{Duration, Timestamp};
 
 pub use browse::{JobCursor, JobLine, JobSearch, StatusCount, WorkerLoad};
-pub use cache::Compiled;
-pub use clock::{Clock, ManualClock, SystemClock};
-pub use db::DatabaseError;
+pub use db::{Conn, DatabaseError};
 pub use fault::WriteFault;
-pub use health::{HEALTHY_WRITE_AGE, Health};
-pub use notify::{Notifier, WorkerSeen};
-pub use schedules::{ScheduleSpec, StoredSchedule, time_zone};
 pub use sqlite::sqlite_path;
 pub use stats::{QueueStats, Stats};
-pub use tokens::{AuditEntry, NewToken, Scope, Token};
-pub use webhooks::{
-    Attempt, DELIVERY_LEASE, Delivery, DueDelivery, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF,
-    Webhook,
-};
-
-use db::{Conn, Queries};
-use reader::ReadPool;
-pub use writer::WriterStats;
-use writer::{Connect, Shared, Writer};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -105,7 +85,7 @@ impl Error {
 
     /// How a request is answered when its group transaction failed with this error: a full
     /// disk or a read-only database is named, anything else is the database being unavailable.
-    pub(crate) fn refusal(&self) -> Error {
+    pub fn refusal(&self) -> Error {
         match self {
             Error::Full(detail) => Error::Full(detail.clone()),
             Error::ReadOnly(detail) => Error::ReadOnly(detail.clone()),
@@ -113,9 +93,6 @@ impl Error {
         }
     }
 }
-
-/// Most jobs one `Store::tick` moves.
-pub const TICK_BATCH: usize = 500;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -131,12 +108,6 @@ pub struct StoredWorkflow {
     pub created_at: Timestamp,
 }
 
-#[derive(Debug, Clone, Copy)]
-pub struct Applied {
-    pub version: u32,
-    pub created: bool,
-}
-
 /// A queue's settings as stored.
 #[derive(Debug, Clone)]
 pub struct StoredQueue {
@@ -147,76 +118,6 @@ pub struct StoredQueue {
     pub bucket: Option<Bucket>,
     pub created_at: Timestamp,
     pub updated_at: Option<Timestamp>,
-}
-
-/// Changes to a queue's settings; `None` leaves a setting as it is.
-#[derive(Debug, Clone, Default)]
-pub struct QueueChange {
-    pub mode: Option<QueueMode>,
-    pub priority: Option<i32>,
-    /// `Some(None)` removes the limit.
-    pub concurrency: Option<Option<u32>>,
-    pub paused: Option<bool>,
-    pub max_wait: Option<Duration>,
-    /// `Some(None)` removes the rate limit.
-    pub rate: Option<Option<RateLimit>>,
-}
-
-/// A job to create.
-#[derive(Debug, Clone, Default)]
-pub struct Submit {
-    pub workflow: Option<String>,
-    pub version: Option<u32>,
-    pub definition: Option<Value>,
-    pub params: Option<Value>,
-    pub key: Option<String>,
-    pub priority: Option<i32>,
-    /// Who submits (a token's name, a schedule): recorded in the job's `job_created` event.
-    pub actor: Option<String>,
-    /// Whether an inline `definition` equal to none of the workflow's versions may become its
-    /// new latest version (the `operate` scope); without it only an existing version runs.
-    pub may_add_version: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct Submitted {
-    pub state: JobState,
-    /// False when the key matched an existing job, which is returned instead.
-    pub created: bool,
-    /// The workflow version this submission's inline definition created, if it made one.
-    pub added_version: Option<u32>,
-}
-
-/// A task handed to a worker, with how long its lease lasts.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    pub task: Task,
-    pub lease: Duration,
-}
-
-/// Which tasks a worker's report may touch: any (the default), or only those of one namespace
-/// and, optionally, some queues (an API token's bounds).
-#[derive(Debug, Clone, Default)]
-pub struct TaskScope {
-    pub namespace: Option<String>,
-    pub queues: Option<Vec<String>>,
-}
-
-impl TaskScope {
-    pub(crate) fn allows(&self, namespace: &str, queue: &str) -> bool {
-        self.namespace.as_deref().is_none_or(|own| own == namespace)
-            && self
-                .queues
-                .as_ref()
-                .is_none_or(|queues| queues.iter().any(|q| q == queue))
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Reported {
-    pub task: Task,
-    pub lease: Duration,
-    pub job_status: JobStatus,
 }
 
 #[derive(Debug, Clone)]
@@ -289,49 +190,37 @@ impl Default for StoreOptions {
     }
 }
 
-/// Most finished jobs one `Store::prune` call deletes.
-pub const PRUNE_BATCH: u32 = 500;
-
-/// The store: cheap to clone, shared by every request handler.
-#[derive(Clone)]
-pub struct Store {
-    writer: Writer,
-    reader: Arc<ReadPool>,
-    workflows: Arc<cache::WorkflowCache>,
-    notifier: Arc<Notifier>,
-    clock: Arc<dyn Clock>,
-    sqlite_file: Option<PathBuf>,
-    options: StoreOptions,
-    counters: Arc<writer::Counters>,
-    /// The outcome of the writer's last group transaction, for `health`.
-    last_write: Arc<health::LastWrite>,
-    /// Held while a health probe write is in flight: there is at most one.
-    probing: Arc<tokio::sync::Mutex<()>>,
-    /// Claims counted for PostgreSQL's vacuumer (see `postgres::vacuum`).
-    upkeep: Arc<postgres::Upkeep>,
-}
+/// A connection-opening function: the writer reopens its connection with one when it broke, the
+/// read pool opens its connections with another.
+pub type Connect = Arc<dyn Fn() -> Result<Box<dyn Conn>> + Send + Sync>;
 
 /// Runs `open` on a thread of its own: the PostgreSQL client blocks, which the async runtime
 /// that usually calls `Store::open` does not allow on its threads.
-fn off_runtime<T: Send + 'static>(open: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+pub fn off_runtime<T: Send + 'static>(
+    open: impl FnOnce() -> Result<T> + Send + 'static,
+) -> Result<T> {
     std::thread::spawn(open)
         .join()
         .map_err(|_| Error::Open("opening the database panicked".to_owned()))?
 }
 
-/// What opening a backend gives the store: the migrated write connection and how to open more.
-struct Opened {
-    writer: Box<dyn Conn>,
+/// What opening a backend gives: the migrated write connection and how to open more.
+pub struct Opened {
+    pub writer: Box<dyn Conn>,
     /// Opens a new write connection when the writer's broke.
-    reconnect_writer: Connect,
+    pub reconnect_writer: Connect,
     /// Opens a read connection.
-    connect: Connect,
-    sqlite_file: Option<PathBuf>,
-    applied: usize,
-    listener: Option<postgres::Connector>,
+    pub connect: Connect,
+    pub sqlite_file: Option<PathBuf>,
+    /// How many migrations were applied.
+    pub applied: usize,
+    /// PostgreSQL: how to open the connections of the listener and the vacuumer.
+    pub postgres: Option<postgres::Connector>,
 }
 
-fn open_backend(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Opened> {
+/// Opens the database at `url` (`sqlite://FILE`, a plain path, or `postgres://...`), creating
+/// it if needed, and brings its schema up to date.
+pub fn open(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Opened> {
     if postgres::is_postgres_url(url) {
         let connector = postgres::Connector::new(url, options)?;
         let opener = connector.clone();
@@ -351,7 +240,7 @@ fn open_backend(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Op
             connect,
             sqlite_file: None,
             applied,
-            listener: Some(connector),
+            postgres: Some(connector),
         });
     }
     let path = sqlite_path(url)?;
@@ -373,629 +262,16 @@ fn open_backend(url: &str, options: &StoreOptions, now_millis: i64) -> Result<Op
         connect,
         sqlite_file: Some(path),
         applied,
-        listener: None,
+        postgres: None,
     })
 }
 
-impl Store {
-    /// Opens (creating if needed) the database at `url` and brings its schema up to date:
-    /// `sqlite://FILE` (or a plain path) or `postgres://...`.
-    pub fn open(url: &str) -> Result<Store> {
-        Store::open_with(url, StoreOptions::default(), Arc::new(SystemClock))
+/// Brings the schema of the database at `url` up to date; returns how many migrations were
+/// applied. `now_millis` stamps the migrations.
+pub fn migrate(url: &str, options: &StoreOptions, now_millis: i64) -> Result<usize> {
+    if postgres::is_postgres_url(url) {
+        let connector = postgres::Connector::new(url, options)?;
+        return off_runtime(move || connector.migrate(now_millis));
     }
-
-    pub fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store> {
-        Store::open_with(url, StoreOptions::default(), clock)
-    }
-
-    pub fn open_with(url: &str, options: StoreOptions, clock: Arc<dyn Clock>) -> Result<Store> {
-        let opened = open_backend(url, &options, clock.now().0)?;
-        if opened.applied > 0 {
-            tracing::info!(applied = opened.applied, "database schema migrated");
-        }
-        let workflows = Arc::new(cache::WorkflowCache::default());
-        let notifier = Arc::new(Notifier::default());
-        let node = uuid::Uuid::new_v4().simple().to_string();
-        let upkeep = Arc::new(postgres::Upkeep::default());
-        if let Some(connector) = opened.listener {
-            postgres::start_vacuumer(connector.clone(), &upkeep, postgres::VACUUM_AFTER_CLAIMS);
-            postgres::start_listener(connector, node.clone(), &notifier);
-        }
-        let counters = Arc::new(writer::Counters::default());
-        let last_write = Arc::new(health::LastWrite::default());
-        let writer = Writer::start(
-            opened.writer,
-            Shared {
-                connect: opened.reconnect_writer,
-                clock: clock.clone(),
-                workflows: workflows.clone(),
-                notifier: notifier.clone(),
-                node,
-                limits: options.limits,
-                counters: counters.clone(),
-                last_write: last_write.clone(),
-            },
-        );
-        Ok(Store {
-            writer,
-            reader: Arc::new(ReadPool::new(opened.connect, options.read_pool)),
-            workflows,
-            notifier,
-            clock,
-            sqlite_file: opened.sqlite_file,
-            options,
-            counters,
-            last_write,
-            probing: Arc::default(),
-            upkeep,
-        })
-    }
-
-    /// Brings the schema of the database at `url` up to date without starting a store;
-    /// returns how many migrations were applied.
-    pub fn migrate(url: &str, options: &StoreOptions) -> Result<usize> {
-        let now = SystemClock.now().0;
-        if postgres::is_postgres_url(url) {
-            let connector = postgres::Connector::new(url, options)?;
-            return off_runtime(move || connector.migrate(now));
-        }
-        sqlite::SqliteConn::open(&sqlite_path(url)?)?.migrate(now)
-    }
-
-    /// The SQLite file, when the store is one.
-    pub fn path(&self) -> Option<&Path> {
-        self.sqlite_file.as_deref()
-    }
-
-    /// False on SQLite (one node owns the file); true on PostgreSQL, where other server nodes
-    /// may change the store at any time.
-    pub fn is_shared(&self) -> bool {
-        self.sqlite_file.is_none()
-    }
-
-    pub fn options(&self) -> &StoreOptions {
-        &self.options
-    }
-
-    /// What the group-commit writer has done since the store opened.
-    pub fn writer_stats(&self) -> WriterStats {
-        self.counters.read()
-    }
-
-    pub fn notifier(&self) -> &Arc<Notifier> {
-        &self.notifier
-    }
-
-    pub fn now(&self) -> Timestamp {
-        self.clock.now()
-    }
-
-    /// Applies a definition; a body equal to the latest version returns that version.
-    pub async fn apply_workflow(
-        &self,
-        namespace: &str,
-        name: &str,
-        document: Value,
-    ) -> Result<Applied> {
-        let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
-            .write(move |ctx| commands::apply_workflow(ctx, &namespace, &name, document.clone()))
-            .await
-    }
-
-    pub async fn submit(&self, namespace: &str, request: Submit) -> Result<Submitted> {
-        let namespace = namespace.to_owned();
-        self.writer
-            .write(move |ctx| commands::submit(ctx, &namespace, request.clone()))
-            .await
-    }
-
-    /// Submits several jobs at once: each in its own savepoint (one refused leaves the others
-    /// alone), all queued for the same group commits. Answers in the order given.
-    pub async fn submit_many(
-        &self,
-        namespace: &str,
-        requests: Vec<Submit>,
-    ) -> Vec<Result<Submitted>> {
-        let pending: Vec<_> = requests
-            .into_iter()
-            .map(|request| {
-                let namespace = namespace.to_owned();
-                self.writer
-                    .enqueue(move |ctx| commands::submit(ctx, &namespace, request.clone()))
-            })
-            .collect();
-        writer::answers(pending).await
-    }
-
-    pub async fn claim(
-        &self,
-        namespace: &str,
-        queues: Vec<String>,
-        worker: &str,
-        max: u32,
-    ) -> Result<Vec<Claimed>> {
-        let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
-        let claimed = self
-            .writer
-            .write(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
-            .await?;
-        self.upkeep
-            .claimed
-            .fetch_add(claimed.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        Ok(claimed)
-    }
-
-    /// A worker's report on a task; a task outside `scope` is not found.
-    pub async fn report(&self, task: TaskId, input: Input, scope: TaskScope) -> Result<Reported> {
-        self.writer
-            .enqueue_report(task.clone(), move |ctx| {
-                commands::report(ctx, &task, input.clone(), &scope)
-            })
-            .answer()
-            .await
-    }
-
-    /// Several reports at once: each in its own savepoint, all queued for the same group
-    /// commits. Answers in the order given.
-    pub async fn report_many(
-        &self,
-        reports: Vec<(TaskId, Input)>,
-        scope: TaskScope,
-    ) -> Vec<Result<Reported>> {
-        let pending: Vec<_> = reports
-            .into_iter()
-            .map(|(task, input)| {
-                let scope = scope.clone();
-                self.writer.enqueue_report(task.clone(), move |ctx| {
-                    commands::report(ctx, &task, input.clone(), &scope)
-                })
-            })
-            .collect();
-        writer::answers(pending).await
-    }
-
-    /// An operator's action (pause, resume, cancel, retry, skip, rerun) on a job of `namespace`.
-    /// A job of another namespace is not found; an action that does not apply is a conflict.
-    pub async fn operate(
-        &self,
-        namespace: &str,
-        job: &JobId,
-        command: OperatorCommand,
-    ) -> Result<JobState> {
-        let (namespace, job) = (namespace.to_owned(), job.clone());
-        self.writer
-            .write(move |ctx| commands::operate(ctx, &namespace, &job, command.clone()))
-            .await
-    }
-
-    /// Changes a queue's settings (creating the queue if needed) and returns them. Pollers of
-    /// the queue are woken, since a resumed or widened queue may hand out work at once.
-    pub async fn configure_queue(
-        &self,
-        namespace: &str,
-        name: &str,
-        change: QueueChange,
-    ) -> Result<StoredQueue> {
-        let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
-            .write(move |ctx| commands::configure_queue(ctx, &namespace, &name, change.clone()))
-            .await
-    }
-
-    /// The queues of a namespace with their settings.
-    pub async fn queues(&self, namespace: &str) -> Result<Vec<StoredQueue>> {
-        let namespace = namespace.to_owned();
-        self.reader
-            .read(move |conn| rows::list_queues(conn, &namespace))
-            .await
-    }
-
-    /// At most `TICK_BATCH` jobs per call: call again while it returns that many.
-    pub async fn tick(&self) -> Result<usize> {
-        self.writer
-            .write(|ctx| commands::tick(ctx, TICK_BATCH))
-            .await
-    }
-
-    /// Deletes up to `PRUNE_BATCH` jobs that finished longer ago than the retention allows
-    /// (with their tasks and history); returns how many went. Call again while it returns
-    /// `PRUNE_BATCH`.
-    pub async fn prune(&self) -> Result<usize> {
-        let Some(retain) = self.options.retain_finished else {
-            return Ok(0);
-        };
-        self.writer
-            .write(move |ctx| {
-                let before = Timestamp(
-                    ctx.now
-                        .0
-                        .saturating_sub(i64::try_from(retain.as_millis()).unwrap_or(i64::MAX)),
-                );
-                // Only finished jobs go, which the job cache never holds; forget it anyway,
-                // since rows change outside the commands.
-                ctx.jobs.clear();
-                rows::prune_finished(ctx.conn, before, PRUNE_BATCH)
-            })
-            .await
-    }
-
-    /// A job with its tasks, if it exists in this namespace.
-    pub async fn job(&self, namespace: &str, id: &JobId) -> Result<Option<JobState>> {
-        let (namespace, id) = (namespace.to_owned(), id.clone());
-        self.reader
-            .read(move |conn| {
-                Ok(rows::load_job_state(conn, &id)?
-                    .filter(|state| state.job.namespace == namespace))
-            })
-            .await
-    }
-
-    pub async fn jobs(&self, filter: JobFilter) -> Result<Vec<Job>> {
-        self.reader
-            .read(move |conn| rows::list_jobs(conn, &filter))
-            .await
-    }
-
-    /// A job's history after event `after`, or `None` when the job is not in this namespace.
-    pub async fn events(
-        &self,
-        namespace: &str,
-        id: &JobId,
-        after: i64,
-        limit: u32,
-    ) -> Result<Option<Vec<StoredEvent>>> {
-        let (namespace, id) = (namespace.to_owned(), id.clone());
-        self.reader
-            .read(move |conn| {
-                match rows::load_job(conn, &id)? {
-                    Some(job) if job.namespace == namespace => {}
-                    _ => return Ok(None),
-                }
-                rows::events(conn, &id, after, limit).map(Some)
-            })
-            .await
-    }
-
-    pub async fn workflow(
-        &self,
-        namespace: &str,
-        name: &str,
-        version: Option<u32>,
-    ) -> Result<Option<StoredWorkflow>> {
-        let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.reader
-            .read(move |conn| rows::workflow(conn, &namespace, &name, version))
-            .await
-    }
-
-    pub async fn workflows(&self, namespace: &str) -> Result<Vec<StoredWorkflow>> {
-        let namespace = namespace.to_owned();
-        self.reader
-            .read(move |conn| rows::list_workflows(conn, &namespace))
-            .await
-    }
-
-    /// The compiled form of a stored workflow version.
-    pub async fn compiled(
-        &self,
-        namespace: &str,
-        name: &str,
-        version: u32,
-    ) -> Result<Arc<Compiled>> {
-        if let Some(compiled) = self.workflows.cached(namespace, name, version) {
-            return Ok(compiled);
-        }
-        let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        let workflows = self.workflows.clone();
-        self.reader
-            .read(move |conn| workflows.get(conn, &namespace, &name, version))
-            .await
-    }
-
-    /// When the next ready task of these queues becomes claimable, counting only queues that
-    /// may hand out work now (a paused or full queue wakes its pollers when that changes) and
-    /// the time a rate-limited queue with ready tasks gets its next token.
-    pub async fn next_available(
-        &self,
-        namespace: &str,
-        queues: Vec<String>,
-    ) -> Result<Option<Timestamp>> {
-        let namespace = namespace.to_owned();
-        let now = self.clock.now();
-        self.reader
-            .read(move |conn| {
-                let (open, reopen) = commands::open_queues(conn, &namespace, &queues, now, false)?;
-                let mut next: Option<Timestamp> = None;
-                let mut earliest = |at: Timestamp| next = Some(next.map_or(at, |n| n.min(at)));
-                for queue in &open {
-                    if let Some(at) = rows::next_available(conn, &namespace, &queue.name)? {
-                        earliest(at);
-                    }
-                }
-                for (queue, at) in reopen {
-                    if rows::next_available(conn, &namespace, &queue)?.is_some() {
-                        earliest(at);
-                    }
-                }
-                Ok(next)
-            })
-            .await
-    }
-
-    /// When the next lease lapses, deadline passes or schedule fires.
-    pub async fn next_timer(&self) -> Result<Option<Timestamp>> {
-        self.reader
-            .read(|conn| {
-                let timers = rows::next_timer(conn)?;
-                let schedules = schedules::next_due(conn)?;
-                Ok(match (timers, schedules) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                })
-            })
-            .await
-    }
-
-    /// Subscribes `url` to job status changes (of `workflow`, with one of `states`; empty: all).
-    pub async fn create_webhook(
-        &self,
-        namespace: &str,
-        url: &str,
-        workflow: Option<String>,
-        states: Vec<JobStatus>,
-        secret: Option<String>,
-    ) -> Result<Webhook> {
-        let (namespace, url) = (namespace.to_owned(), url.to_owned());
-        self.writer
-            .write(move |ctx| {
-                webhooks::create(
-                    ctx,
-                    &namespace,
-                    &url,
-                    workflow.clone(),
-                    states.clone(),
-                    secret.clone(),
-                )
-            })
-            .await
-    }
-
-    pub async fn webhooks(&self, namespace: &str) -> Result<Vec<Webhook>> {
-        let namespace = namespace.to_owned();
-        self.reader
-            .read(move |conn| webhooks::list(conn, &namespace))
-            .await
-    }
-
-    /// Deletes a subscription and its undelivered messages (its history stays).
-    pub async fn delete_webhook(&self, namespace: &str, id: &str) -> Result<()> {
-        let (namespace, id) = (namespace.to_owned(), id.to_owned());
-        self.writer
-            .write(move |ctx| webhooks::delete(ctx, &namespace, &id))
-            .await
-    }
-
-    /// A subscription's deliveries, newest first; `None` when it is not in this namespace.
-    pub async fn deliveries(
-        &self,
-        namespace: &str,
-        id: &str,
-        limit: u32,
-    ) -> Result<Option<Vec<Delivery>>> {
-        let (namespace, id) = (namespace.to_owned(), id.to_owned());
-        self.reader
-            .read(move |conn| webhooks::deliveries(conn, &namespace, &id, limit))
-            .await
-    }
-
-    /// Claims the deliveries due now for this node's deliverer (see `DELIVERY_LEASE`).
-    pub async fn claim_deliveries(&self, limit: u32) -> Result<Vec<DueDelivery>> {
-        self.writer
-            .write(move |ctx| webhooks::claim_due(ctx, limit))
-            .await
-    }
-
-    /// When the next delivery attempt is due.
-    pub async fn next_delivery(&self) -> Result<Option<Timestamp>> {
-        self.reader.read(webhooks::next_due).await
-    }
-
-    pub async fn record_delivery(&self, id: i64, attempt: Attempt) -> Result<()> {
-        self.writer
-            .write(move |ctx| webhooks::record(ctx, id, attempt.clone()))
-            .await
-    }
-
-    /// Creates or replaces a schedule.
-    pub async fn put_schedule(
-        &self,
-        namespace: &str,
-        name: &str,
-        spec: ScheduleSpec,
-    ) -> Result<StoredSchedule> {
-        let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
-            .write(move |ctx| schedules::put(ctx, &namespace, &name, spec.clone()))
-            .await
-    }
-
-    pub async fn pause_schedule(
-        &self,
-        namespace: &str,
-        name: &str,
-        paused: bool,
-    ) -> Result<StoredSchedule> {
-        let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
-            .write(move |ctx| schedules::set_paused(ctx, &namespace, &name, paused))
-            .await
-    }
-
-    pub async fn delete_schedule(&self, namespace: &str, name: &str) -> Result<()> {
-        let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
-            .write(move |ctx| schedules::delete(ctx, &namespace, &name))
-            .await
-    }
-
-    pub async fn schedules(&self, namespace: &str) -> Result<Vec<StoredSchedule>> {
-        let namespace = namespace.to_owned();
-        self.reader
-            .read(move |conn| schedules::list(conn, &namespace))
-            .await
-    }
-
-    pub async fn schedule(&self, namespace: &str, name: &str) -> Result<Option<StoredSchedule>> {
-        let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.reader
-            .read(move |conn| schedules::get(conn, &namespace, &name))
-            .await
-    }
-
-    /// Jobs per status and tasks per queue, for `/metrics`: one read query (see `stats.rs`).
-    pub async fn stats(&self) -> Result<Stats> {
-        let now = self.clock.now();
-        self.reader.read(move |conn| stats::read(conn, now)).await
-    }
-
-    /// What the dispatcher knows about these queues, to explain why a task waits.
-    pub async fn queue_states(
-        &self,
-        namespace: &str,
-        queues: Vec<String>,
-    ) -> Result<std::collections::HashMap<String, QueueState>> {
-        let namespace = namespace.to_owned();
-        let notifier = self.notifier.clone();
-        let now = self.clock.now();
-        self.reader
-            .read(move |conn| {
-                let mut states = std::collections::HashMap::new();
-                for queue in queues {
-                    let stored = rows::queue(conn, &namespace, &queue)?;
-                    let bucket = stored.as_ref().and_then(|q| q.bucket);
-                    let config = stored.map(|q| q.config).unwrap_or_default();
-                    let tokens = config.rate.map(|rate| rate.available(bucket, now));
-                    let running = if config.is_limited() {
-                        rows::running_count(conn, &namespace, &queue)?
-                    } else {
-                        0
-                    };
-                    let last_poll = notifier.last_poll(&namespace, &queue).map(|at| {
-                        Duration::from_millis(
-                            u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        )
-                    });
-                    states.insert(
-                        queue,
-                        QueueState {
-                            config,
-                            running,
-                            tokens,
-                            last_poll,
-                        },
-                    );
-                }
-                Ok(states)
-            })
-            .await
-    }
-
-    /// How many jobs hold a slot of this lock.
-    pub async fn lock_usage(&self, namespace: &str, key: &str) -> Result<u32> {
-        let (namespace, key) = (namespace.to_owned(), key.to_owned());
-        self.reader
-            .read(move |conn| rows::lock_holders(conn, &namespace, &key))
-            .await
-    }
-
-    /// Makes an API token; returns it with the token text, which is shown only this once.
-    pub async fn create_token(&self, new: NewToken) -> Result<(Token, String)> {
-        self.writer
-            .write(move |ctx| tokens::create(ctx, &new))
-            .await
-    }
-
-    pub async fn tokens(&self) -> Result<Vec<Token>> {
-        self.reader.read(tokens::list).await
-    }
-
-    /// How many tokens are not revoked.
-    pub async fn active_tokens(&self) -> Result<u64> {
-        self.reader.read(tokens::active_count).await
-    }
-
-    pub async fn revoke_token(&self, id: &str) -> Result<Token> {
-        let id = id.to_owned();
-        self.writer.write(move |ctx| tokens::revoke(ctx, &id)).await
-    }
-
-    /// The live token a presented token text stands for, if any.
-    pub async fn authenticate(&self, presented: &str) -> Result<Option<Token>> {
-        let presented = presented.to_owned();
-        self.reader
-            .read(move |conn| tokens::authenticate(conn, &presented))
-            .await
-    }
-
-    /// Records that a token was used now.
-    pub async fn touch_token(&self, id: &str) -> Result<()> {
-        let id = id.to_owned();
-        self.writer.write(move |ctx| tokens::touch(ctx, &id)).await
-    }
-
-    /// Appends to the audit log (`seq` and `at` are set by the store).
-    pub async fn record_audit(&self, entry: AuditEntry) -> Result<()> {
-        self.writer
-            .write(move |ctx| tokens::record(ctx, &entry))
-            .await
-    }
-
-    /// The newest audit entries, of one namespace or of all, before sequence number `before`.
-    pub async fn audit(
-        &self,
-        namespace: Option<String>,
-        before: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<AuditEntry>> {
-        self.reader
-            .read(move |conn| tokens::audit(conn, namespace.as_deref(), before, limit))
-            .await
-    }
-
-    /// Checks that the database answers.
-    pub async fn ping(&self) -> Result<()> {
-        self.reader
-            .read(|conn| {
-                conn.query_value::<i64>("SELECT 1", &[])?;
-                Ok(())
-            })
-            .await
-    }
-
-    /// One page of jobs for browsing, newest first (see `browse.rs`).
-    pub async fn browse_jobs(&self, search: JobSearch) -> Result<Vec<JobLine>> {
-        self.reader
-            .read(move |conn| browse::jobs(conn, &search))
-            .await
-    }
-
-    /// Jobs per status under a browsing filter (its status and cursor aside), each counted up
-    /// to `cap`.
-    pub async fn job_counts(&self, search: JobSearch, cap: u64) -> Result<Vec<StatusCount>> {
-        self.reader
-            .read(move |conn| browse::status_counts(conn, &search, cap))
-            .await
-    }
-
-    /// The workers holding running tasks in a namespace, per queue.
-    pub async fn worker_loads(&self, namespace: &str) -> Result<Vec<WorkerLoad>> {
-        let namespace = namespace.to_owned();
-        self.reader
-            .read(move |conn| browse::worker_loads(conn, &namespace))
-            .await
-    }
+    sqlite::SqliteConn::open(&sqlite_path(url)?)?.migrate(now_millis)
 }
-
-#[cfg(test)]
-mod tests;

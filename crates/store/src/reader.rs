@@ -7,10 +7,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Semaphore;
 
 use crate::db::Conn;
-use crate::writer::Connect;
-use crate::{Error, Result};
+use crate::{Connect, Error, Result};
 
-pub(crate) struct ReadPool {
+pub struct ReadPool {
     connect: Connect,
     idle: Mutex<Vec<Box<dyn Conn>>>,
     /// One permit per connection that may be open at once.
@@ -18,7 +17,7 @@ pub(crate) struct ReadPool {
 }
 
 impl ReadPool {
-    pub(crate) fn new(connect: Connect, size: usize) -> ReadPool {
+    pub fn new(connect: Connect, size: usize) -> ReadPool {
         ReadPool {
             connect,
             idle: Mutex::new(Vec::new()),
@@ -26,7 +25,7 @@ impl ReadPool {
         }
     }
 
-    pub(crate) async fn read<T, F>(self: &Arc<Self>, work: F) -> Result<T>
+    pub async fn read<T, F>(self: &Arc<Self>, work: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&mut dyn Conn) -> Result<T> + Send + 'static,

@@ -104,7 +104,7 @@ const RESTART_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 const WAL_SIZE_LIMIT: u64 = 32 << 20;
 
 /// A connection to the store's SQLite file.
-pub(crate) struct SqliteConn {
+pub struct SqliteConn {
     conn: Connection,
     /// The database file, whose filesystem is asked whether it is read-only when a call fails
     /// with an I/O error.
@@ -112,7 +112,7 @@ pub(crate) struct SqliteConn {
 }
 
 impl SqliteConn {
-    pub(crate) fn open(path: &Path) -> Result<SqliteConn> {
+    pub fn open(path: &Path) -> Result<SqliteConn> {
         let conn = Connection::open(path)
             .map_err(|error| Error::Open(format!("{}: {error}", path.display())))?;
         conn.busy_timeout(std::time::Duration::from_secs(10))?;
@@ -145,7 +145,7 @@ impl SqliteConn {
 
     /// The writer's connection: its write-ahead log is checkpointed by a thread of its own (see
     /// the module's documentation), which ends when the connection is dropped.
-    pub(crate) fn open_writer(path: &Path, durability: Durability) -> Result<SqliteConn> {
+    pub fn open_writer(path: &Path, durability: Durability) -> Result<SqliteConn> {
         let mut writer = SqliteConn::open(path)?;
         if durability == Durability::Relaxed {
             // Commits write the log without syncing it; checkpoints still sync it first.
@@ -180,7 +180,7 @@ impl SqliteConn {
 
     /// Brings the schema up to date inside one immediate transaction (two processes opening the
     /// same file at once cannot both apply a migration); returns how many were applied.
-    pub(crate) fn migrate(&mut self, now_millis: i64) -> Result<usize> {
+    pub fn migrate(&mut self, now_millis: i64) -> Result<usize> {
         crate::db::migrate(self, "BEGIN IMMEDIATE", MIGRATIONS, now_millis)
     }
 }

@@ -54,7 +54,7 @@ const STATS_SQL: &str = "\
     UNION ALL \
     SELECT 4, name, '', 0, NULL FROM namespaces";
 
-pub(crate) fn read(conn: &mut dyn Conn, now: Timestamp) -> Result<Stats> {
+pub fn read(conn: &mut dyn Conn, now: Timestamp) -> Result<Stats> {
     let rows = conn.query_map(STATS_SQL, args![now.0], |row| {
         Ok((
             row.get::<i64>(0)?,
@@ -102,78 +102,17 @@ pub(crate) fn read(conn: &mut dyn Conn, now: Timestamp) -> Result<Stats> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use serde_json::json;
-
     use super::*;
-    use crate::{ManualClock, Store, Submit};
 
-    const WORKFLOW: &str =
-        "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: r, command: c}\n";
-
-    fn open() -> (Store, Arc<ManualClock>, tempfile::TempDir) {
+    #[test]
+    fn reads_tasks_only_through_indexes() {
         let dir = tempfile::tempdir().unwrap();
-        let clock = Arc::new(ManualClock::new(Timestamp(1_700_000_000_000)));
-        let url = format!("sqlite://{}", dir.path().join("stats.db").display());
-        let store = Store::open_with_clock(&url, clock.clone()).unwrap();
-        (store, clock, dir)
-    }
-
-    fn key(namespace: &str, name: &str) -> (String, String) {
-        (namespace.to_owned(), name.to_owned())
-    }
-
-    #[tokio::test]
-    async fn counts_jobs_per_status_and_tasks_per_queue() {
-        let (store, clock, _dir) = open();
-        let empty = store.stats().await.unwrap();
-        assert!(empty.jobs.is_empty() && empty.queues.is_empty());
-
-        let document = starbridge_core::definition::parse_document(WORKFLOW).unwrap();
-        store
-            .apply_workflow("default", "wf", document)
-            .await
+        let path = dir.path().join("stats.db");
+        crate::sqlite::SqliteConn::open(&path)
+            .unwrap()
+            .migrate(0)
             .unwrap();
-        let submit = Submit {
-            workflow: Some("wf".into()),
-            params: Some(json!({})),
-            ..Submit::default()
-        };
-        store.submit("default", submit.clone()).await.unwrap();
-        store.submit("default", submit).await.unwrap();
-        clock.advance(Duration::from_millis(2_500));
-
-        let stats = store.stats().await.unwrap();
-        assert_eq!(stats.jobs[&key("default", "running")], 2);
-        assert_eq!(
-            stats.jobs[&key("default", "failed")],
-            0,
-            "zeros are filled in"
-        );
-        assert_eq!(stats.jobs.len(), JobStatus::ALL.len());
-        let q = stats.queues[&key("default", "q")];
-        assert_eq!((q.ready, q.running), (2, 0));
-        assert_eq!(q.oldest_ready_age, Duration::from_millis(2_500));
-        let r = stats.queues[&key("default", "r")];
-        assert_eq!(
-            r,
-            QueueStats::default(),
-            "a known queue without tasks is all zero"
-        );
-
-        store
-            .claim("default", vec!["q".into()], "w", 1)
-            .await
-            .unwrap();
-        let q = store.stats().await.unwrap().queues[&key("default", "q")];
-        assert_eq!((q.ready, q.running), (1, 1));
-    }
-
-    #[tokio::test]
-    async fn reads_tasks_only_through_indexes() {
-        let (store, _clock, _dir) = open();
-        let conn = rusqlite::Connection::open(store.path().unwrap()).unwrap();
+        let conn = rusqlite::Connection::open(&path).unwrap();
         let mut statement = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {STATS_SQL}"))
             .unwrap();

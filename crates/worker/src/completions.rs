@@ -12,7 +12,7 @@ use starbridge_api::{
 };
 use tokio::sync::oneshot;
 
-use crate::client::{Client, Error};
+use crate::{Client, Error};
 
 type Answer = Result<ReportResponse, Error>;
 

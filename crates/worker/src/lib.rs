@@ -1,7 +1,7 @@
 //! Worker SDK for Starbridge.
 //!
-//! - [`Client`]: a typed HTTP client of the Starbridge API (worker endpoints plus generic JSON
-//!   helpers for the rest of the API), with errors that say whether a retry can help.
+//! - [`Client`]: the typed HTTP client of the Starbridge API (`starbridge_api::client`,
+//!   re-exported here), with errors that say whether a retry can help.
 //! - [`Worker`]: polls queues for tasks, runs them with registered handlers under a concurrency
 //!   bound, heartbeats their leases, reports outcomes reliably and shuts down gracefully.
 //! - [`shell`]: the built-in shell executor, a handler running the task's command with `sh -c`.
@@ -26,16 +26,15 @@
 //! # }
 //! ```
 
-mod client;
 mod completions;
 mod context;
 mod outcome;
 pub mod shell;
 mod worker;
 
-pub use client::{Client, DEFAULT_REQUEST_TIMEOUT, Error, encode_path_segment};
 pub use context::TaskContext;
 pub use outcome::{BoxFuture, Handler, HandlerResult, Outcome};
+pub use starbridge_api::client::{Client, DEFAULT_REQUEST_TIMEOUT, Error};
 pub use worker::{
     BuildError, DEFAULT_CONCURRENCY, DEFAULT_POLL_WAIT, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,
     DEFAULT_SHUTDOWN_GRACE, Worker, WorkerBuilder,

@@ -42,6 +42,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
+use starbridge_api::client::shorten;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tracing::warn;
@@ -475,18 +476,6 @@ fn signal_name(signal: i32) -> Option<&'static str> {
         15 => "SIGTERM",
         _ => return None,
     })
-}
-
-/// `text` cut to at most `max` bytes at a character boundary, marked when cut.
-pub(crate) fn shorten(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 #[cfg(test)]

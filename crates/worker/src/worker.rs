@@ -21,10 +21,10 @@ use tokio::task::{JoinError, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::client::{Client, Error, error_chain};
 use crate::completions::Completions;
 use crate::context::{Signal, TaskContext};
 use crate::outcome::{Handler, HandlerResult, Outcome};
+use crate::{Client, Error};
 
 /// The most tasks the server hands out per poll; a worker with more free slots asks for this
 /// many and polls again.
@@ -424,6 +424,18 @@ impl Worker {
         }
         info!(worker_id = %shared.worker_id, "worker stopped");
     }
+}
+
+/// Formats an error with its chain of causes, for logs (`error: cause: cause`).
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Logs a task supervisor that panicked (a bug); aborted ones end quietly.

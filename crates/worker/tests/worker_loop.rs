@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use starbridge_api::{
     BatchItem, CheckLaterRequest, CompleteRequest, CompleteTasks, CompleteTasksResponse,
     FailRequest, HeartbeatRequest, HeartbeatResponse, LeasedTask, PollRequest, PollResponse,
-    Problem, ReportResponse, Timestamp,
+    Problem, ReportResponse, Timestamp, paths,
 };
 use starbridge_worker::shell::ShellExecutor;
 use starbridge_worker::{Client, Outcome, TaskContext, Worker, WorkerBuilder};
@@ -311,12 +311,12 @@ impl Server {
         let (sender, events) = mpsc::unbounded_channel();
         *fake.events.lock().expect("events lock") = Some(sender);
         let router = Router::new()
-            .route("/api/v1/tasks/poll", post(poll))
-            .route("/api/v1/tasks/{id}/heartbeat", post(heartbeat))
-            .route("/api/v1/tasks/{id}/complete", post(complete))
-            .route("/api/v1/tasks/complete", post(complete_many))
-            .route("/api/v1/tasks/{id}/fail", post(fail))
-            .route("/api/v1/tasks/{id}/check-later", post(check_later))
+            .route(paths::TASKS_POLL, post(poll))
+            .route(paths::TASK_HEARTBEAT, post(heartbeat))
+            .route(paths::TASK_COMPLETE, post(complete))
+            .route(paths::TASKS_COMPLETE, post(complete_many))
+            .route(paths::TASK_FAIL, post(fail))
+            .route(paths::TASK_CHECK_LATER, post(check_later))
             .with_state(Arc::clone(&fake));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await

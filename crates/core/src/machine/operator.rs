@@ -28,7 +28,7 @@ impl Machine<'_> {
         let who = json!({"actor": command.actor, "reason": command.reason});
         match command.action {
             OperatorAction::Pause => {
-                if status != JobStatus::Running {
+                if !status.can_pause() {
                     return Err(not_applicable(format!(
                         "job is {status}: only a running job can be paused"
                     )));
@@ -42,7 +42,7 @@ impl Machine<'_> {
                 self.record(EventKind::JobPaused, None, who);
             }
             OperatorAction::Resume => {
-                if status != JobStatus::Paused {
+                if !status.can_resume() {
                     return Err(not_applicable(format!(
                         "job is {status}: only a paused job can be resumed"
                     )));
@@ -57,10 +57,7 @@ impl Machine<'_> {
                 self.record(EventKind::JobResumed, None, who);
             }
             OperatorAction::Cancel { compensate } => {
-                if !matches!(
-                    status,
-                    JobStatus::Running | JobStatus::Paused | JobStatus::Queued
-                ) {
+                if !status.can_cancel() {
                     return Err(not_applicable(format!(
                         "job is {status}: only a queued, running or paused job can be cancelled"
                     )));
@@ -110,7 +107,7 @@ impl Machine<'_> {
                 self.skip_task(index, output, who, name)?;
             }
             OperatorAction::Rerun { step } => {
-                if !status.is_terminal() {
+                if !status.can_rerun() {
                     return Err(not_applicable(format!(
                         "job is {status}: rerun applies to a finished job (pause or cancel it first)"
                     )));
@@ -157,13 +154,7 @@ impl Machine<'_> {
 
     fn require_finished_unsuccessfully(&self, action: &str) -> Result<(), Rejection> {
         let status = self.state.job.status;
-        if matches!(
-            status,
-            JobStatus::Failed
-                | JobStatus::CompensationFailed
-                | JobStatus::TimedOut
-                | JobStatus::Cancelled
-        ) {
+        if status.can_retry() {
             Ok(())
         } else {
             Err(not_applicable(format!(

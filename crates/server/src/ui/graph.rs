@@ -140,8 +140,8 @@ fn step_detail(workflow: &Workflow, index: usize) -> String {
     } else {
         ""
     };
-    let command = step.handler.command.lines().next().unwrap_or("");
-    format!("{fan_out}{} · {command}", step.handler.queue)
+    let command = step.handler().command.lines().next().unwrap_or("");
+    format!("{fan_out}{} · {command}", step.handler().queue)
 }
 
 fn edges_of(workflow: &Workflow) -> Vec<(usize, usize)> {

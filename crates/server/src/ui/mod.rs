@@ -31,11 +31,11 @@ use starbridge_core::definition::check_name;
 use starbridge_core::ids::JobId;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::{Duration, Timestamp};
-use starbridge_store::{JobCursor, JobSearch};
+use starbridge_engine::{JobCursor, JobSearch};
 use tokio::sync::watch;
 
 use crate::error::ApiError;
-use crate::routes::AppState;
+use crate::state::AppState;
 use pages::{Live, Ns, Section};
 
 /// Jobs per page of the list.
@@ -90,7 +90,7 @@ enum Error {
     #[error("{0}")]
     BadRequest(String),
     #[error(transparent)]
-    Store(#[from] starbridge_store::Error),
+    Store(#[from] starbridge_engine::Error),
     #[error("{}", .0.detail())]
     Api(ApiError),
 }
@@ -109,7 +109,7 @@ impl IntoResponse for Error {
             Error::NotFound(_) => (StatusCode::NOT_FOUND, "Not found"),
             Error::BadRequest(_) => (StatusCode::BAD_REQUEST, "Bad request"),
             Error::Api(error) => (error.status(), "Cannot show this page"),
-            Error::Store(starbridge_store::Error::NotFound(_)) => {
+            Error::Store(starbridge_engine::Error::NotFound(_)) => {
                 (StatusCode::NOT_FOUND, "Not found")
             }
             Error::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "Store unavailable"),
@@ -261,7 +261,7 @@ async fn jobs_page(
     Query(params): Query<JobsParams>,
 ) -> Result<Response> {
     let namespace = ns(params.namespace.as_deref())?;
-    let store = &ui.app.store;
+    let store = &ui.app.engine;
     let query = pages::JobsQuery {
         status: params.status.clone(),
         workflow: params.workflow.clone(),
@@ -334,18 +334,18 @@ fn job_id(text: &str) -> Result<JobId> {
 /// A job with what its page shows: its view, its workflow, its history.
 struct LoadedJob {
     view: api::JobView,
-    workflow: Option<std::sync::Arc<starbridge_store::Compiled>>,
+    workflow: Option<std::sync::Arc<starbridge_engine::Compiled>>,
     events: Vec<api::EventView>,
 }
 
 async fn load_job(ui: &UiState, namespace: &Ns, id: &str) -> Result<LoadedJob> {
-    let store = &ui.app.store;
+    let store = &ui.app.engine;
     let id = job_id(id)?;
     let state = store
         .job(&namespace.0, &id)
         .await?
         .ok_or_else(|| Error::NotFound(format!("job {id} not found")))?;
-    let view = crate::routes::job_view(&ui.app, &state).await?;
+    let view = crate::jobs::job_view(&ui.app, &state).await?;
     let workflow = store
         .compiled(&namespace.0, &state.job.workflow, state.job.version)
         .await
@@ -373,7 +373,7 @@ async fn job_page(
         view: &loaded.view,
         workflow: loaded.workflow.as_ref().map(|c| &c.workflow),
         events: &loaded.events,
-        now: ui.app.store.now(),
+        now: ui.app.engine.now(),
     };
     let last_seq = loaded.events.last().map_or(0, |e| e.seq).to_string();
     let stream = namespace.href(
@@ -410,7 +410,7 @@ async fn job_stream(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let namespace = ns(query.namespace.as_deref())?;
     let id = job_id(&id)?;
-    if ui.app.store.job(&namespace.0, &id).await?.is_none() {
+    if ui.app.engine.job(&namespace.0, &id).await?.is_none() {
         return Err(Error::NotFound(format!("job {id} not found")));
     }
     let start = (ui, namespace.0, id, query.after);
@@ -420,7 +420,7 @@ async fn job_stream(
                 if *ui.closing.borrow() {
                     return None;
                 }
-                match ui.app.store.events(&namespace, &id, seen, 10_000).await {
+                match ui.app.engine.events(&namespace, &id, seen, 10_000).await {
                     Ok(Some(events)) if !events.is_empty() => {
                         seen = events.last().map_or(seen, |e| e.seq);
                         let event = Event::default().event("change").data(seen.to_string());
@@ -493,7 +493,7 @@ async fn workflows_page(
     Query(query): Query<NsQuery>,
 ) -> Result<Response> {
     let namespace = ns(query.namespace.as_deref())?;
-    let items = ui.app.store.workflows(&namespace.0).await?;
+    let items = ui.app.engine.workflows(&namespace.0).await?;
     let body = pages::workflows(&namespace, &items);
     Ok(html(pages::page(
         "Workflows",
@@ -516,9 +516,9 @@ async fn stored_workflow(
     namespace: &Ns,
     name: &str,
     version: Option<u32>,
-) -> Result<starbridge_store::StoredWorkflow> {
+) -> Result<starbridge_engine::StoredWorkflow> {
     ui.app
-        .store
+        .engine
         .workflow(&namespace.0, name, version)
         .await?
         .ok_or_else(|| match version {
@@ -540,7 +540,7 @@ async fn workflow_page(
     };
     let compiled = ui
         .app
-        .store
+        .engine
         .compiled(&namespace.0, &name, stored.version)
         .await?;
     let compared = match query.diff.filter(|&d| d != stored.version) {
@@ -570,7 +570,7 @@ async fn workflow_graph(ui: &UiState, name: &str, query: &WorkflowQuery) -> Resu
     let stored = stored_workflow(ui, &namespace, name, query.version).await?;
     let compiled = ui
         .app
-        .store
+        .engine
         .compiled(&namespace.0, name, stored.version)
         .await?;
     let mut drawn = graph::workflow_graph(&compiled.workflow);
@@ -601,7 +601,7 @@ async fn workflow_svg(
 
 async fn queues_page(State(ui): State<UiState>, Query(query): Query<NsQuery>) -> Result<Response> {
     let namespace = ns(query.namespace.as_deref())?;
-    let store = &ui.app.store;
+    let store = &ui.app.engine;
     let queues = crate::queues::views(&ui.app, &namespace.0).await?;
     let names: Vec<String> = queues.iter().map(|q| q.name.clone()).collect();
     let states = store.queue_states(&namespace.0, names.clone()).await?;
@@ -646,7 +646,7 @@ async fn schedules_page(
     Query(query): Query<NsQuery>,
 ) -> Result<Response> {
     let namespace = ns(query.namespace.as_deref())?;
-    let schedules = ui.app.store.schedules(&namespace.0).await?;
+    let schedules = ui.app.engine.schedules(&namespace.0).await?;
     let views: Vec<api::ScheduleView> = schedules.iter().map(crate::schedules::view).collect();
     let body = pages::schedules(&namespace, &views);
     Ok(html(pages::page(

@@ -9,7 +9,7 @@ use starbridge_api::{self as api, JobView, QueueView, ScheduleView, TaskView};
 use starbridge_core::definition::Workflow;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
-use starbridge_store::{JobLine, StatusCount, StoredWorkflow, WorkerLoad};
+use starbridge_engine::{JobLine, StatusCount, StoredWorkflow, WorkerLoad};
 
 use super::diff::{Line, diff};
 use super::graph::{self, Graph};
@@ -366,21 +366,17 @@ fn actions(ns: &Ns, view: &JobView) -> String {
             url = Esc(&format!("{base}/{name}")),
         );
     };
-    match status {
-        JobStatus::Running | JobStatus::Queued => button(&mut out, "pause", "Pause", ""),
-        JobStatus::Paused => button(&mut out, "resume", "Resume", ""),
-        _ => {}
+    // Which action applies to which status is the core's rule (`JobStatus::can_…`).
+    if status.can_pause() {
+        button(&mut out, "pause", "Pause", "");
     }
-    if matches!(
-        status,
-        JobStatus::Failed
-            | JobStatus::CompensationFailed
-            | JobStatus::TimedOut
-            | JobStatus::Cancelled
-    ) {
+    if status.can_resume() {
+        button(&mut out, "resume", "Resume", "");
+    }
+    if status.can_retry() {
         button(&mut out, "retry", "Retry failed steps", "");
     }
-    if status.is_terminal() {
+    if status.can_rerun() {
         let steps: Vec<&str> = {
             let mut seen: Vec<&str> = Vec::new();
             for task in &view.tasks {
@@ -399,7 +395,8 @@ fn actions(ns: &Ns, view: &JobView) -> String {
                 Esc(&steps.join(" "))
             ),
         );
-    } else {
+    }
+    if status.can_cancel() {
         button(
             &mut out,
             "cancel",

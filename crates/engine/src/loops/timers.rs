@@ -1,0 +1,66 @@
+//! The timer loop: sleeps until the next lease expiry, deadline or schedule fire, then lets the
+//! engine handle everything due. A commit may set an earlier timer (a claim starts a lease), so the store's
+//! notifier wakes the loop to re-read the next due time; only due timers cost a write. On a
+//! shared (PostgreSQL) store other nodes set timers too, which this node learns about within
+//! `SHARED_MAX_SLEEP`; the store's row locks make sure each due item is handled by one node.
+
+use std::time::Duration as StdDuration;
+
+use crate::{Engine, TICK_BATCH};
+use tokio::sync::watch;
+
+/// Longest sleep between checks: a guard against a missed wake-up, not the main path.
+const MAX_SLEEP: StdDuration = StdDuration::from_secs(5);
+/// Longest sleep between checks when other nodes may set earlier timers.
+const SHARED_MAX_SLEEP: StdDuration = StdDuration::from_secs(1);
+/// Pause after a database error, or when a timer stays due after handling.
+const PAUSE: StdDuration = StdDuration::from_secs(1);
+
+/// Handles due timers until `stop`.
+pub async fn run_timers(store: Engine, mut stop: watch::Receiver<bool>) {
+    let timers_changed = store.notifier().timers();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let changed = timers_changed.notified();
+        let sleep = match step(&store).await {
+            Ok(sleep) => sleep,
+            Err(error) => {
+                tracing::warn!(%error, "timer loop: database error, retrying");
+                PAUSE
+            }
+        };
+        tokio::select! {
+            () = changed => {}
+            () = tokio::time::sleep(sleep) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Handles due timers if any, and returns how long to sleep until the next one.
+async fn step(store: &Engine) -> crate::Result<StdDuration> {
+    let max_sleep = if store.is_shared() {
+        SHARED_MAX_SLEEP
+    } else {
+        MAX_SLEEP
+    };
+    let Some(next) = store.next_timer().await? else {
+        return Ok(max_sleep);
+    };
+    let now = store.now();
+    if next > now {
+        return Ok(StdDuration::from_millis(next.since(now).as_millis()).min(max_sleep));
+    }
+    while store.tick().await? >= TICK_BATCH {}
+    match store.next_timer().await? {
+        Some(next) if next <= store.now() => {
+            // Everything due was just handled; a timer still due is one the state machine
+            // cannot act on. Do not spin on it.
+            tracing::warn!(due_at = next.0, "a timer stays due after handling; pausing");
+            Ok(PAUSE)
+        }
+        _ => Ok(StdDuration::ZERO),
+    }
+}

@@ -1,0 +1,179 @@
+//! Webhook subscriptions and their outbox: the rules (what a subscription may be, its id and
+//! secret, which status changes it wants, when a message is sent again or given up, the lease
+//! of a claimed message); the rows are the store's (`rows::webhooks`, `rows::deliveries`).
+//! When a job's status changes, a delivery row is written for every matching subscription in
+//! the same transaction as the change, so a committed change is always reported (at least once)
+//! and a rolled-back one never is. The server's deliverer sends the rows and records each
+//! attempt here.
+
+use serde_json::json;
+use starbridge_core::model::{Job, JobStatus};
+use starbridge_core::time::Duration;
+use starbridge_store::db::Conn;
+use starbridge_store::rows;
+
+use crate::commands::invalid;
+use crate::writer::WriteCtx;
+use crate::{Delivery, DueDelivery, Error, Result, Webhook};
+
+/// Attempts before a delivery is given up.
+pub const MAX_DELIVERY_ATTEMPTS: u32 = 20;
+/// Longest pause between two attempts of a delivery.
+pub const MAX_DELIVERY_BACKOFF: Duration = Duration::from_secs(3600);
+
+/// Whether a subscription wants to hear of this job's (new) status.
+fn matches(webhook: &Webhook, job: &Job) -> bool {
+    webhook.workflow.as_ref().is_none_or(|w| *w == job.workflow)
+        && (webhook.states.is_empty() || webhook.states.contains(&job.status))
+}
+
+pub(crate) fn create(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    url: &str,
+    workflow: Option<String>,
+    states: Vec<JobStatus>,
+    secret: Option<String>,
+) -> Result<Webhook> {
+    let lower = url.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) || url.len() > 2048 {
+        return Err(invalid(
+            "url",
+            "must be an http:// or https:// URL of at most 2048 bytes",
+        ));
+    }
+    if let Some(secret) = &secret
+        && (secret.len() < 16 || secret.len() > 256)
+    {
+        return Err(invalid(
+            "secret",
+            "must be 16 to 256 bytes (or leave it out to get one)",
+        ));
+    }
+    let webhook = Webhook {
+        id: format!("whk_{}", uuid::Uuid::now_v7().simple()),
+        namespace: namespace.to_owned(),
+        url: url.to_owned(),
+        secret: secret.unwrap_or_else(|| {
+            format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            )
+        }),
+        workflow,
+        states,
+        created_at: ctx.now,
+    };
+    rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
+    ctx.reads.forget_webhooks(namespace);
+    rows::webhooks::insert(ctx.conn, &webhook)?;
+    Ok(webhook)
+}
+
+pub(crate) fn delete(ctx: &mut WriteCtx<'_>, namespace: &str, id: &str) -> Result<()> {
+    if rows::webhooks::get(ctx.conn, namespace, id)?.is_none() {
+        return Err(Error::NotFound(format!("webhook {id} not found")));
+    }
+    rows::deliveries::delete_pending(ctx.conn, id)?;
+    rows::webhooks::delete(ctx.conn, id)?;
+    ctx.reads.forget_webhooks(namespace);
+    Ok(())
+}
+
+/// Writes a delivery for every subscription that wants this status change.
+pub(crate) fn enqueue(
+    ctx: &mut WriteCtx<'_>,
+    job: &Job,
+    previous: Option<JobStatus>,
+) -> Result<()> {
+    let subscriptions = ctx.webhooks(&job.namespace)?;
+    for webhook in subscriptions.iter().filter(|w| matches(w, job)) {
+        let payload = json!({
+            "type": "job.status_changed",
+            "namespace": job.namespace,
+            "job": {
+                "id": job.id,
+                "workflow": job.workflow,
+                "version": job.version,
+                "key": job.key,
+                "status": job.status,
+                "previous_status": previous,
+                "created_at": job.created_at.0,
+                "ended_at": job.ended_at.map(|t| t.0),
+            },
+            "at": ctx.now.0,
+        });
+        rows::deliveries::insert(ctx.conn, &webhook.id, job, &payload, ctx.now)?;
+        ctx.deliveries = true;
+    }
+    Ok(())
+}
+
+/// A subscription's deliveries, newest first; `None` when it is not in this namespace.
+pub(crate) fn deliveries(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    webhook: &str,
+    limit: u32,
+) -> Result<Option<Vec<Delivery>>> {
+    if rows::webhooks::get(conn, namespace, webhook)?.is_none() {
+        return Ok(None);
+    }
+    rows::deliveries::of_webhook(conn, webhook, limit).map(Some)
+}
+
+/// How long a claimed delivery belongs to the node that claimed it: if that node dies before
+/// recording the attempt, another node sends it once this has passed.
+pub const DELIVERY_LEASE: Duration = Duration::from_secs(60);
+
+/// Claims the deliveries whose next attempt is due, oldest first: each is pushed
+/// `DELIVERY_LEASE` into the future, so no other server node sends it meanwhile.
+pub(crate) fn claim_due(ctx: &mut WriteCtx<'_>, limit: u32) -> Result<Vec<DueDelivery>> {
+    let due = rows::deliveries::due(ctx.conn, ctx.now, limit)?;
+    let lease_end = ctx.now.saturating_add(DELIVERY_LEASE);
+    let mut out = Vec::with_capacity(due.len());
+    for delivery in due {
+        rows::deliveries::postpone(ctx.conn, delivery.id, lease_end)?;
+        out.extend(rows::deliveries::addressed(ctx.conn, delivery)?);
+    }
+    Ok(out)
+}
+
+/// The outcome of one attempt to send a delivery.
+#[derive(Debug, Clone)]
+pub enum Attempt {
+    /// The receiver answered 2xx.
+    Delivered { status: u16 },
+    /// Any other answer, or none.
+    Failed { status: Option<u16>, error: String },
+    /// Not sent: the destination policy forbids it. Given up at once, since retrying cannot
+    /// change that (only the server's settings can).
+    Refused { error: String },
+}
+
+/// Records an attempt: delivered, retried after `min(2^attempts s, 1 h)`, or given up (after
+/// the last attempt, or at once when refused).
+pub(crate) fn record(ctx: &mut WriteCtx<'_>, id: i64, attempt: Attempt) -> Result<()> {
+    let Some(attempts) = rows::deliveries::attempts(ctx.conn, id)? else {
+        return Ok(()); // its subscription was deleted meanwhile
+    };
+    let attempts = attempts + 1;
+    match attempt {
+        Attempt::Delivered { status } => {
+            rows::deliveries::record_delivered(ctx.conn, id, attempts, ctx.now, status)?;
+        }
+        Attempt::Refused { error } => {
+            rows::deliveries::record_refused(ctx.conn, id, attempts, &error)?;
+        }
+        Attempt::Failed { status, error } => {
+            let next = (attempts < MAX_DELIVERY_ATTEMPTS).then(|| {
+                let backoff =
+                    Duration::from_secs(1u64 << attempts.min(12)).min(MAX_DELIVERY_BACKOFF);
+                ctx.now.saturating_add(backoff)
+            });
+            rows::deliveries::record_failed(ctx.conn, id, attempts, next, status, &error)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,879 @@
+//! Group commit: one thread owns the node's only write connection. Requests queue up while a
+//! commit is in flight; the next transaction takes all of them (up to `MAX_BATCH`), runs each,
+//! commits once, and only then answers every request and wakes the pollers of queues that got
+//! work. One fsync serves many requests, and no request is answered before its change is
+//! durable. The connection holds row writes back and writes them in sets (see `deferred`), and
+//! reads some things once per transaction (`TxReads`).
+//!
+//! A refused request must leave nothing behind while the others of its transaction commit.
+//! Requests run bare: a savepoint per request costs a round trip on PostgreSQL and a copy of
+//! every page it changes on SQLite, and almost every refusal (a stale lease, an invalid submit,
+//! an action that does not apply) is decided before anything is written, so dropping the rows
+//! the request held back is all it takes. A request that is refused after something of it
+//! reached the database, or that the database failed (PostgreSQL then refuses every further
+//! statement of the transaction), spoils the transaction: it is rolled back and run again
+//! from the start with a savepoint around every request. Every run of a request gives the same
+//! answer against the same rows, and only the answers of the last run are sent.
+//!
+//! Before a group's requests run, the jobs its reports name are loaded (and on PostgreSQL
+//! locked) in a few set-based statements (`commands::prefetch`).
+//!
+//! On PostgreSQL other nodes write too. A request that waited too long for a row another node
+//! holds (or lost a deadlock, or a unique key race) is rolled back to its savepoint and runs
+//! again at the head of the next transaction, after this one has released its locks. Before
+//! committing, the transaction announces the queues that got work to the other nodes. A broken
+//! connection is replaced before the next transaction.
+//!
+//! Each transaction's outcome (committed, or the disk full, the database read-only or out of
+//! reach) is stored in one atomic word for `/healthz` (see `health`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::Instant;
+
+use starbridge_core::ids::TaskId;
+use starbridge_core::limits::Limits;
+use starbridge_core::time::Timestamp;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::cache::{Compiled, Key, WorkflowCache};
+use crate::clock::Clock;
+use crate::health::LastWrite;
+use crate::jobs::{JobCache, Lifetime};
+use crate::notify::Notifier;
+use crate::{Error, Result, Webhook};
+use starbridge_store::Connect;
+use starbridge_store::db::{Backend, Conn};
+use starbridge_store::deferred::WriteConn;
+use starbridge_store::fault::WriteFault;
+
+const MAX_BATCH: usize = 512;
+/// How often a request contended by other nodes runs again before it is refused.
+const MAX_TRIES: u32 = 8;
+
+/// What a write request sees: the open transaction, the time, and where to note wake-ups.
+pub(crate) struct WriteCtx<'a> {
+    /// The transaction's connection; it holds row writes back (see `deferred`).
+    pub(crate) conn: &'a mut WriteConn,
+    pub(crate) now: Timestamp,
+    pub(crate) workflows: &'a WorkflowCache,
+    /// Unfinished jobs as this transaction left them (see `jobs`).
+    pub(crate) jobs: &'a mut JobCache,
+    /// Reads that hold for the whole transaction.
+    pub(crate) reads: &'a mut TxReads,
+    pub(crate) wakes: Vec<(String, String)>,
+    /// Set when webhook deliveries were written: the deliverer is woken after commit.
+    pub(crate) deliveries: bool,
+    pub(crate) limits: Limits,
+    /// Workflow versions this request compiled into the shared cache (see `workflow`).
+    loaded_workflows: Vec<Key>,
+}
+
+/// Reads a group transaction makes once for all its requests. They stay right for the length
+/// of the transaction: every request in it arrived before it began, so a change another node
+/// commits meanwhile counts as coming after all of them; a change of the transaction's own
+/// forgets the entry it makes stale.
+#[derive(Default)]
+pub(crate) struct TxReads {
+    /// Webhook subscriptions by namespace.
+    webhooks: HashMap<String, Arc<Vec<Webhook>>>,
+    /// The latest version of each workflow by (namespace, name).
+    versions: HashMap<(String, String), Option<u32>>,
+}
+
+impl TxReads {
+    pub(crate) fn clear(&mut self) {
+        self.webhooks.clear();
+        self.versions.clear();
+    }
+
+    pub(crate) fn forget_webhooks(&mut self, namespace: &str) {
+        self.webhooks.remove(namespace);
+    }
+
+    pub(crate) fn forget_version(&mut self, namespace: &str, name: &str) {
+        self.versions
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+}
+
+impl WriteCtx<'_> {
+    /// The webhook subscriptions of a namespace.
+    pub(crate) fn webhooks(&mut self, namespace: &str) -> Result<Arc<Vec<Webhook>>> {
+        if let Some(found) = self.reads.webhooks.get(namespace) {
+            return Ok(found.clone());
+        }
+        let found = Arc::new(starbridge_store::rows::webhooks::list(
+            self.conn, namespace,
+        )?);
+        self.reads
+            .webhooks
+            .insert(namespace.to_owned(), found.clone());
+        Ok(found)
+    }
+
+    /// The latest version of a workflow, if it has one.
+    pub(crate) fn latest_version(&mut self, namespace: &str, name: &str) -> Result<Option<u32>> {
+        let key = (namespace.to_owned(), name.to_owned());
+        if let Some(found) = self.reads.versions.get(&key) {
+            return Ok(*found);
+        }
+        let found = starbridge_store::rows::latest_version(self.conn, namespace, name)?;
+        self.reads.versions.insert(key, found);
+        Ok(found)
+    }
+
+    /// A compiled workflow version as this transaction sees it (perhaps stored by it).
+    pub(crate) fn workflow(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<Arc<Compiled>> {
+        self.workflows.get_noting(
+            self.conn,
+            namespace,
+            name,
+            version,
+            &mut self.loaded_workflows,
+        )
+    }
+}
+
+/// A queued write request as the writer thread holds it.
+trait Request: Send {
+    /// Runs the request in the open transaction. It may run again (its earlier run rolled back),
+    /// and the result of its last run is what `answer` sends.
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> Ran;
+
+    /// Answers the request once its transaction ended (`committed` says how).
+    fn answer(self: Box<Self>, committed: &Result<()>);
+
+    /// The task the request reports on, if it is a report: its job is loaded with the group's.
+    fn task(&self) -> Option<&TaskId>;
+
+    /// What the database's failure of its last run says about its ability to take writes.
+    fn fault(&self) -> Option<WriteFault>;
+}
+
+/// How a run of a request went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ran {
+    /// Its changes stay.
+    Kept,
+    /// It was refused: its changes (if any) must go.
+    Refused,
+    /// The database failed it: its changes must go, and without a savepoint the transaction
+    /// may be unusable (PostgreSQL aborts a transaction on any failed statement).
+    Failed,
+    /// It met another node's transaction: undo it and run it in the next transaction.
+    Again,
+}
+
+/// A request for a `T`: the work, its last result, and where the answer goes.
+struct Queued<T, F> {
+    work: F,
+    task: Option<TaskId>,
+    result: Option<Result<T>>,
+    reply_to: oneshot::Sender<Result<T>>,
+    tries: u32,
+}
+
+impl<T, F> Request for Queued<T, F>
+where
+    T: Send,
+    F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send,
+{
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> Ran {
+        let result = (self.work)(ctx);
+        if matches!(result, Err(Error::Contended(_))) && self.tries < MAX_TRIES {
+            self.tries += 1;
+            self.result = None;
+            return Ran::Again;
+        }
+        let ran = match &result {
+            Ok(_) => Ran::Kept,
+            Err(
+                Error::Database(_)
+                | Error::Contended(_)
+                | Error::Unavailable(_)
+                | Error::Full(_)
+                | Error::ReadOnly(_),
+            ) => Ran::Failed,
+            Err(_) => Ran::Refused,
+        };
+        self.result = Some(result);
+        ran
+    }
+
+    fn answer(self: Box<Self>, committed: &Result<()>) {
+        let answer = match committed {
+            Err(error) => Err(error.refusal()),
+            Ok(()) => self.result.unwrap_or_else(|| {
+                Err(Error::Unavailable(
+                    "the request did not run; nothing was written".to_owned(),
+                ))
+            }),
+        };
+        let _ = self.reply_to.send(answer);
+    }
+
+    fn task(&self) -> Option<&TaskId> {
+        self.task.as_ref()
+    }
+
+    fn fault(&self) -> Option<WriteFault> {
+        match &self.result {
+            Some(Err(error)) => error.write_fault(),
+            _ => None,
+        }
+    }
+}
+
+type Work = Box<dyn Request>;
+
+#[derive(Clone)]
+pub(crate) struct Writer {
+    sender: mpsc::UnboundedSender<Work>,
+}
+
+/// What the writer has done since the store opened: counters for `/metrics` and the benchmark.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    transactions: AtomicU64,
+    failed: AtomicU64,
+    requests: AtomicU64,
+    again: AtomicU64,
+    restarts: AtomicU64,
+    busy_nanos: AtomicU64,
+    commit_nanos: AtomicU64,
+}
+
+/// A reading of the writer's counters (see [`crate::Store::writer_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Group transactions that committed.
+    pub commits: u64,
+    /// Group transactions that failed (every request in them was refused).
+    pub failed_commits: u64,
+    /// Write requests run, whatever their outcome.
+    pub requests: u64,
+    /// Requests rolled back to run again because another node held their rows.
+    pub retried: u64,
+    /// Group transactions rolled back and run again with a savepoint per request, because a
+    /// request that ran without one was refused or failed after writing.
+    pub restarts: u64,
+    /// Time the writer spent in transactions, from `BEGIN` to the end of `COMMIT`.
+    pub busy: std::time::Duration,
+    /// Of that, time spent in `COMMIT`: on SQLite mostly the write-ahead log's fsync.
+    pub committing: std::time::Duration,
+}
+
+impl Counters {
+    pub(crate) fn read(&self) -> WriterStats {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        WriterStats {
+            commits: load(&self.transactions),
+            failed_commits: load(&self.failed),
+            requests: load(&self.requests),
+            retried: load(&self.again),
+            restarts: load(&self.restarts),
+            busy: std::time::Duration::from_nanos(load(&self.busy_nanos)),
+            committing: std::time::Duration::from_nanos(load(&self.commit_nanos)),
+        }
+    }
+}
+
+fn add_elapsed(counter: &AtomicU64, since: Instant) {
+    let nanos = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    counter.fetch_add(nanos, Ordering::Relaxed);
+}
+
+/// What the writer thread works with besides its connection.
+pub(crate) struct Shared {
+    pub(crate) connect: Connect,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) workflows: Arc<WorkflowCache>,
+    pub(crate) notifier: Arc<Notifier>,
+    /// This node's id in announcements to other nodes.
+    pub(crate) node: String,
+    /// What the engine enforces on every job (fan-out width, task input size).
+    pub(crate) limits: Limits,
+    pub(crate) counters: Arc<Counters>,
+    /// Where each group transaction's outcome goes, for health.
+    pub(crate) last_write: Arc<LastWrite>,
+}
+
+impl Writer {
+    pub(crate) fn start(conn: Box<dyn Conn>, shared: Shared) -> Writer {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        thread::Builder::new()
+            .name("starbridge-writer".to_owned())
+            .spawn(move || run(conn, receiver, &shared))
+            .expect("spawning the writer thread");
+        Writer { sender }
+    }
+
+    /// Runs `work` in the next group transaction; resolves once it is committed. `work` may run
+    /// more than once (its earlier runs rolled back) when other nodes contend for its rows.
+    pub(crate) async fn write<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.enqueue(work).answer().await
+    }
+
+    /// Queues `work` for the next group transaction at once (requests queued together commit
+    /// together, each refusable on its own); the answer resolves once it is committed.
+    pub(crate) fn enqueue<T, F>(&self, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.enqueue_on(None, work)
+    }
+
+    /// Queues a report on `task` (see `enqueue`); the group it joins loads the task's job with
+    /// the jobs of its other reports.
+    pub(crate) fn enqueue_report<T, F>(&self, task: TaskId, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.enqueue_on(Some(task), work)
+    }
+
+    fn enqueue_on<T, F>(&self, task: Option<TaskId>, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        let (reply_to, reply) = oneshot::channel::<Result<T>>();
+        let work: Work = Box::new(Queued {
+            work,
+            task,
+            result: None,
+            reply_to,
+            tries: 1,
+        });
+        Pending {
+            reply: self.sender.send(work).ok().map(|()| reply),
+        }
+    }
+}
+
+/// The answer to a queued write request.
+pub(crate) struct Pending<T> {
+    /// `None` when the writer had stopped before the request was queued.
+    reply: Option<oneshot::Receiver<Result<T>>>,
+}
+
+impl<T> Pending<T> {
+    /// Waits until the request is committed (or refused).
+    pub(crate) async fn answer(self) -> Result<T> {
+        let reply = self.reply.ok_or(Error::Closed)?;
+        reply.await.map_err(|_| {
+            Error::Unavailable(
+                "the database could not start a transaction; nothing was written".to_owned(),
+            )
+        })?
+    }
+}
+
+/// Waits for the answers of requests queued together, in their order.
+pub(crate) async fn answers<T>(pending: Vec<Pending<T>>) -> Vec<Result<T>> {
+    let mut answers = Vec::with_capacity(pending.len());
+    for request in pending {
+        answers.push(request.answer().await);
+    }
+    answers
+}
+
+/// The connection to write with: the current one, or a new one when it broke.
+fn usable(conn: &mut Option<WriteConn>, connect: &Connect) -> Result<()> {
+    if conn.as_ref().is_some_and(|conn| conn.is_usable()) {
+        return Ok(());
+    }
+    *conn = None;
+    let fresh = connect()?;
+    tracing::info!("write connection (re)opened");
+    *conn = Some(WriteConn::new(fresh));
+    Ok(())
+}
+
+/// What the writer thread keeps between requests besides its connection.
+struct State {
+    jobs: JobCache,
+    reads: TxReads,
+}
+
+fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared: &Shared) {
+    // On SQLite this thread makes every change to jobs, so what it cached is what is stored; on
+    // PostgreSQL a job stays cached only while the transaction that locked it runs.
+    let mut state = State {
+        jobs: JobCache::new(match conn.backend() {
+            Backend::Sqlite => Lifetime::Store,
+            Backend::Postgres => Lifetime::Transaction,
+        }),
+        reads: TxReads::default(),
+    };
+    let mut conn = Some(WriteConn::new(conn));
+    let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
+    let mut again: Vec<Work> = Vec::new();
+    loop {
+        if again.is_empty() {
+            match receiver.blocking_recv() {
+                Some(first) => batch.push(first),
+                None => return,
+            }
+        } else {
+            batch.append(&mut again);
+        }
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(work) => batch.push(work),
+                Err(_) => break,
+            }
+        }
+        if let Err(error) = usable(&mut conn, &shared.connect) {
+            // Dropping the requests answers each with `Error::Unavailable`; nothing was written.
+            tracing::error!(%error, "no write connection");
+            let fault = error.write_fault().unwrap_or(WriteFault::Unavailable);
+            shared.last_write.record(shared.clock.now(), Some(fault));
+            batch.clear();
+            continue;
+        }
+        let Some(conn) = conn.as_mut() else {
+            continue;
+        };
+        commit_batch(conn, &mut batch, &mut again, &mut state, shared);
+        state.jobs.transaction_ended();
+        state.reads.clear();
+    }
+}
+
+/// Runs one group transaction over `batch` and answers its requests; those to run again go to
+/// `again`.
+fn commit_batch(
+    conn: &mut WriteConn,
+    batch: &mut Vec<Work>,
+    again: &mut Vec<Work>,
+    state: &mut State,
+    shared: &Shared,
+) {
+    let started = Instant::now();
+    let counters = &shared.counters;
+    counters
+        .requests
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    let mut transaction = match run_transaction(conn, batch, Guard::None, state, shared) {
+        Attempt::Ended(transaction) => transaction,
+        Attempt::Spoiled => {
+            counters.restarts.fetch_add(1, Ordering::Relaxed);
+            match run_transaction(conn, batch, Guard::Every, state, shared) {
+                Attempt::Ended(transaction) => transaction,
+                Attempt::Spoiled => unreachable!("every request ran under a savepoint"),
+            }
+        }
+    };
+    add_elapsed(&counters.busy_nanos, started);
+    let committed = &transaction.committed;
+    if let Some(fault) = outcome(committed, &transaction.ran, batch) {
+        shared.last_write.record(shared.clock.now(), fault);
+    }
+    match committed {
+        Ok(()) => &counters.transactions,
+        Err(_) => &counters.failed,
+    }
+    .fetch_add(1, Ordering::Relaxed);
+    if let Err(error) = committed {
+        tracing::error!(%error, "group commit failed; every request in it is refused");
+        let _ = conn.raw().batch("ROLLBACK");
+        conn.discard();
+        shared.workflows.clear();
+        state.jobs.clear();
+        transaction.wakes.clear();
+    }
+    for (request, ran) in batch.drain(..).zip(transaction.ran) {
+        if ran == Ran::Again && committed.is_ok() {
+            counters.again.fetch_add(1, Ordering::Relaxed);
+            again.push(request);
+        } else {
+            // Requests set to run again are refused too when the commit failed: the database
+            // is in trouble.
+            request.answer(committed);
+        }
+    }
+    if committed.is_ok() {
+        shared.notifier.timers_changed();
+        if transaction.deliveries {
+            shared.notifier.deliveries_changed();
+        }
+    }
+    // Many requests of a batch wake the same queue: wake each once.
+    let mut wakes = transaction.wakes;
+    wakes.sort_unstable();
+    wakes.dedup();
+    for (namespace, queue) in wakes {
+        shared.notifier.wake(&namespace, &queue);
+    }
+}
+
+/// What a group transaction says about the database's ability to take writes, for health:
+/// `Some(None)` it takes them, `Some(Some(fault))` it does not, `None` nothing either way (the
+/// commit lost to another node). A committed group still tells of a fault when one of its
+/// requests failed for want of space or because the database is read-only.
+fn outcome(committed: &Result<()>, ran: &[Ran], batch: &[Work]) -> Option<Option<WriteFault>> {
+    match committed {
+        Ok(()) => Some(
+            ran.iter()
+                .zip(batch)
+                .filter(|(ran, _)| **ran == Ran::Failed)
+                .find_map(|(_, request)| {
+                    request
+                        .fault()
+                        .filter(|fault| *fault != WriteFault::Unavailable)
+                }),
+        ),
+        Err(Error::Contended(_)) => None,
+        Err(error) => Some(Some(error.write_fault().unwrap_or(WriteFault::Unavailable))),
+    }
+}
+
+/// Which requests of a transaction run under a savepoint of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// None: a request that is refused after writing (or that the database failed) spoils the
+    /// transaction.
+    None,
+    /// Every one (after a spoiled attempt).
+    Every,
+}
+
+/// A group transaction that ran to its end: how each request ran, what to wake, and whether it
+/// committed.
+struct Transaction {
+    ran: Vec<Ran>,
+    wakes: Vec<(String, String)>,
+    deliveries: bool,
+    committed: Result<()>,
+}
+
+enum Attempt {
+    Ended(Transaction),
+    /// A request without a savepoint was refused after writing, or failed in the database:
+    /// the transaction was rolled back, and nothing of it stays (in the database, the rows
+    /// held back or the caches).
+    Spoiled,
+}
+
+/// Rolls a spoiled transaction back and forgets everything it left in memory.
+fn spoil(conn: &mut WriteConn, state: &mut State, shared: &Shared) -> Attempt {
+    let _ = conn.raw().batch("ROLLBACK");
+    conn.discard();
+    shared.workflows.clear();
+    state.jobs.clear();
+    state.reads.clear();
+    Attempt::Spoiled
+}
+
+fn context<'a>(conn: &'a mut WriteConn, state: &'a mut State, shared: &'a Shared) -> WriteCtx<'a> {
+    WriteCtx {
+        conn,
+        now: shared.clock.now(),
+        workflows: &shared.workflows,
+        jobs: &mut state.jobs,
+        reads: &mut state.reads,
+        wakes: Vec::new(),
+        deliveries: false,
+        limits: shared.limits,
+        loaded_workflows: Vec::new(),
+    }
+}
+
+/// Runs every request of `batch` in one transaction and commits it.
+fn run_transaction(
+    conn: &mut WriteConn,
+    batch: &mut [Work],
+    guard: Guard,
+    state: &mut State,
+    shared: &Shared,
+) -> Attempt {
+    let mut transaction = Transaction {
+        ran: Vec::with_capacity(batch.len()),
+        wakes: Vec::new(),
+        deliveries: false,
+        committed: Ok(()),
+    };
+    let begin = match conn.backend() {
+        Backend::Sqlite => "BEGIN IMMEDIATE",
+        Backend::Postgres => "BEGIN",
+    };
+    if let Err(error) = conn.raw().batch(begin) {
+        tracing::error!(%error, "cannot begin a write transaction");
+        transaction.ran = vec![Ran::Refused; batch.len()];
+        transaction.committed = Err(error);
+        return Attempt::Ended(transaction);
+    }
+    if guard == Guard::None {
+        let reported: Vec<TaskId> = batch
+            .iter()
+            .filter_map(|request| request.task().cloned())
+            .collect();
+        if !reported.is_empty() {
+            let mut ctx = context(conn, state, shared);
+            if let Err(error) = crate::commands::prefetch(&mut ctx, &reported) {
+                tracing::debug!(%error, "loading the group's jobs failed; running it again");
+                return spoil(conn, state, shared);
+            }
+        }
+    }
+    // A failed savepoint command leaves the transaction unusable: then nothing may commit.
+    let mut broken: Option<Error> = None;
+    // A request's savepoint is closed in the same round trip that opens the next one's (one
+    // round trip fewer per request on PostgreSQL); the last one is closed on its own.
+    let mut close: Option<&str> = None;
+    for request in batch.iter_mut() {
+        if broken.is_some() {
+            transaction.ran.push(Ran::Refused);
+            continue;
+        }
+        if guard == Guard::Every {
+            // What earlier requests held back goes out before this one's savepoint opens, so a
+            // rollback to it cannot take their rows along.
+            let open = match close.take() {
+                Some(close) => format!("{close}; SAVEPOINT request"),
+                None => "SAVEPOINT request".to_owned(),
+            };
+            if let Err(error) = conn.flush().and_then(|()| conn.raw().batch(&open)) {
+                broken = Some(error);
+                transaction.ran.push(Ran::Refused);
+                continue;
+            }
+        }
+        let (mark, writes_before) = (conn.mark(), conn.writes());
+        let mut ctx = context(conn, state, shared);
+        let ran = request.run(&mut ctx);
+        let (mut wakes, deliveries, loaded) = (ctx.wakes, ctx.deliveries, ctx.loaded_workflows);
+        if ran == Ran::Kept {
+            transaction.wakes.append(&mut wakes);
+            transaction.deliveries |= deliveries;
+            state.jobs.request_kept();
+        } else {
+            state.jobs.request_rolled_back();
+            shared.workflows.forget(&loaded);
+            let wrote = conn.writes() != writes_before;
+            if guard == Guard::None && (wrote || ran != Ran::Refused) {
+                tracing::debug!(?ran, wrote, "a request spoiled its group; running it again");
+                return spoil(conn, state, shared);
+            }
+            conn.discard_since(mark);
+        }
+        if guard == Guard::Every {
+            close = Some(if ran == Ran::Kept {
+                "RELEASE request"
+            } else {
+                "ROLLBACK TO request; RELEASE request"
+            });
+        }
+        transaction.ran.push(ran);
+    }
+    if broken.is_none()
+        && let Err(error) = conn.flush()
+    {
+        broken = Some(error);
+    }
+    if broken.is_none()
+        && let Some(close) = close
+        && let Err(error) = conn.raw().batch(close)
+    {
+        broken = Some(error);
+    }
+    if broken.is_none() && conn.backend() == Backend::Postgres {
+        for payload in crate::loops::listener::announcements(
+            &shared.node,
+            &transaction.wakes,
+            transaction.deliveries,
+        ) {
+            if let Err(error) = conn.announce(&payload) {
+                broken = Some(error);
+                break;
+            }
+        }
+    }
+    let committing = Instant::now();
+    transaction.committed = match broken {
+        Some(error) => Err(error),
+        None => conn.raw().batch("COMMIT"),
+    };
+    add_elapsed(&shared.counters.commit_nanos, committing);
+    Attempt::Ended(transaction)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::mpsc as std_mpsc;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use starbridge_store::sqlite::SqliteConn;
+
+    /// A writer on a fresh SQLite file, with its counters and the file's path.
+    fn sqlite_writer(dir: &tempfile::TempDir) -> (Writer, Arc<Counters>, PathBuf) {
+        let path = dir.path().join("writer.db");
+        let mut conn = SqliteConn::open(&path).unwrap();
+        conn.migrate(0).unwrap();
+        let file = path.clone();
+        let connect: Connect =
+            Arc::new(move || SqliteConn::open(&file).map(|conn| Box::new(conn) as Box<dyn Conn>));
+        let counters = Arc::new(Counters::default());
+        let writer = Writer::start(
+            Box::new(conn),
+            Shared {
+                connect,
+                clock: Arc::new(SystemClock),
+                workflows: Arc::default(),
+                notifier: Arc::default(),
+                node: "test".to_owned(),
+                limits: Limits::default(),
+                counters: counters.clone(),
+                last_write: Arc::default(),
+            },
+        );
+        (writer, counters, path)
+    }
+
+    /// Holds the writer inside a transaction until the returned sender is dropped, so that
+    /// requests queued meanwhile share the next group transaction.
+    fn hold_writer(writer: &Writer) -> (std_mpsc::Sender<()>, Pending<()>) {
+        let (release, held) = std_mpsc::channel::<()>();
+        let (entered, inside) = std_mpsc::channel::<()>();
+        let held = std::sync::Mutex::new(held);
+        let pending = writer.enqueue(move |_ctx| {
+            let _ = entered.send(());
+            let _ = held.lock().unwrap().recv();
+            Ok(())
+        });
+        inside.recv().unwrap();
+        (release, pending)
+    }
+
+    fn insert_namespace(ctx: &mut WriteCtx<'_>, name: &str) -> Result<()> {
+        starbridge_store::rows::ensure_namespace(ctx.conn, name, ctx.now)
+    }
+
+    /// The first column of what `sql` selects from the database file, behind the writer's back.
+    fn strings(path: &Path, sql: &str) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut statement = conn.prepare(sql).unwrap();
+        statement
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    fn namespaces(path: &Path) -> Vec<String> {
+        strings(path, "SELECT name FROM namespaces ORDER BY name")
+    }
+
+    #[tokio::test]
+    async fn a_request_refused_after_writing_leaves_nothing_and_the_others_of_its_group_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, counters, path) = sqlite_writer(&dir);
+        let (release, holder) = hold_writer(&writer);
+        let first = writer.enqueue(|ctx| insert_namespace(ctx, "first"));
+        let refused = writer.enqueue(|ctx| {
+            insert_namespace(ctx, "refused")?;
+            Err::<(), _>(Error::Conflict("refused after writing".to_owned()))
+        });
+        let last = writer.enqueue(|ctx| insert_namespace(ctx, "last"));
+        drop(release);
+        holder.answer().await.unwrap();
+        first.answer().await.unwrap();
+        assert!(matches!(refused.answer().await, Err(Error::Conflict(_))));
+        last.answer().await.unwrap();
+        assert_eq!(namespaces(&path), ["first", "last"]);
+        let stats = counters.read();
+        assert_eq!(stats.restarts, 1, "{stats:?}");
+        assert_eq!(
+            stats.commits, 2,
+            "the held transaction, then the group: {stats:?}"
+        );
+    }
+
+    /// A job row as a command would hold it back.
+    fn job(id: &str) -> starbridge_core::model::Job {
+        crate::jobs::test_job(id, starbridge_core::model::JobStatus::Running)
+    }
+
+    fn jobs(path: &Path) -> Vec<String> {
+        strings(path, "SELECT id FROM jobs ORDER BY id")
+    }
+
+    #[tokio::test]
+    async fn rows_held_back_by_a_refused_request_are_dropped_and_the_others_are_written_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, counters, path) = sqlite_writer(&dir);
+        let (release, holder) = hold_writer(&writer);
+        let kept = writer.enqueue(|ctx| {
+            ctx.conn.defer_job(&job("kept"));
+            Ok(())
+        });
+        let refused = writer.enqueue(|ctx| {
+            ctx.conn.defer_job(&job("refused"));
+            Err::<(), _>(Error::Conflict("refused".to_owned()))
+        });
+        let rewritten = writer.enqueue(|ctx| {
+            let mut twice = job("twice");
+            ctx.conn.defer_job(&twice);
+            twice.completions = 2;
+            ctx.conn.defer_job(&twice);
+            Ok(())
+        });
+        drop(release);
+        holder.answer().await.unwrap();
+        kept.answer().await.unwrap();
+        assert!(matches!(refused.answer().await, Err(Error::Conflict(_))));
+        rewritten.answer().await.unwrap();
+        assert_eq!(jobs(&path), ["job_kept", "job_twice"]);
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let completions: i64 = conn
+            .query_row(
+                "SELECT completions FROM jobs WHERE id = 'job_twice'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(
+            completions, 2,
+            "the last version of a row is the one written"
+        );
+        assert_eq!(counters.read().restarts, 0);
+    }
+
+    #[tokio::test]
+    async fn a_request_refused_before_writing_costs_its_group_no_second_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, counters, path) = sqlite_writer(&dir);
+        let (release, holder) = hold_writer(&writer);
+        let runs = Arc::new(AtomicU64::new(0));
+        let counted = runs.clone();
+        let first = writer.enqueue(move |ctx| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            insert_namespace(ctx, "first")
+        });
+        let refused = writer.enqueue(|_ctx| Err::<(), _>(Error::Conflict("refused".to_owned())));
+        drop(release);
+        holder.answer().await.unwrap();
+        first.answer().await.unwrap();
+        assert!(matches!(refused.answer().await, Err(Error::Conflict(_))));
+        assert_eq!(namespaces(&path), ["first"]);
+        assert_eq!(runs.load(Ordering::Relaxed), 1);
+        assert_eq!(counters.read().restarts, 0);
+    }
+}

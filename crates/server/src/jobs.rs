@@ -1,0 +1,234 @@
+//! Jobs: submit one, list them, read one with its tasks and runs, read its history.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::Deserialize;
+use starbridge_api as api;
+use starbridge_core::ids::JobId;
+use starbridge_engine::{JobFilter, Submit};
+
+use crate::auth::{Caller, actor, audit_added_version};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{body, job_id, namespace, namespace_name, parse_status, parse_time};
+use crate::limits::{Limit, Limits};
+use crate::state::AppState;
+use crate::views;
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/jobs", post(submit_job).get(list_jobs))
+        .route("/api/v1/jobs/{id}", get(get_job))
+        .route("/api/v1/jobs/{id}/events", get(job_events))
+}
+
+/// Most history events read to rebuild a job's attempts.
+const MAX_VIEW_EVENTS: u32 = 100_000;
+pub(crate) async fn job_view(
+    state: &AppState,
+    job: &starbridge_core::model::JobState,
+) -> ApiResult<api::JobView> {
+    let events = state
+        .engine
+        .events(&job.job.namespace, &job.job.id, 0, MAX_VIEW_EVENTS)
+        .await?
+        .unwrap_or_default();
+    job_view_with(state, job, &events).await
+}
+/// The view of `job` with its task runs rebuilt from `events`. A job just created has no runs
+/// (none of its tasks was claimed in the transaction that made it), so its view needs no history.
+async fn job_view_with(
+    state: &AppState,
+    job: &starbridge_core::model::JobState,
+    events: &[starbridge_engine::StoredEvent],
+) -> ApiResult<api::JobView> {
+    let namespace = &job.job.namespace;
+    let compiled = state
+        .engine
+        .compiled(namespace, &job.job.workflow, job.job.version)
+        .await
+        .ok();
+    let mut waiting_queues: Vec<String> = job
+        .tasks
+        .iter()
+        .filter(|t| t.status == starbridge_core::model::TaskStatus::Ready)
+        .map(|t| t.queue.clone())
+        .collect();
+    waiting_queues.sort();
+    waiting_queues.dedup();
+    let queues = state.engine.queue_states(namespace, waiting_queues).await?;
+    let lock_held = match (&job.job.lock, job.job.status) {
+        (Some(lock), starbridge_core::model::JobStatus::Queued) => {
+            Some(state.engine.lock_usage(namespace, &lock.key).await?)
+        }
+        _ => None,
+    };
+    let context = views::JobContext {
+        workflow: compiled.as_ref().map(|c| &c.workflow),
+        events,
+        queues: &queues,
+        lock_held,
+        now: state.engine.now(),
+    };
+    Ok(views::job(job, &context))
+}
+async fn submit_job(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<api::NamespaceQuery>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> ApiResult<Response> {
+    let namespace = namespace(&query)?;
+    let request: api::SubmitJob = body(&bytes)?;
+    check_submit(&state.limits, &request)?;
+    let actor = actor(&headers)?;
+    let submitted = state
+        .engine
+        .submit(&namespace, submission(request, actor.clone(), &caller))
+        .await?;
+    if submitted.added_version.is_some() {
+        audit_added_version(&state, &namespace, &actor, &submitted.state.job.workflow).await;
+    }
+    let (status, view) = if submitted.created {
+        let view = job_view_with(&state, &submitted.state, &[]).await?;
+        (StatusCode::CREATED, view)
+    } else {
+        (StatusCode::OK, job_view(&state, &submitted.state).await?)
+    };
+    Ok((status, Json(view)).into_response())
+}
+/// What the store is asked to create for a submitted job; `actor` is recorded in the job's
+/// `job_created` event (submissions are not in the audit log: the job's history names them,
+/// and a workflow version an inline definition makes is audited as an apply). Only a caller
+/// that may operate may make a version that way.
+pub(crate) fn submission(request: api::SubmitJob, actor: String, caller: &Caller) -> Submit {
+    Submit {
+        workflow: request.workflow,
+        version: request.version,
+        definition: request.definition,
+        params: request.params,
+        key: request.key,
+        priority: request.priority,
+        actor: Some(actor),
+        may_add_version: caller.may_operate(),
+    }
+}
+/// Holds a job submission to the limits on names, keys, params and inline definitions.
+pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResult<()> {
+    if let Some(workflow) = &request.workflow {
+        limits.text(Limit::Name, "workflow", workflow)?;
+    }
+    if let Some(key) = &request.key {
+        limits.text(Limit::Key, "key", key)?;
+    }
+    if let Some(params) = &request.params {
+        limits.json(Limit::Params, "params", params)?;
+    }
+    if let Some(definition) = &request.definition {
+        limits.definition("definition", definition)?;
+    }
+    Ok(())
+}
+async fn list_jobs(
+    State(state): State<AppState>,
+    Query(query): Query<api::JobListQuery>,
+) -> ApiResult<Json<api::JobList>> {
+    let namespace = namespace_name(query.namespace.as_deref())?;
+    let status = query
+        .status
+        .as_deref()
+        .map(|text| parse_status("status", text))
+        .transpose()?;
+    let limit = query.limit.unwrap_or(50);
+    if limit == 0 {
+        return Err(ApiError::invalid("limit", "must be at least 1"));
+    }
+    state
+        .limits
+        .count(Limit::Page, "limit", u64::from(limit), "items")?;
+    let created_after = query
+        .created_after
+        .as_deref()
+        .map(|text| parse_time("created_after", text))
+        .transpose()?;
+    let created_before = query
+        .created_before
+        .as_deref()
+        .map(|text| parse_time("created_before", text))
+        .transpose()?;
+    let before = query
+        .cursor
+        .as_deref()
+        .map(|cursor| {
+            JobId::parse(cursor).ok_or_else(|| {
+                ApiError::invalid(
+                    "cursor",
+                    "not a cursor: pass next_cursor from the previous page",
+                )
+            })
+        })
+        .transpose()?;
+    // One more than the page tells whether another page follows.
+    let mut jobs = state
+        .engine
+        .jobs(JobFilter {
+            namespace,
+            status,
+            workflow: query.workflow,
+            before,
+            created_after,
+            created_before,
+            limit: limit + 1,
+        })
+        .await?;
+    let more = jobs.len() > limit as usize;
+    jobs.truncate(limit as usize);
+    let next_cursor = more
+        .then(|| jobs.last().map(|job| job.id.to_string()))
+        .flatten();
+    Ok(Json(api::JobList {
+        items: jobs.iter().map(views::job_summary).collect(),
+        next_cursor,
+    }))
+}
+async fn get_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+) -> ApiResult<Json<api::JobView>> {
+    let namespace = namespace(&query)?;
+    let id = job_id(&id)?;
+    let job = state
+        .engine
+        .job(&namespace, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
+    Ok(Json(job_view(&state, &job).await?))
+}
+#[derive(Deserialize)]
+struct EventsQuery {
+    namespace: Option<String>,
+    after: Option<i64>,
+    limit: Option<u32>,
+}
+async fn job_events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+) -> ApiResult<Json<api::EventList>> {
+    let namespace = namespace_name(query.namespace.as_deref())?;
+    let id = job_id(&id)?;
+    let limit = query.limit.unwrap_or(1000).clamp(1, 10_000);
+    let events = state
+        .engine
+        .events(&namespace, &id, query.after.unwrap_or(0), limit)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
+    Ok(Json(api::EventList {
+        items: events.iter().map(views::event).collect(),
+    }))
+}

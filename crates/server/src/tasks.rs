@@ -1,0 +1,231 @@
+//! The worker protocol: long-poll for tasks, then heartbeat, complete, fail or "check later",
+//! each report addressed by task id and lease token.
+
+use std::time::Duration as StdDuration;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::routing::post;
+use axum::{Extension, Json, Router};
+use starbridge_api as api;
+use starbridge_core::model::{Input, ReportedError};
+use starbridge_core::time::Duration;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{body, task_id};
+use crate::limits::{Limit, Limits};
+use crate::state::AppState;
+use crate::views;
+
+/// Longest long-poll a worker may ask for.
+pub(crate) const MAX_WAIT_MS: u64 = 60_000;
+/// Most tasks one poll may claim.
+pub(crate) const MAX_TASKS_PER_POLL: u32 = 256;
+/// Longest "check later" delay.
+pub(crate) const MAX_CHECK_LATER_MS: u64 = 7 * 24 * 3600 * 1000;
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/tasks/poll", post(poll))
+        .route("/api/v1/tasks/{id}/heartbeat", post(heartbeat))
+        .route("/api/v1/tasks/{id}/complete", post(complete))
+        .route("/api/v1/tasks/{id}/fail", post(fail))
+        .route("/api/v1/tasks/{id}/check-later", post(check_later))
+}
+
+fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
+    if request.worker_id.is_empty() {
+        return Err(ApiError::invalid("worker_id", "must not be empty"));
+    }
+    limits.text(Limit::Name, "worker_id", &request.worker_id)?;
+    if request.queues.is_empty() || request.queues.len() > 64 {
+        return Err(ApiError::invalid("queues", "name 1 to 64 queues to poll"));
+    }
+    if request.queues.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "queues",
+            "a queue name must not be empty",
+        ));
+    }
+    for queue in &request.queues {
+        limits.text(Limit::Name, "queues", queue)?;
+    }
+    if let Some(max) = request.max_tasks
+        && (max == 0 || max > MAX_TASKS_PER_POLL)
+    {
+        return Err(ApiError::invalid(
+            "max_tasks",
+            format!("must be between 1 and {MAX_TASKS_PER_POLL}"),
+        ));
+    }
+    if request.wait_ms.is_some_and(|wait| wait > MAX_WAIT_MS) {
+        return Err(ApiError::invalid(
+            "wait_ms",
+            format!("at most {MAX_WAIT_MS}: poll again after that"),
+        ));
+    }
+    Ok(())
+}
+/// Claims ready tasks; when none is ready, waits until one is or `wait_ms` passes (see
+/// `Engine::poll`).
+async fn poll(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::PollResponse>> {
+    let request: api::PollRequest = body(&bytes)?;
+    check_poll(&state.limits, &request)?;
+    let namespace = caller.namespace(request.namespace.as_deref())?;
+    caller.check_queues(&request.queues)?;
+    let wait = StdDuration::from_millis(request.wait_ms.unwrap_or(0));
+    let claimed = state
+        .engine
+        .poll(
+            &namespace,
+            &request.queues,
+            &request.worker_id,
+            request.max_tasks.unwrap_or(1),
+            wait,
+        )
+        .await?;
+    Ok(Json(api::PollResponse {
+        tasks: claimed
+            .iter()
+            .map(|c| views::leased(&c.task, c.lease.as_millis()))
+            .collect(),
+    }))
+}
+fn report_response(reported: &starbridge_engine::Reported) -> Json<api::ReportResponse> {
+    Json(api::ReportResponse {
+        task_status: reported.task.status.to_string(),
+        job_status: reported.job_status.to_string(),
+    })
+}
+async fn heartbeat(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::HeartbeatResponse>> {
+    let id = task_id(&id)?;
+    let request: api::HeartbeatRequest = body(&bytes)?;
+    if let Some(progress) = &request.progress {
+        state.limits.json(Limit::Task, "progress", progress)?;
+    }
+    let reported = state
+        .engine
+        .report(
+            id.clone(),
+            Input::Heartbeat {
+                task: id,
+                lease_token: request.lease_token,
+                progress: request.progress,
+            },
+            caller.task_scope(),
+        )
+        .await?;
+    let expires = reported
+        .task
+        .lease_expires_at
+        .unwrap_or_else(|| state.engine.now().saturating_add(reported.lease));
+    Ok(Json(api::HeartbeatResponse {
+        lease_expires_at: api::timestamp_from_millis(expires.0),
+    }))
+}
+async fn complete(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::ReportResponse>> {
+    let id = task_id(&id)?;
+    let request: api::CompleteRequest = body(&bytes)?;
+    state.limits.json(Limit::Task, "output", &request.output)?;
+    if let Some(logs) = &request.logs {
+        state.limits.json(Limit::Task, "logs", logs)?;
+    }
+    let reported = state
+        .engine
+        .report(
+            id.clone(),
+            Input::Complete {
+                task: id,
+                lease_token: request.lease_token,
+                output: request.output,
+                logs: request.logs,
+            },
+            caller.task_scope(),
+        )
+        .await?;
+    Ok(report_response(&reported))
+}
+async fn fail(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::ReportResponse>> {
+    let id = task_id(&id)?;
+    let request: api::FailRequest = body(&bytes)?;
+    state
+        .limits
+        .text(Limit::Task, "error.message", &request.error.message)?;
+    if let Some(logs) = &request.logs {
+        state.limits.json(Limit::Task, "logs", logs)?;
+    }
+    if request.error.message.trim().is_empty() {
+        return Err(ApiError::invalid(
+            "error.message",
+            "say what went wrong: the message is shown to operators",
+        ));
+    }
+    let reported = state
+        .engine
+        .report(
+            id.clone(),
+            Input::Fail {
+                task: id,
+                lease_token: request.lease_token,
+                error: ReportedError {
+                    message: request.error.message,
+                    retryable: request.error.retryable,
+                },
+                logs: request.logs,
+            },
+            caller.task_scope(),
+        )
+        .await?;
+    Ok(report_response(&reported))
+}
+async fn check_later(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::ReportResponse>> {
+    let id = task_id(&id)?;
+    let request: api::CheckLaterRequest = body(&bytes)?;
+    if let Some(progress) = &request.progress {
+        state.limits.json(Limit::Task, "progress", progress)?;
+    }
+    if request.after_ms > MAX_CHECK_LATER_MS {
+        return Err(ApiError::invalid(
+            "after_ms",
+            format!("at most {MAX_CHECK_LATER_MS} (7 days)"),
+        ));
+    }
+    let reported = state
+        .engine
+        .report(
+            id.clone(),
+            Input::CheckLater {
+                task: id,
+                lease_token: request.lease_token,
+                after: Duration::from_millis(request.after_ms),
+                progress: request.progress,
+            },
+            caller.task_scope(),
+        )
+        .await?;
+    Ok(report_response(&reported))
+}

@@ -1,0 +1,72 @@
+//! History events: their rows, appended in sets (see `deferred`) and never changed, and a job's
+//! history read back in order.
+
+use serde_json::Value;
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::{Event, EventKind};
+use starbridge_core::time::Timestamp;
+
+use super::{RowWrite, enum_column, json_text, parse_json};
+use crate::db::{Conn, Queries, Value as SqlValue, args};
+use crate::{Result, StoredEvent};
+
+/// History events: appended, never changed.
+pub const EVENT_WRITE: RowWrite = RowWrite {
+    table: "events",
+    columns: &[
+        "job_id",
+        "task_id",
+        "step",
+        "at",
+        "kind",
+        "attempt",
+        "worker_id",
+        "detail",
+    ],
+    upsert: None,
+};
+
+/// An event's row, in the columns of `EVENT_WRITE`.
+pub fn event_values(job: &JobId, step: Option<&str>, event: &Event) -> Vec<SqlValue> {
+    args![
+        job.as_str(),
+        event.task.as_ref().map(TaskId::as_str),
+        step,
+        event.at.0,
+        event.kind.as_str(),
+        event.attempt,
+        event.worker,
+        json_text(&event.detail),
+    ]
+    .iter()
+    .map(SqlValue::of)
+    .collect()
+}
+
+pub fn events(
+    conn: &mut dyn Conn,
+    job: &JobId,
+    after: i64,
+    limit: u32,
+) -> Result<Vec<StoredEvent>> {
+    conn.query_map(
+        "SELECT seq, task_id, step, at, kind, attempt, worker_id, detail FROM events \
+         WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+        args![job.as_str(), after, limit],
+        |row| {
+            let task: Option<String> = row.get(1)?;
+            Ok(StoredEvent {
+                seq: row.get(0)?,
+                step: row.get(2)?,
+                event: Event {
+                    at: Timestamp(row.get(3)?),
+                    kind: enum_column(row.get(4)?, EventKind::parse)?,
+                    task: task.and_then(|t| TaskId::parse(&t)),
+                    attempt: row.get(5)?,
+                    worker: row.get(6)?,
+                    detail: parse_json(Some(row.get(7)?))?.unwrap_or(Value::Null),
+                },
+            })
+        },
+    )
+}

@@ -1,0 +1,297 @@
+//! Jobs: their rows (written in sets, see `deferred`), loading a job with its tasks (locked
+//! against other nodes as a write asks), finding a job by its key, listing a namespace's jobs,
+//! and deleting finished jobs with everything they own once retention has passed.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use starbridge_core::ids::JobId;
+use starbridge_core::model::{Job, JobLock, JobState, JobStatus, Task, WindDown};
+use starbridge_core::time::Timestamp;
+
+use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
+use super::{RowLock, RowWrite, enum_column, json_text, parse_json, ts};
+use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
+use crate::{Error, JobFilter, Result};
+
+const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
+     started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, lock_key, \
+     lock_slots";
+
+fn job_from_row(row: &mut Row) -> Result<RawJob> {
+    Ok(RawJob {
+        id: row.get(0)?,
+        namespace: row.get(1)?,
+        workflow: row.get(2)?,
+        version: row.get(3)?,
+        status: row.get(4)?,
+        params: row.get(5)?,
+        key: row.get(6)?,
+        priority: row.get(7)?,
+        created_at: row.get(8)?,
+        started_at: row.get(9)?,
+        ended_at: row.get(10)?,
+        deadline_at: row.get(11)?,
+        wind_down: row.get(12)?,
+        compensation_planned: row.get(13)?,
+        completions: row.get(14)?,
+        round: row.get(15)?,
+        lock_key: row.get(16)?,
+        lock_slots: row.get(17)?,
+    })
+}
+
+struct RawJob {
+    id: String,
+    namespace: String,
+    workflow: String,
+    version: u32,
+    status: String,
+    params: String,
+    key: Option<String>,
+    priority: i32,
+    created_at: i64,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+    deadline_at: Option<i64>,
+    wind_down: Option<String>,
+    compensation_planned: bool,
+    completions: i64,
+    round: u32,
+    lock_key: Option<String>,
+    lock_slots: Option<u32>,
+}
+
+impl RawJob {
+    fn into_job(self) -> Result<Job> {
+        let wind_down: Option<WindDown> = self
+            .wind_down
+            .map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
+            .transpose()?;
+        Ok(Job {
+            id: JobId::parse(&self.id).ok_or_else(|| Error::Corrupt(self.id.clone()))?,
+            namespace: self.namespace,
+            workflow: self.workflow,
+            version: self.version,
+            status: enum_column(self.status, JobStatus::parse)?,
+            params: parse_json(Some(self.params))?.unwrap_or(Value::Null),
+            key: self.key,
+            priority: self.priority,
+            created_at: Timestamp(self.created_at),
+            started_at: ts(self.started_at),
+            ended_at: ts(self.ended_at),
+            deadline_at: ts(self.deadline_at),
+            wind_down,
+            compensation_planned: self.compensation_planned,
+            completions: u64::try_from(self.completions).unwrap_or(0),
+            round: self.round,
+            lock: self.lock_key.map(|key| JobLock {
+                key,
+                slots: self.lock_slots.unwrap_or(1),
+            }),
+        })
+    }
+}
+
+pub fn load_job(conn: &mut dyn Conn, id: &JobId) -> Result<Option<Job>> {
+    locked_job(conn, id, RowLock::None)
+}
+
+fn locked_job(conn: &mut dyn Conn, id: &JobId, lock: RowLock) -> Result<Option<Job>> {
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1{}",
+        lock.clause()
+    );
+    conn.query_opt(&sql, args![id.as_str()], job_from_row)?
+        .map(RawJob::into_job)
+        .transpose()
+}
+
+pub fn load_job_state(conn: &mut dyn Conn, id: &JobId) -> Result<Option<JobState>> {
+    lock_job_state(conn, id, RowLock::None)
+}
+
+/// A job with its tasks, the job row locked as `lock` says (`None` when it does not exist or,
+/// with `RowLock::Skip`, another node holds it).
+pub fn lock_job_state(conn: &mut dyn Conn, id: &JobId, lock: RowLock) -> Result<Option<JobState>> {
+    let Some(job) = locked_job(conn, id, lock)? else {
+        return Ok(None);
+    };
+    let sql = format!("SELECT {TASK_COLUMNS} FROM tasks WHERE job_id = ?1 ORDER BY seq");
+    let tasks = conn
+        .query_map(&sql, args![id.as_str()], task_from_row)?
+        .into_iter()
+        .map(RawTask::into_task)
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(JobState { job, tasks }))
+}
+
+/// Jobs with their tasks (those that exist, and with `RowLock::Skip` that no other node holds),
+/// their rows locked as `lock` says, in a few set-based statements. Rows are locked in id
+/// order, so that two transactions locking overlapping sets cannot wait on each other.
+pub fn lock_job_states(conn: &mut dyn Conn, ids: &[JobId], lock: RowLock) -> Result<Vec<JobState>> {
+    let mut states = Vec::with_capacity(ids.len());
+    for chunk in chunks(ids) {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({}) ORDER BY id{}",
+            placeholders(chunk.len()),
+            lock.clause()
+        );
+        let values: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id.as_str())).collect();
+        let jobs = conn
+            .query_map(&sql, &values, job_from_row)?
+            .into_iter()
+            .map(RawJob::into_job)
+            .collect::<Result<Vec<_>>>()?;
+        if jobs.is_empty() {
+            continue;
+        }
+        let found: Vec<Arg<'_>> = jobs.iter().map(|job| Arg::Text(job.id.as_str())).collect();
+        let sql = format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE job_id IN ({}) ORDER BY job_id, seq",
+            placeholders(found.len())
+        );
+        let mut tasks: HashMap<JobId, Vec<Task>> = HashMap::with_capacity(jobs.len());
+        for raw in conn.query_map(&sql, &found, task_from_row)? {
+            let task = raw.into_task()?;
+            tasks.entry(task.job_id.clone()).or_default().push(task);
+        }
+        states.extend(jobs.into_iter().map(|job| JobState {
+            tasks: tasks.remove(&job.id).unwrap_or_default(),
+            job,
+        }));
+    }
+    Ok(states)
+}
+
+pub fn job_by_key(conn: &mut dyn Conn, namespace: &str, key: &str) -> Result<Option<JobId>> {
+    let id: Option<String> = conn.query_opt(
+        "SELECT id FROM jobs WHERE namespace = ?1 AND key = ?2",
+        args![namespace, key],
+        |row| row.get(0),
+    )?;
+    Ok(id.and_then(|id| JobId::parse(&id)))
+}
+
+/// Jobs: a new row at submit, its changing columns afterwards.
+pub const JOB_WRITE: RowWrite = RowWrite {
+    table: "jobs",
+    columns: &[
+        "id",
+        "namespace",
+        "workflow",
+        "version",
+        "status",
+        "params",
+        "key",
+        "priority",
+        "created_at",
+        "started_at",
+        "ended_at",
+        "deadline_at",
+        "wind_down",
+        "compensation_planned",
+        "completions",
+        "round",
+        "lock_key",
+        "lock_slots",
+    ],
+    upsert: Some((
+        "id",
+        &[
+            "status",
+            "started_at",
+            "ended_at",
+            "deadline_at",
+            "wind_down",
+            "compensation_planned",
+            "completions",
+            "round",
+        ],
+    )),
+};
+
+/// A job's row, in the columns of `JOB_WRITE`.
+pub fn job_values(job: &Job) -> Vec<SqlValue> {
+    let wind_down = job
+        .wind_down
+        .as_ref()
+        .map(|w| serde_json::to_string(w).unwrap_or_default());
+    args![
+        job.id.as_str(),
+        job.namespace,
+        job.workflow,
+        job.version,
+        job.status.as_str(),
+        json_text(&job.params),
+        job.key,
+        job.priority,
+        job.created_at.0,
+        job.started_at.map(|t| t.0),
+        job.ended_at.map(|t| t.0),
+        job.deadline_at.map(|t| t.0),
+        wind_down,
+        job.compensation_planned,
+        job.completions,
+        job.round,
+        job.lock.as_ref().map(|lock| lock.key.as_str()),
+        job.lock.as_ref().map(|lock| lock.slots),
+    ]
+    .iter()
+    .map(SqlValue::of)
+    .collect()
+}
+
+/// Jobs of a namespace, newest first, after the cursor (a job id).
+pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<Job>> {
+    let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1");
+    let mut values: Vec<Arg<'a>> = vec![Arg::Text(&filter.namespace)];
+    let mut condition = |sql: &mut String, clause: &str, value: Arg<'a>| {
+        values.push(value);
+        sql.push_str(&format!(" AND {clause} ?{}", values.len()));
+    };
+    if let Some(status) = filter.status {
+        condition(&mut sql, "status =", Arg::Text(status.as_str()));
+    }
+    if let Some(workflow) = &filter.workflow {
+        condition(&mut sql, "workflow =", Arg::Text(workflow));
+    }
+    if let Some(after) = filter.created_after {
+        condition(&mut sql, "created_at >=", Arg::Int(after.0));
+    }
+    if let Some(before) = filter.created_before {
+        condition(&mut sql, "created_at <", Arg::Int(before.0));
+    }
+    if let Some(cursor) = &filter.before {
+        condition(&mut sql, "id <", Arg::Text(cursor.as_str()));
+    }
+    values.push(Arg::Int(i64::from(filter.limit)));
+    sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", values.len()));
+    conn.query_map(&sql, &values, job_from_row)?
+        .into_iter()
+        .map(RawJob::into_job)
+        .collect()
+}
+
+/// Deletes up to `limit` jobs that finished before `ended_before`, with their tasks, history,
+/// lock rows and webhook deliveries; returns how many jobs went.
+pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) -> Result<usize> {
+    let ids = conn.query_map(
+        "SELECT id FROM jobs INDEXED BY jobs_ended WHERE ended_at IS NOT NULL AND ended_at < ?1 \
+         ORDER BY ended_at LIMIT ?2 FOR UPDATE SKIP LOCKED",
+        args![ended_before.0, limit],
+        |row| row.get::<String>(0),
+    )?;
+    for id in &ids {
+        for sql in [
+            "DELETE FROM events WHERE job_id = ?1",
+            "DELETE FROM tasks WHERE job_id = ?1",
+            "DELETE FROM lock_holders WHERE job_id = ?1",
+            "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND next_attempt_at IS NULL",
+            "DELETE FROM jobs WHERE id = ?1",
+        ] {
+            conn.execute(sql, args![id])?;
+        }
+    }
+    Ok(ids.len())
+}

@@ -1,0 +1,140 @@
+//! Mapping between core types and table rows, one file per table or concern, written once for
+//! both backends (see `db`): jobs (`jobs`), tasks with the claim's candidates (`tasks`), history
+//! (`events`), queues with their rate buckets (`queues`), workflow versions (`workflows`), lock
+//! slots (`locks`), lease and deadline timers (`timers`), namespaces (`namespaces`), the health
+//! probe (`health`), schedules (`schedules`), webhook subscriptions (`webhooks`) and their
+//! outbox (`deliveries`), API tokens (`tokens`) and the audit log (`audit`). The rest of the
+//! store's SQL is in `stats`, `browse`, the backends and the migrations.
+//!
+//! This module keeps what the tables share: JSON and timestamp columns, how a write locks the
+//! rows it reads (`RowLock`) and how rows are written in sets (`RowWrite`). The functions most
+//! of the engine calls are re-exported here (`rows::load_job`); those of schedules, webhooks,
+//! deliveries, tokens and the audit log are called by their module (`rows::tokens::list`).
+
+use serde_json::Value;
+use starbridge_core::time::Timestamp;
+
+use crate::{Error, Result};
+
+pub mod audit;
+pub mod deliveries;
+mod events;
+mod health;
+mod jobs;
+mod locks;
+mod namespaces;
+mod queues;
+pub mod schedules;
+mod tasks;
+mod timers;
+pub mod tokens;
+pub mod webhooks;
+mod workflows;
+
+#[cfg(test)]
+mod tests;
+
+pub use events::{EVENT_WRITE, event_values, events};
+pub use health::{ping, write_health_probe};
+pub use jobs::{
+    JOB_WRITE, job_by_key, job_values, list_jobs, load_job, load_job_state, lock_job_state,
+    lock_job_states, prune_finished,
+};
+pub use locks::{first_queued, hold_lock, lock_holders, release_lock};
+pub use namespaces::ensure_namespace;
+pub use queues::{ensure_queue, list_queues, queue, save_bucket, save_queue};
+pub use tasks::{
+    TASK_WRITE, claim_candidates, job_of_task, jobs_of_tasks, next_available, running_count,
+    task_values,
+};
+pub use timers::{due_jobs, next_timer};
+pub use workflows::{
+    insert_workflow, latest_version, list_workflows, workflow, workflow_version_of,
+};
+
+fn json_text(value: &Value) -> String {
+    value.to_string()
+}
+
+fn opt_json_text(value: Option<&Value>) -> Option<String> {
+    value.map(json_text)
+}
+
+fn parse_json(text: Option<String>) -> Result<Option<Value>> {
+    text.map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
+        .transpose()
+}
+
+fn ts(value: Option<i64>) -> Option<Timestamp> {
+    value.map(Timestamp)
+}
+
+fn enum_column<T>(text: String, parse: fn(&str) -> Option<T>) -> Result<T> {
+    parse(&text).ok_or_else(|| Error::Corrupt(format!("unknown value '{text}'")))
+}
+
+/// How a write holds the rows it loads against other server nodes (on SQLite, with its single
+/// writer, every variant reads the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowLock {
+    /// A read: no lock.
+    None,
+    /// Lock the row, waiting for a node that holds it.
+    Wait,
+    /// Lock the row, or skip it when another node holds it (it is being handled).
+    Skip,
+}
+
+impl RowLock {
+    fn clause(self) -> &'static str {
+        match self {
+            RowLock::None => "",
+            RowLock::Wait => " FOR UPDATE",
+            RowLock::Skip => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+}
+
+/// How the rows of a table are written in sets (see `deferred`): its columns, and for rows
+/// that may exist already, the key and the columns an existing row takes from the new one.
+pub struct RowWrite {
+    pub table: &'static str,
+    pub columns: &'static [&'static str],
+    pub upsert: Option<(&'static str, &'static [&'static str])>,
+}
+
+impl RowWrite {
+    /// The `INSERT` of `rows` rows, their values bound as `?1, ?2, …` row after row.
+    pub fn sql(&self, rows: usize) -> String {
+        let width = self.columns.len();
+        let mut sql = format!(
+            "INSERT INTO {} ({}) VALUES ",
+            self.table,
+            self.columns.join(", ")
+        );
+        for row in 0..rows {
+            if row > 0 {
+                sql.push_str(", ");
+            }
+            sql.push('(');
+            for column in 0..width {
+                if column > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("?{}", row * width + column + 1));
+            }
+            sql.push(')');
+        }
+        if let Some((key, updated)) = self.upsert {
+            let set: Vec<String> = updated
+                .iter()
+                .map(|column| format!("{column} = excluded.{column}"))
+                .collect();
+            sql.push_str(&format!(
+                " ON CONFLICT ({key}) DO UPDATE SET {}",
+                set.join(", ")
+            ));
+        }
+        sql
+    }
+}

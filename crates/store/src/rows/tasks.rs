@@ -1,0 +1,347 @@
+//! Tasks: their rows (written in sets, see `deferred`), the job a task belongs to, and what a
+//! claim reads of a queue: its candidates in dispatch order, how many of its tasks run, and
+//! when its next ready task becomes claimable.
+
+use starbridge_core::dispatch::{Candidate, QueueConfig};
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::{Task, TaskKind, TaskStatus};
+use starbridge_core::time::Timestamp;
+
+use super::{RowWrite, enum_column, opt_json_text, parse_json, ts};
+use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
+use crate::{Error, Result};
+
+pub(super) const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queue, command, status, \
+     priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, worker_id, \
+     input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq, \
+     held, round, attempt_base";
+
+pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
+    Ok(RawTask {
+        id: row.get(0)?,
+        job_id: row.get(1)?,
+        seq: row.get(2)?,
+        kind: row.get(3)?,
+        step: row.get(4)?,
+        item: row.get(5)?,
+        compensates: row.get(6)?,
+        queue: row.get(7)?,
+        command: row.get(8)?,
+        status: row.get(9)?,
+        priority: row.get(10)?,
+        attempt: row.get(11)?,
+        checking: row.get(12)?,
+        available_at: row.get(13)?,
+        deadline_at: row.get(14)?,
+        lease_token: row.get(15)?,
+        lease_expires_at: row.get(16)?,
+        worker_id: row.get(17)?,
+        input: row.get(18)?,
+        output: row.get(19)?,
+        error: row.get(20)?,
+        progress: row.get(21)?,
+        logs: row.get(22)?,
+        created_at: row.get(23)?,
+        ready_at: row.get(24)?,
+        started_at: row.get(25)?,
+        ended_at: row.get(26)?,
+        completed_seq: row.get(27)?,
+        held: row.get(28)?,
+        round: row.get(29)?,
+        attempt_base: row.get(30)?,
+    })
+}
+
+pub(super) struct RawTask {
+    id: String,
+    job_id: String,
+    seq: u32,
+    kind: String,
+    step: String,
+    item: Option<u32>,
+    compensates: Option<String>,
+    queue: String,
+    command: String,
+    status: String,
+    priority: i32,
+    attempt: u32,
+    checking: bool,
+    available_at: Option<i64>,
+    deadline_at: Option<i64>,
+    lease_token: Option<String>,
+    lease_expires_at: Option<i64>,
+    worker_id: Option<String>,
+    input: Option<String>,
+    output: Option<String>,
+    error: Option<String>,
+    progress: Option<String>,
+    logs: Option<String>,
+    created_at: i64,
+    ready_at: Option<i64>,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+    completed_seq: Option<i64>,
+    held: bool,
+    round: u32,
+    attempt_base: u32,
+}
+
+impl RawTask {
+    pub(super) fn into_task(self) -> Result<Task> {
+        let corrupt = |what: &str| Error::Corrupt(format!("bad id '{what}'"));
+        Ok(Task {
+            id: TaskId::parse(&self.id).ok_or_else(|| corrupt(&self.id))?,
+            job_id: JobId::parse(&self.job_id).ok_or_else(|| corrupt(&self.job_id))?,
+            seq: self.seq,
+            kind: enum_column(self.kind, TaskKind::parse)?,
+            step: self.step,
+            item: self.item,
+            compensates: self
+                .compensates
+                .map(|id| TaskId::parse(&id).ok_or_else(|| corrupt(&id)))
+                .transpose()?,
+            queue: self.queue,
+            command: self.command,
+            status: enum_column(self.status, TaskStatus::parse)?,
+            priority: self.priority,
+            attempt: self.attempt,
+            checking: self.checking,
+            available_at: ts(self.available_at),
+            deadline_at: ts(self.deadline_at),
+            lease_token: self.lease_token,
+            lease_expires_at: ts(self.lease_expires_at),
+            worker_id: self.worker_id,
+            input: parse_json(self.input)?,
+            output: parse_json(self.output)?,
+            error: self
+                .error
+                .map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
+                .transpose()?,
+            progress: parse_json(self.progress)?,
+            logs: parse_json(self.logs)?,
+            created_at: Timestamp(self.created_at),
+            ready_at: ts(self.ready_at),
+            started_at: ts(self.started_at),
+            ended_at: ts(self.ended_at),
+            completed_seq: self.completed_seq.and_then(|n| u64::try_from(n).ok()),
+            held: self.held,
+            round: self.round,
+            attempt_base: self.attempt_base,
+        })
+    }
+}
+
+/// The job of each of these tasks that exists.
+pub fn jobs_of_tasks(conn: &mut dyn Conn, tasks: &[TaskId]) -> Result<Vec<(TaskId, JobId)>> {
+    let mut found = Vec::with_capacity(tasks.len());
+    for chunk in chunks(tasks) {
+        let sql = format!(
+            "SELECT id, job_id FROM tasks WHERE id IN ({})",
+            placeholders(chunk.len())
+        );
+        let values: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id.as_str())).collect();
+        for (task, job) in conn.query_map(&sql, &values, |row| {
+            Ok((row.get::<String>(0)?, row.get::<String>(1)?))
+        })? {
+            if let (Some(task), Some(job)) = (TaskId::parse(&task), JobId::parse(&job)) {
+                found.push((task, job));
+            }
+        }
+    }
+    Ok(found)
+}
+
+pub fn job_of_task(conn: &mut dyn Conn, task: &TaskId) -> Result<Option<JobId>> {
+    let id: Option<String> = conn.query_opt(
+        "SELECT job_id FROM tasks WHERE id = ?1",
+        args![task.as_str()],
+        |row| row.get(0),
+    )?;
+    Ok(id.and_then(|id| JobId::parse(&id)))
+}
+
+/// Tasks: a new row when the job (or a fan-out, a compensation) makes one, its changing
+/// columns afterwards.
+pub const TASK_WRITE: RowWrite = RowWrite {
+    table: "tasks",
+    columns: &[
+        "id",
+        "job_id",
+        "namespace",
+        "seq",
+        "kind",
+        "step",
+        "item",
+        "compensates",
+        "queue",
+        "command",
+        "status",
+        "priority",
+        "attempt",
+        "checking",
+        "available_at",
+        "deadline_at",
+        "lease_token",
+        "lease_expires_at",
+        "worker_id",
+        "input",
+        "output",
+        "error",
+        "progress",
+        "logs",
+        "created_at",
+        "ready_at",
+        "started_at",
+        "ended_at",
+        "completed_seq",
+        "held",
+        "round",
+        "attempt_base",
+    ],
+    upsert: Some((
+        "id",
+        &[
+            "status",
+            "attempt",
+            "checking",
+            "available_at",
+            "deadline_at",
+            "lease_token",
+            "lease_expires_at",
+            "worker_id",
+            "input",
+            "output",
+            "error",
+            "progress",
+            "logs",
+            "ready_at",
+            "started_at",
+            "ended_at",
+            "completed_seq",
+            "held",
+            "round",
+            "attempt_base",
+        ],
+    )),
+};
+
+/// A task's row, in the columns of `TASK_WRITE`.
+pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
+    let error = task
+        .error
+        .as_ref()
+        .map(|e| serde_json::to_string(e).unwrap_or_default());
+    args![
+        task.id.as_str(),
+        task.job_id.as_str(),
+        namespace,
+        task.seq,
+        task.kind.as_str(),
+        task.step,
+        task.item,
+        task.compensates.as_ref().map(TaskId::as_str),
+        task.queue,
+        task.command,
+        task.status.as_str(),
+        task.priority,
+        task.attempt,
+        task.checking,
+        task.available_at.map(|t| t.0),
+        task.deadline_at.map(|t| t.0),
+        task.lease_token,
+        task.lease_expires_at.map(|t| t.0),
+        task.worker_id,
+        opt_json_text(task.input.as_ref()),
+        opt_json_text(task.output.as_ref()),
+        error,
+        opt_json_text(task.progress.as_ref()),
+        opt_json_text(task.logs.as_ref()),
+        task.created_at.0,
+        task.ready_at.map(|t| t.0),
+        task.started_at.map(|t| t.0),
+        task.ended_at.map(|t| t.0),
+        task.completed_seq,
+        task.held,
+        task.round,
+        task.attempt_base,
+    ]
+    .iter()
+    .map(SqlValue::of)
+    .collect()
+}
+
+/// Ready tasks of one queue in priority order (priority, then age, then id), or, with
+/// `starving_before`, those that became claimable before that time, oldest first. On
+/// PostgreSQL the rows are locked, skipping those another node's claim holds.
+pub fn claim_candidates(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queue: &str,
+    config: &QueueConfig,
+    now: Timestamp,
+    limit: u32,
+    starving: bool,
+) -> Result<Vec<Candidate>> {
+    let sql = if starving {
+        "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_age \
+         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
+         ORDER BY available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
+    } else {
+        "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_dispatch \
+         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
+         ORDER BY priority DESC, available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
+    };
+    let bound = if starving {
+        Timestamp(
+            now.0
+                .saturating_sub(i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX)),
+        )
+    } else {
+        now
+    };
+    let rows = conn.query_map(sql, args![namespace, queue, bound.0, limit], |row| {
+        Ok((
+            row.get::<String>(0)?,
+            row.get::<String>(1)?,
+            row.get::<i32>(2)?,
+            row.get::<i64>(3)?,
+        ))
+    })?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(job, task, priority, available_at)| {
+            Some(Candidate {
+                job: JobId::parse(&job)?,
+                task: TaskId::parse(&task)?,
+                queue: queue.to_owned(),
+                queue_priority: config.priority,
+                priority,
+                available_at: Timestamp(available_at),
+                starving,
+            })
+        })
+        .collect())
+}
+
+/// How many tasks of a queue are running.
+pub fn running_count(conn: &mut dyn Conn, namespace: &str, queue: &str) -> Result<u32> {
+    conn.query_value(
+        "SELECT COUNT(*) FROM tasks INDEXED BY tasks_running WHERE status = 'running' \
+         AND namespace = ?1 AND queue = ?2",
+        args![namespace, queue],
+    )
+}
+
+/// The earliest time a ready task of this queue becomes claimable, if any is waiting.
+pub fn next_available(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queue: &str,
+) -> Result<Option<Timestamp>> {
+    let min: Option<i64> = conn.query_value(
+        "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_age \
+         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2",
+        args![namespace, queue],
+    )?;
+    Ok(min.map(Timestamp))
+}

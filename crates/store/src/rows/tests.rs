@@ -1,0 +1,713 @@
+//! The row-level suite: each test writes rows through `rows` and reads them back, on a fresh
+//! SQLite file and on a PostgreSQL schema of its own (see `scratch`), so both backends map every
+//! table alike. What the rows mean is tested in the engine's behaviour suite.
+
+use serde_json::json;
+use starbridge_core::dispatch::{Bucket, QueueConfig, QueueMode, RateLimit};
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::{
+    ErrorKind, Event, EventKind, Job, JobLock, JobStatus, Task, TaskError, TaskKind, TaskStatus,
+    WindDown,
+};
+use starbridge_core::schedule::{CatchUp, Overlap};
+use starbridge_core::time::{Duration, Timestamp};
+
+use super::audit::AuditEntry;
+use super::schedules::StoredSchedule;
+use super::tokens::{Scope, Token};
+use super::webhooks::Webhook;
+use super::*;
+use crate::deferred::WriteConn;
+use crate::scratch::ScratchSchema;
+use crate::{JobFilter, StoreOptions, StoredQueue, StoredWorkflow};
+
+const NOW: Timestamp = Timestamp(1_700_000_000_000);
+
+/// A migrated database of its own, through the writer's kind of connection (rows held back
+/// until `flush` or a statement that needs them).
+struct Db {
+    conn: WriteConn,
+    /// Where the database lives (a directory or a schema), dropped after the connection.
+    _place: Box<dyn std::any::Any>,
+}
+
+impl Db {
+    fn sqlite() -> Db {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("rows.db").display());
+        Db::open(&url, Box::new(dir))
+    }
+
+    /// `None` when no PostgreSQL server is reachable (and none is required).
+    fn postgres(label: &str) -> Option<Db> {
+        let schema = ScratchSchema::create(label)?;
+        let url = schema.url.clone();
+        Some(Db::open(&url, Box::new(schema)))
+    }
+
+    fn open(url: &str, place: Box<dyn std::any::Any>) -> Db {
+        let opened = crate::open(url, &StoreOptions::default(), NOW.0).unwrap();
+        Db {
+            conn: WriteConn::new(opened.writer),
+            _place: place,
+        }
+    }
+
+    /// Writes a job with its tasks and their events, as the writer does.
+    fn insert(&mut self, job: &Job, tasks: &[Task], events: &[Event]) {
+        self.conn.defer_job(job);
+        for task in tasks {
+            self.conn.defer_task(&job.namespace, task);
+        }
+        for event in events {
+            let step = event
+                .task
+                .as_ref()
+                .and_then(|id| tasks.iter().find(|task| &task.id == id))
+                .map(|task| task.step.as_str());
+            self.conn.defer_event(&job.id, step, event);
+        }
+        self.conn.flush().unwrap();
+    }
+}
+
+/// Runs each listed test on both backends: `sqlite::name` and `postgres::name`.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&mut super::Db::sqlite());
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[test]
+                fn $name() {
+                    if let Some(mut db) = super::Db::postgres(stringify!($name)) {
+                        super::$name(&mut db);
+                    }
+                }
+            )*
+        }
+    };
+}
+
+on_both_backends!(
+    a_job_reads_back_with_its_tasks_and_events,
+    claim_candidates_come_in_dispatch_order,
+    queue_settings_and_buckets_read_back,
+    lock_slots_go_to_the_oldest_queued_job,
+    workflow_versions_read_back,
+    schedules_read_back_and_fall_due,
+    webhooks_and_their_deliveries_read_back,
+    tokens_and_audit_entries_read_back,
+);
+
+fn job(unique: &str, created_at: Timestamp) -> Job {
+    Job {
+        id: JobId::from_unique(unique),
+        namespace: "default".to_owned(),
+        workflow: "wf".to_owned(),
+        version: 1,
+        status: JobStatus::Running,
+        params: json!({"size": 3}),
+        key: None,
+        priority: 0,
+        created_at,
+        started_at: Some(created_at),
+        ended_at: None,
+        deadline_at: None,
+        wind_down: None,
+        compensation_planned: false,
+        completions: 0,
+        round: 0,
+        lock: None,
+    }
+}
+
+/// A ready task of `job` on `queue`.
+fn task(job: &Job, seq: u32, queue: &str, priority: i32, available_at: Timestamp) -> Task {
+    Task {
+        id: TaskId::from_unique(&format!("{}-{seq}", &job.id.as_str()[4..])),
+        job_id: job.id.clone(),
+        seq,
+        kind: TaskKind::Step,
+        step: format!("s{seq}"),
+        item: None,
+        compensates: None,
+        queue: queue.to_owned(),
+        command: "run".to_owned(),
+        status: TaskStatus::Ready,
+        priority,
+        attempt: 0,
+        checking: false,
+        available_at: Some(available_at),
+        deadline_at: None,
+        lease_token: None,
+        lease_expires_at: None,
+        worker_id: None,
+        input: None,
+        output: None,
+        error: None,
+        progress: None,
+        logs: None,
+        created_at: job.created_at,
+        ready_at: Some(available_at),
+        started_at: None,
+        ended_at: None,
+        completed_seq: None,
+        held: false,
+        round: 0,
+        attempt_base: 0,
+    }
+}
+
+fn event(at: Timestamp, kind: EventKind, task: Option<&Task>) -> Event {
+    Event {
+        at,
+        kind,
+        task: task.map(|task| task.id.clone()),
+        attempt: task.map(|task| task.attempt),
+        worker: task.and_then(|task| task.worker_id.clone()),
+        detail: json!({"n": at.0 - NOW.0}),
+    }
+}
+
+fn later(millis: i64) -> Timestamp {
+    Timestamp(NOW.0 + millis)
+}
+
+fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
+    let mut job = job("one", NOW);
+    job.key = Some("order-7".to_owned());
+    job.deadline_at = Some(later(60_000));
+    job.lock = Some(JobLock {
+        key: "db".to_owned(),
+        slots: 2,
+    });
+    let mut done = task(&job, 1, "q", 0, NOW);
+    done.status = TaskStatus::Succeeded;
+    done.attempt = 2;
+    done.worker_id = Some("w1".to_owned());
+    done.input = Some(json!({"size": 3}));
+    done.output = Some(json!(["a", "b"]));
+    done.logs = Some(json!({"stdout": "ok"}));
+    done.ended_at = Some(later(10));
+    done.completed_seq = Some(1);
+    let mut failed = task(&job, 2, "q", 5, later(10));
+    failed.status = TaskStatus::Failed;
+    failed.item = Some(0);
+    failed.kind = TaskKind::Item;
+    failed.error = Some(TaskError {
+        message: "boom".to_owned(),
+        retryable: false,
+        kind: ErrorKind::Handler,
+    });
+    let mut undo = task(&job, 3, "q", 0, later(20));
+    undo.kind = TaskKind::Compensation;
+    undo.compensates = Some(done.id.clone());
+    let tasks = [done, failed, undo];
+    let written = [
+        event(NOW, EventKind::JobCreated, None),
+        event(later(10), EventKind::TaskSucceeded, Some(&tasks[0])),
+        event(later(20), EventKind::TaskFailed, Some(&tasks[1])),
+    ];
+    db.insert(&job, &tasks, &written);
+    let conn = &mut db.conn;
+
+    assert_eq!(load_job(conn, &job.id).unwrap(), Some(job.clone()));
+    let state = load_job_state(conn, &job.id).unwrap().unwrap();
+    assert_eq!((state.job, state.tasks), (job.clone(), tasks.to_vec()));
+    let missing = JobId::from_unique("missing");
+    assert_eq!(load_job(conn, &missing).unwrap(), None);
+    let states = lock_job_states(conn, &[missing.clone(), job.id.clone()], RowLock::Wait).unwrap();
+    assert_eq!(states.len(), 1);
+    assert_eq!(states[0].tasks, tasks);
+    assert_eq!(
+        job_by_key(conn, "default", "order-7").unwrap(),
+        Some(job.id.clone())
+    );
+    assert_eq!(job_by_key(conn, "other", "order-7").unwrap(), None);
+    assert_eq!(
+        job_of_task(conn, &tasks[1].id).unwrap(),
+        Some(job.id.clone())
+    );
+    let unknown = TaskId::from_unique("unknown");
+    assert_eq!(
+        jobs_of_tasks(conn, &[tasks[2].id.clone(), unknown]).unwrap(),
+        [(tasks[2].id.clone(), job.id.clone())]
+    );
+
+    let history = events(conn, &job.id, 0, 10).unwrap();
+    let read: Vec<(Option<&str>, &Event)> = history
+        .iter()
+        .map(|stored| (stored.step.as_deref(), &stored.event))
+        .collect();
+    assert_eq!(
+        read,
+        [
+            (None, &written[0]),
+            (Some("s1"), &written[1]),
+            (Some("s2"), &written[2])
+        ]
+    );
+    assert!(history.windows(2).all(|pair| pair[0].seq < pair[1].seq));
+    let after_first = events(conn, &job.id, history[0].seq, 1).unwrap();
+    assert_eq!(after_first.len(), 1);
+    assert_eq!(after_first[0].event, written[1]);
+
+    // A job row written again takes its changing columns; the others stay as first written.
+    let mut ended = job.clone();
+    ended.status = JobStatus::Failed;
+    ended.ended_at = Some(later(30));
+    ended.wind_down = Some(WindDown::StepFailed {
+        task: tasks[1].id.clone(),
+        step: "s2".to_owned(),
+        message: "boom".to_owned(),
+    });
+    ended.compensation_planned = true;
+    ended.completions = 1;
+    ended.round = 1;
+    let mut rewritten = ended.clone();
+    rewritten.params = json!({"size": 4});
+    db.insert(&rewritten, &[], &[]);
+    let conn = &mut db.conn;
+    assert_eq!(load_job(conn, &job.id).unwrap(), Some(ended.clone()));
+
+    let filter = |status: Option<JobStatus>| JobFilter {
+        namespace: "default".to_owned(),
+        status,
+        limit: 10,
+        ..JobFilter::default()
+    };
+    assert_eq!(
+        list_jobs(conn, &filter(Some(JobStatus::Failed))).unwrap(),
+        [ended]
+    );
+    assert!(
+        list_jobs(conn, &filter(Some(JobStatus::Running)))
+            .unwrap()
+            .is_empty()
+    );
+}
+
+fn claim_candidates_come_in_dispatch_order(db: &mut Db) {
+    let job = job("claims", NOW);
+    let mut held = task(&job, 1, "q", 9, NOW);
+    held.held = true;
+    let mut running = task(&job, 2, "q", 0, NOW);
+    running.status = TaskStatus::Running;
+    let tasks = [
+        held,
+        running,
+        task(&job, 3, "q", 0, later(-5_000)),
+        task(&job, 4, "q", 1, later(-10)),
+        task(&job, 5, "q", 0, later(-20_000)),
+        task(&job, 6, "q", 7, later(1_000)),
+        task(&job, 7, "other", 9, later(-30_000)),
+    ];
+    db.insert(&job, &tasks, &[]);
+    let conn = &mut db.conn;
+    let config = QueueConfig {
+        max_wait: Duration::from_secs(10),
+        ..QueueConfig::default()
+    };
+    let seqs = |candidates: Vec<starbridge_core::dispatch::Candidate>| -> Vec<String> {
+        candidates
+            .iter()
+            .map(|candidate| candidate.task.as_str()[4..].to_owned())
+            .collect()
+    };
+    let by_priority = claim_candidates(conn, "default", "q", &config, NOW, 10, false).unwrap();
+    assert!(by_priority.iter().all(|c| !c.starving && c.job == job.id));
+    assert_eq!(
+        seqs(by_priority),
+        ["claims-4", "claims-5", "claims-3"],
+        "priority, then age: held, running and future tasks are not candidates"
+    );
+    let limited = claim_candidates(conn, "default", "q", &config, NOW, 1, false).unwrap();
+    assert_eq!(seqs(limited), ["claims-4"]);
+    let starving = claim_candidates(conn, "default", "q", &config, NOW, 10, true).unwrap();
+    assert!(starving.iter().all(|c| c.starving));
+    assert_eq!(
+        seqs(starving),
+        ["claims-5"],
+        "only tasks older than max_wait, oldest first"
+    );
+    assert_eq!(running_count(conn, "default", "q").unwrap(), 1);
+    assert_eq!(running_count(conn, "default", "other").unwrap(), 0);
+    assert_eq!(
+        next_available(conn, "default", "q").unwrap(),
+        Some(later(-20_000))
+    );
+    assert_eq!(next_available(conn, "default", "none").unwrap(), None);
+}
+
+fn queue_settings_and_buckets_read_back(db: &mut Db) {
+    let conn = &mut db.conn;
+    ensure_queue(conn, "default", "b", NOW).unwrap();
+    ensure_queue(conn, "default", "b", later(5)).unwrap();
+    let made = queue(conn, "default", "b").unwrap().unwrap();
+    assert_eq!(
+        (made.config, made.bucket, made.created_at, made.updated_at),
+        (QueueConfig::default(), None, NOW, None)
+    );
+    let config = QueueConfig {
+        mode: QueueMode::Serial,
+        priority: 3,
+        concurrency: Some(4),
+        paused: true,
+        max_wait: Duration::from_secs(90),
+        rate: Some(RateLimit {
+            tokens: 5,
+            per: Duration::from_secs(2),
+        }),
+    };
+    let stored = StoredQueue {
+        namespace: "default".to_owned(),
+        name: "a".to_owned(),
+        config: config.clone(),
+        bucket: None,
+        created_at: NOW,
+        updated_at: None,
+    };
+    save_queue(conn, &stored, later(1)).unwrap();
+    let bucket = Bucket {
+        tokens: 2.5,
+        at: later(2),
+    };
+    save_bucket(conn, "default", "a", bucket).unwrap();
+    let read = queue(conn, "default", "a").unwrap().unwrap();
+    assert_eq!(
+        (read.config, read.bucket, read.created_at, read.updated_at),
+        (config, Some(bucket), NOW, Some(later(1)))
+    );
+    let names: Vec<String> = list_queues(conn, "default")
+        .unwrap()
+        .into_iter()
+        .map(|queue| queue.name)
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert!(queue(conn, "other", "a").unwrap().is_none());
+}
+
+fn lock_slots_go_to_the_oldest_queued_job(db: &mut Db) {
+    let lock = JobLock {
+        key: "db".to_owned(),
+        slots: 1,
+    };
+    for (unique, at) in [("b-second", later(1)), ("a-first", NOW)] {
+        let mut job = job(unique, at);
+        job.status = JobStatus::Queued;
+        job.lock = Some(lock.clone());
+        db.insert(&job, &[], &[]);
+    }
+    let conn = &mut db.conn;
+    let first = JobId::from_unique("a-first");
+    assert_eq!(
+        first_queued(conn, "default", "db").unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(first_queued(conn, "default", "other").unwrap(), None);
+    assert_eq!(lock_holders(conn, "default", "db").unwrap(), 0);
+    hold_lock(conn, "default", "db", &first, NOW).unwrap();
+    assert_eq!(lock_holders(conn, "default", "db").unwrap(), 1);
+    assert_eq!(lock_holders(conn, "other", "db").unwrap(), 0);
+    release_lock(conn, &first).unwrap();
+    assert_eq!(lock_holders(conn, "default", "db").unwrap(), 0);
+}
+
+fn workflow_versions_read_back(db: &mut Db) {
+    let conn = &mut db.conn;
+    for (version, steps) in [(1, 1), (2, 2)] {
+        let stored = StoredWorkflow {
+            namespace: "default".to_owned(),
+            name: "wf".to_owned(),
+            version,
+            definition: json!({"steps": steps}),
+            description: Some(format!("version {version}")),
+            steps,
+            created_at: later(i64::from(version)),
+        };
+        insert_workflow(conn, &stored).unwrap();
+    }
+    assert_eq!(latest_version(conn, "default", "wf").unwrap(), Some(2));
+    assert_eq!(latest_version(conn, "default", "none").unwrap(), None);
+    assert_eq!(
+        workflow_version_of(conn, "default", "wf", &json!({"steps": 1})).unwrap(),
+        Some(1)
+    );
+    let first = workflow(conn, "default", "wf", Some(1)).unwrap().unwrap();
+    assert_eq!(
+        (first.definition, first.description, first.created_at),
+        (json!({"steps": 1}), Some("version 1".to_owned()), later(1))
+    );
+    let latest = workflow(conn, "default", "wf", None).unwrap().unwrap();
+    assert_eq!((latest.version, latest.steps), (2, 2));
+    let listed = list_workflows(conn, "default").unwrap();
+    assert_eq!(
+        listed.iter().map(|w| w.version).collect::<Vec<_>>(),
+        [2],
+        "the latest version of each"
+    );
+}
+
+fn schedules_read_back_and_fall_due(db: &mut Db) {
+    let conn = &mut db.conn;
+    let nightly = StoredSchedule {
+        namespace: "default".to_owned(),
+        name: "nightly".to_owned(),
+        workflow: "wf".to_owned(),
+        params: json!({"full": true}),
+        cron: "0 2 * * *".to_owned(),
+        timezone: "Europe/Paris".to_owned(),
+        overlap: Overlap::QueueOne,
+        catch_up: CatchUp::All { limit: 3 },
+        paused: false,
+        next_fire_at: Some(later(-1)),
+        pending_fire_at: None,
+        last_fire_at: Some(later(-86_400_000)),
+        last_job_id: Some(JobId::from_unique("last")),
+        last_error: Some("refused".to_owned()),
+        created_at: NOW,
+        updated_at: NOW,
+    };
+    let mut later_one = nightly.clone();
+    later_one.name = "hourly".to_owned();
+    later_one.next_fire_at = Some(later(3_600_000));
+    later_one.last_job_id = None;
+    let mut paused = nightly.clone();
+    paused.name = "paused".to_owned();
+    paused.paused = true;
+    for schedule in [&nightly, &later_one, &paused] {
+        schedules::save(conn, schedule).unwrap();
+    }
+    assert_eq!(
+        schedules::get(conn, "default", "nightly", RowLock::None).unwrap(),
+        Some(nightly.clone())
+    );
+    assert_eq!(
+        schedules::get(conn, "default", "nightly", RowLock::Wait).unwrap(),
+        Some(nightly.clone())
+    );
+    assert_eq!(
+        schedules::get(conn, "other", "nightly", RowLock::None).unwrap(),
+        None
+    );
+    let names: Vec<String> = schedules::list(conn, "default")
+        .unwrap()
+        .into_iter()
+        .map(|schedule| schedule.name)
+        .collect();
+    assert_eq!(names, ["hourly", "nightly", "paused"]);
+    assert_eq!(
+        schedules::due(conn, NOW).unwrap(),
+        std::slice::from_ref(&nightly)
+    );
+    assert_eq!(schedules::next_due(conn).unwrap(), Some(later(-1)));
+
+    // Saved again: everything changes but when it was created.
+    let mut changed = nightly.clone();
+    changed.cron = "0 3 * * *".to_owned();
+    changed.next_fire_at = Some(later(1));
+    changed.created_at = later(5);
+    changed.updated_at = later(5);
+    schedules::save(conn, &changed).unwrap();
+    changed.created_at = NOW;
+    assert_eq!(
+        schedules::get(conn, "default", "nightly", RowLock::None).unwrap(),
+        Some(changed)
+    );
+    assert!(schedules::due(conn, NOW).unwrap().is_empty());
+
+    assert!(schedules::delete(conn, "default", "nightly").unwrap());
+    assert!(!schedules::delete(conn, "default", "nightly").unwrap());
+    assert_eq!(schedules::next_due(conn).unwrap(), Some(later(3_600_000)));
+}
+
+fn webhooks_and_their_deliveries_read_back(db: &mut Db) {
+    let hook = Webhook {
+        id: "whk_1".to_owned(),
+        namespace: "default".to_owned(),
+        url: "https://example.com/hook".to_owned(),
+        secret: "s".repeat(32),
+        workflow: Some("wf".to_owned()),
+        states: vec![JobStatus::Failed, JobStatus::Succeeded],
+        created_at: NOW,
+    };
+    let conn = &mut db.conn;
+    webhooks::insert(conn, &hook).unwrap();
+    assert_eq!(
+        webhooks::get(conn, "default", "whk_1").unwrap(),
+        Some(hook.clone())
+    );
+    assert_eq!(webhooks::get(conn, "other", "whk_1").unwrap(), None);
+    assert_eq!(
+        webhooks::list(conn, "default").unwrap(),
+        std::slice::from_ref(&hook)
+    );
+
+    let mut job = job("hooked", NOW);
+    job.status = JobStatus::Failed;
+    for (at, n) in [(NOW, 1), (later(1), 2)] {
+        deliveries::insert(conn, &hook.id, &job, &json!({"n": n}), at).unwrap();
+    }
+    assert_eq!(deliveries::next_attempt(conn).unwrap(), Some(NOW));
+    let due = deliveries::due(conn, NOW, 10).unwrap();
+    assert_eq!(due.len(), 1, "the second is not due yet");
+    let first = due[0].clone();
+    assert_eq!(
+        (
+            first.job_id.as_str(),
+            first.status.as_str(),
+            &first.payload,
+            first.attempts,
+            first.next_attempt_at
+        ),
+        (job.id.as_str(), "failed", &json!({"n": 1}), 0, Some(NOW))
+    );
+    deliveries::postpone(conn, first.id, later(60_000)).unwrap();
+    assert_eq!(deliveries::next_attempt(conn).unwrap(), Some(later(1)));
+    let addressed = deliveries::addressed(conn, first.clone()).unwrap().unwrap();
+    assert_eq!(
+        (addressed.url, addressed.secret),
+        (hook.url.clone(), hook.secret.clone())
+    );
+
+    assert_eq!(deliveries::attempts(conn, first.id).unwrap(), Some(0));
+    deliveries::record_failed(
+        conn,
+        first.id,
+        1,
+        Some(later(2_000)),
+        Some(502),
+        "bad gateway",
+    )
+    .unwrap();
+    deliveries::record_delivered(conn, first.id, 2, later(3_000), 204).unwrap();
+    let second = deliveries::of_webhook(conn, &hook.id, 10).unwrap()[0].id;
+    deliveries::record_refused(conn, second, 1, "refused by policy").unwrap();
+    let history = deliveries::of_webhook(conn, &hook.id, 10).unwrap();
+    let outcomes: Vec<_> = history
+        .iter()
+        .map(|d| {
+            (
+                d.attempts,
+                d.next_attempt_at,
+                d.delivered_at,
+                d.last_status,
+                d.last_error.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (1, None, None, None, Some("refused by policy")),
+            (2, None, Some(later(3_000)), Some(204), None),
+        ],
+        "newest first"
+    );
+    assert_eq!(deliveries::next_attempt(conn).unwrap(), None);
+    assert_eq!(deliveries::attempts(conn, -1).unwrap(), None);
+
+    // Deleting a subscription takes its pending messages; those done stay.
+    deliveries::insert(conn, &hook.id, &job, &json!({"n": 3}), later(2)).unwrap();
+    deliveries::delete_pending(conn, &hook.id).unwrap();
+    webhooks::delete(conn, &hook.id).unwrap();
+    assert_eq!(deliveries::of_webhook(conn, &hook.id, 10).unwrap().len(), 2);
+    assert!(webhooks::list(conn, "default").unwrap().is_empty());
+    assert!(deliveries::addressed(conn, first).unwrap().is_none());
+}
+
+fn tokens_and_audit_entries_read_back(db: &mut Db) {
+    let conn = &mut db.conn;
+    let worker = Token {
+        id: "t1".to_owned(),
+        name: "worker".to_owned(),
+        namespace: Some("default".to_owned()),
+        scopes: vec![Scope::Work, Scope::Read],
+        queues: Some(vec!["q".to_owned()]),
+        created_at: NOW,
+        created_by: "root".to_owned(),
+        last_used_at: None,
+        revoked_at: None,
+    };
+    let admin = Token {
+        id: "t2".to_owned(),
+        name: "admin".to_owned(),
+        namespace: None,
+        scopes: vec![Scope::Admin],
+        queues: None,
+        created_at: later(1),
+        ..worker.clone()
+    };
+    tokens::insert(conn, &worker, "hash-1").unwrap();
+    tokens::insert(conn, &admin, "hash-2").unwrap();
+    assert!(tokens::name_taken(conn, "worker").unwrap());
+    assert!(!tokens::name_taken(conn, "nobody").unwrap());
+    assert_eq!(tokens::get(conn, "t1").unwrap(), Some(worker.clone()));
+    assert_eq!(
+        tokens::with_secret_hash(conn, "t2").unwrap(),
+        Some((admin.clone(), "hash-2".to_owned()))
+    );
+    assert_eq!(tokens::get(conn, "t3").unwrap(), None);
+    assert_eq!(tokens::list(conn).unwrap(), [worker.clone(), admin.clone()]);
+    assert_eq!(tokens::active_count(conn).unwrap(), 2);
+
+    tokens::touch(conn, "t1", later(5)).unwrap();
+    assert!(tokens::revoke(conn, "t1", later(6)).unwrap());
+    assert!(
+        !tokens::revoke(conn, "t1", later(7)).unwrap(),
+        "revoked already"
+    );
+    assert!(!tokens::revoke(conn, "t3", later(7)).unwrap(), "unknown");
+    let revoked = tokens::get(conn, "t1").unwrap().unwrap();
+    assert_eq!(
+        (revoked.last_used_at, revoked.revoked_at),
+        (Some(later(5)), Some(later(6)))
+    );
+    assert_eq!(tokens::active_count(conn).unwrap(), 1);
+
+    let entry = |namespace: &str, action: &str| AuditEntry {
+        seq: 0,
+        at: Timestamp(0),
+        namespace: namespace.to_owned(),
+        actor: "admin".to_owned(),
+        action: action.to_owned(),
+        target: "/api/v1/jobs".to_owned(),
+        status: 201,
+        reason: Some("because".to_owned()),
+    };
+    audit::insert(conn, &entry("a", "first"), later(1)).unwrap();
+    audit::insert(conn, &entry("b", "second"), later(2)).unwrap();
+    audit::insert(conn, &entry("a", "third"), later(3)).unwrap();
+    let all = audit::list(conn, None, None, 10).unwrap();
+    let actions: Vec<(&str, Timestamp)> = all.iter().map(|e| (e.action.as_str(), e.at)).collect();
+    assert_eq!(
+        actions,
+        [
+            ("third", later(3)),
+            ("second", later(2)),
+            ("first", later(1))
+        ],
+        "newest first, stamped when written"
+    );
+    let of_a = audit::list(conn, Some("a"), None, 10).unwrap();
+    assert_eq!(
+        of_a.iter().map(|e| e.action.as_str()).collect::<Vec<_>>(),
+        ["third", "first"]
+    );
+    let page = audit::list(conn, Some("a"), Some(of_a[0].seq), 1).unwrap();
+    assert_eq!(
+        page,
+        [AuditEntry {
+            seq: of_a[1].seq,
+            at: later(1),
+            ..entry("a", "first")
+        }]
+    );
+}
