@@ -601,7 +601,8 @@ pub(crate) enum ScheduleCommand {
         /// The workflow each fire runs.
         #[arg(long)]
         workflow: String,
-        /// 5 fields (`0 3 * * *`), 6 with seconds first, or a nickname such as `@hourly`.
+        /// 5 fields (`0 3 * * *`), 6 with seconds first, 7 with a year last, or a nickname such as
+        /// `@hourly`.
         #[arg(long)]
         cron: String,
         /// IANA time zone of the cron expression.

@@ -531,7 +531,12 @@ pub(crate) async fn worker(context: &Context, args: WorkerArgs) -> Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn dev(args: DevArgs, ca_cert: Option<&std::path::Path>) -> Result<ExitCode> {
+/// The server and a shell worker in one process; the worker serves `namespace` (`--namespace`).
+pub(crate) async fn dev(
+    args: DevArgs,
+    namespace: &str,
+    ca_cert: Option<&std::path::Path>,
+) -> Result<ExitCode> {
     let (server, url) = args.server.start().await?;
     tracing::info!(%url, database = %args.server.database.url(), queues = ?args.queues, "starbridge dev: server and shell worker (web UI at {url}/)");
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -541,7 +546,7 @@ pub(crate) async fn dev(args: DevArgs, ca_cert: Option<&std::path::Path>) -> Res
     }));
     let worker = shell_worker(
         client::connect(&url, ca_cert)?,
-        starbridge_api::DEFAULT_NAMESPACE,
+        namespace,
         &args.queues,
         args.concurrency,
         default_worker_id(),

@@ -160,7 +160,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Token(ref command) => client::token(context, command).await,
         Command::Audit(ref args) => client::audit(&context()?, args).await,
         Command::Worker(args) => local::worker(&context()?, args).await,
-        Command::Dev(args) => local::dev(args, ca_cert).await,
+        Command::Dev(args) => local::dev(args, &cli.namespace, ca_cert).await,
         Command::Demo(args) => local::demo(args).await,
         Command::Apply(args) => client::apply(&context()?, args).await,
         Command::Workflows => client::workflows(&context()?).await,

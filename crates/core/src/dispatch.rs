@@ -1,7 +1,7 @@
 //! Dispatch rules for queues: which queues may hand out work now, how many tasks each may start,
 //! and in what order ready tasks go out. Pure: the store supplies the rows and the time.
 //!
-//! Order (DESIGN.md): higher queue priority first, then higher task priority (job priority plus
+//! Order: higher queue priority first, then higher task priority (job priority plus
 //! step priority), then earliest `available_at`, then id. Against starvation, a ready task that
 //! has waited longer than its queue's `max_wait` goes ahead of priority order, oldest first: under
 //! sustained high-priority load every low-priority task still starts within about `max_wait` of

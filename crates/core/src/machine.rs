@@ -1,7 +1,7 @@
 //! The job state machine: `create_job` and `apply` take a job's state and an input and return the
 //! actions to persist. No I/O and no clock: `now` and fresh ids come in through `Ctx`.
 //!
-//! Rules (see DESIGN.md): a step becomes ready when all its dependencies are done (succeeded or
+//! Rules (the README and docs/reference.md describe them): a step becomes ready when all its dependencies are done (succeeded or
 //! skipped); a step whose dependencies were all skipped is skipped too; a failed attempt is retried
 //! after its backoff while attempts remain; a terminal failure or the job deadline winds the job
 //! down (nothing new is dispatched, running tasks finish), then compensations run one at a time:

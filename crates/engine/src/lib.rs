@@ -17,14 +17,12 @@
 mod cache;
 mod clock;
 mod commands;
+mod ctx;
 mod health;
 mod jobs;
 pub mod loops;
 mod notify;
 mod poll;
-mod schedules;
-mod tokens;
-mod webhooks;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -41,12 +39,14 @@ use starbridge_store::{browse, stats};
 
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use commands::outbox::{Attempt, DELIVERY_LEASE, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF};
+pub use commands::schedules::{ScheduleSpec, time_zone};
+pub use commands::tokens::NewToken;
 pub use health::{HEALTHY_WRITE_AGE, Health};
 pub use loops::deliveries::{run_deliveries, signature};
 pub use loops::pruner::run_pruner;
 pub use loops::timers::run_timers;
 pub use notify::{Notifier, WorkerSeen};
-pub use schedules::{ScheduleSpec, time_zone};
 pub use starbridge_store::rows::audit::AuditEntry;
 pub use starbridge_store::rows::deliveries::{Delivery, DueDelivery};
 pub use starbridge_store::rows::schedules::StoredSchedule;
@@ -57,8 +57,6 @@ pub use starbridge_store::{
     Stats, StatusCount, StoreOptions, StoredEvent, StoredQueue, StoredWorkflow, WorkerLoad,
     WriteFault, sqlite_path,
 };
-pub use tokens::NewToken;
-pub use webhooks::{Attempt, DELIVERY_LEASE, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF};
 pub use writer::WriterStats;
 use writer::{Shared, Writer};
 
@@ -534,7 +532,7 @@ impl Engine {
         let (namespace, url) = (namespace.to_owned(), url.to_owned());
         self.writer
             .write(move |ctx| {
-                webhooks::create(
+                commands::outbox::create(
                     ctx,
                     &namespace,
                     &url,
@@ -557,7 +555,7 @@ impl Engine {
     pub async fn delete_webhook(&self, namespace: &str, id: &str) -> Result<()> {
         let (namespace, id) = (namespace.to_owned(), id.to_owned());
         self.writer
-            .write(move |ctx| webhooks::delete(ctx, &namespace, &id))
+            .write(move |ctx| commands::outbox::delete(ctx, &namespace, &id))
             .await
     }
 
@@ -570,14 +568,14 @@ impl Engine {
     ) -> Result<Option<Vec<Delivery>>> {
         let (namespace, id) = (namespace.to_owned(), id.to_owned());
         self.reader
-            .read(move |conn| webhooks::deliveries(conn, &namespace, &id, limit))
+            .read(move |conn| commands::outbox::deliveries(conn, &namespace, &id, limit))
             .await
     }
 
     /// Claims the deliveries due now for this node's deliverer (see `DELIVERY_LEASE`).
     pub async fn claim_deliveries(&self, limit: u32) -> Result<Vec<DueDelivery>> {
         self.writer
-            .write(move |ctx| webhooks::claim_due(ctx, limit))
+            .write(move |ctx| commands::outbox::claim_due(ctx, limit))
             .await
     }
 
@@ -588,7 +586,7 @@ impl Engine {
 
     pub async fn record_delivery(&self, id: i64, attempt: Attempt) -> Result<()> {
         self.writer
-            .write(move |ctx| webhooks::record(ctx, id, attempt.clone()))
+            .write(move |ctx| commands::outbox::record(ctx, id, attempt.clone()))
             .await
     }
 
@@ -601,7 +599,7 @@ impl Engine {
     ) -> Result<StoredSchedule> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         self.writer
-            .write(move |ctx| schedules::put(ctx, &namespace, &name, spec.clone()))
+            .write(move |ctx| commands::schedules::put(ctx, &namespace, &name, spec.clone()))
             .await
     }
 
@@ -613,14 +611,14 @@ impl Engine {
     ) -> Result<StoredSchedule> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         self.writer
-            .write(move |ctx| schedules::set_paused(ctx, &namespace, &name, paused))
+            .write(move |ctx| commands::schedules::set_paused(ctx, &namespace, &name, paused))
             .await
     }
 
     pub async fn delete_schedule(&self, namespace: &str, name: &str) -> Result<()> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
         self.writer
-            .write(move |ctx| schedules::delete(ctx, &namespace, &name))
+            .write(move |ctx| commands::schedules::delete(ctx, &namespace, &name))
             .await
     }
 
@@ -697,7 +695,7 @@ impl Engine {
     /// Makes an API token; returns it with the token text, which is shown only this once.
     pub async fn create_token(&self, new: NewToken) -> Result<(Token, String)> {
         self.writer
-            .write(move |ctx| tokens::create(ctx, &new))
+            .write(move |ctx| commands::tokens::create(ctx, &new))
             .await
     }
 
@@ -712,14 +710,16 @@ impl Engine {
 
     pub async fn revoke_token(&self, id: &str) -> Result<Token> {
         let id = id.to_owned();
-        self.writer.write(move |ctx| tokens::revoke(ctx, &id)).await
+        self.writer
+            .write(move |ctx| commands::tokens::revoke(ctx, &id))
+            .await
     }
 
     /// The live token a presented token text stands for, if any.
     pub async fn authenticate(&self, presented: &str) -> Result<Option<Token>> {
         let presented = presented.to_owned();
         self.reader
-            .read(move |conn| tokens::authenticate(conn, &presented))
+            .read(move |conn| commands::tokens::authenticate(conn, &presented))
             .await
     }
 

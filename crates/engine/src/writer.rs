@@ -27,7 +27,6 @@
 //! Each transaction's outcome (committed, or the disk full, the database read-only or out of
 //! reach) is stored in one atomic word for `/healthz` (see `health`).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -35,15 +34,15 @@ use std::time::Instant;
 
 use starbridge_core::ids::TaskId;
 use starbridge_core::limits::Limits;
-use starbridge_core::time::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::cache::{Compiled, Key, WorkflowCache};
+use crate::cache::WorkflowCache;
 use crate::clock::Clock;
+use crate::ctx::{TxReads, WriteCtx};
 use crate::health::LastWrite;
 use crate::jobs::{JobCache, Lifetime};
 use crate::notify::Notifier;
-use crate::{Error, Result, Webhook};
+use crate::{Error, Result};
 use starbridge_store::Connect;
 use starbridge_store::db::{Backend, Conn};
 use starbridge_store::deferred::WriteConn;
@@ -52,95 +51,6 @@ use starbridge_store::fault::WriteFault;
 const MAX_BATCH: usize = 512;
 /// How often a request contended by other nodes runs again before it is refused.
 const MAX_TRIES: u32 = 8;
-
-/// What a write request sees: the open transaction, the time, and where to note wake-ups.
-pub(crate) struct WriteCtx<'a> {
-    /// The transaction's connection; it holds row writes back (see `deferred`).
-    pub(crate) conn: &'a mut WriteConn,
-    pub(crate) now: Timestamp,
-    pub(crate) workflows: &'a WorkflowCache,
-    /// Unfinished jobs as this transaction left them (see `jobs`).
-    pub(crate) jobs: &'a mut JobCache,
-    /// Reads that hold for the whole transaction.
-    pub(crate) reads: &'a mut TxReads,
-    pub(crate) wakes: Vec<(String, String)>,
-    /// Set when webhook deliveries were written: the deliverer is woken after commit.
-    pub(crate) deliveries: bool,
-    pub(crate) limits: Limits,
-    /// Workflow versions this request compiled into the shared cache (see `workflow`).
-    loaded_workflows: Vec<Key>,
-}
-
-/// Reads a group transaction makes once for all its requests. They stay right for the length
-/// of the transaction: every request in it arrived before it began, so a change another node
-/// commits meanwhile counts as coming after all of them; a change of the transaction's own
-/// forgets the entry it makes stale.
-#[derive(Default)]
-pub(crate) struct TxReads {
-    /// Webhook subscriptions by namespace.
-    webhooks: HashMap<String, Arc<Vec<Webhook>>>,
-    /// The latest version of each workflow by (namespace, name).
-    versions: HashMap<(String, String), Option<u32>>,
-}
-
-impl TxReads {
-    pub(crate) fn clear(&mut self) {
-        self.webhooks.clear();
-        self.versions.clear();
-    }
-
-    pub(crate) fn forget_webhooks(&mut self, namespace: &str) {
-        self.webhooks.remove(namespace);
-    }
-
-    pub(crate) fn forget_version(&mut self, namespace: &str, name: &str) {
-        self.versions
-            .remove(&(namespace.to_owned(), name.to_owned()));
-    }
-}
-
-impl WriteCtx<'_> {
-    /// The webhook subscriptions of a namespace.
-    pub(crate) fn webhooks(&mut self, namespace: &str) -> Result<Arc<Vec<Webhook>>> {
-        if let Some(found) = self.reads.webhooks.get(namespace) {
-            return Ok(found.clone());
-        }
-        let found = Arc::new(starbridge_store::rows::webhooks::list(
-            self.conn, namespace,
-        )?);
-        self.reads
-            .webhooks
-            .insert(namespace.to_owned(), found.clone());
-        Ok(found)
-    }
-
-    /// The latest version of a workflow, if it has one.
-    pub(crate) fn latest_version(&mut self, namespace: &str, name: &str) -> Result<Option<u32>> {
-        let key = (namespace.to_owned(), name.to_owned());
-        if let Some(found) = self.reads.versions.get(&key) {
-            return Ok(*found);
-        }
-        let found = starbridge_store::rows::latest_version(self.conn, namespace, name)?;
-        self.reads.versions.insert(key, found);
-        Ok(found)
-    }
-
-    /// A compiled workflow version as this transaction sees it (perhaps stored by it).
-    pub(crate) fn workflow(
-        &mut self,
-        namespace: &str,
-        name: &str,
-        version: u32,
-    ) -> Result<Arc<Compiled>> {
-        self.workflows.get_noting(
-            self.conn,
-            namespace,
-            name,
-            version,
-            &mut self.loaded_workflows,
-        )
-    }
-}
 
 /// A queued write request as the writer thread holds it.
 trait Request: Send {

@@ -11,7 +11,7 @@ use starbridge_store::db::Conn;
 use starbridge_store::rows::{self, RowLock, schedules::StoredSchedule};
 
 use crate::commands::{self, invalid};
-use crate::writer::WriteCtx;
+use crate::ctx::WriteCtx;
 use crate::{Error, Result, Submit};
 
 /// What a client asks for when it creates or replaces a schedule.

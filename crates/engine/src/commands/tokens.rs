@@ -11,7 +11,7 @@ use starbridge_store::db::Conn;
 use starbridge_store::rows;
 
 use crate::commands::invalid;
-use crate::writer::WriteCtx;
+use crate::ctx::WriteCtx;
 use crate::{Error, Result, Scope, Token};
 
 /// What a new token is for.

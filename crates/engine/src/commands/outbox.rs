@@ -13,7 +13,7 @@ use starbridge_store::db::Conn;
 use starbridge_store::rows;
 
 use crate::commands::invalid;
-use crate::writer::WriteCtx;
+use crate::ctx::WriteCtx;
 use crate::{Delivery, DueDelivery, Error, Result, Webhook};
 
 /// Attempts before a delivery is given up.

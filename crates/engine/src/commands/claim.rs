@@ -1,0 +1,198 @@
+//! Claiming ready tasks for a worker: which queues may hand out work now, and the lease each
+//! task gets.
+
+use crate::ctx::WriteCtx;
+use crate::{Claimed, Error, Result};
+use starbridge_core::Workflow;
+use starbridge_core::dispatch::{self, Bucket, QueueConfig};
+use starbridge_core::ids::JobId;
+use starbridge_core::model::{Input, JobState, Task};
+use starbridge_core::time::Duration;
+use starbridge_core::time::Timestamp;
+use starbridge_store::db::Conn;
+use starbridge_store::rows;
+use starbridge_store::rows::RowLock;
+use std::collections::HashMap;
+
+use super::{apply, workflow_of};
+
+/// A polled queue that may hand out work now.
+pub(crate) struct OpenQueue {
+    pub(crate) name: String,
+    pub(crate) config: QueueConfig,
+    /// How many tasks it may start now (`None`: no limit).
+    pub(crate) free: Option<u32>,
+    /// Tokens in its rate-limit bucket now, if it has a rate limit.
+    pub(crate) tokens: Option<f64>,
+}
+/// Rate-limited queues out of tokens, with when their next token arrives.
+pub(crate) type Reopening = Vec<(String, Timestamp)>;
+/// The polled queues that may hand out work now, and the rate-limited ones that may again at a
+/// known time (when their next token arrives).
+///
+/// A claim passes `serialize`: then each limited queue (serial, concurrency, rate) is locked
+/// until the transaction ends before its running tasks are counted, so claims of several
+/// server nodes cannot both take its last free slot or token.
+pub(crate) fn open_queues(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queues: &[String],
+    now: Timestamp,
+    serialize: bool,
+) -> Result<(Vec<OpenQueue>, Reopening)> {
+    let mut open = Vec::with_capacity(queues.len());
+    let mut reopen = Vec::new();
+    for name in queues {
+        let stored = rows::queue(conn, namespace, name)?;
+        let bucket = stored.as_ref().and_then(|queue| queue.bucket);
+        let config = stored.map(|queue| queue.config).unwrap_or_default();
+        if serialize && (config.is_limited() || config.rate.is_some()) {
+            conn.lock_key(&format!("queue\t{namespace}\t{name}"))?;
+        }
+        let running = if config.is_limited() {
+            rows::running_count(conn, namespace, name)?
+        } else {
+            0
+        };
+        let mut free = config.free_slots(running);
+        let tokens = config.rate.map(|rate| rate.available(bucket, now));
+        if let (Some(rate), Some(tokens)) = (config.rate, tokens) {
+            let whole = tokens.floor() as u32;
+            free = Some(free.map_or(whole, |free| free.min(whole)));
+            if whole == 0 && !config.paused {
+                reopen.push((name.clone(), rate.next_token_at(tokens, now)));
+            }
+        }
+        if free != Some(0) {
+            open.push(OpenQueue {
+                name: name.clone(),
+                config,
+                free,
+                tokens,
+            });
+        }
+    }
+    Ok((open, reopen))
+}
+/// Claims up to `max` ready tasks of the given queues, in dispatch order, within each queue's
+/// mode, concurrency and pause (see `starbridge_core::dispatch`).
+pub(crate) fn claim(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    queues: &[String],
+    worker: &str,
+    max: u32,
+) -> Result<Vec<Claimed>> {
+    let mut candidates = Vec::new();
+    let mut free_slots: HashMap<String, u32> = HashMap::new();
+    let (open, _) = open_queues(ctx.conn, namespace, queues, ctx.now, true)?;
+    for queue in &open {
+        let limit = queue.free.map_or(max, |free| free.min(max));
+        if let Some(free) = queue.free {
+            free_slots.insert(queue.name.clone(), free);
+        }
+        for starving in [true, false] {
+            candidates.extend(rows::claim_candidates(
+                ctx.conn,
+                namespace,
+                &queue.name,
+                &queue.config,
+                ctx.now,
+                limit,
+                starving,
+            )?);
+        }
+    }
+    let mut claimed = Vec::new();
+    // Each job is loaded once per claim, however many of its tasks are claimed, and those not
+    // cached together (`None`: another node holds it).
+    let mut jobs: HashMap<JobId, Option<JobState>> = HashMap::new();
+    let mut missing = Vec::new();
+    for candidate in &candidates {
+        if jobs.contains_key(&candidate.job) {
+            continue;
+        }
+        match ctx.jobs.take(&candidate.job) {
+            Some(state) => {
+                jobs.insert(candidate.job.clone(), Some(state));
+            }
+            None => {
+                jobs.insert(candidate.job.clone(), None);
+                missing.push(candidate.job.clone());
+            }
+        }
+    }
+    for state in rows::lock_job_states(ctx.conn, &missing, RowLock::Skip)? {
+        jobs.insert(state.job.id.clone(), Some(state));
+    }
+    for candidate in dispatch::order(candidates, usize::MAX) {
+        if claimed.len() >= max as usize {
+            break;
+        }
+        if let Some(free) = free_slots.get_mut(&candidate.queue) {
+            if *free == 0 {
+                continue;
+            }
+            *free -= 1;
+        }
+        // A job another node is changing right now is left for a later claim.
+        let Some(Some(state)) = jobs.get_mut(&candidate.job) else {
+            continue;
+        };
+        let compiled = workflow_of(ctx, state)?;
+        let lease_token = uuid::Uuid::new_v4().simple().to_string();
+        let task_id = candidate.task;
+        let input = Input::Claim {
+            task: task_id.clone(),
+            worker: worker.to_owned(),
+            lease_token,
+        };
+        match apply(ctx, &compiled.workflow, state, input) {
+            Ok(()) => {
+                let task = state
+                    .task(&task_id)
+                    .cloned()
+                    .ok_or_else(|| Error::Corrupt(format!("claimed task {task_id} vanished")))?;
+                let lease = lease_of(&compiled.workflow, &task);
+                claimed.push(Claimed { task, lease });
+            }
+            Err(Error::Conflict(reason)) => {
+                tracing::debug!(%task_id, %reason, "ready task not claimable");
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    for state in jobs.into_values().flatten() {
+        ctx.jobs.keep(state);
+    }
+    // Rate-limited queues pay one token per task started.
+    for queue in &open {
+        if let Some(tokens) = queue.tokens {
+            let taken = claimed
+                .iter()
+                .filter(|c| c.task.queue == queue.name)
+                .count();
+            if taken > 0 {
+                let bucket = Bucket {
+                    tokens: (tokens - taken as f64).max(0.0),
+                    at: ctx.now,
+                };
+                rows::save_bucket(ctx.conn, namespace, &queue.name, bucket)?;
+            }
+        }
+    }
+    Ok(claimed)
+}
+pub(super) fn lease_of(workflow: &Workflow, task: &Task) -> Duration {
+    let step = workflow
+        .step_index(&task.step)
+        .map(|index| &workflow.steps[index]);
+    match (task.kind, step) {
+        (starbridge_core::model::TaskKind::Compensation, Some(step)) => step
+            .compensate
+            .as_ref()
+            .map_or(step.handler().timeout, |c| c.timeout),
+        (_, Some(step)) => step.handler().timeout,
+        (_, None) => starbridge_core::definition::DEFAULT_ATTEMPT_TIMEOUT,
+    }
+}

@@ -1,0 +1,134 @@
+//! The write operations, one file per kind of input. Each runs inside the writer's group
+//! transaction (`crate::ctx::WriteCtx`): it loads the job, lets the pure state machine decide,
+//! and persists the new state, its history events, the outbox's deliveries and the wake-ups in
+//! the same transaction.
+
+mod claim;
+mod locks;
+mod operate;
+pub(crate) mod outbox;
+mod queues;
+mod report;
+pub(crate) mod schedules;
+mod submit;
+mod tick;
+pub(crate) mod tokens;
+mod workflows;
+
+pub(crate) use claim::{claim, open_queues};
+pub(crate) use operate::operate;
+pub(crate) use queues::configure_queue;
+pub(crate) use report::{prefetch, report};
+pub(crate) use submit::submit;
+pub(crate) use tick::tick;
+pub(crate) use workflows::apply_workflow;
+
+use claim::lease_of;
+use locks::start_waiting_jobs;
+use workflows::{check_no_nul, store_workflow};
+
+use crate::cache::Compiled;
+use crate::ctx::WriteCtx;
+use crate::{Error, Result};
+use starbridge_core::Workflow;
+use starbridge_core::definition::Problem;
+use starbridge_core::ids::{IdSource, JobId, TaskId};
+use starbridge_core::machine::{self, Ctx};
+use starbridge_core::model::{Action, Input, JobState, Rejection};
+use starbridge_store::rows;
+use starbridge_store::rows::RowLock;
+use std::collections::HashSet;
+/// Fresh ids from UUIDv7 (time-ordered, so indexes append).
+pub(crate) struct UuidIds;
+impl IdSource for UuidIds {
+    fn task_id(&mut self) -> TaskId {
+        TaskId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
+    }
+}
+pub(crate) fn new_job_id() -> JobId {
+    JobId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
+}
+pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Error {
+    Error::Invalid(vec![Problem {
+        field: field.to_owned(),
+        message: message.into(),
+    }])
+}
+/// A job with its tasks for a command to change: from the writer's job cache when it holds the
+/// job, else from the database, its row locked as `lock` says. The command hands it back with
+/// `ctx.jobs.keep` once persisted.
+fn load_job(ctx: &mut WriteCtx<'_>, id: &JobId, lock: RowLock) -> Result<Option<JobState>> {
+    if let Some(state) = ctx.jobs.take(id) {
+        return Ok(Some(state));
+    }
+    rows::lock_job_state(ctx.conn, id, lock)
+}
+fn workflow_of(ctx: &mut WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Compiled>> {
+    ctx.workflow(&state.job.namespace, &state.job.workflow, state.job.version)
+}
+fn apply(
+    ctx: &mut WriteCtx<'_>,
+    workflow: &Workflow,
+    state: &mut JobState,
+    input: Input,
+) -> Result<()> {
+    let mut ids = UuidIds;
+    let mut machine_ctx = Ctx {
+        now: ctx.now,
+        ids: &mut ids,
+        limits: ctx.limits,
+    };
+    let before = state.job.status;
+    let actions =
+        machine::apply(workflow, state, input, &mut machine_ctx).map_err(|rejection| {
+            match rejection {
+                Rejection::UnknownTask(task) => Error::NotFound(format!("task {task} not found")),
+                other => Error::Conflict(other.to_string()),
+            }
+        })?;
+    persist(ctx, state, actions)?;
+    if state.job.status != before {
+        crate::commands::outbox::enqueue(ctx, &state.job, Some(before))?;
+    }
+    Ok(())
+}
+/// Writes what the state machine decided: job row, changed tasks, history, wake-ups.
+fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Result<()> {
+    let mut saved_job = false;
+    let mut saved_tasks: HashSet<TaskId> = HashSet::new();
+    let mut released = Vec::new();
+    let namespace = state.job.namespace.as_str();
+    for action in actions {
+        match action {
+            Action::SaveJob => {
+                if !saved_job {
+                    ctx.conn.defer_job(&state.job);
+                    saved_job = true;
+                }
+            }
+            Action::SaveTask(id) => {
+                if saved_tasks.insert(id.clone()) {
+                    let task = state
+                        .task(&id)
+                        .ok_or_else(|| Error::Corrupt(format!("task {id} to save is missing")))?;
+                    ctx.conn.defer_task(namespace, task);
+                }
+            }
+            Action::Record(event) => {
+                let step = event
+                    .task
+                    .as_ref()
+                    .and_then(|id| state.task(id))
+                    .map(|task| task.step.as_str());
+                ctx.conn.defer_event(&state.job.id, step, &event);
+            }
+            Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
+            Action::ReleaseLock { key } => released.push(key),
+        }
+    }
+    for key in released {
+        rows::release_lock(ctx.conn, &state.job.id)?;
+        start_waiting_jobs(ctx, namespace, &key)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! A worker's report on a task (heartbeat, complete, fail, check later), and loading the jobs
+//! of a group's reports at once.
+
+use crate::ctx::WriteCtx;
+use crate::{Error, Reported, Result, TaskScope};
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::Input;
+use starbridge_store::rows;
+use starbridge_store::rows::RowLock;
+
+use super::{apply, lease_of, load_job, workflow_of};
+
+/// A worker's report (heartbeat, complete, fail, check-later) on a task it holds.
+pub(crate) fn report(
+    ctx: &mut WriteCtx<'_>,
+    task_id: &TaskId,
+    input: Input,
+    scope: &TaskScope,
+) -> Result<Reported> {
+    let not_found = || Error::NotFound(format!("task {task_id} not found"));
+    let job_id = match ctx.jobs.job_of(task_id) {
+        Some(job) => job.clone(),
+        None => rows::job_of_task(ctx.conn, task_id)?.ok_or_else(not_found)?,
+    };
+    let mut state = load_job(ctx, &job_id, RowLock::Wait)?
+        .ok_or_else(|| Error::Corrupt(format!("job {job_id} of task {task_id} not found")))?;
+    let queue = state.task(task_id).map(|task| task.queue.as_str());
+    if !queue.is_some_and(|queue| scope.allows(&state.job.namespace, queue)) {
+        return Err(not_found());
+    }
+    let compiled = workflow_of(ctx, &state)?;
+    apply(ctx, &compiled.workflow, &mut state, input)?;
+    let task = state
+        .task(task_id)
+        .cloned()
+        .ok_or_else(|| Error::Corrupt(format!("task {task_id} vanished")))?;
+    let lease = lease_of(&compiled.workflow, &task);
+    let job_status = state.job.status;
+    ctx.jobs.keep(state);
+    Ok(Reported {
+        task,
+        lease,
+        job_status,
+    })
+}
+/// Loads the jobs of the tasks a group's reports name that are not cached, in a few set-based
+/// statements, their rows locked (on PostgreSQL) until the transaction ends: each report then
+/// finds its job in the cache. Jobs that ended are not cached; their reports read them alone.
+pub(crate) fn prefetch(ctx: &mut WriteCtx<'_>, tasks: &[TaskId]) -> Result<()> {
+    let unknown: Vec<TaskId> = tasks
+        .iter()
+        .filter(|task| ctx.jobs.job_of(task).is_none())
+        .cloned()
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let mut jobs: Vec<JobId> = rows::jobs_of_tasks(ctx.conn, &unknown)?
+        .into_iter()
+        .map(|(_, job)| job)
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    for state in rows::lock_job_states(ctx.conn, &jobs, RowLock::Wait)? {
+        ctx.jobs.load(state);
+    }
+    Ok(())
+}

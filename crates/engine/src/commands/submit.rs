@@ -1,0 +1,156 @@
+//! Submitting a job: by name and version, or with an inline definition.
+
+use crate::ctx::WriteCtx;
+use crate::{Error, Result, Submit, Submitted};
+use serde_json::Value;
+use starbridge_core::Workflow;
+use starbridge_core::definition::check_name;
+use starbridge_core::limits::MAX_KEY_BYTES;
+use starbridge_core::machine::{self, Ctx, NewJob};
+use starbridge_store::rows;
+use starbridge_store::rows::RowLock;
+
+use super::{
+    UuidIds, check_no_nul, invalid, load_job, new_job_id, persist, start_waiting_jobs,
+    store_workflow,
+};
+
+pub(crate) fn submit(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    request: Submit,
+) -> Result<Submitted> {
+    if let Some(key) = &request.key {
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
+            return Err(invalid(
+                "key",
+                format!("must be 1 to {MAX_KEY_BYTES} characters"),
+            ));
+        }
+        if let Some(existing) = rows::job_by_key(ctx.conn, namespace, key)? {
+            // Read, not taken for change: it goes back to the cache as it was (on PostgreSQL it
+            // is not locked, so it is not cached).
+            let state =
+                match ctx.jobs.take(&existing) {
+                    Some(cached) => {
+                        ctx.jobs.keep(cached.clone());
+                        cached
+                    }
+                    None => rows::lock_job_state(ctx.conn, &existing, RowLock::None)?.ok_or_else(
+                        || Error::Corrupt(format!("job {existing} of key {key} vanished")),
+                    )?,
+                };
+            if let Some(workflow) = &request.workflow
+                && *workflow != state.job.workflow
+            {
+                return Err(Error::Conflict(format!(
+                    "key '{key}' already names job {} of workflow {}, not {workflow}",
+                    state.job.id, state.job.workflow
+                )));
+            }
+            return Ok(Submitted {
+                state,
+                created: false,
+                added_version: None,
+            });
+        }
+    }
+    let mut added_version = None;
+    let (name, version) = match (&request.definition, &request.workflow) {
+        (Some(definition), workflow) => {
+            let name = workflow
+                .clone()
+                .or_else(|| {
+                    definition
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+                .ok_or_else(|| invalid("definition.name", "an inline definition needs a name"))?;
+            let workflow = Workflow::from_value(&name, definition.clone())
+                .map_err(|e| Error::Invalid(e.problems))?;
+            match rows::workflow_version_of(ctx.conn, namespace, &name, &workflow.source)? {
+                Some(version) => (name, version),
+                None if request.may_add_version => {
+                    let applied = store_workflow(ctx, namespace, workflow)?;
+                    added_version = Some(applied.version);
+                    (name, applied.version)
+                }
+                None => {
+                    return Err(Error::Forbidden(format!(
+                        "this inline definition differs from every version of workflow \
+                         '{name}', and making a new version needs the operate scope: submit \
+                         with a token that holds operate, or have the workflow applied \
+                         (PUT /api/v1/workflows/{name}) and submit it by name"
+                    )));
+                }
+            }
+        }
+        (None, Some(name)) => {
+            check_name(name).map_err(|message| invalid("workflow", message))?;
+            let version = match request.version {
+                Some(version) => version,
+                None => ctx.latest_version(namespace, name)?.ok_or_else(|| {
+                    Error::NotFound(format!(
+                        "workflow '{name}' not found in namespace '{namespace}': apply it first"
+                    ))
+                })?,
+            };
+            (name.clone(), version)
+        }
+        (None, None) => {
+            return Err(invalid(
+                "workflow",
+                "name the workflow to run, or give an inline `definition`",
+            ));
+        }
+    };
+    let compiled = ctx.workflow(namespace, &name, version)?;
+    let params = request
+        .params
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    if !params.is_object() {
+        return Err(invalid("params", "must be a JSON object"));
+    }
+    compiled.check_params(&params)?;
+    let mut ids = UuidIds;
+    let mut machine_ctx = Ctx {
+        now: ctx.now,
+        ids: &mut ids,
+        limits: ctx.limits,
+    };
+    let (mut state, actions) = machine::create_job(
+        &compiled.workflow,
+        NewJob {
+            id: new_job_id(),
+            namespace: namespace.to_owned(),
+            version,
+            params,
+            key: request.key,
+            priority: request.priority,
+            actor: request.actor,
+        },
+        &mut machine_ctx,
+    )
+    .map_err(|error| match error {
+        machine::CreateError::LockKey(message) => invalid("lock.key", message),
+    })?;
+    if let Some(lock) = &state.job.lock {
+        check_no_nul("lock.key", &lock.key)?;
+    }
+    persist(ctx, &state, actions)?;
+    crate::commands::outbox::enqueue(ctx, &state.job, None)?;
+    ctx.jobs.keep(state.clone());
+    if let Some(lock) = state.job.lock.clone() {
+        start_waiting_jobs(ctx, namespace, &lock.key)?;
+        if let Some(started) = load_job(ctx, &state.job.id, RowLock::None)? {
+            ctx.jobs.keep(started.clone());
+            state = started;
+        }
+    }
+    Ok(Submitted {
+        state,
+        created: true,
+        added_version,
+    })
+}

@@ -1,0 +1,81 @@
+//! Applying a workflow definition: a new version, or the one it equals.
+
+use crate::cache::Compiled;
+use crate::ctx::WriteCtx;
+use crate::{Applied, Error, Result, StoredWorkflow};
+use serde_json::Value;
+use starbridge_core::Workflow;
+use starbridge_store::rows;
+use std::collections::HashSet;
+
+use super::invalid;
+
+pub(crate) fn apply_workflow(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    name: &str,
+    document: Value,
+) -> Result<Applied> {
+    let workflow = Workflow::from_value(name, document).map_err(|e| Error::Invalid(e.problems))?;
+    store_workflow(ctx, namespace, workflow)
+}
+/// Refuses a NUL character in text the database stores as it is (not every backend can).
+pub(super) fn check_no_nul(field: &str, text: &str) -> Result<()> {
+    if text.contains('\0') {
+        return Err(invalid(
+            field,
+            "must not contain a NUL character (\\u0000): remove it",
+        ));
+    }
+    Ok(())
+}
+pub(super) fn store_workflow(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    workflow: Workflow,
+) -> Result<Applied> {
+    if let Some(description) = &workflow.description {
+        check_no_nul("description", description)?;
+    }
+    let name = workflow.name.clone();
+    let latest = rows::workflow(ctx.conn, namespace, &name, None)?;
+    if let Some(latest) = &latest
+        && latest.definition == workflow.source
+    {
+        return Ok(Applied {
+            version: latest.version,
+            created: false,
+        });
+    }
+    let version = latest.map_or(1, |latest| latest.version + 1);
+    // Compile the params schema now so a bad schema is refused at apply time.
+    let steps = u32::try_from(workflow.steps.len()).unwrap_or(u32::MAX);
+    let queues: Vec<String> = workflow
+        .steps
+        .iter()
+        .flat_map(|step| {
+            std::iter::once(step.handler().queue.clone())
+                .chain(step.compensate.as_ref().map(|c| c.queue.clone()))
+        })
+        .collect();
+    let stored = StoredWorkflow {
+        namespace: namespace.to_owned(),
+        name: name.clone(),
+        version,
+        definition: workflow.source.clone(),
+        description: workflow.description.clone(),
+        steps,
+        created_at: ctx.now,
+    };
+    Compiled::new(workflow, version)?;
+    rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
+    rows::insert_workflow(ctx.conn, &stored)?;
+    ctx.reads.forget_version(namespace, &name);
+    for queue in queues.into_iter().collect::<HashSet<_>>() {
+        rows::ensure_queue(ctx.conn, namespace, &queue, ctx.now)?;
+    }
+    Ok(Applied {
+        version,
+        created: true,
+    })
+}

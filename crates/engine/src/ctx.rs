@@ -1,0 +1,96 @@
+//! What a command sees while it runs inside the writer's group transaction (`WriteCtx`): the
+//! connection, the time, the caches, and where to note wake-ups and webhook deliveries.
+
+use crate::cache::{Compiled, Key, WorkflowCache};
+use crate::jobs::JobCache;
+use crate::{Result, Webhook};
+use starbridge_core::limits::Limits;
+use starbridge_core::time::Timestamp;
+use starbridge_store::deferred::WriteConn;
+use std::collections::HashMap;
+use std::sync::Arc;
+/// What a write request sees: the open transaction, the time, and where to note wake-ups.
+pub(crate) struct WriteCtx<'a> {
+    /// The transaction's connection; it holds row writes back (see `deferred`).
+    pub(crate) conn: &'a mut WriteConn,
+    pub(crate) now: Timestamp,
+    pub(crate) workflows: &'a WorkflowCache,
+    /// Unfinished jobs as this transaction left them (see `jobs`).
+    pub(crate) jobs: &'a mut JobCache,
+    /// Reads that hold for the whole transaction.
+    pub(crate) reads: &'a mut TxReads,
+    pub(crate) wakes: Vec<(String, String)>,
+    /// Set when webhook deliveries were written: the deliverer is woken after commit.
+    pub(crate) deliveries: bool,
+    pub(crate) limits: Limits,
+    /// Workflow versions this request compiled into the shared cache (see `workflow`).
+    pub(crate) loaded_workflows: Vec<Key>,
+}
+/// Reads a group transaction makes once for all its requests. They stay right for the length
+/// of the transaction: every request in it arrived before it began, so a change another node
+/// commits meanwhile counts as coming after all of them; a change of the transaction's own
+/// forgets the entry it makes stale.
+#[derive(Default)]
+pub(crate) struct TxReads {
+    /// Webhook subscriptions by namespace.
+    webhooks: HashMap<String, Arc<Vec<Webhook>>>,
+    /// The latest version of each workflow by (namespace, name).
+    versions: HashMap<(String, String), Option<u32>>,
+}
+impl TxReads {
+    pub(crate) fn clear(&mut self) {
+        self.webhooks.clear();
+        self.versions.clear();
+    }
+
+    pub(crate) fn forget_webhooks(&mut self, namespace: &str) {
+        self.webhooks.remove(namespace);
+    }
+
+    pub(crate) fn forget_version(&mut self, namespace: &str, name: &str) {
+        self.versions
+            .remove(&(namespace.to_owned(), name.to_owned()));
+    }
+}
+impl WriteCtx<'_> {
+    /// The webhook subscriptions of a namespace.
+    pub(crate) fn webhooks(&mut self, namespace: &str) -> Result<Arc<Vec<Webhook>>> {
+        if let Some(found) = self.reads.webhooks.get(namespace) {
+            return Ok(found.clone());
+        }
+        let found = Arc::new(starbridge_store::rows::webhooks::list(
+            self.conn, namespace,
+        )?);
+        self.reads
+            .webhooks
+            .insert(namespace.to_owned(), found.clone());
+        Ok(found)
+    }
+
+    /// The latest version of a workflow, if it has one.
+    pub(crate) fn latest_version(&mut self, namespace: &str, name: &str) -> Result<Option<u32>> {
+        let key = (namespace.to_owned(), name.to_owned());
+        if let Some(found) = self.reads.versions.get(&key) {
+            return Ok(*found);
+        }
+        let found = starbridge_store::rows::latest_version(self.conn, namespace, name)?;
+        self.reads.versions.insert(key, found);
+        Ok(found)
+    }
+
+    /// A compiled workflow version as this transaction sees it (perhaps stored by it).
+    pub(crate) fn workflow(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        version: u32,
+    ) -> Result<Arc<Compiled>> {
+        self.workflows.get_noting(
+            self.conn,
+            namespace,
+            name,
+            version,
+            &mut self.loaded_workflows,
+        )
+    }
+}
