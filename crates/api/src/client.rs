@@ -16,10 +16,10 @@ use serde_json::{Value, json};
 
 use crate::paths::{self, JobAction, TaskReport};
 use crate::{
-    ActionRequest, AppliedWorkflow, AuditList, BulkRequest, BulkResult, CancelRequest,
+    ActionRequest, AppliedWorkflow, AuditList, BulkAction, BulkRequest, BulkResult, CancelRequest,
     CheckLaterRequest, CompleteRequest, CompleteTasks, CompleteTasksResponse, CreateTokenRequest,
     CreatedToken, DeliveryList, EventList, FailRequest, Health, HeartbeatRequest,
-    HeartbeatResponse, JobList, JobListQuery, JobView, PollRequest, PollResponse, Problem,
+    HeartbeatResponse, JobList, JobListQuery, JobView, Open, PollRequest, PollResponse, Problem,
     QueueList, QueueSettings, QueueView, ReportResponse, RerunRequest, ScheduleList,
     ScheduleRequest, ScheduleView, SkipRequest, SubmitJob, SubmitJobs, SubmitJobsResponse,
     TokenList, WebhookList, WebhookRequest, WebhookView, WorkflowDetail, WorkflowList,
@@ -365,7 +365,11 @@ impl Client {
 
     /// `POST` [`paths::JOBS_BULK`]: `pause`, `resume`, `cancel` or `retry` every job the
     /// request selects.
-    pub async fn bulk(&self, action: &str, request: &BulkRequest) -> Result<BulkResult, Error> {
+    pub async fn bulk(
+        &self,
+        action: &Open<BulkAction>,
+        request: &BulkRequest,
+    ) -> Result<BulkResult, Error> {
         self.post(&paths::jobs_bulk(action), request).await
     }
 

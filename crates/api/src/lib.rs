@@ -2,6 +2,11 @@
 //! worker SDK so they cannot drift apart, its paths ([`paths`]), and the typed client the CLI,
 //! the SDK and the bench use (`client`, behind the default feature `client`). Times are RFC 3339
 //! strings; ids are prefixed strings (`job_…`, `tsk_…`).
+//!
+//! Statuses, kinds, policies and scopes are the core's enums, re-exported here, each held as an
+//! [`Open`] value: what this build knows is `Known`, a value only a newer server knows is read
+//! as `Unknown(text)` instead of failing the whole answer (see [`starbridge_core::wire`]). The
+//! JSON is the enum's text either way. A server refuses an `Unknown` in a request.
 
 #[cfg(feature = "client")]
 pub mod client;
@@ -11,6 +16,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use jiff::Timestamp;
+pub use starbridge_core::dispatch::QueueMode;
+pub use starbridge_core::model::{
+    AttemptOutcome, BulkAction, ErrorKind, EventKind, JobStatus, TaskKind, TaskStatus,
+};
+pub use starbridge_core::schedule::{CatchUpKind, Overlap};
+pub use starbridge_core::scope::Scope;
+pub use starbridge_core::wire::{DatabaseHealth, DeliveryState, HealthStatus, Open, WireEnum};
 
 /// The namespace used when a request names none.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -77,7 +89,7 @@ pub struct SubmitJob {
 pub struct TaskError {
     pub message: String,
     pub retryable: bool,
-    pub kind: String,
+    pub kind: Open<ErrorKind>,
 }
 
 /// One run of a task by a worker: from its claim to its outcome. A "check later" ends a run but
@@ -88,8 +100,7 @@ pub struct AttemptView {
     pub worker_id: Option<String>,
     pub started_at: Timestamp,
     pub ended_at: Option<Timestamp>,
-    /// `running`, `succeeded`, `failed`, `check_later`, `lease_expired`, `timed_out` or `cancelled`.
-    pub outcome: String,
+    pub outcome: Open<AttemptOutcome>,
     pub error: Option<String>,
 }
 
@@ -97,12 +108,12 @@ pub struct AttemptView {
 pub struct TaskView {
     pub id: String,
     pub step: String,
-    pub kind: String,
+    pub kind: Open<TaskKind>,
     pub item: Option<u32>,
     pub compensates: Option<String>,
     pub queue: String,
     pub command: String,
-    pub status: String,
+    pub status: Open<TaskStatus>,
     pub attempt: u32,
     pub max_attempts: u32,
     pub priority: i32,
@@ -132,7 +143,7 @@ pub struct JobSummary {
     pub namespace: String,
     pub workflow: String,
     pub version: u32,
-    pub status: String,
+    pub status: Open<JobStatus>,
     pub key: Option<String>,
     pub priority: i32,
     pub created_at: Timestamp,
@@ -158,7 +169,7 @@ pub struct JobView {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct JobListQuery {
     pub namespace: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<Open<JobStatus>>,
     pub workflow: Option<String>,
     /// Only jobs created at or after this time (RFC 3339).
     pub created_after: Option<String>,
@@ -173,7 +184,7 @@ pub struct JobListQuery {
 #[serde(deny_unknown_fields)]
 pub struct BulkRequest {
     pub workflow: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<Open<JobStatus>>,
     /// RFC 3339.
     pub created_after: Option<String>,
     /// RFC 3339.
@@ -213,7 +224,7 @@ pub struct JobList {
 pub struct EventView {
     pub seq: i64,
     pub at: Timestamp,
-    pub kind: String,
+    pub kind: Open<EventKind>,
     pub task_id: Option<String>,
     pub step: Option<String>,
     pub attempt: Option<u32>,
@@ -242,7 +253,7 @@ pub struct LeasedTask {
     pub lease_token: String,
     pub job_id: String,
     pub step: String,
-    pub kind: String,
+    pub kind: Open<TaskKind>,
     pub item: Option<u32>,
     pub queue: String,
     pub command: String,
@@ -351,7 +362,7 @@ pub struct QueueView {
     pub namespace: String,
     pub name: String,
     /// `parallel` or `serial` (at most one running task, in dispatch order).
-    pub mode: String,
+    pub mode: Open<QueueMode>,
     /// Higher is served first among the queues a worker polls.
     pub priority: i32,
     /// Most running tasks at once; `null`: no limit.
@@ -394,7 +405,7 @@ pub struct QueueList {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueSettings {
-    pub mode: Option<String>,
+    pub mode: Option<Open<QueueMode>>,
     pub priority: Option<i32>,
     /// A number sets the limit; `null` removes it.
     #[serde(
@@ -429,7 +440,7 @@ where
 pub struct CatchUpPolicy {
     /// `skip` (drop missed fires; a fire less than a minute late still runs), `once` (run the
     /// latest missed fire once) or `all` (run every missed fire, at most `limit`).
-    pub policy: String,
+    pub policy: Open<CatchUpKind>,
     pub limit: Option<u32>,
 }
 
@@ -445,7 +456,7 @@ pub struct ScheduleRequest {
     /// An IANA time zone; `UTC` when absent.
     pub timezone: Option<String>,
     /// `skip` (default), `allow` or `queue_one`: what a fire does while the previous job runs.
-    pub overlap: Option<String>,
+    pub overlap: Option<Open<Overlap>>,
     pub catch_up: Option<CatchUpPolicy>,
     #[serde(default)]
     pub paused: bool,
@@ -459,7 +470,7 @@ pub struct ScheduleView {
     pub params: Value,
     pub cron: String,
     pub timezone: String,
-    pub overlap: String,
+    pub overlap: Open<Overlap>,
     pub catch_up: CatchUpPolicy,
     pub paused: bool,
     /// The next fire times (up to 5; none while paused).
@@ -488,7 +499,7 @@ pub struct WebhookRequest {
     pub workflow: Option<String>,
     /// Only these job statuses (all when absent or empty).
     #[serde(default)]
-    pub states: Vec<String>,
+    pub states: Vec<Open<JobStatus>>,
     /// The signing secret (16 to 256 bytes); one is generated when absent.
     pub secret: Option<String>,
 }
@@ -499,7 +510,7 @@ pub struct WebhookView {
     pub namespace: String,
     pub url: String,
     pub workflow: Option<String>,
-    pub states: Vec<String>,
+    pub states: Vec<Open<JobStatus>>,
     pub created_at: Timestamp,
     /// The signing secret: returned only when the subscription is created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -517,12 +528,11 @@ pub struct DeliveryView {
     pub id: i64,
     pub job_id: String,
     /// The job status the message reports.
-    pub status: String,
+    pub status: Open<JobStatus>,
     pub payload: Value,
     pub created_at: Timestamp,
     pub attempts: u32,
-    /// `pending`, `delivered` or `failed` (given up).
-    pub state: String,
+    pub state: Open<DeliveryState>,
     pub next_attempt_at: Option<Timestamp>,
     pub delivered_at: Option<Timestamp>,
     /// HTTP status of the last attempt.
@@ -549,7 +559,7 @@ pub struct SubmitJobs {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubmittedJob {
     pub id: String,
-    pub status: String,
+    pub status: Open<JobStatus>,
     /// False when the `key` named an existing job, which is returned instead.
     pub created: bool,
 }
@@ -594,8 +604,8 @@ pub struct CompleteTasksResponse {
 /// What a report (complete, fail, check-later) changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReportResponse {
-    pub task_status: String,
-    pub job_status: String,
+    pub task_status: Open<TaskStatus>,
+    pub job_status: Open<JobStatus>,
 }
 
 /// One field-level problem inside a problem document.
@@ -636,26 +646,11 @@ pub struct ProblemLimit {
 /// `GET /healthz`: whether the server reads and writes its database (`503` unless `ok`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Health {
-    /// `ok` or `unhealthy`.
-    pub status: String,
-    pub database: DatabaseHealth,
+    pub status: Open<HealthStatus>,
+    pub database: Open<DatabaseHealth>,
     /// What the answer rests on: the last write's age and outcome, a probe write's, or a failed
     /// read.
     pub detail: String,
-}
-
-/// Whether the database takes writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DatabaseHealth {
-    /// A write succeeded in the last 10 s, or a probe write just did.
-    Ok,
-    /// The disk holding the database is full: writes are refused.
-    Full,
-    /// The database or its filesystem is read-only: writes are refused.
-    ReadOnly,
-    /// The database cannot be reached, or fails writes for another reason.
-    Unavailable,
 }
 
 /// An API token as listed (its secret is never shown again after creation).
@@ -665,7 +660,7 @@ pub struct TokenView {
     pub name: String,
     /// The only namespace it acts in; absent: every namespace.
     pub namespace: Option<String>,
-    pub scopes: Vec<String>,
+    pub scopes: Vec<Open<Scope>>,
     /// The queues a `work` token may serve; absent: every queue.
     pub queues: Option<Vec<String>>,
     pub created_at: Timestamp,
@@ -679,7 +674,7 @@ pub struct TokenView {
 #[serde(deny_unknown_fields)]
 pub struct CreateTokenRequest {
     pub name: String,
-    pub scopes: Vec<String>,
+    pub scopes: Vec<Open<Scope>>,
     #[serde(default)]
     pub namespace: Option<String>,
     #[serde(default)]
@@ -719,4 +714,201 @@ pub struct AuditList {
     pub items: Vec<AuditEntryView>,
     /// Pass as `before` for the next (older) page.
     pub next_cursor: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A task view as a newer server might send it, with `kind` and `status` given.
+    fn task_json(kind: &str, status: &str) -> Value {
+        json!({
+            "id": "tsk_1", "step": "a", "kind": kind, "item": null, "compensates": null,
+            "queue": "q", "command": "c", "status": status, "attempt": 1, "max_attempts": 3,
+            "priority": 0, "input": null, "output": null,
+            "error": {"message": "m", "retryable": true, "kind": "quota"},
+            "progress": null, "logs": null, "worker_id": "w",
+            "created_at": "2026-01-01T00:00:00Z", "ready_at": null, "available_at": null,
+            "started_at": null, "ended_at": null, "lease_expires_at": null, "deadline_at": null,
+            "attempts": [{
+                "attempt": 1, "worker_id": "w", "started_at": "2026-01-01T00:00:00Z",
+                "ended_at": null, "outcome": "preempted", "error": null,
+            }],
+            "waiting_reason": null,
+        })
+    }
+
+    fn leased_json(kind: &str) -> Value {
+        json!({
+            "id": "tsk_1", "lease_token": "l", "job_id": "job_1", "step": "a", "kind": kind,
+            "item": null, "queue": "q", "command": "c", "input": {}, "attempt": 1,
+            "idempotency_key": "tsk_1:1", "lease_expires_at": "2026-01-01T00:00:00Z",
+            "lease_ms": 30000, "progress": null,
+        })
+    }
+
+    fn unknown<T>(text: &str) -> Open<T> {
+        Open::Unknown(text.to_owned())
+    }
+
+    #[test]
+    fn a_job_view_with_values_this_build_does_not_know_still_reads() {
+        let body = json!({
+            "id": "job_1", "namespace": "default", "workflow": "wf", "version": 1,
+            "status": "hibernating", "key": null, "priority": 0,
+            "created_at": "2026-01-01T00:00:00Z", "params": {},
+            "tasks": [task_json("sidecar", "parked"), task_json("step", "running")],
+        });
+        let job: JobView = serde_json::from_value(body.clone()).unwrap();
+        assert_eq!(job.summary.status, unknown("hibernating"));
+        let task = &job.tasks[0];
+        assert_eq!(task.kind, unknown("sidecar"));
+        assert_eq!(task.status, unknown("parked"));
+        assert_eq!(task.error.as_ref().unwrap().kind, unknown("quota"));
+        assert_eq!(task.attempts[0].outcome, unknown("preempted"));
+        assert_eq!(job.tasks[1].kind, Open::Known(TaskKind::Step));
+        assert_eq!(job.tasks[1].status, TaskStatus::Running);
+        // Written back, the unknown values are the text that came in.
+        let written = serde_json::to_value(&job).unwrap();
+        assert_eq!(written["status"], body["status"]);
+        assert_eq!(written["tasks"], body["tasks"]);
+    }
+
+    #[test]
+    fn a_leased_task_of_an_unknown_kind_still_reads() {
+        let task: LeasedTask = serde_json::from_value(leased_json("probe")).unwrap();
+        assert_eq!(task.kind, unknown("probe"));
+        let poll: PollResponse = serde_json::from_value(json!({
+            "tasks": [leased_json("probe"), leased_json("item")],
+        }))
+        .unwrap();
+        assert_eq!(poll.tasks[0].kind, unknown("probe"));
+        assert_eq!(poll.tasks[1].kind, TaskKind::Item);
+    }
+
+    #[test]
+    fn answers_with_other_unknown_values_still_read() {
+        let report: ReportResponse =
+            serde_json::from_value(json!({"task_status": "parked", "job_status": "running"}))
+                .unwrap();
+        assert_eq!(report.task_status, unknown("parked"));
+        assert_eq!(report.job_status, JobStatus::Running);
+        let event: EventView = serde_json::from_value(json!({
+            "seq": 1, "at": "2026-01-01T00:00:00Z", "kind": "job_hibernated",
+            "task_id": null, "step": null, "attempt": null, "worker_id": null, "detail": {},
+        }))
+        .unwrap();
+        assert_eq!(event.kind, unknown("job_hibernated"));
+        let health: Health = serde_json::from_value(
+            json!({"status": "degraded", "database": "slow", "detail": "d"}),
+        )
+        .unwrap();
+        assert_eq!(health.status, unknown("degraded"));
+        assert_eq!(health.database, unknown("slow"));
+    }
+
+    /// Every value of `T` is written as the string listed (today's JSON) and read back as
+    /// itself; the list is `T::ALL`, in order.
+    fn pinned<T: WireEnum>(texts: &[&str]) {
+        let written: Vec<Value> = T::ALL
+            .iter()
+            .map(|&value| serde_json::to_value(Open::Known(value)).unwrap())
+            .collect();
+        assert_eq!(written, texts.iter().map(|t| json!(t)).collect::<Vec<_>>());
+        for (&value, text) in T::ALL.iter().zip(texts) {
+            let read: Open<T> = serde_json::from_value(json!(text)).unwrap();
+            assert_eq!(read, Open::Known(value));
+        }
+    }
+
+    #[test]
+    fn every_value_keeps_its_json() {
+        pinned::<JobStatus>(&[
+            "queued",
+            "running",
+            "paused",
+            "compensating",
+            "succeeded",
+            "failed",
+            "compensation_failed",
+            "cancelled",
+            "timed_out",
+        ]);
+        pinned::<TaskStatus>(&[
+            "waiting",
+            "ready",
+            "running",
+            "succeeded",
+            "failed",
+            "skipped",
+            "cancelled",
+        ]);
+        pinned::<TaskKind>(&["step", "fan_out", "item", "compensation"]);
+        pinned::<ErrorKind>(&["handler", "lease_expired", "step_timeout", "expression"]);
+        pinned::<EventKind>(&[
+            "job_created",
+            "job_compensating",
+            "job_succeeded",
+            "job_failed",
+            "job_timed_out",
+            "job_compensation_failed",
+            "task_ready",
+            "task_skipped",
+            "task_claimed",
+            "task_succeeded",
+            "task_failed",
+            "task_retry_scheduled",
+            "task_check_later",
+            "task_lease_expired",
+            "task_timed_out",
+            "task_cancelled",
+            "fan_out_expanded",
+            "compensation_planned",
+            "job_paused",
+            "job_resumed",
+            "job_cancelled",
+            "job_retried",
+            "job_rerun",
+            "task_resolved_by_operator",
+            "job_queued",
+            "job_started",
+        ]);
+        pinned::<AttemptOutcome>(&[
+            "running",
+            "succeeded",
+            "failed",
+            "check_later",
+            "lease_expired",
+            "timed_out",
+            "cancelled",
+        ]);
+        pinned::<BulkAction>(&["pause", "resume", "cancel", "retry"]);
+        pinned::<QueueMode>(&["parallel", "serial"]);
+        pinned::<Overlap>(&["skip", "allow", "queue_one"]);
+        pinned::<CatchUpKind>(&["skip", "once", "all"]);
+        pinned::<Scope>(&["admin", "operate", "submit", "work", "read"]);
+        pinned::<HealthStatus>(&["ok", "unhealthy"]);
+        pinned::<DatabaseHealth>(&["ok", "full", "read_only", "unavailable"]);
+        pinned::<DeliveryState>(&["pending", "delivered", "failed"]);
+    }
+
+    #[test]
+    fn requests_carry_unknown_text_to_the_server_unchanged() {
+        let query = JobListQuery {
+            status: Some("hibernating".parse().unwrap()),
+            ..JobListQuery::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&query).unwrap()["status"],
+            "hibernating"
+        );
+        let request: WebhookRequest =
+            serde_json::from_value(json!({"url": "u", "states": ["failed", "gone"]})).unwrap();
+        assert_eq!(
+            request.states,
+            [Open::Known(JobStatus::Failed), unknown("gone")]
+        );
+    }
 }

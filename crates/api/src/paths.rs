@@ -5,6 +5,8 @@
 //! that fills them with percent-encoded segments, for clients. The typed client (the `client`
 //! module) builds every request path from here.
 
+use crate::{BulkAction, Open};
+
 /// `GET`: whether the server reads and writes its database ([`crate::Health`]).
 pub const HEALTH: &str = "/healthz";
 /// `GET`: Prometheus metrics, as text.
@@ -83,8 +85,8 @@ pub fn workflow(name: &str) -> String {
 }
 
 /// [`JOBS_BULK`] of `action`.
-pub fn jobs_bulk(action: &str) -> String {
-    fill(JOBS_BULK, &[action])
+pub fn jobs_bulk(action: &Open<BulkAction>) -> String {
+    fill(JOBS_BULK, &[action.as_str()])
 }
 
 /// [`JOB`] of `id`.
@@ -242,7 +244,10 @@ mod tests {
             "/api/v1/jobs/job_1/tasks/tsk_2/skip"
         );
         assert_eq!(workflow("a/b c"), "/api/v1/workflows/a%2Fb%20c");
-        assert_eq!(jobs_bulk("retry"), "/api/v1/jobs/bulk/retry");
+        assert_eq!(
+            jobs_bulk(&BulkAction::Retry.into()),
+            "/api/v1/jobs/bulk/retry"
+        );
         assert_eq!(queue("q"), "/api/v1/queues/q");
         assert_eq!(schedule("nightly"), "/api/v1/schedules/nightly");
         assert_eq!(webhook("whk_1"), "/api/v1/webhooks/whk_1");

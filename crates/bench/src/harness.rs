@@ -332,12 +332,15 @@ impl Api {
     }
 
     /// Every job of the namespace (with `status`, only those), page by page.
-    pub(crate) async fn list_jobs(&self, status: Option<&str>) -> Result<Vec<api::JobSummary>> {
+    pub(crate) async fn list_jobs(
+        &self,
+        status: Option<api::JobStatus>,
+    ) -> Result<Vec<api::JobSummary>> {
         let mut jobs = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
             let query = api::JobListQuery {
-                status: status.map(str::to_owned),
+                status: status.map(api::Open::Known),
                 limit: Some(PAGE),
                 cursor: cursor.take(),
                 ..api::JobListQuery::default()
@@ -365,9 +368,9 @@ impl Api {
 
     /// True while some job of the namespace has not ended.
     async fn unfinished(&self) -> Result<bool> {
-        for status in ["running", "compensating", "queued", "paused"] {
+        for &status in api::JobStatus::ALL.iter().filter(|s| !s.is_terminal()) {
             let query = api::JobListQuery {
-                status: Some(status.to_owned()),
+                status: Some(status.into()),
                 limit: Some(1),
                 ..api::JobListQuery::default()
             };

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context as _, Result};
 use serde::Serialize;
-use starbridge_api as api;
+use starbridge_api::{self as api, JobStatus, TaskKind, TaskStatus};
 use tokio::task::JoinSet;
 
 use super::harness::{Api, Recorder};
@@ -90,7 +90,7 @@ pub(crate) async fn verify(
     let mut jobs_by_status: BTreeMap<String, u64> = BTreeMap::new();
     let mut listed_ids: HashSet<&str> = HashSet::new();
     for job in &listed {
-        *jobs_by_status.entry(job.status.clone()).or_default() += 1;
+        *jobs_by_status.entry(job.status.to_string()).or_default() += 1;
         if !listed_ids.insert(job.id.as_str()) {
             anomalies.add(format!("job {} is listed twice", job.id));
         }
@@ -107,13 +107,14 @@ pub(crate) async fn verify(
             anomalies.add(format!("job {id} was submitted but is not listed"));
         }
     }
+    let succeeded_text = JobStatus::Succeeded.as_str();
     for (status, count) in &jobs_by_status {
-        if status != "succeeded" {
+        if status != succeeded_text {
             anomalies.add(format!("{count} jobs are {status}"));
         }
     }
-    let succeeded = api.list_jobs(Some("succeeded")).await?;
-    let listed_succeeded = jobs_by_status.get("succeeded").copied().unwrap_or(0);
+    let succeeded = api.list_jobs(Some(JobStatus::Succeeded)).await?;
+    let listed_succeeded = jobs_by_status.get(succeeded_text).copied().unwrap_or(0);
     if succeeded.len() as u64 != listed_succeeded {
         anomalies.add(format!(
             "?status=succeeded lists {} jobs, the unfiltered list {listed_succeeded}",
@@ -129,7 +130,7 @@ pub(crate) async fn verify(
     recorder.read(|runs| {
         for job in jobs.values() {
             let summary = &job.summary;
-            if summary.status != "succeeded" {
+            if summary.status != JobStatus::Succeeded {
                 anomalies.add(format!(
                     "job {} ended {}{}",
                     summary.id,
@@ -147,15 +148,15 @@ pub(crate) async fn verify(
                     Some(item) => format!("{}[{item}]", task.step),
                     None => task.step.clone(),
                 };
-                if task.status != "succeeded" {
+                if task.status != TaskStatus::Succeeded {
                     anomalies.add(format!(
                         "task {} ({label}) of job {} is {}",
                         task.id, summary.id, task.status
                     ));
                 }
-                match task.kind.as_str() {
-                    "step" | "item" => {}
-                    "compensation" => {
+                match task.kind.known() {
+                    Some(TaskKind::Step | TaskKind::Item) => {}
+                    Some(TaskKind::Compensation) => {
                         anomalies.add(format!(
                             "job {} has a compensation task {} ({label})",
                             summary.id, task.id
@@ -174,7 +175,7 @@ pub(crate) async fn verify(
                         task.id, summary.id, task.attempt
                     ));
                 }
-                if task.status == "succeeded" && !runs.contains_key(&task.id) {
+                if task.status == TaskStatus::Succeeded && !runs.contains_key(&task.id) {
                     anomalies.add(format!(
                         "task {} ({label}) of job {} succeeded without the handler running",
                         task.id, summary.id
@@ -229,7 +230,7 @@ pub(crate) async fn verify(
         jobs_by_status,
         jobs_succeeded: jobs
             .values()
-            .filter(|job| job.summary.status == "succeeded")
+            .filter(|job| job.summary.status == JobStatus::Succeeded)
             .count() as u64,
         tasks_checked,
         tasks_not_attempt_1,

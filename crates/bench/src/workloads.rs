@@ -270,7 +270,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
     let mut paced = None;
     let mut full_speed = None;
     if drained {
-        let listed = bench.api.list_jobs(Some("succeeded")).await?;
+        let listed = bench.api.list_jobs(Some(api::JobStatus::Succeeded)).await?;
         let seconds = seconds_until(bench, drain_start, last_end(&listed));
         let drain = Throughput::new(
             "drain",
@@ -304,7 +304,7 @@ async fn single(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
             )
             .await?;
         let end_usage = bench.usage().await?;
-        let listed = bench.api.list_jobs(Some("succeeded")).await?;
+        let listed = bench.api.list_jobs(Some(api::JobStatus::Succeeded)).await?;
         throughput.push(
             Throughput::new(
                 "end_to_end_full",
@@ -552,7 +552,7 @@ fn chain_latencies<'a>(
         let mut steps: Vec<&api::TaskView> = job
             .tasks
             .iter()
-            .filter(|task| task.kind == "step")
+            .filter(|task| task.kind == api::TaskKind::Step)
             .collect();
         steps.sort_by(|a, b| a.step.cmp(&b.step));
         for pair in steps.windows(2) {
@@ -634,7 +634,7 @@ async fn all_at_once_then_alone(
         submission.first_send,
         bench
             .api
-            .list_jobs(Some("succeeded"))
+            .list_jobs(Some(api::JobStatus::Succeeded))
             .await?
             .iter()
             .filter_map(|job| millis(job.ended_at))
@@ -702,12 +702,12 @@ fn fanout_latencies<'a>(
         let step = |id: &str| {
             job.tasks
                 .iter()
-                .find(|task| task.kind == "step" && task.step == id)
+                .find(|task| task.kind == api::TaskKind::Step && task.step == id)
         };
         let children: Vec<&api::TaskView> = job
             .tasks
             .iter()
-            .filter(|task| task.kind == "item")
+            .filter(|task| task.kind == api::TaskKind::Item)
             .collect();
         let last = |at: fn(&api::TaskView) -> Option<api::Timestamp>| {
             children.iter().filter_map(|task| millis(at(task))).max()

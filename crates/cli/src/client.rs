@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use serde_json::Value;
-use starbridge_api as api;
 use starbridge_api::client::Client;
+use starbridge_api::{self as api, JobStatus, Open, TaskKind, TaskStatus, WireEnum};
 
 use crate::Format;
 use crate::output::{clip, elapsed, table, time};
@@ -224,7 +224,7 @@ pub(crate) async fn submit(context: &Context, args: SubmitArgs) -> Result<ExitCo
 #[derive(Args)]
 pub(crate) struct JobsArgs {
     #[arg(long)]
-    status: Option<String>,
+    status: Option<Open<JobStatus>>,
     #[arg(long)]
     workflow: Option<String>,
     #[arg(long, default_value_t = 50)]
@@ -251,7 +251,7 @@ pub(crate) async fn jobs(context: &Context, args: JobsArgs) -> Result<ExitCode> 
                 vec![
                     job.id.clone(),
                     format!("{} v{}", job.workflow, job.version),
-                    job.status.clone(),
+                    job.status.to_string(),
                     time(Some(job.created_at)),
                     elapsed(job.started_at, job.ended_at),
                     clip(job.error.as_deref().unwrap_or(""), 60),
@@ -274,7 +274,7 @@ fn task_label(task: &api::TaskView) -> String {
         Some(item) => format!("{}[{item}]", task.step),
         None => task.step.clone(),
     };
-    if task.kind == "compensation" {
+    if task.kind == TaskKind::Compensation {
         format!("undo {base}")
     } else {
         base
@@ -320,8 +320,8 @@ pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
             .map(|task| {
                 vec![
                     task_label(task),
-                    task.status.clone(),
-                    if task.kind == "fan_out" {
+                    task.status.to_string(),
+                    if task.kind == TaskKind::FanOut {
                         "-".to_owned()
                     } else {
                         format!("{}/{}", task.attempt, task.max_attempts)
@@ -356,7 +356,7 @@ pub(crate) async fn events(context: &Context, id: &str) -> Result<ExitCode> {
                 vec![
                     event.seq.to_string(),
                     event.at.strftime("%H:%M:%S%.3f").to_string(),
-                    event.kind.clone(),
+                    event.kind.to_string(),
                     event.step.clone().unwrap_or_default(),
                     event.attempt.map(|a| a.to_string()).unwrap_or_default(),
                     clip(&event.detail.to_string(), 80),
@@ -481,7 +481,7 @@ pub(crate) enum QueueCommand {
         name: String,
         /// `parallel` or `serial` (one running task at a time).
         #[arg(long)]
-        mode: Option<String>,
+        mode: Option<Open<api::QueueMode>>,
         /// Higher is served first among the queues a worker polls.
         #[arg(long, allow_negative_numbers = true)]
         priority: Option<i32>,
@@ -513,7 +513,7 @@ fn print_queues(queues: &[api::QueueView]) {
         .map(|q| {
             vec![
                 q.name.clone(),
-                q.mode.clone(),
+                q.mode.to_string(),
                 q.priority.to_string(),
                 q.concurrency.map_or("-".to_owned(), |c| c.to_string()),
                 q.rate.as_ref().map_or("-".to_owned(), |rate| {
@@ -613,10 +613,10 @@ pub(crate) enum ScheduleCommand {
         params: Vec<String>,
         /// While the previous job runs: `skip`, `allow` or `queue_one`.
         #[arg(long, default_value = "skip")]
-        overlap: String,
+        overlap: Open<api::Overlap>,
         /// Fires missed during downtime: `skip`, `once` or `all`.
         #[arg(long, default_value = "skip")]
-        catch_up: String,
+        catch_up: Open<api::CatchUpKind>,
         /// With `--catch-up all`: most missed fires run.
         #[arg(long)]
         catch_up_limit: Option<u32>,
@@ -722,11 +722,11 @@ pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Re
 #[derive(Args)]
 pub(crate) struct BulkArgs {
     /// `pause`, `resume`, `cancel` or `retry`.
-    action: String,
+    action: Open<api::BulkAction>,
     #[arg(long)]
     workflow: Option<String>,
     #[arg(long)]
-    status: Option<String>,
+    status: Option<Open<JobStatus>>,
     /// Only jobs created at or after this RFC 3339 time.
     #[arg(long)]
     since: Option<String>,
@@ -775,7 +775,7 @@ pub(crate) enum WebhookCommand {
         workflow: Option<String>,
         /// Only these job statuses (repeatable; all when absent).
         #[arg(long = "state")]
-        states: Vec<String>,
+        states: Vec<Open<JobStatus>>,
         /// Signing secret (16 to 256 bytes; generated when absent).
         #[arg(long)]
         secret: Option<String>,
@@ -801,7 +801,7 @@ fn print_webhooks(webhooks: &[api::WebhookView]) {
                 if w.states.is_empty() {
                     "*".to_owned()
                 } else {
-                    w.states.join(",")
+                    joined(&w.states)
                 },
                 time(Some(w.created_at)),
             ]
@@ -852,8 +852,8 @@ pub(crate) async fn webhook(context: &Context, command: &WebhookCommand) -> Resu
                         vec![
                             d.id.to_string(),
                             d.job_id.clone(),
-                            d.status.clone(),
-                            d.state.clone(),
+                            d.status.to_string(),
+                            d.state.to_string(),
                             d.attempts.to_string(),
                             d.last_status.map_or("-".to_owned(), |s| s.to_string()),
                             clip(d.last_error.as_deref().unwrap_or(""), 50),
@@ -877,30 +877,28 @@ pub(crate) async fn webhook(context: &Context, command: &WebhookCommand) -> Resu
     }
 }
 
-const TERMINAL: &[&str] = &[
-    "succeeded",
-    "failed",
-    "compensation_failed",
-    "cancelled",
-    "timed_out",
-];
+/// `a,b,c`.
+fn joined<T: WireEnum>(values: &[Open<T>]) -> String {
+    let texts: Vec<&str> = values.iter().map(Open::as_str).collect();
+    texts.join(",")
+}
 
 /// Follows a job, printing each task's changes, until it ends. With `-o json` prints the final
 /// job. Exit status: 0 if the job succeeded, 2 if it ended otherwise.
 pub(crate) async fn watch(context: &Context, id: &str) -> Result<ExitCode> {
-    let mut seen: HashMap<String, (String, u32)> = HashMap::new();
-    let mut job_status = String::new();
+    let mut seen: HashMap<String, (Open<TaskStatus>, u32)> = HashMap::new();
+    let mut job_status: Option<Open<JobStatus>> = None;
     loop {
         let job = context.client.job(id).await?;
         if !context.json() {
-            if job.summary.status != job_status {
-                job_status = job.summary.status.clone();
-                eprintln!("job {} is {job_status}", job.summary.id);
+            if job_status.as_ref() != Some(&job.summary.status) {
+                eprintln!("job {} is {}", job.summary.id, job.summary.status);
+                job_status = Some(job.summary.status.clone());
             }
             for task in &job.tasks {
                 let state = (task.status.clone(), task.attempt);
                 if seen.get(&task.id) == Some(&state)
-                    || task.kind == "fan_out" && task.status == "waiting"
+                    || task.kind == TaskKind::FanOut && task.status == TaskStatus::Waiting
                 {
                     continue;
                 }
@@ -919,7 +917,13 @@ pub(crate) async fn watch(context: &Context, id: &str) -> Result<ExitCode> {
                 );
             }
         }
-        if TERMINAL.contains(&job.summary.status.as_str()) {
+        // A status this build does not know (from a newer server) has ended when the job has.
+        let ended = job
+            .summary
+            .status
+            .known()
+            .map_or(job.summary.ended_at.is_some(), JobStatus::is_terminal);
+        if ended {
             if context.json() {
                 print_json(&job)?;
             } else if let Some(error) = &job.summary.error {
@@ -935,7 +939,7 @@ pub(crate) async fn watch(context: &Context, id: &str) -> Result<ExitCode> {
                     elapsed(job.summary.started_at, job.summary.ended_at)
                 );
             }
-            return Ok(if job.summary.status == "succeeded" {
+            return Ok(if job.summary.status == JobStatus::Succeeded {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(2)
@@ -997,7 +1001,7 @@ pub(crate) enum TokenCommand {
         name: String,
         /// What it may do (repeatable): admin, operate, submit, work, read.
         #[arg(long = "scope", required = true)]
-        scopes: Vec<String>,
+        scopes: Vec<Open<api::Scope>>,
         /// The only namespace it may act in (default: every namespace; admins span all).
         #[arg(long = "for-namespace")]
         for_namespace: Option<String>,
@@ -1030,7 +1034,7 @@ fn print_tokens(tokens: &[api::TokenView]) {
                 t.id.clone(),
                 t.name.clone(),
                 t.namespace.clone().unwrap_or_else(|| "*".to_owned()),
-                t.scopes.join(","),
+                joined(&t.scopes),
                 t.queues
                     .as_ref()
                     .map_or_else(|| "*".to_owned(), |queues| queues.join(",")),

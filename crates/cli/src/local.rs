@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use starbridge_api::JobStatus;
 use starbridge_core::destination::DestinationPolicy;
 use starbridge_engine::{Engine, NewToken, Scope, StoreOptions, SystemClock};
 use starbridge_server::{Limits, Server};
@@ -619,7 +620,11 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
     let _ = stop.send(true);
     worker.await?;
     server.await??;
-    let expected = if fail { "failed" } else { "succeeded" };
+    let expected = if fail {
+        JobStatus::Failed
+    } else {
+        JobStatus::Succeeded
+    };
     Ok(if job.summary.status == expected {
         ExitCode::SUCCESS
     } else {

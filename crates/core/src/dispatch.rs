@@ -11,36 +11,22 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{JobId, TaskId};
 use crate::time::{Duration, Timestamp};
+use crate::wire::string_enum;
 
 /// A queue that names no `max_wait`: tasks older than this are served oldest first.
 pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum QueueMode {
-    /// Any number of running tasks (up to `concurrency`).
-    #[default]
-    Parallel,
-    /// At most one running task at a time, in dispatch order.
-    Serial,
-}
-
-impl QueueMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            QueueMode::Parallel => "parallel",
-            QueueMode::Serial => "serial",
-        }
+string_enum!(
+    /// How a queue hands out its tasks.
+    #[derive(Default)]
+    QueueMode {
+        /// Any number of running tasks (up to `concurrency`).
+        #[default]
+        Parallel => "parallel",
+        /// At most one running task at a time, in dispatch order.
+        Serial => "serial",
     }
-
-    pub fn parse(text: &str) -> Option<QueueMode> {
-        match text {
-            "parallel" => Some(QueueMode::Parallel),
-            "serial" => Some(QueueMode::Serial),
-            _ => None,
-        }
-    }
-}
+);
 
 /// At most `tokens` task starts per `per` (a token bucket that refills continuously and holds at
 /// most `tokens`). Tasks over the limit wait ready.

@@ -1,5 +1,7 @@
 //! The pure domain of Starbridge: workflow definitions and their validation, the expression
-//! language, the job and task state machines, and retry arithmetic.
+//! language, the job and task state machines, and retry arithmetic; API token scopes (`scope`);
+//! and every closed set of values the HTTP API carries as strings, with the open form in which
+//! clients read them (`wire`).
 //!
 //! Architecture invariant: nothing in this crate does I/O, reads the clock or draws random
 //! numbers. Time, fresh ids and limits are passed in (`machine::Ctx`), so every rule is testable as data.
@@ -13,7 +15,9 @@ pub mod limits;
 pub mod machine;
 pub mod model;
 pub mod schedule;
+pub mod scope;
 pub mod time;
+pub mod wire;
 
 pub use definition::Workflow;
 pub use ids::{JobId, TaskId};

@@ -6,33 +6,7 @@ use serde_json::Value;
 
 use crate::ids::{JobId, TaskId};
 use crate::time::{Duration, Timestamp};
-
-macro_rules! string_enum {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum $name { $($(#[$vmeta])* $variant),+ }
-
-        impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-
-            pub fn parse(text: &str) -> Option<$name> {
-                match text { $($text => Some($name::$variant),)+ _ => None }
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
+use crate::wire::string_enum;
 
 string_enum!(
     /// Where a job is in its life. See ARCHITECTURE.md for the diagram.
@@ -154,6 +128,20 @@ string_enum!(
         StepTimeout => "step_timeout",
         /// An expression (`when`, `for_each`, `input`) could not be evaluated.
         Expression => "expression",
+    }
+);
+
+string_enum!(
+    /// How one run of a task by a worker (from its claim) ended, or `Running` while it lasts. A
+    /// "check later" ends a run but not the attempt.
+    AttemptOutcome {
+        Running => "running",
+        Succeeded => "succeeded",
+        Failed => "failed",
+        CheckLater => "check_later",
+        LeaseExpired => "lease_expired",
+        TimedOut => "timed_out",
+        Cancelled => "cancelled",
     }
 );
 
@@ -373,6 +361,17 @@ impl OperatorAction {
         }
     }
 }
+
+string_enum!(
+    /// The operator actions that apply to every job a filter selects at once
+    /// (`POST /jobs/bulk/{action}`).
+    BulkAction {
+        Pause => "pause",
+        Resume => "resume",
+        Cancel => "cancel",
+        Retry => "retry",
+    }
+);
 
 /// Why an input was refused. Nothing changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,6 +9,7 @@ use jiff::tz::TimeZone;
 use serde::{Deserialize, Serialize};
 
 use crate::time::{Duration, Timestamp};
+use crate::wire::string_enum;
 
 /// Most occurrences examined when catching up, so a long downtime with a per-second cron stays
 /// bounded.
@@ -57,36 +58,19 @@ impl CronSpec {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Overlap {
-    /// Do not start a job while the previous one of the schedule is unfinished.
-    #[default]
-    Skip,
-    /// Start a job at every fire.
-    Allow,
-    /// Keep one fire waiting and start it when the previous job ends.
-    QueueOne,
-}
-
-impl Overlap {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Overlap::Skip => "skip",
-            Overlap::Allow => "allow",
-            Overlap::QueueOne => "queue_one",
-        }
+string_enum!(
+    /// What a fire does while the previous job of the schedule is unfinished.
+    #[derive(Default)]
+    Overlap {
+        /// Do not start a job while the previous one of the schedule is unfinished.
+        #[default]
+        Skip => "skip",
+        /// Start a job at every fire.
+        Allow => "allow",
+        /// Keep one fire waiting and start it when the previous job ends.
+        QueueOne => "queue_one",
     }
-
-    pub fn parse(text: &str) -> Option<Overlap> {
-        match text {
-            "skip" => Some(Overlap::Skip),
-            "allow" => Some(Overlap::Allow),
-            "queue_one" => Some(Overlap::QueueOne),
-            _ => None,
-        }
-    }
-}
+);
 
 /// What to do with fires missed while the server was down or the schedule paused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -99,6 +83,34 @@ pub enum CatchUp {
     Once,
     /// Run every missed fire, oldest first, at most `limit` (the most recent ones).
     All { limit: u32 },
+}
+
+string_enum!(
+    /// The name of a catch-up policy (the API's `policy`), without `All`'s limit.
+    CatchUpKind {
+        Skip => "skip",
+        Once => "once",
+        All => "all",
+    }
+);
+
+impl CatchUp {
+    /// The policy's name.
+    pub fn kind(self) -> CatchUpKind {
+        match self {
+            CatchUp::Skip => CatchUpKind::Skip,
+            CatchUp::Once => CatchUpKind::Once,
+            CatchUp::All { .. } => CatchUpKind::All,
+        }
+    }
+
+    /// How many missed fires `All` runs at most; `None` for the others.
+    pub fn limit(self) -> Option<u32> {
+        match self {
+            CatchUp::All { limit } => Some(limit),
+            CatchUp::Skip | CatchUp::Once => None,
+        }
+    }
 }
 
 /// The fires due at `now` and the next fire time after them.
@@ -179,6 +191,18 @@ mod tests {
 
     fn utc() -> TimeZone {
         TimeZone::UTC
+    }
+
+    #[test]
+    fn a_catch_up_policy_is_tagged_with_its_kind() {
+        for catch_up in [CatchUp::Skip, CatchUp::Once, CatchUp::All { limit: 3 }] {
+            let json = serde_json::to_value(catch_up).unwrap();
+            assert_eq!(json["policy"], catch_up.kind().as_str());
+            assert_eq!(
+                json.get("limit").and_then(|l| l.as_u64()),
+                catch_up.limit().map(u64::from)
+            );
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Where the store reads the time. Production uses the system clock; tests drive a manual one so
+//! Where the engine reads the time. Production uses the system clock; tests drive a manual one so
 //! lease expiry and deadlines are tested without sleeping.
 
 use std::sync::atomic::{AtomicI64, Ordering};

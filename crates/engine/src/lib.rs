@@ -1,7 +1,7 @@
 //! The engine of Starbridge: what every change means and how it becomes durable.
 //!
 //! A request that changes state becomes a command (`commands`: submit, claim, report, operate,
-//! tick, locks; `schedules`, `webhooks` (the outbox), `tokens`) run by the one writer thread of
+//! tick, locks, schedules, the webhooks' outbox, tokens) run by the one writer thread of
 //! this node (`writer`), which commits many requests in one transaction (group commit) and answers
 //! each once its change is durable. The job cache (`jobs`) and the compiled-workflow cache
 //! (`cache`) spare the writer reads; the notifier (`notify`) wakes long-polls when queues get
@@ -273,7 +273,7 @@ impl Engine {
             .await
     }
 
-    /// Submits several jobs at once: each in its own savepoint (one refused leaves the others
+    /// Submits several jobs at once: each as its own request (one refused leaves the others
     /// alone), all queued for the same group commits. Answers in the order given.
     pub async fn submit_many(
         &self,
@@ -319,7 +319,7 @@ impl Engine {
             .await
     }
 
-    /// Several reports at once: each in its own savepoint, all queued for the same group
+    /// Several reports at once: each as its own request, all queued for the same group
     /// commits. Answers in the order given.
     pub async fn report_many(
         &self,

@@ -161,7 +161,7 @@ pub(crate) struct Counters {
     commit_nanos: AtomicU64,
 }
 
-/// A reading of the writer's counters (see [`crate::Store::writer_stats`]).
+/// A reading of the writer's counters (see [`crate::Engine::writer_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriterStats {
     /// Group transactions that committed.

@@ -7,9 +7,11 @@
 //! answered 404, exactly as if nothing were there, so existence does not leak. Handlers that
 //! take the namespace from elsewhere (task polls and reports) ask the `Caller` extension.
 //!
-//! Every accepted change (a 2xx answer to POST, PUT, PATCH or DELETE, task traffic aside) is
-//! appended to the audit log with the token's name (or, without authentication, the
-//! `Starbridge-Actor` header) and the `reason` of its body, if any.
+//! Every accepted change (a 2xx answer to POST, PUT, PATCH or DELETE) but the data plane (task
+//! traffic and job submissions, whose history names their submitter) is appended to the audit
+//! log, once the change is committed, with the token's name (or, without authentication, the
+//! `Starbridge-Actor` header) and the `reason` of its body, if any; so is a workflow version an
+//! inline definition makes.
 
 use std::sync::Arc;
 

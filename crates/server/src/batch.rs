@@ -1,5 +1,5 @@
 //! Batch forms of the busiest calls: many jobs submitted, many tasks completed, in one request.
-//! Each item is handled exactly as its single-item call would handle it, in its own savepoint
+//! Each item is handled exactly as its single-item call would handle it, as its own request
 //! of the store's group commit, so a refused item changes nothing and leaves the others alone;
 //! the answer lists each item's result or problem in the order of the request. All items are
 //! queued to the writer together, so they share fsyncs, and the HTTP cost is paid once.
@@ -75,7 +75,7 @@ async fn submit_jobs(
     }
     let items = merge(checked, answers, |submitted| api::SubmittedJob {
         id: submitted.state.job.id.to_string(),
-        status: submitted.state.job.status.to_string(),
+        status: submitted.state.job.status.into(),
         created: submitted.created,
     });
     Ok(Json(api::SubmitJobsResponse { items }))
@@ -109,8 +109,8 @@ async fn complete_tasks(
     }
     let answers = state.engine.report_many(reports, caller.task_scope()).await;
     let items = merge(checked, answers, |reported| api::ReportResponse {
-        task_status: reported.task.status.to_string(),
-        job_status: reported.job_status.to_string(),
+        task_status: reported.task.status.into(),
+        job_status: reported.job_status.into(),
     });
     Ok(Json(api::CompleteTasksResponse { items }))
 }

@@ -1,6 +1,6 @@
 //! API errors as RFC 9457 problem documents (`application/problem+json`). Details of server
-//! faults are logged, not sent. Rejections the framework answers itself are rewritten into problem
-//! documents too.
+//! faults are logged, not sent. (Rejections the framework answers itself are rewritten into
+//! problem documents by `rejections`.)
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

@@ -8,6 +8,7 @@ use starbridge_api as api;
 use starbridge_core::definition::check_name;
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::JobStatus;
+use starbridge_core::wire::{Open, WireEnum};
 
 use crate::error::{ApiError, ApiResult};
 
@@ -70,14 +71,22 @@ pub(crate) fn parse_time(field: &str, text: &str) -> ApiResult<starbridge_core::
             )
         })
 }
+/// A value the server knows, from a request field: an unknown one (`Open::Unknown`) is refused
+/// with `refusal(text)`, naming the field.
+pub(crate) fn known<T: WireEnum>(
+    field: &str,
+    value: &Open<T>,
+    refusal: impl FnOnce(&str) -> String,
+) -> ApiResult<T> {
+    value
+        .known()
+        .ok_or_else(|| ApiError::invalid(field, refusal(value.as_str())))
+}
 /// A job status from a request field.
-pub(crate) fn parse_status(field: &str, text: &str) -> ApiResult<JobStatus> {
-    JobStatus::parse(text).ok_or_else(|| {
+pub(crate) fn parse_status(field: &str, status: &Open<JobStatus>) -> ApiResult<JobStatus> {
+    known(field, status, |text| {
         let valid: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
-        ApiError::invalid(
-            field,
-            format!("unknown status '{text}': use one of {}", valid.join(", ")),
-        )
+        format!("unknown status '{text}': use one of {}", valid.join(", "))
     })
 }
 pub(crate) fn namespace(query: &api::NamespaceQuery) -> ApiResult<String> {

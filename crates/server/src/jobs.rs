@@ -140,8 +140,8 @@ async fn list_jobs(
     let namespace = namespace_name(query.namespace.as_deref())?;
     let status = query
         .status
-        .as_deref()
-        .map(|text| parse_status("status", text))
+        .as_ref()
+        .map(|status| parse_status("status", status))
         .transpose()?;
     let limit = query.limit.unwrap_or(50);
     if limit == 0 {

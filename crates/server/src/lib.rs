@@ -1,6 +1,6 @@
-//! The Starbridge server: the HTTP API, long-poll dispatch to workers, and the timer loop that
-//! expires leases and enforces deadlines. All state lives in the store. Serves plain HTTP, or
-//! HTTPS when given a certificate.
+//! The Starbridge server: HTTP and the web UI over the engine (`starbridge-engine`), which holds
+//! every rule, the long poll and the background loops (`Server::run` starts them). Serves plain
+//! HTTP, or HTTPS when given a certificate.
 
 mod auth;
 mod batch;

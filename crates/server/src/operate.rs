@@ -1,7 +1,7 @@
 //! Operator actions on a job: pause, resume, cancel, retry, skip a task, rerun from a step. Each
-//! is recorded in the job's history with who asked (the `Starbridge-Actor` header until API
-//! tokens exist, else `anonymous`) and why (`reason`); one that does not apply to the job's
-//! current state answers 409 with the reason.
+//! is recorded in the job's history with who asked (the token's name with `--auth`; without it,
+//! the `Starbridge-Actor` header, else `anonymous`) and why (`reason`); one that does not apply to
+//! the job's current state answers 409 with the reason.
 
 use axum::Json;
 use axum::Router;
@@ -11,13 +11,13 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use serde::de::DeserializeOwned;
 use starbridge_api as api;
-use starbridge_core::model::{OperatorAction, OperatorCommand};
+use starbridge_core::model::{BulkAction, OperatorAction, OperatorCommand};
 use std::future::Future;
 use std::pin::Pin;
 
 use crate::auth::actor;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{body, job_id, namespace, parse_status, parse_time, task_id};
+use crate::extract::{body, job_id, known, namespace, parse_status, parse_time, task_id};
 use crate::jobs::job_view;
 use crate::limits::Limit;
 use crate::state::AppState;
@@ -52,7 +52,7 @@ const MAX_REFUSALS_LISTED: usize = 100;
 /// job; jobs the action does not apply to are counted and listed with the reason.
 async fn bulk(
     State(state): State<AppState>,
-    Path(action): Path<String>,
+    Path(action): Path<api::Open<BulkAction>>,
     Query(query): Query<api::NamespaceQuery>,
     headers: HeaderMap,
     bytes: Bytes,
@@ -60,19 +60,15 @@ async fn bulk(
     let namespace = namespace(&query)?;
     let request: api::BulkRequest = body(&bytes)?;
     check_reason(&request.reason)?;
-    let action = match action.as_str() {
-        "pause" => OperatorAction::Pause,
-        "resume" => OperatorAction::Resume,
-        "retry" => OperatorAction::Retry,
-        "cancel" => OperatorAction::Cancel {
+    let action = match known("action", &action, |text| {
+        format!("'{text}' is not a bulk action: use pause, resume, cancel or retry")
+    })? {
+        BulkAction::Pause => OperatorAction::Pause,
+        BulkAction::Resume => OperatorAction::Resume,
+        BulkAction::Retry => OperatorAction::Retry,
+        BulkAction::Cancel => OperatorAction::Cancel {
             compensate: request.compensate,
         },
-        other => {
-            return Err(ApiError::invalid(
-                "action",
-                format!("'{other}' is not a bulk action: use pause, resume, cancel or retry"),
-            ));
-        }
     };
     let limit = request.limit.unwrap_or(1000);
     if limit == 0 || limit > MAX_BULK {
@@ -85,8 +81,8 @@ async fn bulk(
         namespace: namespace.clone(),
         status: request
             .status
-            .as_deref()
-            .map(|text| parse_status("status", text))
+            .as_ref()
+            .map(|status| parse_status("status", status))
             .transpose()?,
         workflow: request.workflow.clone(),
         created_after: request

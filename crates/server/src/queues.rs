@@ -6,12 +6,12 @@ use axum::extract::{Path, Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use starbridge_api as api;
-use starbridge_core::dispatch::{QueueMode, RateLimit};
+use starbridge_core::dispatch::RateLimit;
 use starbridge_core::time::Duration;
 use starbridge_engine::{QueueChange, StoredQueue};
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{body, namespace};
+use crate::extract::{body, known, namespace};
 use crate::limits::Limit;
 use crate::state::AppState;
 
@@ -44,7 +44,7 @@ fn view(queue: &StoredQueue, counts: starbridge_engine::QueueStats) -> api::Queu
     api::QueueView {
         namespace: queue.namespace.clone(),
         name: queue.name.clone(),
-        mode: config.mode.as_str().to_owned(),
+        mode: config.mode.into(),
         priority: config.priority,
         concurrency: config.concurrency,
         paused: config.paused,
@@ -112,13 +112,10 @@ async fn configure(
     let settings: api::QueueSettings = body(&bytes)?;
     let mode = settings
         .mode
-        .as_deref()
-        .map(|text| {
-            QueueMode::parse(text).ok_or_else(|| {
-                ApiError::invalid(
-                    "mode",
-                    format!("unknown mode '{text}': use parallel or serial"),
-                )
+        .as_ref()
+        .map(|mode| {
+            known("mode", mode, |text| {
+                format!("unknown mode '{text}': use parallel or serial")
             })
         })
         .transpose()?;

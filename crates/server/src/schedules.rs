@@ -6,11 +6,11 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use starbridge_api as api;
-use starbridge_core::schedule::{CatchUp, CronSpec, Overlap};
+use starbridge_core::schedule::{CatchUp, CatchUpKind, CronSpec, Overlap};
 use starbridge_engine::{ScheduleSpec, StoredSchedule};
 
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{body, namespace};
+use crate::extract::{body, known, namespace};
 use crate::limits::Limit;
 use crate::state::AppState;
 
@@ -30,18 +30,6 @@ pub(crate) fn routes() -> Router<AppState> {
 
 fn time(ts: starbridge_core::time::Timestamp) -> api::Timestamp {
     api::timestamp_from_millis(ts.0)
-}
-
-fn catch_up_view(catch_up: CatchUp) -> api::CatchUpPolicy {
-    let (policy, limit) = match catch_up {
-        CatchUp::Skip => ("skip", None),
-        CatchUp::Once => ("once", None),
-        CatchUp::All { limit } => ("all", Some(limit)),
-    };
-    api::CatchUpPolicy {
-        policy: policy.to_owned(),
-        limit,
-    }
 }
 
 pub(crate) fn view(schedule: &StoredSchedule) -> api::ScheduleView {
@@ -65,8 +53,11 @@ pub(crate) fn view(schedule: &StoredSchedule) -> api::ScheduleView {
         params: schedule.params.clone(),
         cron: schedule.cron.clone(),
         timezone: schedule.timezone.clone(),
-        overlap: schedule.overlap.as_str().to_owned(),
-        catch_up: catch_up_view(schedule.catch_up),
+        overlap: schedule.overlap.into(),
+        catch_up: api::CatchUpPolicy {
+            policy: schedule.catch_up.kind().into(),
+            limit: schedule.catch_up.limit(),
+        },
         paused: schedule.paused,
         next_fires,
         pending_fire_at: schedule.pending_fire_at.map(time),
@@ -107,19 +98,18 @@ fn catch_up(policy: Option<&api::CatchUpPolicy>) -> ApiResult<CatchUp> {
     let Some(policy) = policy else {
         return Ok(CatchUp::Skip);
     };
-    match (policy.policy.as_str(), policy.limit) {
-        ("skip", None) => Ok(CatchUp::Skip),
-        ("once", None) => Ok(CatchUp::Once),
-        ("all", limit) => Ok(CatchUp::All {
+    let kind = known("catch_up.policy", &policy.policy, |text| {
+        format!("unknown policy '{text}': use skip, once or all")
+    })?;
+    match (kind, policy.limit) {
+        (CatchUpKind::Skip, None) => Ok(CatchUp::Skip),
+        (CatchUpKind::Once, None) => Ok(CatchUp::Once),
+        (CatchUpKind::All, limit) => Ok(CatchUp::All {
             limit: limit.unwrap_or(10),
         }),
-        ("skip" | "once", Some(_)) => Err(ApiError::invalid(
+        (CatchUpKind::Skip | CatchUpKind::Once, Some(_)) => Err(ApiError::invalid(
             "catch_up.limit",
             "only the `all` policy takes a limit",
-        )),
-        (other, _) => Err(ApiError::invalid(
-            "catch_up.policy",
-            format!("unknown policy '{other}': use skip, once or all"),
         )),
     }
 }
@@ -139,13 +129,10 @@ async fn put(
     if let Some(params) = &request.params {
         state.limits.json(Limit::Params, "params", params)?;
     }
-    let overlap = match request.overlap.as_deref() {
+    let overlap = match &request.overlap {
         None => Overlap::Skip,
-        Some(text) => Overlap::parse(text).ok_or_else(|| {
-            ApiError::invalid(
-                "overlap",
-                format!("unknown policy '{text}': use skip, allow or queue_one"),
-            )
+        Some(overlap) => known("overlap", overlap, |text| {
+            format!("unknown policy '{text}': use skip, allow or queue_one")
         })?,
     };
     let existed = state.engine.schedule(&namespace, &name).await?.is_some();

@@ -97,8 +97,8 @@ async fn poll(
 }
 fn report_response(reported: &starbridge_engine::Reported) -> Json<api::ReportResponse> {
     Json(api::ReportResponse {
-        task_status: reported.task.status.to_string(),
-        job_status: reported.job_status.to_string(),
+        task_status: reported.task.status.into(),
+        job_status: reported.job_status.into(),
     })
 }
 async fn heartbeat(

@@ -7,11 +7,11 @@ use axum::routing::{delete, get};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use starbridge_api as api;
-use starbridge_engine::{AuditEntry, NewToken, Scope, Token};
+use starbridge_engine::{AuditEntry, NewToken, Token};
 
 use crate::auth::{Caller, actor};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::body;
+use crate::extract::{body, known};
 use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -30,7 +30,7 @@ pub(crate) fn view(token: &Token) -> api::TokenView {
         id: token.id.clone(),
         name: token.name.clone(),
         namespace: token.namespace.clone(),
-        scopes: token.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+        scopes: token.scopes.iter().map(|&scope| scope.into()).collect(),
         queues: token.queues.clone(),
         created_at: time(token.created_at),
         created_by: token.created_by.clone(),
@@ -44,12 +44,9 @@ fn new_token(request: api::CreateTokenRequest, created_by: String) -> ApiResult<
     let scopes = request
         .scopes
         .iter()
-        .map(|text| {
-            Scope::parse(text).ok_or_else(|| {
-                ApiError::invalid(
-                    "scopes",
-                    format!("unknown scope '{text}': use admin, operate, submit, work or read"),
-                )
+        .map(|scope| {
+            known("scopes", scope, |text| {
+                format!("unknown scope '{text}': use admin, operate, submit, work or read")
             })
         })
         .collect::<ApiResult<Vec<_>>>()?;

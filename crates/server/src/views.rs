@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use starbridge_api::{self as api, timestamp_from_millis};
 use starbridge_core::definition::Workflow;
 use starbridge_core::dispatch::{QueueState, task_waiting_reason};
-use starbridge_core::model::{EventKind, Job, JobState, JobStatus, Task, TaskKind, WindDown};
+use starbridge_core::model::{
+    AttemptOutcome, EventKind, Job, JobState, JobStatus, Task, TaskKind, WindDown,
+};
 use starbridge_core::time::Timestamp;
 use starbridge_engine::{StoredEvent, StoredWorkflow};
 
@@ -36,7 +38,7 @@ pub(crate) fn job_summary_with(job: &Job, lock_held: Option<u32>) -> api::JobSum
         namespace: job.namespace.clone(),
         workflow: job.workflow.clone(),
         version: job.version,
-        status: job.status.to_string(),
+        status: job.status.into(),
         key: job.key.clone(),
         priority: job.priority,
         created_at: time(job.created_at),
@@ -81,22 +83,22 @@ pub(crate) fn attempts(events: &[StoredEvent]) -> HashMap<String, Vec<api::Attem
                     worker_id: event.worker.clone(),
                     started_at: time(event.at),
                     ended_at: None,
-                    outcome: "running".to_owned(),
+                    outcome: AttemptOutcome::Running.into(),
                     error: None,
                 });
                 continue;
             }
-            EventKind::TaskSucceeded => "succeeded",
-            EventKind::TaskFailed => "failed",
-            EventKind::TaskCheckLater => "check_later",
-            EventKind::TaskLeaseExpired => "lease_expired",
-            EventKind::TaskTimedOut => "timed_out",
-            EventKind::TaskCancelled => "cancelled",
+            EventKind::TaskSucceeded => AttemptOutcome::Succeeded,
+            EventKind::TaskFailed => AttemptOutcome::Failed,
+            EventKind::TaskCheckLater => AttemptOutcome::CheckLater,
+            EventKind::TaskLeaseExpired => AttemptOutcome::LeaseExpired,
+            EventKind::TaskTimedOut => AttemptOutcome::TimedOut,
+            EventKind::TaskCancelled => AttemptOutcome::Cancelled,
             _ => continue,
         };
         if let Some(run) = open {
             run.ended_at = Some(time(event.at));
-            run.outcome = outcome.to_owned();
+            run.outcome = outcome.into();
             run.error = event
                 .detail
                 .get("message")
@@ -116,12 +118,12 @@ pub(crate) fn task(
     api::TaskView {
         id: task.id.to_string(),
         step: task.step.clone(),
-        kind: task.kind.to_string(),
+        kind: task.kind.into(),
         item: task.item,
         compensates: task.compensates.as_ref().map(ToString::to_string),
         queue: task.queue.clone(),
         command: task.command.clone(),
-        status: task.status.to_string(),
+        status: task.status.into(),
         attempt: task.attempt,
         max_attempts: max_attempts(workflow, task),
         priority: task.priority,
@@ -130,7 +132,7 @@ pub(crate) fn task(
         error: task.error.as_ref().map(|e| api::TaskError {
             message: e.message.clone(),
             retryable: e.retryable,
-            kind: e.kind.to_string(),
+            kind: e.kind.into(),
         }),
         progress: task.progress.clone(),
         logs: task.logs.clone(),
@@ -215,7 +217,7 @@ pub(crate) fn leased(task: &Task, lease_ms: u64) -> api::LeasedTask {
         lease_token: task.lease_token.clone().unwrap_or_default(),
         job_id: task.job_id.to_string(),
         step: task.step.clone(),
-        kind: task.kind.to_string(),
+        kind: task.kind.into(),
         item: task.item,
         queue: task.queue.clone(),
         command: task.command.clone(),
@@ -232,7 +234,7 @@ pub(crate) fn event(stored: &StoredEvent) -> api::EventView {
     api::EventView {
         seq: stored.seq,
         at: time(stored.event.at),
-        kind: stored.event.kind.to_string(),
+        kind: stored.event.kind.into(),
         task_id: stored.event.task.as_ref().map(ToString::to_string),
         step: stored.step.clone(),
         attempt: stored.event.attempt,

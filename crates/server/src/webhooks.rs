@@ -1,17 +1,11 @@
-//! Webhooks: the subscription endpoints and the deliverer, which sends the store's outbox.
-//!
-//! Each message is `POST`ed as JSON with `Starbridge-Signature: t=<unix seconds>,v1=<hex>`, where
-//! `<hex>` is HMAC-SHA256 with the subscription's secret over `"<t>.<body>"`; receivers recompute
-//! it and may reject old `t` values to resist replays. `Starbridge-Delivery` carries the delivery
-//! id, stable across retries, so receivers can drop duplicates (delivery is at least once).
+//! Webhooks: the subscription endpoints (create, list, delete, deliveries). The deliverer that
+//! sends the outbox is the engine's (`starbridge_engine::loops::deliveries`).
 //!
 //! Where deliveries may go is the server's destination policy (`--webhook-allow`; see
 //! [`starbridge_core::destination`]). The create refuses a destination the policy refuses,
 //! resolving a host name to check its addresses; the deliverer checks again before every
-//! connection, after DNS resolution (its resolver drops refused addresses), since a name may
-//! resolve elsewhere by then and a subscription may predate the policy. It follows no redirect
-//! and uses no proxy, so the addresses it checks are the ones it connects to. Whoever may not
-//! operate sees subscription URLs without their user information, path and query.
+//! connection. URLs, which often carry secrets, are shown in full only to callers who may
+//! operate.
 
 use std::time::Duration as StdDuration;
 
@@ -25,12 +19,13 @@ use starbridge_api as api;
 use starbridge_core::definition::Problem;
 use starbridge_core::destination::{DestinationPolicy, Verdict, redact_url};
 use starbridge_core::model::JobStatus;
+use starbridge_core::wire::DeliveryState;
 use starbridge_engine::loops::deliveries::{ALLOW_FLAG, Refused};
 use starbridge_engine::{Delivery, Scope, Webhook};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{body, namespace};
+use crate::extract::{body, known, namespace};
 use crate::limits::Limit;
 use crate::state::AppState;
 
@@ -105,11 +100,7 @@ fn view(webhook: &Webhook, with_secret: bool, full_url: bool) -> api::WebhookVie
             redact_url(&webhook.url)
         },
         workflow: webhook.workflow.clone(),
-        states: webhook
-            .states
-            .iter()
-            .map(|s| s.as_str().to_owned())
-            .collect(),
+        states: webhook.states.iter().map(|&state| state.into()).collect(),
         created_at: api::timestamp_from_millis(webhook.created_at.0),
         secret: with_secret.then(|| webhook.secret.clone()),
     }
@@ -118,18 +109,18 @@ fn view(webhook: &Webhook, with_secret: bool, full_url: bool) -> api::WebhookVie
 fn delivery_view(delivery: &Delivery) -> api::DeliveryView {
     let time = |ts: starbridge_core::time::Timestamp| api::timestamp_from_millis(ts.0);
     let state = match (delivery.delivered_at, delivery.next_attempt_at) {
-        (Some(_), _) => "delivered",
-        (None, Some(_)) => "pending",
-        (None, None) => "failed",
+        (Some(_), _) => DeliveryState::Delivered,
+        (None, Some(_)) => DeliveryState::Pending,
+        (None, None) => DeliveryState::Failed,
     };
     api::DeliveryView {
         id: delivery.id,
         job_id: delivery.job_id.clone(),
-        status: delivery.status.clone(),
+        status: delivery.status.into(),
         payload: delivery.payload.clone(),
         created_at: time(delivery.created_at),
         attempts: delivery.attempts,
-        state: state.to_owned(),
+        state: state.into(),
         next_attempt_at: delivery.next_attempt_at.map(time),
         delivered_at: delivery.delivered_at.map(time),
         last_status: delivery.last_status,
@@ -147,13 +138,10 @@ async fn create(
     let states = request
         .states
         .iter()
-        .map(|text| {
-            JobStatus::parse(text).ok_or_else(|| {
+        .map(|status| {
+            known("states", status, |text| {
                 let valid: Vec<&str> = JobStatus::ALL.iter().map(|s| s.as_str()).collect();
-                ApiError::invalid(
-                    "states",
-                    format!("unknown job status '{text}': use {}", valid.join(", ")),
-                )
+                format!("unknown job status '{text}': use {}", valid.join(", "))
             })
         })
         .collect::<ApiResult<Vec<_>>>()?;

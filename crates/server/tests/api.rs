@@ -765,6 +765,89 @@ async fn a_bulk_retry_applies_to_every_failed_job_of_a_workflow_and_lists_refusa
 }
 
 #[tokio::test]
+async fn a_value_the_server_does_not_know_is_refused_naming_the_field() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let statuses = "queued, running, paused, compensating, succeeded, failed, \
+                    compensation_failed, cancelled, timed_out";
+    let schedule = |extra: &str| format!(r#"{{"workflow": "wf", "cron": "0 3 * * *", {extra}}}"#);
+    let cases = [
+        (
+            "GET",
+            "/api/v1/jobs?status=done",
+            String::new(),
+            format!("status: unknown status 'done': use one of {statuses}"),
+        ),
+        (
+            "POST",
+            "/api/v1/jobs/bulk/pause",
+            r#"{"status": "done"}"#.to_owned(),
+            format!("status: unknown status 'done': use one of {statuses}"),
+        ),
+        (
+            "POST",
+            "/api/v1/jobs/bulk/explode",
+            "{}".to_owned(),
+            "action: 'explode' is not a bulk action: use pause, resume, cancel or retry".to_owned(),
+        ),
+        (
+            "PUT",
+            "/api/v1/queues/q",
+            r#"{"mode": "fifo"}"#.to_owned(),
+            "mode: unknown mode 'fifo': use parallel or serial".to_owned(),
+        ),
+        (
+            "PUT",
+            "/api/v1/schedules/s",
+            schedule(r#""overlap": "never""#),
+            "overlap: unknown policy 'never': use skip, allow or queue_one".to_owned(),
+        ),
+        (
+            "PUT",
+            "/api/v1/schedules/s",
+            schedule(r#""catch_up": {"policy": "some", "limit": 3}"#),
+            "catch_up.policy: unknown policy 'some': use skip, once or all".to_owned(),
+        ),
+        (
+            "PUT",
+            "/api/v1/schedules/s",
+            schedule(r#""catch_up": {"policy": "once", "limit": 3}"#),
+            "catch_up.limit: only the `all` policy takes a limit".to_owned(),
+        ),
+        (
+            "POST",
+            "/api/v1/webhooks",
+            r#"{"url": "http://hooks.example/x", "states": ["failed", "done"]}"#.to_owned(),
+            format!("states: unknown job status 'done': use {statuses}"),
+        ),
+        (
+            "POST",
+            "/api/v1/tokens",
+            r#"{"name": "t", "scopes": ["read", "root"]}"#.to_owned(),
+            "scopes: unknown scope 'root': use admin, operate, submit, work or read".to_owned(),
+        ),
+    ];
+    for (method, uri, body, detail) in cases {
+        let (status, _, problem) = api.call(method, uri, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri} {body}: {problem}");
+        assert_eq!(problem["detail"], detail, "{uri} {body}");
+        let field = detail.split(':').next().unwrap();
+        assert_eq!(problem["errors"][0]["field"], field, "{uri} {body}");
+    }
+    // A value of another JSON type is a malformed body, as when the field was a plain string.
+    let (status, _, problem) = api
+        .call("POST", "/api/v1/jobs/bulk/pause", r#"{"status": 5}"#)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(problem["errors"][0]["field"], "body");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("invalid type: integer `5`, expected a string"),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
 async fn whole_numbers_sent_as_floats_are_accepted_and_fractions_are_not() {
     let api = api();
     let (status, _, body) = api

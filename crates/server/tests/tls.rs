@@ -68,7 +68,7 @@ async fn the_sdk_reaches_an_https_server_whose_certificate_the_given_ca_signed()
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let client = Client::with_ca_pem(&url, pki.ca_pem.as_bytes()).unwrap();
     let health = client.health().await.unwrap();
-    assert_eq!(health.status, "ok");
+    assert_eq!(health.status, starbridge_api::HealthStatus::Ok);
     let answer = client
         .poll(&starbridge_api::PollRequest {
             worker_id: "w".into(),

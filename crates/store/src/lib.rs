@@ -195,7 +195,7 @@ impl Default for StoreOptions {
 pub type Connect = Arc<dyn Fn() -> Result<Box<dyn Conn>> + Send + Sync>;
 
 /// Runs `open` on a thread of its own: the PostgreSQL client blocks, which the async runtime
-/// that usually calls `Store::open` does not allow on its threads.
+/// that usually opens the engine does not allow on its threads.
 pub fn off_runtime<T: Send + 'static>(
     open: impl FnOnce() -> Result<T> + Send + 'static,
 ) -> Result<T> {

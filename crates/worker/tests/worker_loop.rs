@@ -18,8 +18,8 @@ use axum::{Json, Router};
 use serde_json::{Value, json};
 use starbridge_api::{
     BatchItem, CheckLaterRequest, CompleteRequest, CompleteTasks, CompleteTasksResponse,
-    FailRequest, HeartbeatRequest, HeartbeatResponse, LeasedTask, PollRequest, PollResponse,
-    Problem, ReportResponse, Timestamp, paths,
+    FailRequest, HeartbeatRequest, HeartbeatResponse, JobStatus, LeasedTask, PollRequest,
+    PollResponse, Problem, ReportResponse, TaskKind, TaskStatus, Timestamp, paths,
 };
 use starbridge_worker::shell::ShellExecutor;
 use starbridge_worker::{Client, Outcome, TaskContext, Worker, WorkerBuilder};
@@ -140,10 +140,10 @@ fn problem(status: StatusCode, detail: &str) -> Response {
         .into_response()
 }
 
-fn accepted(status: &str) -> Response {
+fn accepted(status: TaskStatus) -> Response {
     Json(ReportResponse {
-        task_status: status.to_owned(),
-        job_status: "running".to_owned(),
+        task_status: status.into(),
+        job_status: JobStatus::Running.into(),
     })
     .into_response()
 }
@@ -212,7 +212,7 @@ async fn complete(
         output: request.output,
         logs: request.logs,
     });
-    accepted("succeeded")
+    accepted(TaskStatus::Succeeded)
 }
 
 /// The batch form: each item is handled as `complete` would; a whole batch may be refused.
@@ -254,8 +254,8 @@ async fn complete_many(
                 logs: task.logs,
             });
             BatchItem::Done(ReportResponse {
-                task_status: "succeeded".into(),
-                job_status: "running".into(),
+                task_status: TaskStatus::Succeeded.into(),
+                job_status: JobStatus::Running.into(),
             })
         })
         .collect();
@@ -277,7 +277,7 @@ async fn fail(
         retryable: request.error.retryable,
         logs: request.logs,
     });
-    accepted("failed")
+    accepted(TaskStatus::Failed)
 }
 
 async fn check_later(
@@ -294,7 +294,7 @@ async fn check_later(
         after_ms: request.after_ms,
         progress: request.progress,
     });
-    accepted("waiting")
+    accepted(TaskStatus::Waiting)
 }
 
 /// A running fake server and the events it records.
@@ -414,7 +414,7 @@ fn leased(id: &str, command: &str, lease_ms: u64) -> LeasedTask {
         lease_token: format!("lease-{id}"),
         job_id: "job_1".to_owned(),
         step: format!("step-{id}"),
-        kind: "step".to_owned(),
+        kind: TaskKind::Step.into(),
         item: None,
         queue: "q".to_owned(),
         command: command.to_owned(),

@@ -3,7 +3,7 @@
 //! of a claimed message); the rows are the store's (`rows::webhooks`, `rows::deliveries`).
 //! When a job's status changes, a delivery row is written for every matching subscription in
 //! the same transaction as the change, so a committed change is always reported (at least once)
-//! and a rolled-back one never is. The server's deliverer sends the rows and records each
+//! and a rolled-back one never is. The deliverer (`loops::deliveries`) sends the rows and records each
 //! attempt here.
 
 use serde_json::json;

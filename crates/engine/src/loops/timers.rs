@@ -1,7 +1,7 @@
 //! The timer loop: sleeps until the next lease expiry, deadline or schedule fire, then lets the
-//! engine handle everything due. A commit may set an earlier timer (a claim starts a lease), so the store's
+//! engine handle everything due. A commit may set an earlier timer (a claim starts a lease), so the engine's
 //! notifier wakes the loop to re-read the next due time; only due timers cost a write. On a
-//! shared (PostgreSQL) store other nodes set timers too, which this node learns about within
+//! shared (PostgreSQL) database other nodes set timers too, which this node learns about within
 //! `SHARED_MAX_SLEEP`; the store's row locks make sure each due item is handled by one node.
 
 use std::time::Duration as StdDuration;

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use starbridge_api::TaskView;
 use starbridge_core::definition::Workflow;
-use starbridge_core::model::TaskStatus;
+use starbridge_core::model::{TaskKind, TaskStatus};
 
 use super::html::{Esc, url};
 use super::layout::{NODE_HEIGHT, NODE_WIDTH, layout};
@@ -169,7 +169,7 @@ pub(crate) fn workflow_graph(workflow: &Workflow) -> Graph {
 }
 
 fn status(task: &TaskView) -> Option<TaskStatus> {
-    TaskStatus::parse(&task.status)
+    task.status.known()
 }
 
 /// `attempt 2/3`; past the step's budget (an operator's retry gives a fresh one) only the number.
@@ -183,19 +183,21 @@ pub(crate) fn attempts(attempt: u32, max: u32) -> String {
 
 /// The state and detail line of one step from its tasks.
 fn step_state(step: &str, tasks: &[TaskView], fallback: String) -> (Option<NodeState>, String) {
-    let of_step = |kind: &'static str| {
+    let of_step = |kind: TaskKind| {
         tasks
             .iter()
             .filter(move |t| t.step == step && t.kind == kind)
     };
-    let main = of_step("step").chain(of_step("fan_out")).next_back();
+    let main = of_step(TaskKind::Step)
+        .chain(of_step(TaskKind::FanOut))
+        .next_back();
     let Some(main) = main else {
         return (None, fallback);
     };
     let mut state = status(main).map(NodeState::from_task);
     let mut detail = fallback;
-    if main.kind == "fan_out" {
-        let items: Vec<TaskStatus> = of_step("item").filter_map(status).collect();
+    if main.kind == TaskKind::FanOut {
+        let items: Vec<TaskStatus> = of_step(TaskKind::Item).filter_map(status).collect();
         let count = |wanted: TaskStatus| items.iter().filter(|&&s| s == wanted).count();
         let done = count(TaskStatus::Succeeded) + count(TaskStatus::Skipped);
         let mut parts = vec![format!("{done}/{} items done", items.len())];
@@ -212,7 +214,7 @@ fn step_state(step: &str, tasks: &[TaskView], fallback: String) -> (Option<NodeS
         detail = attempts(main.attempt, main.max_attempts);
     }
     // A compensation made after the task last ended tells what happened to its effect.
-    if let Some(undo) = of_step("compensation").next_back() {
+    if let Some(undo) = of_step(TaskKind::Compensation).next_back() {
         let after_end = main.ended_at.is_some_and(|ended| undo.created_at >= ended);
         if after_end {
             state = match status(undo) {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 use starbridge_api::{self as api, JobView, QueueView, ScheduleView, TaskView};
 use starbridge_core::definition::Workflow;
-use starbridge_core::model::JobStatus;
+use starbridge_core::model::{JobStatus, TaskKind, TaskStatus};
 use starbridge_core::time::Timestamp;
 use starbridge_engine::{JobLine, StatusCount, StoredWorkflow, WorkerLoad};
 
@@ -354,7 +354,7 @@ pub(crate) fn job_graph(data: &JobPage<'_>) -> Graph {
 /// The operator actions that apply to a job in this status (the API has the last word).
 fn actions(ns: &Ns, view: &JobView) -> String {
     let summary = &view.summary;
-    let Some(status) = JobStatus::parse(&summary.status) else {
+    let Some(status) = summary.status.known() else {
         return String::new();
     };
     let base = format!("/api/v1/jobs/{}", url(&summary.id));
@@ -380,7 +380,7 @@ fn actions(ns: &Ns, view: &JobView) -> String {
         let steps: Vec<&str> = {
             let mut seen: Vec<&str> = Vec::new();
             for task in &view.tasks {
-                if task.kind != "compensation" && !seen.contains(&task.step.as_str()) {
+                if task.kind != TaskKind::Compensation && !seen.contains(&task.step.as_str()) {
                     seen.push(&task.step);
                 }
             }
@@ -440,8 +440,8 @@ pub(crate) fn timeline(tasks: &[TaskView], start: i64, now: i64) -> String {
     );
     for (row, task) in rows.iter().enumerate() {
         let y = row as f64 * ROW;
-        let name = match (task.kind.as_str(), task.item) {
-            ("compensation", _) => format!("undo {}", task.step),
+        let name = match (task.kind.known(), task.item) {
+            (Some(TaskKind::Compensation), _) => format!("undo {}", task.step),
             (_, Some(item)) => format!("{}[{item}]", task.step),
             _ => task.step.clone(),
         };
@@ -453,14 +453,14 @@ pub(crate) fn timeline(tasks: &[TaskView], start: i64, now: i64) -> String {
             let _ = write!(
                 out,
                 r#"<rect class="bar o-{outcome}" x="{bx}" y="{by}" width="{width}" height="{bh}" rx="3"><title>{title}</title></rect>"#,
-                outcome = Esc(&attempt.outcome),
+                outcome = Esc(attempt.outcome.as_str()),
                 bx = x(from),
                 by = y + 4.0,
                 bh = ROW - 8.0,
                 title = Esc(&format!(
                     "{name} attempt {}: {} after {}{}",
                     attempt.attempt,
-                    attempt.outcome.replace('_', " "),
+                    attempt.outcome.as_str().replace('_', " "),
                     duration(to - from),
                     attempt
                         .worker_id
@@ -533,8 +533,8 @@ fn first_line(text: &str, chars: usize) -> String {
 }
 
 fn task_details(job: &str, task: &TaskView, open: bool) -> String {
-    let name = match (task.kind.as_str(), task.item) {
-        ("compensation", _) => format!("undo {}", task.step),
+    let name = match (task.kind.known(), task.item) {
+        (Some(TaskKind::Compensation), _) => format!("undo {}", task.step),
         (_, Some(item)) => format!("{} item {item}", task.step),
         _ => task.step.clone(),
     };
@@ -542,9 +542,9 @@ fn task_details(job: &str, task: &TaskView, open: bool) -> String {
         r#"<details id="task-{id}" class="task" data-task="{id}"{open}><summary>{status} <b>{name}</b> <span class="muted">{kind} · {attempts} · {queue} · {command}</span></summary><div class="task-body">"#,
         id = Esc(&task.id),
         open = if open { " open" } else { "" },
-        status = badge(&task.status),
+        status = badge(task.status.as_str()),
         name = Esc(&name),
-        kind = Esc(&task.kind.replace('_', " ")),
+        kind = Esc(&task.kind.as_str().replace('_', " ")),
         attempts = graph::attempts(task.attempt, task.max_attempts),
         queue = Esc(&task.queue),
         command = Esc(&first_line(&task.command, 70)),
@@ -560,7 +560,7 @@ fn task_details(job: &str, task: &TaskView, open: bool) -> String {
         let _ = write!(
             out,
             r#"<p class="error"><b>Error ({kind}{retry}):</b> {message}</p>"#,
-            kind = Esc(&error.kind.replace('_', " ")),
+            kind = Esc(&error.kind.as_str().replace('_', " ")),
             retry = if error.retryable { ", retryable" } else { "" },
             message = Esc(&error.message),
         );
@@ -588,7 +588,7 @@ fn task_details(job: &str, task: &TaskView, open: bool) -> String {
                 attempt.attempt,
                 Esc(attempt.worker_id.as_deref().unwrap_or("—")),
                 time(Timestamp(millis(&attempt.started_at))),
-                Esc(&attempt.outcome.replace('_', " ")),
+                Esc(&attempt.outcome.as_str().replace('_', " ")),
                 Esc(attempt.error.as_deref().unwrap_or("")),
             );
         }
@@ -598,7 +598,11 @@ fn task_details(job: &str, task: &TaskView, open: bool) -> String {
     out.push_str(&value_block("Output", &task.output));
     out.push_str(&value_block("Progress", &task.progress));
     out.push_str(&logs_block(&task.logs));
-    if matches!(task.status.as_str(), "failed" | "waiting" | "ready") && task.kind != "fan_out" {
+    if matches!(
+        task.status.known(),
+        Some(TaskStatus::Failed | TaskStatus::Waiting | TaskStatus::Ready)
+    ) && task.kind != TaskKind::FanOut
+    {
         let _ = write!(
             out,
             r#"<p><button type="button" id="skip-{id}" data-url="{url}" data-confirm="Mark task {name} succeeded by hand, with the output below." data-fields="output reason" data-done="Skipped">Skip with output…</button></p>"#,
@@ -628,9 +632,9 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
     let mut body = format!(
         r#"<section id="summary" data-live data-status="{status_attr}"><h1>Job <span class="mono">{id}</span> {status}</h1>
 <dl class="facts"><dt>Workflow</dt><dd><a href="{wf_href}">{workflow}</a> v{version}</dd><dt>Key</dt><dd class="mono">{key}</dd><dt>Priority</dt><dd>{priority}</dd><dt>Created</dt><dd>{created}</dd><dt>Started</dt><dd>{started}</dd><dt>Ended</dt><dd>{ended_text}</dd><dt>Duration</dt><dd>{ran}</dd><dt>Deadline</dt><dd>{deadline}</dd>{lock}</dl>"#,
-        status_attr = Esc(&summary.status),
+        status_attr = Esc(summary.status.as_str()),
         id = Esc(&summary.id),
-        status = badge(&summary.status),
+        status = badge(summary.status.as_str()),
         wf_href = Esc(&ns.href(
             &format!("/ui/workflows/{}", url(&summary.workflow)),
             &[("version", &summary.version.to_string())]
@@ -688,7 +692,10 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
             Esc(step)
         );
         for task in view.tasks.iter().filter(|t| t.step == step) {
-            let open = matches!(task.status.as_str(), "failed" | "running");
+            let open = matches!(
+                task.status.known(),
+                Some(TaskStatus::Failed | TaskStatus::Running)
+            );
             body.push_str(&task_details(&summary.id, task, open));
         }
         body.push_str("</section>");
@@ -711,7 +718,7 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
             r#"<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class="mono detail">{}</td></tr>"#,
             event.seq,
             time(Timestamp(millis(&event.at))),
-            Esc(&event.kind.replace('_', " ")),
+            Esc(&event.kind.as_str().replace('_', " ")),
             Esc(event.step.as_deref().unwrap_or("")),
             event.attempt.map(|a| a.to_string()).unwrap_or_default(),
             Esc(event.worker_id.as_deref().unwrap_or("")),
@@ -941,7 +948,7 @@ pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
             } else {
                 duration(queue.oldest_ready_age_ms as i64)
             },
-            mode = Esc(&queue.mode),
+            mode = Esc(queue.mode.as_str()),
             priority = queue.priority,
             limit = queue
                 .concurrency

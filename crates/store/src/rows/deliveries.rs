@@ -2,9 +2,10 @@
 //! a message is written, sent again, leased to a node or given up is the engine's (`webhooks`).
 
 use serde_json::Value;
-use starbridge_core::model::Job;
+use starbridge_core::model::{Job, JobStatus};
 use starbridge_core::time::Timestamp;
 
+use super::enum_column;
 use crate::Result;
 use crate::db::{Conn, Queries, Row, args};
 
@@ -14,7 +15,7 @@ pub struct Delivery {
     pub id: i64,
     pub webhook_id: String,
     pub job_id: String,
-    pub status: String,
+    pub status: JobStatus,
     pub payload: Value,
     pub created_at: Timestamp,
     pub attempts: u32,
@@ -41,7 +42,7 @@ fn from_row(row: &mut Row) -> Result<Delivery> {
         id: row.get(0)?,
         webhook_id: row.get(1)?,
         job_id: row.get(2)?,
-        status: row.get(3)?,
+        status: enum_column(row.get(3)?, JobStatus::parse)?,
         payload: serde_json::from_str(&payload).unwrap_or(Value::Null),
         created_at: Timestamp(row.get(5)?),
         attempts: row.get(6)?,

@@ -2,62 +2,11 @@
 //! bounds allow. How a token is made, its secret and how a presented one is checked are the
 //! engine's (`tokens`).
 
+pub use starbridge_core::scope::Scope;
 use starbridge_core::time::Timestamp;
 
 use crate::db::{Conn, Queries, Row, args};
 use crate::{Error, Result};
-
-/// What a token may do. Each scope includes those below it (admin, operate, submit, read),
-/// except `work`, which stands alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Scope {
-    /// Tokens and namespaces, and everything `operate` may do.
-    Admin,
-    /// Jobs and their actions, workflows, queues, schedules, webhooks; and everything `submit` may.
-    Operate,
-    /// Create and read jobs; and everything `read` may.
-    Submit,
-    /// Poll and report tasks, on the token's queues only.
-    Work,
-    /// Read everything of the namespace.
-    Read,
-}
-
-impl Scope {
-    pub const ALL: [Scope; 5] = [
-        Scope::Admin,
-        Scope::Operate,
-        Scope::Submit,
-        Scope::Work,
-        Scope::Read,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Admin => "admin",
-            Scope::Operate => "operate",
-            Scope::Submit => "submit",
-            Scope::Work => "work",
-            Scope::Read => "read",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Scope> {
-        Scope::ALL.into_iter().find(|scope| scope.as_str() == text)
-    }
-
-    /// True when holding `self` allows what `needed` allows.
-    pub fn covers(self, needed: Scope) -> bool {
-        let rank = |scope: Scope| match scope {
-            Scope::Admin => 3,
-            Scope::Operate => 2,
-            Scope::Submit => 1,
-            Scope::Read => 0,
-            Scope::Work => -1,
-        };
-        self == needed || (needed != Scope::Work && rank(self) >= rank(needed) && rank(needed) >= 0)
-    }
-}
 
 /// A stored token (never its secret).
 #[derive(Debug, Clone, PartialEq)]
@@ -196,21 +145,4 @@ pub fn revoke(conn: &mut dyn Conn, id: &str, now: Timestamp) -> Result<bool> {
         args![id, now.0],
     )?;
     Ok(changed > 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scopes_include_the_lesser_ones_but_work_stands_alone() {
-        assert!(Scope::Admin.covers(Scope::Read));
-        assert!(Scope::Operate.covers(Scope::Submit));
-        assert!(Scope::Submit.covers(Scope::Read));
-        assert!(!Scope::Submit.covers(Scope::Operate));
-        assert!(!Scope::Read.covers(Scope::Submit));
-        assert!(!Scope::Operate.covers(Scope::Work));
-        assert!(!Scope::Work.covers(Scope::Read));
-        assert!(Scope::Work.covers(Scope::Work));
-    }
 }

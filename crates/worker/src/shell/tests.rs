@@ -4,7 +4,7 @@ use std::io::Read;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use starbridge_api::{LeasedTask, timestamp_from_millis};
+use starbridge_api::{LeasedTask, TaskKind, timestamp_from_millis};
 
 use super::*;
 
@@ -14,7 +14,7 @@ fn task(command: &str, input: Value) -> TaskContext {
         lease_token: "lease".to_owned(),
         job_id: "job_1".to_owned(),
         step: "build".to_owned(),
-        kind: "step".to_owned(),
+        kind: TaskKind::Step.into(),
         item: None,
         queue: "ops".to_owned(),
         command: command.to_owned(),
