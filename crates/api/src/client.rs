@@ -295,6 +295,18 @@ impl Client {
         self.post(paths::JOBS, request).await
     }
 
+    /// `POST` [`paths::JOBS`], reading only the job's id from the answer: for a caller that needs
+    /// nothing else, such as a load generator, which would otherwise spend its CPU decoding the
+    /// job's tasks.
+    pub async fn submit_for_id(&self, request: &SubmitJob) -> Result<String, Error> {
+        #[derive(serde::Deserialize)]
+        struct Created {
+            id: String,
+        }
+        let created: Created = self.post(paths::JOBS, request).await?;
+        Ok(created.id)
+    }
+
     /// `POST` [`paths::JOBS_BATCH`]: one item per job, its result or its problem (see
     /// [`Error::from_problem`]).
     pub async fn submit_batch(&self, request: &SubmitJobs) -> Result<SubmitJobsResponse, Error> {

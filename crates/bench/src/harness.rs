@@ -301,8 +301,7 @@ impl Api {
             params: Some(json!({})),
             ..Default::default()
         };
-        let created = self.client().submit(&request).await?;
-        Ok(created.summary.id)
+        self.client().submit_for_id(&request).await
     }
 
     /// Submits `count` jobs with empty params in one request (`POST /jobs/batch`); returns each

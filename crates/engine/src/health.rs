@@ -157,10 +157,10 @@ impl Engine {
 
     /// Health as the last write tells it, if it is recent enough to; else why a probe is due.
     fn health_from_last_write(&self) -> Result<Health, String> {
-        let Some((at, fault)) = self.last_write.get() else {
+        let Some((at, fault)) = self.inner.last_write.get() else {
             return Err("nothing was written since the server started".to_owned());
         };
-        let age = self.clock.now().0.saturating_sub(at.0);
+        let age = self.inner.clock.now().0.saturating_sub(at.0);
         if age < 0 {
             // The system clock went back: how long ago is unknown.
             return Err("the clock was set back since the last write".to_owned());
@@ -182,12 +182,12 @@ impl Engine {
     /// Makes a probe write (one at a time) and answers from its outcome; a caller that waited
     /// for another's probe answers from that one.
     async fn probe(&self) -> Health {
-        let probing = self.probing.clone().lock_owned().await;
+        let probing = self.inner.probing.clone().lock_owned().await;
         let why = match self.health_from_last_write() {
             Ok(health) => return health,
             Err(why) => why,
         };
-        let writer = self.writer.clone();
+        let writer = self.inner.writer.clone();
         // The probe holds the lock until the writer answers it, even if this caller stops
         // waiting: a stuck writer gets one probe, not one per health check.
         let probe = tokio::spawn(async move {

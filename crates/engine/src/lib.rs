@@ -142,9 +142,14 @@ pub struct Reported {
 /// Most finished jobs one `Engine::prune` call deletes.
 pub const PRUNE_BATCH: u32 = 500;
 
-/// The engine of one node: cheap to clone, shared by every request handler.
+/// The engine of one node: cheap to clone (one shared pointer), shared by every request handler.
 #[derive(Clone)]
 pub struct Engine {
+    inner: Arc<Parts>,
+}
+
+/// What an engine holds.
+struct Parts {
     writer: Writer,
     reader: Arc<ReadPool>,
     workflows: Arc<cache::WorkflowCache>,
@@ -210,7 +215,7 @@ impl Engine {
                 last_write: last_write.clone(),
             },
         );
-        Ok(Engine {
+        let parts = Parts {
             writer,
             reader: Arc::new(ReadPool::new(opened.connect, options.read_pool)),
             workflows,
@@ -222,35 +227,38 @@ impl Engine {
             last_write,
             probing: Arc::default(),
             upkeep,
+        };
+        Ok(Engine {
+            inner: Arc::new(parts),
         })
     }
 
     /// The SQLite file, when the store is one.
     pub fn path(&self) -> Option<&Path> {
-        self.sqlite_file.as_deref()
+        self.inner.sqlite_file.as_deref()
     }
 
     /// False on SQLite (one node owns the file); true on PostgreSQL, where other server nodes
     /// may change the store at any time.
     pub fn is_shared(&self) -> bool {
-        self.sqlite_file.is_none()
+        self.inner.sqlite_file.is_none()
     }
 
     pub fn options(&self) -> &StoreOptions {
-        &self.options
+        &self.inner.options
     }
 
     /// What the group-commit writer has done since the store opened.
     pub fn writer_stats(&self) -> WriterStats {
-        self.counters.read()
+        self.inner.counters.read()
     }
 
     pub fn notifier(&self) -> &Arc<Notifier> {
-        &self.notifier
+        &self.inner.notifier
     }
 
     pub fn now(&self) -> Timestamp {
-        self.clock.now()
+        self.inner.clock.now()
     }
 
     /// Applies a definition; a body equal to the latest version returns that version.
@@ -261,14 +269,16 @@ impl Engine {
         document: Value,
     ) -> Result<Applied> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::apply_workflow(ctx, &namespace, &name, document.clone()))
             .await
     }
 
     pub async fn submit(&self, namespace: &str, request: Submit) -> Result<Submitted> {
         let namespace = namespace.to_owned();
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::submit(ctx, &namespace, request.clone()))
             .await
     }
@@ -284,7 +294,8 @@ impl Engine {
             .into_iter()
             .map(|request| {
                 let namespace = namespace.to_owned();
-                self.writer
+                self.inner
+                    .writer
                     .enqueue(move |ctx| commands::submit(ctx, &namespace, request.clone()))
             })
             .collect();
@@ -300,10 +311,12 @@ impl Engine {
     ) -> Result<Vec<Claimed>> {
         let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
         let claimed = self
+            .inner
             .writer
             .write(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
             .await?;
-        self.upkeep
+        self.inner
+            .upkeep
             .claimed
             .fetch_add(claimed.len() as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(claimed)
@@ -311,7 +324,8 @@ impl Engine {
 
     /// A worker's report on a task; a task outside `scope` is not found.
     pub async fn report(&self, task: TaskId, input: Input, scope: TaskScope) -> Result<Reported> {
-        self.writer
+        self.inner
+            .writer
             .enqueue_report(task.clone(), move |ctx| {
                 commands::report(ctx, &task, input.clone(), &scope)
             })
@@ -330,7 +344,7 @@ impl Engine {
             .into_iter()
             .map(|(task, input)| {
                 let scope = scope.clone();
-                self.writer.enqueue_report(task.clone(), move |ctx| {
+                self.inner.writer.enqueue_report(task.clone(), move |ctx| {
                     commands::report(ctx, &task, input.clone(), &scope)
                 })
             })
@@ -347,7 +361,8 @@ impl Engine {
         command: OperatorCommand,
     ) -> Result<JobState> {
         let (namespace, job) = (namespace.to_owned(), job.clone());
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::operate(ctx, &namespace, &job, command.clone()))
             .await
     }
@@ -361,7 +376,8 @@ impl Engine {
         change: QueueChange,
     ) -> Result<StoredQueue> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::configure_queue(ctx, &namespace, &name, change.clone()))
             .await
     }
@@ -369,14 +385,16 @@ impl Engine {
     /// The queues of a namespace with their settings.
     pub async fn queues(&self, namespace: &str) -> Result<Vec<StoredQueue>> {
         let namespace = namespace.to_owned();
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| rows::list_queues(conn, &namespace))
             .await
     }
 
     /// At most `TICK_BATCH` jobs per call: call again while it returns that many.
     pub async fn tick(&self) -> Result<usize> {
-        self.writer
+        self.inner
+            .writer
             .write(|ctx| commands::tick(ctx, TICK_BATCH))
             .await
     }
@@ -385,10 +403,11 @@ impl Engine {
     /// (with their tasks and history); returns how many went. Call again while it returns
     /// `PRUNE_BATCH`.
     pub async fn prune(&self) -> Result<usize> {
-        let Some(retain) = self.options.retain_finished else {
+        let Some(retain) = self.inner.options.retain_finished else {
             return Ok(0);
         };
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| {
                 let before = Timestamp(
                     ctx.now
@@ -406,7 +425,8 @@ impl Engine {
     /// A job with its tasks, if it exists in this namespace.
     pub async fn job(&self, namespace: &str, id: &JobId) -> Result<Option<JobState>> {
         let (namespace, id) = (namespace.to_owned(), id.clone());
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| {
                 Ok(rows::load_job_state(conn, &id)?
                     .filter(|state| state.job.namespace == namespace))
@@ -415,7 +435,8 @@ impl Engine {
     }
 
     pub async fn jobs(&self, filter: JobFilter) -> Result<Vec<Job>> {
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| rows::list_jobs(conn, &filter))
             .await
     }
@@ -429,7 +450,8 @@ impl Engine {
         limit: u32,
     ) -> Result<Option<Vec<StoredEvent>>> {
         let (namespace, id) = (namespace.to_owned(), id.clone());
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| {
                 match rows::load_job(conn, &id)? {
                     Some(job) if job.namespace == namespace => {}
@@ -447,14 +469,16 @@ impl Engine {
         version: Option<u32>,
     ) -> Result<Option<StoredWorkflow>> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| rows::workflow(conn, &namespace, &name, version))
             .await
     }
 
     pub async fn workflows(&self, namespace: &str) -> Result<Vec<StoredWorkflow>> {
         let namespace = namespace.to_owned();
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| rows::list_workflows(conn, &namespace))
             .await
     }
@@ -466,12 +490,13 @@ impl Engine {
         name: &str,
         version: u32,
     ) -> Result<Arc<Compiled>> {
-        if let Some(compiled) = self.workflows.cached(namespace, name, version) {
+        if let Some(compiled) = self.inner.workflows.cached(namespace, name, version) {
             return Ok(compiled);
         }
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        let workflows = self.workflows.clone();
-        self.reader
+        let workflows = self.inner.workflows.clone();
+        self.inner
+            .reader
             .read(move |conn| workflows.get(conn, &namespace, &name, version))
             .await
     }
@@ -485,8 +510,9 @@ impl Engine {
         queues: Vec<String>,
     ) -> Result<Option<Timestamp>> {
         let namespace = namespace.to_owned();
-        let now = self.clock.now();
-        self.reader
+        let now = self.inner.clock.now();
+        self.inner
+            .reader
             .read(move |conn| {
                 let (open, reopen) = commands::open_queues(conn, &namespace, &queues, now, false)?;
                 let mut next: Option<Timestamp> = None;
@@ -508,7 +534,8 @@ impl Engine {
 
     /// When the next lease lapses, deadline passes or schedule fires.
     pub async fn next_timer(&self) -> Result<Option<Timestamp>> {
-        self.reader
+        self.inner
+            .reader
             .read(|conn| {
                 let timers = rows::next_timer(conn)?;
                 let schedules = rows::schedules::next_due(conn)?;
@@ -530,7 +557,8 @@ impl Engine {
         secret: Option<String>,
     ) -> Result<Webhook> {
         let (namespace, url) = (namespace.to_owned(), url.to_owned());
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| {
                 commands::outbox::create(
                     ctx,
@@ -546,7 +574,8 @@ impl Engine {
 
     pub async fn webhooks(&self, namespace: &str) -> Result<Vec<Webhook>> {
         let namespace = namespace.to_owned();
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| rows::webhooks::list(conn, &namespace))
             .await
     }
@@ -554,7 +583,8 @@ impl Engine {
     /// Deletes a subscription and its undelivered messages (its history stays).
     pub async fn delete_webhook(&self, namespace: &str, id: &str) -> Result<()> {
         let (namespace, id) = (namespace.to_owned(), id.to_owned());
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::outbox::delete(ctx, &namespace, &id))
             .await
     }
@@ -567,25 +597,28 @@ impl Engine {
         limit: u32,
     ) -> Result<Option<Vec<Delivery>>> {
         let (namespace, id) = (namespace.to_owned(), id.to_owned());
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| commands::outbox::deliveries(conn, &namespace, &id, limit))
             .await
     }
 
     /// Claims the deliveries due now for this node's deliverer (see `DELIVERY_LEASE`).
     pub async fn claim_deliveries(&self, limit: u32) -> Result<Vec<DueDelivery>> {
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::outbox::claim_due(ctx, limit))
             .await
     }
 
     /// When the next delivery attempt is due.
     pub async fn next_delivery(&self) -> Result<Option<Timestamp>> {
-        self.reader.read(rows::deliveries::next_attempt).await
+        self.inner.reader.read(rows::deliveries::next_attempt).await
     }
 
     pub async fn record_delivery(&self, id: i64, attempt: Attempt) -> Result<()> {
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::outbox::record(ctx, id, attempt.clone()))
             .await
     }
@@ -598,7 +631,8 @@ impl Engine {
         spec: ScheduleSpec,
     ) -> Result<StoredSchedule> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::schedules::put(ctx, &namespace, &name, spec.clone()))
             .await
     }
@@ -610,36 +644,43 @@ impl Engine {
         paused: bool,
     ) -> Result<StoredSchedule> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::schedules::set_paused(ctx, &namespace, &name, paused))
             .await
     }
 
     pub async fn delete_schedule(&self, namespace: &str, name: &str) -> Result<()> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::schedules::delete(ctx, &namespace, &name))
             .await
     }
 
     pub async fn schedules(&self, namespace: &str) -> Result<Vec<StoredSchedule>> {
         let namespace = namespace.to_owned();
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| rows::schedules::list(conn, &namespace))
             .await
     }
 
     pub async fn schedule(&self, namespace: &str, name: &str) -> Result<Option<StoredSchedule>> {
         let (namespace, name) = (namespace.to_owned(), name.to_owned());
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| rows::schedules::get(conn, &namespace, &name, RowLock::None))
             .await
     }
 
     /// Jobs per status and tasks per queue, for `/metrics`: one read query (see `stats.rs`).
     pub async fn stats(&self) -> Result<Stats> {
-        let now = self.clock.now();
-        self.reader.read(move |conn| stats::read(conn, now)).await
+        let now = self.inner.clock.now();
+        self.inner
+            .reader
+            .read(move |conn| stats::read(conn, now))
+            .await
     }
 
     /// What the dispatcher knows about these queues, to explain why a task waits.
@@ -649,9 +690,10 @@ impl Engine {
         queues: Vec<String>,
     ) -> Result<std::collections::HashMap<String, QueueState>> {
         let namespace = namespace.to_owned();
-        let notifier = self.notifier.clone();
-        let now = self.clock.now();
-        self.reader
+        let notifier = self.inner.notifier.clone();
+        let now = self.inner.clock.now();
+        self.inner
+            .reader
             .read(move |conn| {
                 let mut states = std::collections::HashMap::new();
                 for queue in queues {
@@ -687,30 +729,33 @@ impl Engine {
     /// How many jobs hold a slot of this lock.
     pub async fn lock_usage(&self, namespace: &str, key: &str) -> Result<u32> {
         let (namespace, key) = (namespace.to_owned(), key.to_owned());
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| rows::lock_holders(conn, &namespace, &key))
             .await
     }
 
     /// Makes an API token; returns it with the token text, which is shown only this once.
     pub async fn create_token(&self, new: NewToken) -> Result<(Token, String)> {
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::tokens::create(ctx, &new))
             .await
     }
 
     pub async fn tokens(&self) -> Result<Vec<Token>> {
-        self.reader.read(rows::tokens::list).await
+        self.inner.reader.read(rows::tokens::list).await
     }
 
     /// How many tokens are not revoked.
     pub async fn active_tokens(&self) -> Result<u64> {
-        self.reader.read(rows::tokens::active_count).await
+        self.inner.reader.read(rows::tokens::active_count).await
     }
 
     pub async fn revoke_token(&self, id: &str) -> Result<Token> {
         let id = id.to_owned();
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| commands::tokens::revoke(ctx, &id))
             .await
     }
@@ -718,7 +763,8 @@ impl Engine {
     /// The live token a presented token text stands for, if any.
     pub async fn authenticate(&self, presented: &str) -> Result<Option<Token>> {
         let presented = presented.to_owned();
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| commands::tokens::authenticate(conn, &presented))
             .await
     }
@@ -726,14 +772,16 @@ impl Engine {
     /// Records that a token was used now.
     pub async fn touch_token(&self, id: &str) -> Result<()> {
         let id = id.to_owned();
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| rows::tokens::touch(ctx.conn, &id, ctx.now))
             .await
     }
 
     /// Appends to the audit log (`seq` and `at` are set by the store).
     pub async fn record_audit(&self, entry: AuditEntry) -> Result<()> {
-        self.writer
+        self.inner
+            .writer
             .write(move |ctx| rows::audit::insert(ctx.conn, &entry, ctx.now))
             .await
     }
@@ -745,19 +793,21 @@ impl Engine {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<AuditEntry>> {
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| rows::audit::list(conn, namespace.as_deref(), before, limit))
             .await
     }
 
     /// Checks that the database answers.
     pub async fn ping(&self) -> Result<()> {
-        self.reader.read(rows::ping).await
+        self.inner.reader.read(rows::ping).await
     }
 
     /// One page of jobs for browsing, newest first (see `browse.rs`).
     pub async fn browse_jobs(&self, search: JobSearch) -> Result<Vec<JobLine>> {
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| browse::jobs(conn, &search))
             .await
     }
@@ -765,7 +815,8 @@ impl Engine {
     /// Jobs per status under a browsing filter (its status and cursor aside), each counted up
     /// to `cap`.
     pub async fn job_counts(&self, search: JobSearch, cap: u64) -> Result<Vec<StatusCount>> {
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| browse::status_counts(conn, &search, cap))
             .await
     }
@@ -773,7 +824,8 @@ impl Engine {
     /// The workers holding running tasks in a namespace, per queue.
     pub async fn worker_loads(&self, namespace: &str) -> Result<Vec<WorkerLoad>> {
         let namespace = namespace.to_owned();
-        self.reader
+        self.inner
+            .reader
             .read(move |conn| browse::worker_loads(conn, &namespace))
             .await
     }

@@ -1571,7 +1571,7 @@ mod health_checks {
     async fn a_write_stamped_after_now_because_the_clock_went_back_is_not_taken_as_recent() {
         let f = Fixture::sqlite();
         let later = Timestamp(f.store.now().0 + 3_600_000);
-        f.store.last_write.record(later, None);
+        f.store.inner.last_write.record(later, None);
         let before = requests(&f.store);
         let health = f.store.health().await;
         assert_eq!(health.fault, None, "{health:?}");

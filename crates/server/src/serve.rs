@@ -41,9 +41,6 @@ pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(75);
 /// Default `--max-connections` of a server built as a library; `starbridge server` derives its
 /// own from the process's file-descriptor limit.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
-/// Header fields the HTTP parser accepts, so that the API (not the parser, which answers with an
-/// empty body) refuses a request with too many of them with a problem document.
-const PARSED_HEADER_FIELDS: usize = 1024;
 
 /// How long connections may take and how many may be open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,10 +181,10 @@ async fn drive<S>(
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     // The head's deadline is kept here (hyper's would also cut kept-alive connections that are
-    // merely idle), and the API refuses oversized header sections itself, with a problem document.
-    builder
-        .header_read_timeout(None)
-        .max_headers(PARSED_HEADER_FIELDS);
+    // merely idle). The parser keeps its default bounds (100 header fields, about 400 KiB): a
+    // larger bound costs every request a heap allocation of that many slots, and the API refuses
+    // header sections over 64 KiB itself, with a problem document (`guard`).
+    builder.header_read_timeout(None);
     let connection = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);
     let mut shutting_down = *closing.borrow();
