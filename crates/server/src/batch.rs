@@ -10,6 +10,7 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use axum::{Extension, Json, Router};
 use starbridge_api as api;
+use starbridge_api::paths;
 use starbridge_core::ids::TaskId;
 use starbridge_core::model::Input;
 
@@ -22,8 +23,8 @@ use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/jobs/batch", post(submit_jobs))
-        .route("/api/v1/tasks/complete", post(complete_tasks))
+        .route(paths::JOBS_BATCH, post(submit_jobs))
+        .route(paths::TASKS_COMPLETE, post(complete_tasks))
 }
 
 fn check_size(field: &str, len: usize) -> ApiResult<()> {

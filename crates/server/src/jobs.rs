@@ -8,6 +8,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use starbridge_api as api;
+use starbridge_api::paths;
 use starbridge_core::ids::JobId;
 use starbridge_engine::{JobFilter, Submit};
 
@@ -20,9 +21,9 @@ use crate::views;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/jobs", post(submit_job).get(list_jobs))
-        .route("/api/v1/jobs/{id}", get(get_job))
-        .route("/api/v1/jobs/{id}/events", get(job_events))
+        .route(paths::JOBS, post(submit_job).get(list_jobs))
+        .route(paths::JOB, get(get_job))
+        .route(paths::JOB_EVENTS, get(job_events))
 }
 
 /// Most history events read to rebuild a job's attempts.

@@ -11,6 +11,7 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use serde::de::DeserializeOwned;
 use starbridge_api as api;
+use starbridge_api::paths;
 use starbridge_core::model::{BulkAction, OperatorAction, OperatorCommand};
 use std::future::Future;
 use std::pin::Pin;
@@ -25,22 +26,13 @@ use starbridge_engine::{Error as StoreError, JobFilter};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route(
-            "/api/v1/jobs/{id}/pause",
-            post(reasoned(OperatorAction::Pause)),
-        )
-        .route(
-            "/api/v1/jobs/{id}/resume",
-            post(reasoned(OperatorAction::Resume)),
-        )
-        .route("/api/v1/jobs/{id}/cancel", post(cancel))
-        .route(
-            "/api/v1/jobs/{id}/retry",
-            post(reasoned(OperatorAction::Retry)),
-        )
-        .route("/api/v1/jobs/{id}/rerun", post(rerun))
-        .route("/api/v1/jobs/{id}/tasks/{task}/skip", post(skip))
-        .route("/api/v1/jobs/bulk/{action}", post(bulk))
+        .route(paths::JOB_PAUSE, post(reasoned(OperatorAction::Pause)))
+        .route(paths::JOB_RESUME, post(reasoned(OperatorAction::Resume)))
+        .route(paths::JOB_CANCEL, post(cancel))
+        .route(paths::JOB_RETRY, post(reasoned(OperatorAction::Retry)))
+        .route(paths::JOB_RERUN, post(rerun))
+        .route(paths::JOB_TASK_SKIP, post(skip))
+        .route(paths::JOBS_BULK, post(bulk))
 }
 
 /// Most jobs one bulk action may touch.

@@ -6,6 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use starbridge_api as api;
+use starbridge_api::paths;
 use starbridge_core::dispatch::RateLimit;
 use starbridge_core::time::Duration;
 use starbridge_engine::{QueueChange, StoredQueue};
@@ -17,10 +18,10 @@ use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/queues", get(list))
-        .route("/api/v1/queues/{name}", get(show).put(configure))
-        .route("/api/v1/queues/{name}/pause", post(pause))
-        .route("/api/v1/queues/{name}/resume", post(resume))
+        .route(paths::QUEUES, get(list))
+        .route(paths::QUEUE, get(show).put(configure))
+        .route(paths::QUEUE_PAUSE, post(pause))
+        .route(paths::QUEUE_RESUME, post(resume))
 }
 
 pub(crate) async fn views(state: &AppState, namespace: &str) -> ApiResult<Vec<api::QueueView>> {

@@ -4,6 +4,7 @@
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
+use starbridge_api::paths;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -11,9 +12,9 @@ use crate::state::AppState;
 pub fn router(state: AppState) -> Router {
     let limits = state.limits.clone();
     Router::new()
-        .route("/healthz", get(crate::health::health))
-        .route("/metrics", get(crate::metrics::serve))
-        .route("/api/v1/openapi.json", get(crate::openapi::serve))
+        .route(paths::HEALTH, get(crate::health::health))
+        .route(paths::METRICS, get(crate::metrics::serve))
+        .route(paths::OPENAPI, get(crate::openapi::serve))
         .merge(crate::workflows::routes())
         .merge(crate::jobs::routes())
         .merge(crate::tasks::routes())

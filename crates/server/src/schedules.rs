@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use starbridge_api as api;
+use starbridge_api::paths;
 use starbridge_core::schedule::{CatchUp, CatchUpKind, CronSpec, Overlap};
 use starbridge_engine::{ScheduleSpec, StoredSchedule};
 
@@ -19,13 +20,10 @@ const UPCOMING: usize = 5;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/schedules", get(list))
-        .route(
-            "/api/v1/schedules/{name}",
-            get(show).put(put).delete(delete),
-        )
-        .route("/api/v1/schedules/{name}/pause", post(pause))
-        .route("/api/v1/schedules/{name}/resume", post(resume))
+        .route(paths::SCHEDULES, get(list))
+        .route(paths::SCHEDULE, get(show).put(put).delete(delete))
+        .route(paths::SCHEDULE_PAUSE, post(pause))
+        .route(paths::SCHEDULE_RESUME, post(resume))
 }
 
 fn time(ts: starbridge_core::time::Timestamp) -> api::Timestamp {

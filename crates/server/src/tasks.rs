@@ -1,6 +1,7 @@
 //! The worker protocol: long-poll for tasks, then heartbeat, complete, fail or "check later",
 //! each report addressed by task id and lease token.
 
+use starbridge_api::paths;
 use std::time::Duration as StdDuration;
 
 use axum::body::Bytes;
@@ -26,11 +27,11 @@ pub(crate) const MAX_TASKS_PER_POLL: u32 = 256;
 pub(crate) const MAX_CHECK_LATER_MS: u64 = 7 * 24 * 3600 * 1000;
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/tasks/poll", post(poll))
-        .route("/api/v1/tasks/{id}/heartbeat", post(heartbeat))
-        .route("/api/v1/tasks/{id}/complete", post(complete))
-        .route("/api/v1/tasks/{id}/fail", post(fail))
-        .route("/api/v1/tasks/{id}/check-later", post(check_later))
+        .route(paths::TASKS_POLL, post(poll))
+        .route(paths::TASK_HEARTBEAT, post(heartbeat))
+        .route(paths::TASK_COMPLETE, post(complete))
+        .route(paths::TASK_FAIL, post(fail))
+        .route(paths::TASK_CHECK_LATER, post(check_later))
 }
 
 fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {

@@ -7,6 +7,7 @@ use axum::routing::{delete, get};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
 use starbridge_api as api;
+use starbridge_api::paths;
 use starbridge_engine::{AuditEntry, NewToken, Token};
 
 use crate::auth::{Caller, actor};
@@ -16,9 +17,9 @@ use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/tokens", get(list).post(create))
-        .route("/api/v1/tokens/{id}", delete(revoke))
-        .route("/api/v1/audit", get(audit))
+        .route(paths::TOKENS, get(list).post(create))
+        .route(paths::TOKEN, delete(revoke))
+        .route(paths::AUDIT, get(audit))
 }
 
 fn time(at: starbridge_core::time::Timestamp) -> api::Timestamp {

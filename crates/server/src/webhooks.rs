@@ -7,6 +7,7 @@
 //! connection. URLs, which often carry secrets, are shown in full only to callers who may
 //! operate.
 
+use starbridge_api::paths;
 use std::time::Duration as StdDuration;
 
 use axum::body::Bytes;
@@ -83,9 +84,9 @@ fn invalid_url(message: String) -> ApiError {
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/webhooks", get(list).post(create))
-        .route("/api/v1/webhooks/{id}", delete(remove))
-        .route("/api/v1/webhooks/{id}/deliveries", get(deliveries))
+        .route(paths::WEBHOOKS, get(list).post(create))
+        .route(paths::WEBHOOK, delete(remove))
+        .route(paths::WEBHOOK_DELIVERIES, get(deliveries))
 }
 
 /// The subscription as shown: with its secret only to its creator, with its full URL only to

@@ -8,6 +8,7 @@ use axum::routing::{get, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use starbridge_api as api;
+use starbridge_api::paths;
 use starbridge_core::definition::{check_name, parse_document};
 
 use crate::error::{ApiError, ApiResult};
@@ -18,11 +19,8 @@ use crate::views;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/api/v1/workflows", get(list_workflows))
-        .route(
-            "/api/v1/workflows/{name}",
-            put(apply_workflow).get(get_workflow),
-        )
+        .route(paths::WORKFLOWS, get(list_workflows))
+        .route(paths::WORKFLOW, put(apply_workflow).get(get_workflow))
 }
 
 async fn list_workflows(

@@ -151,6 +151,21 @@ fn routes_in_source() -> BTreeSet<(String, String)> {
     routes_in(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"))
 }
 
+/// The API's path constants (`starbridge_api::paths`), by name, read from their source as the
+/// routes are.
+fn api_paths() -> HashMap<String, String> {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../api/src/paths.rs");
+    std::fs::read_to_string(file)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("pub const ")?;
+            let (name, value) = rest.split_once(": &str = \"")?;
+            Some((name.to_owned(), value.strip_suffix("\";")?.to_owned()))
+        })
+        .collect()
+}
+
 fn routes_in(dir: &std::path::Path) -> BTreeSet<(String, String)> {
     let mut found = BTreeSet::new();
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -181,17 +196,31 @@ fn routes_in(dir: &std::path::Path) -> BTreeSet<(String, String)> {
                 .map(|(i, _)| i)
                 .unwrap();
             let call = &rest[..end];
-            let open = call.find('"').unwrap();
-            let close = open + 1 + call[open + 1..].find('"').unwrap();
-            let route = &call[open + 1..close];
-            let handlers = &call[close + 1..];
+            // The path is a literal (the UI's pages) or one of the API's `paths` constants.
+            let (route, handlers) = match call.trim_start().strip_prefix("paths::") {
+                Some(constant) => {
+                    let name_end = constant
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap();
+                    let name = &constant[..name_end];
+                    let route = api_paths()
+                        .remove(name)
+                        .unwrap_or_else(|| panic!("no constant paths::{name}"));
+                    (route, &constant[name_end..])
+                }
+                None => {
+                    let open = call.find('"').unwrap();
+                    let close = open + 1 + call[open + 1..].find('"').unwrap();
+                    (call[open + 1..close].to_owned(), &call[close + 1..])
+                }
+            };
             let bytes = handlers.as_bytes();
             for method in ["get", "put", "post", "delete", "patch"] {
                 let needle = format!("{method}(");
                 for (i, _) in handlers.match_indices(&needle) {
                     let before = if i == 0 { b' ' } else { bytes[i - 1] };
                     if !(before.is_ascii_alphanumeric() || before == b'_' || before == b':') {
-                        found.insert((method.to_uppercase(), route.to_owned()));
+                        found.insert((method.to_uppercase(), route.clone()));
                     }
                 }
             }
