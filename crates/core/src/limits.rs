@@ -8,6 +8,8 @@ use serde_json::Value;
 pub const MAX_NAME_BYTES: usize = 128;
 /// Longest job key (the server's `--max-key-bytes` may only lower it).
 pub const MAX_KEY_BYTES: usize = 256;
+/// Longest rendered lock key.
+pub const MAX_LOCK_KEY_BYTES: usize = 256;
 
 /// Default for [`Limits::fan_out`].
 pub const DEFAULT_MAX_FAN_OUT: usize = 10_000;

@@ -67,10 +67,11 @@ fn lock_of(workflow: &Workflow, context: &Value) -> Result<Option<JobLock>, Crea
         }
         Err(error) => return Err(CreateError::LockKey(error.to_string())),
     };
-    if key.is_empty() || key.len() > 256 {
+    if key.is_empty() || key.len() > crate::limits::MAX_LOCK_KEY_BYTES {
         return Err(CreateError::LockKey(format!(
-            "the key renders to {} bytes: it must be 1 to 256",
-            key.len()
+            "the key renders to {} bytes: it must be 1 to {}",
+            key.len(),
+            crate::limits::MAX_LOCK_KEY_BYTES
         )));
     }
     Ok(Some(JobLock {
