@@ -15,17 +15,17 @@ use starbridge_api::client::{self, Client};
 use starbridge_server::scratch::ScratchSchema;
 use starbridge_server::{Durability, Engine, Server, StoreOptions, SystemClock};
 use starbridge_worker::{Outcome, TaskContext, Worker};
-
-/// An HTTP client of the server at `url`.
-fn client_of(url: &str) -> Result<Client> {
-    Client::new(url.to_owned()).with_context(|| format!("cannot make a client of {url}"))
-}
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::BenchArgs;
 use super::report::{SQLITE_DURABILITY, SQLITE_RELAXED};
 use super::stats::{DatabaseSize, Latencies, Scrape, Usage};
+
+/// An HTTP client of the server at `url`.
+fn client_of(url: &str) -> Result<Client> {
+    Client::new(url.to_owned()).with_context(|| format!("cannot make a client of {url}"))
+}
 
 /// The queue and command of every benchmark step.
 pub(crate) const QUEUE: &str = "bench";

@@ -834,15 +834,7 @@ async fn a_webhook_reaches_a_local_listener_signed_and_is_retried_after_an_error
 
     let deadline = Instant::now() + STUCK;
     loop {
-        let history: Value = h
-            .http
-            .get(format!("{}/api/v1/webhooks/{webhook}/deliveries", h.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let history = common::webhook_deliveries(&h.http, &h.url, &webhook).await;
         let first = &history["items"][0];
         if first["state"] == "delivered" {
             assert_eq!(first["attempts"], 2);

@@ -94,15 +94,7 @@ impl Server {
     async fn settled_delivery(&self, webhook: &str) -> Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
-            let history: Value = self
-                .http
-                .get(self.url(&format!("/api/v1/webhooks/{webhook}/deliveries")))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
+            let history = common::webhook_deliveries(&self.http, &self.url, webhook).await;
             let newest = &history["items"][0];
             if newest.is_object() && newest["attempts"].as_u64() > Some(0) {
                 return newest.clone();

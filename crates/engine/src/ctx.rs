@@ -26,6 +26,7 @@ pub(crate) struct WriteCtx<'a> {
     /// Workflow versions this request compiled into the shared cache (see `workflow`).
     pub(crate) loaded_workflows: Vec<Key>,
 }
+
 /// Reads a group transaction makes once for all its requests. They stay right for the length
 /// of the transaction: every request in it arrived before it began, so a change another node
 /// commits meanwhile counts as coming after all of them; a change of the transaction's own
@@ -37,6 +38,7 @@ pub(crate) struct TxReads {
     /// The latest version of each workflow by (namespace, name).
     versions: HashMap<(String, String), Option<u32>>,
 }
+
 impl TxReads {
     pub(crate) fn clear(&mut self) {
         self.webhooks.clear();
@@ -52,6 +54,7 @@ impl TxReads {
             .remove(&(namespace.to_owned(), name.to_owned()));
     }
 }
+
 impl WriteCtx<'_> {
     /// The webhook subscriptions of a namespace.
     pub(crate) fn webhooks(&mut self, namespace: &str) -> Result<Arc<Vec<Webhook>>> {

@@ -37,6 +37,7 @@ pub(crate) fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
         Some(fault) => Err(ApiError::validation(&fault.field, fault.message)),
     }
 }
+
 /// Rewrites every float with no fractional part (in the 64-bit integer range) as an integer;
 /// says whether it changed anything.
 fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {
@@ -60,6 +61,7 @@ fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {
         _ => false,
     }
 }
+
 /// An RFC 3339 time from a request field.
 pub(crate) fn parse_time(field: &str, text: &str) -> ApiResult<starbridge_core::time::Timestamp> {
     text.parse::<api::Timestamp>()
@@ -71,6 +73,7 @@ pub(crate) fn parse_time(field: &str, text: &str) -> ApiResult<starbridge_core::
             )
         })
 }
+
 /// A value the server knows, from a request field: an unknown one (`Open::Unknown`) is refused
 /// with `refusal(text)`, naming the field.
 pub(crate) fn known<T: WireEnum>(
@@ -82,6 +85,7 @@ pub(crate) fn known<T: WireEnum>(
         .known()
         .ok_or_else(|| ApiError::invalid(field, refusal(value.as_str())))
 }
+
 /// A job status from a request field.
 pub(crate) fn parse_status(field: &str, status: &Open<JobStatus>) -> ApiResult<JobStatus> {
     known(field, status, |text| {
@@ -89,17 +93,21 @@ pub(crate) fn parse_status(field: &str, status: &Open<JobStatus>) -> ApiResult<J
         format!("unknown status '{text}': use one of {}", valid.join(", "))
     })
 }
+
 pub(crate) fn namespace(query: &api::NamespaceQuery) -> ApiResult<String> {
     namespace_name(query.namespace.as_deref())
 }
+
 pub(crate) fn namespace_name(value: Option<&str>) -> ApiResult<String> {
     let name = value.unwrap_or(api::DEFAULT_NAMESPACE);
     check_name(name).map_err(|message| ApiError::invalid("namespace", message))?;
     Ok(name.to_owned())
 }
+
 pub(crate) fn job_id(text: &str) -> ApiResult<JobId> {
     JobId::parse(text).ok_or_else(|| ApiError::not_found(format!("job {text} not found")))
 }
+
 pub(crate) fn task_id(text: &str) -> ApiResult<TaskId> {
     TaskId::parse(text).ok_or_else(|| ApiError::not_found(format!("task {text} not found")))
 }

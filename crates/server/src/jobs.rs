@@ -39,6 +39,7 @@ pub(crate) async fn job_view(
         .unwrap_or_default();
     job_view_with(state, job, &events).await
 }
+
 /// The view of `job` with its task runs rebuilt from `events`. A job just created has no runs
 /// (none of its tasks was claimed in the transaction that made it), so its view needs no history.
 async fn job_view_with(
@@ -76,6 +77,7 @@ async fn job_view_with(
     };
     Ok(views::job(job, &context))
 }
+
 async fn submit_job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -102,6 +104,7 @@ async fn submit_job(
     };
     Ok((status, Json(view)).into_response())
 }
+
 /// What the store is asked to create for a submitted job; `actor` is recorded in the job's
 /// `job_created` event (submissions are not in the audit log: the job's history names them,
 /// and a workflow version an inline definition makes is audited as an apply). Only a caller
@@ -118,6 +121,7 @@ pub(crate) fn submission(request: api::SubmitJob, actor: String, caller: &Caller
         may_add_version: caller.may_operate(),
     }
 }
+
 /// Holds a job submission to the limits on names, keys, params and inline definitions.
 pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResult<()> {
     if let Some(workflow) = &request.workflow {
@@ -134,6 +138,7 @@ pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResu
     }
     Ok(())
 }
+
 async fn list_jobs(
     State(state): State<AppState>,
     Query(query): Query<api::JobListQuery>,
@@ -196,6 +201,7 @@ async fn list_jobs(
         next_cursor,
     }))
 }
+
 async fn get_job(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -210,12 +216,14 @@ async fn get_job(
         .ok_or_else(|| ApiError::not_found(format!("job {id} not found")))?;
     Ok(Json(job_view(&state, &job).await?))
 }
+
 #[derive(Deserialize)]
 struct EventsQuery {
     namespace: Option<String>,
     after: Option<i64>,
     limit: Option<u32>,
 }
+
 async fn job_events(
     State(state): State<AppState>,
     Path(id): Path<String>,

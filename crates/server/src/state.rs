@@ -19,6 +19,7 @@ pub struct AppState {
     /// Host names requests may be addressed to without authentication (see `guard`).
     pub allowed_hosts: Arc<[String]>,
 }
+
 impl AppState {
     /// A server without authentication (for loopback use and tests), with the default limits.
     pub fn new(engine: Engine) -> AppState {

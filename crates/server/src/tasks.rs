@@ -67,6 +67,7 @@ fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
     }
     Ok(())
 }
+
 /// Claims ready tasks; when none is ready, waits until one is or `wait_ms` passes (see
 /// `Engine::poll`).
 async fn poll(
@@ -96,12 +97,14 @@ async fn poll(
             .collect(),
     }))
 }
+
 fn report_response(reported: &starbridge_engine::Reported) -> Json<api::ReportResponse> {
     Json(api::ReportResponse {
         task_status: reported.task.status.into(),
         job_status: reported.job_status.into(),
     })
 }
+
 async fn heartbeat(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -133,6 +136,7 @@ async fn heartbeat(
         lease_expires_at: api::timestamp_from_millis(expires.0),
     }))
 }
+
 async fn complete(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -160,6 +164,7 @@ async fn complete(
         .await?;
     Ok(report_response(&reported))
 }
+
 async fn fail(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -198,6 +203,7 @@ async fn fail(
         .await?;
     Ok(report_response(&reported))
 }
+
 async fn check_later(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -33,11 +33,13 @@ async fn list_workflows(
         items: stored.iter().map(views::workflow_summary).collect(),
     }))
 }
+
 #[derive(Deserialize)]
 struct WorkflowQuery {
     namespace: Option<String>,
     version: Option<u32>,
 }
+
 async fn get_workflow(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -54,6 +56,7 @@ async fn get_workflow(
         definition: stored.definition,
     }))
 }
+
 async fn apply_workflow(
     State(state): State<AppState>,
     Path(name): Path<String>,

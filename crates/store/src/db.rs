@@ -166,6 +166,7 @@ macro_rules! args {
         &[$($crate::db::ToArg::to_arg(&$value)),*][..]
     };
 }
+
 pub use args;
 
 /// A column value as read.

@@ -88,3 +88,18 @@ pub(crate) async fn apply_yaml(http: &reqwest::Client, base: &str, name: &str, y
         response.text().await.unwrap()
     );
 }
+
+/// A webhook subscription's deliveries, newest first, as the API at `base` lists them.
+pub(crate) async fn webhook_deliveries(
+    http: &reqwest::Client,
+    base: &str,
+    webhook: &str,
+) -> serde_json::Value {
+    http.get(format!("{base}/api/v1/webhooks/{webhook}/deliveries"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}

@@ -25,6 +25,7 @@ pub(crate) struct OpenQueue {
     /// Tokens in its rate-limit bucket now, if it has a rate limit.
     pub(crate) tokens: Option<f64>,
 }
+
 /// Rate-limited queues out of tokens, with when their next token arrives.
 pub(crate) type Reopening = Vec<(String, Timestamp)>;
 /// The polled queues that may hand out work now, and the rate-limited ones that may again at a
@@ -74,6 +75,7 @@ pub(crate) fn open_queues(
     }
     Ok((open, reopen))
 }
+
 /// Claims up to `max` ready tasks of the given queues, in dispatch order, within each queue's
 /// mode, concurrency and pause (see `starbridge_core::dispatch`).
 pub(crate) fn claim(
@@ -183,6 +185,7 @@ pub(crate) fn claim(
     }
     Ok(claimed)
 }
+
 pub(super) fn lease_of(workflow: &Workflow, task: &Task) -> Duration {
     let step = workflow
         .step_index(&task.step)

@@ -45,15 +45,18 @@ impl IdSource for UuidIds {
         TaskId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
     }
 }
+
 pub(crate) fn new_job_id() -> JobId {
     JobId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
 }
+
 pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Error {
     Error::Invalid(vec![Problem {
         field: field.to_owned(),
         message: message.into(),
     }])
 }
+
 /// A job with its tasks for a command to change: from the writer's job cache when it holds the
 /// job, else from the database, its row locked as `lock` says. The command hands it back with
 /// `ctx.jobs.keep` once persisted.
@@ -63,9 +66,11 @@ fn load_job(ctx: &mut WriteCtx<'_>, id: &JobId, lock: RowLock) -> Result<Option<
     }
     rows::lock_job_state(ctx.conn, id, lock)
 }
+
 fn workflow_of(ctx: &mut WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Compiled>> {
     ctx.workflow(&state.job.namespace, &state.job.workflow, state.job.version)
 }
+
 fn apply(
     ctx: &mut WriteCtx<'_>,
     workflow: &Workflow,
@@ -92,6 +97,7 @@ fn apply(
     }
     Ok(())
 }
+
 /// Writes what the state machine decided: job row, changed tasks, history, wake-ups.
 fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Result<()> {
     let mut saved_job = false;

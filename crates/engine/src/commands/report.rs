@@ -43,6 +43,7 @@ pub(crate) fn report(
         job_status,
     })
 }
+
 /// Loads the jobs of the tasks a group's reports name that are not cached, in a few set-based
 /// statements, their rows locked (on PostgreSQL) until the transaction ends: each report then
 /// finds its job in the cache. Jobs that ended are not cached; their reports read them alone.

@@ -19,6 +19,7 @@ pub(crate) fn apply_workflow(
     let workflow = Workflow::from_value(name, document).map_err(|e| Error::Invalid(e.problems))?;
     store_workflow(ctx, namespace, workflow)
 }
+
 /// Refuses a NUL character in text the database stores as it is (not every backend can).
 pub(super) fn check_no_nul(field: &str, text: &str) -> Result<()> {
     if text.contains('\0') {
@@ -29,6 +30,7 @@ pub(super) fn check_no_nul(field: &str, text: &str) -> Result<()> {
     }
     Ok(())
 }
+
 pub(super) fn store_workflow(
     ctx: &mut WriteCtx<'_>,
     namespace: &str,

@@ -42,6 +42,7 @@ fn queue_from_row(row: &mut Row) -> Result<RawQueue> {
         bucket_at: row.get(11)?,
     })
 }
+
 fn into_queue(namespace: &str, raw: RawQueue) -> Result<StoredQueue> {
     Ok(StoredQueue {
         namespace: namespace.to_owned(),
