@@ -79,15 +79,45 @@ pub struct Step {
 pub enum StepKind {
     /// A task a worker runs: it is handed out on the handler's queue with its command.
     Task(Handler),
+    /// A step that waits on the server, holding no worker.
+    Wait(WaitStep),
+}
+
+/// What a waiting step waits for.
+#[derive(Debug, Clone)]
+pub enum WaitStep {
+    /// Until a time (`sleep`, `sleep_until`).
+    Sleep(SleepSpec),
+    /// For a signal of this name sent to the job (`signal`).
+    Signal(String),
+    /// For a person to approve or reject (`approval`); the prompt is shown to them.
+    Approval { prompt: Template },
+}
+
+/// How long a sleep step sleeps.
+#[derive(Debug, Clone)]
+pub enum SleepSpec {
+    /// `sleep`: this long from when the step starts.
+    For(Duration),
+    /// `sleep_until`: until the time this renders to (RFC 3339); a past time wakes at once.
+    Until(Template),
 }
 
 impl Step {
-    /// The handler of a task step. Total while every step is a task; when kinds that run
-    /// without a worker arrive (sleep, signal, approval, sub-workflow, set, fail, http) it
-    /// becomes an `Option`, or its callers match on [`Step::kind`].
-    pub fn handler(&self) -> &Handler {
+    /// The handler of a task step: what a worker runs. `None` for the kinds that wait on the
+    /// server (sleep, signal, approval).
+    pub fn handler(&self) -> Option<&Handler> {
         match &self.kind {
-            StepKind::Task(handler) => handler,
+            StepKind::Task(handler) => Some(handler),
+            StepKind::Wait(_) => None,
+        }
+    }
+
+    /// The signal this step waits for, if it is a signal step.
+    pub fn signal(&self) -> Option<&str> {
+        match &self.kind {
+            StepKind::Wait(WaitStep::Signal(name)) => Some(name),
+            _ => None,
         }
     }
 }
@@ -336,10 +366,14 @@ struct RawWorkflow {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a step: a mapping with `id`, `queue` and `command`"
+    expecting = "a step: a mapping with `id` and either `queue` and `command`, `sleep`, `sleep_until`, `signal` or `approval`"
 )]
 struct RawStep {
     id: String,
+    sleep: Option<Value>,
+    sleep_until: Option<Value>,
+    signal: Option<String>,
+    approval: Option<Value>,
     queue: Option<String>,
     command: Option<String>,
     input: Option<Value>,
@@ -365,6 +399,15 @@ struct RawHandler {
     input: Option<Value>,
     timeout: Option<Value>,
     retry: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "an approval: a mapping such as `{ prompt: \"Go on?\" }`"
+)]
+struct RawApproval {
+    prompt: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -526,19 +569,119 @@ impl Checker {
     }
 
     /// What the step does, from the fields that choose its kind: the one place a step's kind
-    /// is decided. Every step is a task today, run by a worker from the step's own `queue`,
-    /// `command`, `input`, `timeout` and `retry`.
+    /// is decided. A step is a task run by a worker (`queue` and `command`, with `input`,
+    /// `timeout` and `retry`), or one of the kinds that wait on the server holding no worker
+    /// (`sleep`, `sleep_until`, `signal`, `approval`), which take none of a task's fields.
     fn step_kind(&mut self, label: &str, raw: &mut RawStep) -> StepKind {
-        StepKind::Task(self.handler(
-            label,
-            RawHandler {
-                queue: raw.queue.take(),
-                command: raw.command.take(),
-                input: raw.input.take(),
-                timeout: raw.timeout.take(),
-                retry: raw.retry.take(),
-            },
-        ))
+        let chosen: Vec<&str> = [
+            ("sleep", raw.sleep.is_some()),
+            ("sleep_until", raw.sleep_until.is_some()),
+            ("signal", raw.signal.is_some()),
+            ("approval", raw.approval.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        let Some(&waiting) = chosen.first() else {
+            return StepKind::Task(self.handler(
+                label,
+                RawHandler {
+                    queue: raw.queue.take(),
+                    command: raw.command.take(),
+                    input: raw.input.take(),
+                    timeout: raw.timeout.take(),
+                    retry: raw.retry.take(),
+                },
+            ));
+        };
+        if let Some(other) = chosen.get(1) {
+            self.problem(
+                format!("{label}.{other}"),
+                format!("a step is one kind: `{waiting}` and `{other}` cannot be combined"),
+            );
+        }
+        let task_fields = [
+            ("queue", raw.queue.is_some()),
+            ("command", raw.command.is_some()),
+            ("input", raw.input.is_some()),
+            ("timeout", raw.timeout.is_some()),
+            ("retry", raw.retry.is_some()),
+        ];
+        for (field, set) in task_fields {
+            if set {
+                self.problem(
+                    format!("{label}.{field}"),
+                    format!(
+                        "a `{waiting}` step waits on the server and runs no worker, so it takes no `{field}`: drop it (bound the wait with `step_timeout`)"
+                    ),
+                );
+            }
+        }
+        if (waiting == "sleep" || waiting == "sleep_until") && raw.compensate.is_some() {
+            self.problem(
+                format!("{label}.compensate"),
+                "a sleep has nothing to undo: drop `compensate`",
+            );
+        }
+        let placeholder = || StepKind::Wait(WaitStep::Signal(String::new()));
+        match waiting {
+            "sleep" => {
+                let field = format!("{label}.sleep");
+                let value = raw.sleep.take();
+                self.duration(field, value.as_ref())
+                    .map_or_else(placeholder, |d| {
+                        StepKind::Wait(WaitStep::Sleep(SleepSpec::For(d)))
+                    })
+            }
+            "sleep_until" => {
+                let field = format!("{label}.sleep_until");
+                match raw.sleep_until.take() {
+                    Some(value @ Value::String(_)) => self
+                        .template(&field, Some(&value))
+                        .map_or_else(placeholder, |t| {
+                            StepKind::Wait(WaitStep::Sleep(SleepSpec::Until(t)))
+                        }),
+                    _ => {
+                        self.problem(
+                            field,
+                            "must be a string: an RFC 3339 time such as \"2026-12-01T02:00:00Z\", or an expression `${{ … }}` that renders to one",
+                        );
+                        placeholder()
+                    }
+                }
+            }
+            "signal" => {
+                let name = raw.signal.take().unwrap_or_default();
+                if let Err(message) = check_name(&name) {
+                    self.problem(format!("{label}.signal"), message);
+                }
+                StepKind::Wait(WaitStep::Signal(name))
+            }
+            _ => {
+                let field = format!("{label}.approval");
+                let value = raw.approval.take().unwrap_or(Value::Null);
+                let raw_approval = if value.is_null() {
+                    Some(RawApproval { prompt: None })
+                } else {
+                    self.read::<RawApproval>(&field, value)
+                };
+                let prompt = match raw_approval.and_then(|raw| raw.prompt) {
+                    None => Value::String(format!("Approve step {}?", raw.id)),
+                    Some(prompt @ Value::String(_)) => prompt,
+                    Some(_) => {
+                        self.problem(
+                            format!("{field}.prompt"),
+                            "must be a string (it may contain ${{ … }} expressions)",
+                        );
+                        return placeholder();
+                    }
+                };
+                self.template(&format!("{field}.prompt"), Some(&prompt))
+                    .map_or_else(placeholder, |prompt| {
+                        StepKind::Wait(WaitStep::Approval { prompt })
+                    })
+            }
+        }
     }
 
     fn handler(&mut self, field: &str, raw: RawHandler) -> Handler {
@@ -784,6 +927,16 @@ impl Workflow {
     pub fn step_index(&self, id: &str) -> Option<usize> {
         self.steps.iter().position(|step| step.id == id)
     }
+
+    /// Whether some step of this workflow waits for a signal of this name.
+    pub fn takes_signal(&self, name: &str) -> bool {
+        self.steps.iter().any(|step| step.signal() == Some(name))
+    }
+
+    /// Whether some step waits for a signal: only such a job keeps signals.
+    pub fn has_signal_steps(&self) -> bool {
+        self.steps.iter().any(|step| step.signal().is_some())
+    }
 }
 
 fn step_label(position: usize, id: Option<&str>) -> String {
@@ -911,17 +1064,28 @@ fn check_references(
             Scope::Step,
         ));
     }
+    let scope = if fan_out {
+        Scope::FanOutInput
+    } else {
+        Scope::Step
+    };
     match &step.kind {
         StepKind::Task(handler) => {
             if let Some(input) = &handler.input {
-                let scope = if fan_out {
-                    Scope::FanOutInput
-                } else {
-                    Scope::Step
-                };
                 sites.push((format!("{label}.input"), input.references(), scope));
             }
         }
+        StepKind::Wait(WaitStep::Sleep(SleepSpec::Until(until))) => {
+            sites.push((format!("{label}.sleep_until"), until.references(), scope));
+        }
+        StepKind::Wait(WaitStep::Approval { prompt }) => {
+            sites.push((
+                format!("{label}.approval.prompt"),
+                prompt.references(),
+                scope,
+            ));
+        }
+        StepKind::Wait(WaitStep::Sleep(SleepSpec::For(_)) | WaitStep::Signal(_)) => {}
     }
     if let Some(input) = step.compensate.as_ref().and_then(|c| c.input.as_ref()) {
         sites.push((
@@ -1011,6 +1175,87 @@ mod tests {
     }
 
     #[test]
+    fn waiting_steps_parse_to_their_kinds() {
+        let workflow = parse(
+            "steps:\n- {id: window, sleep: 10m}\n- {id: at_night, sleep_until: '${{ params.start }}'}\n- id: approve\n  approval: {prompt: 'Migrate ${{ params.cluster }} now?'}\n  step_timeout: 24h\n  compensate: {queue: q, command: notify}\n- {id: paid, signal: payment_received, step_timeout: 1h}\n- {id: ask, approval: {}}\n",
+        )
+        .unwrap();
+        assert!(matches!(
+            workflow.steps[0].kind,
+            StepKind::Wait(WaitStep::Sleep(SleepSpec::For(d))) if d == Duration::from_secs(600)
+        ));
+        assert!(matches!(
+            workflow.steps[1].kind,
+            StepKind::Wait(WaitStep::Sleep(SleepSpec::Until(_)))
+        ));
+        assert!(matches!(
+            workflow.steps[2].kind,
+            StepKind::Wait(WaitStep::Approval { .. })
+        ));
+        assert!(workflow.steps[2].compensate.is_some());
+        assert_eq!(workflow.steps[3].signal(), Some("payment_received"));
+        assert!(workflow.steps.iter().all(|step| step.handler().is_none()));
+        assert!(workflow.takes_signal("payment_received"));
+        assert!(!workflow.takes_signal("other"));
+        let StepKind::Wait(WaitStep::Approval { prompt }) = &workflow.steps[4].kind else {
+            panic!("an approval step");
+        };
+        assert_eq!(
+            prompt.render(&serde_json::json!({})).unwrap(),
+            "Approve step ask?"
+        );
+    }
+
+    #[test]
+    fn waiting_steps_refuse_the_fields_of_a_task() {
+        for field in [
+            "queue: q",
+            "command: c",
+            "input: {a: 1}",
+            "timeout: 1m",
+            "retry: {max_attempts: 2}",
+        ] {
+            let name = field.split(':').next().unwrap();
+            check_error(
+                &format!("steps:\n- {{id: s, signal: go, {field}}}\n"),
+                &format!("steps[0] (s).{name}"),
+                "runs no worker",
+            );
+        }
+        check_error(
+            "steps:\n- {id: s, sleep: 1m, compensate: {queue: q, command: c}}\n",
+            "steps[0] (s).compensate",
+            "nothing to undo",
+        );
+        check_error(
+            "steps:\n- {id: s, sleep: 1m, signal: go}\n",
+            "steps[0] (s).signal",
+            "cannot be combined",
+        );
+        check_error("steps:\n- {id: s, sleep: soon}\n", "steps[0] (s).sleep", "");
+        check_error(
+            "steps:\n- {id: s, sleep_until: 5}\n",
+            "steps[0] (s).sleep_until",
+            "RFC 3339",
+        );
+        check_error(
+            "steps:\n- {id: s, signal: Go!}\n",
+            "steps[0] (s).signal",
+            "not a valid name",
+        );
+        check_error(
+            "steps:\n- {id: s, approval: {prompt: 5}}\n",
+            "steps[0] (s).approval.prompt",
+            "must be a string",
+        );
+        check_error(
+            "steps:\n- {id: s, approval: {prompt: '${{ steps.later.output }}'}}\n- {id: later, sleep: 1s}\n",
+            "steps[0] (s).approval.prompt",
+            "not upstream",
+        );
+    }
+
+    #[test]
     fn plain_list_is_a_sequence_and_empty_depends_on_is_a_root() {
         let workflow = parse(
             "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c}\n- {id: c, queue: q, command: c, depends_on: []}\n",
@@ -1058,9 +1303,9 @@ steps:
         .unwrap();
         assert_eq!(workflow.timeout, Some(Duration::from_secs(7200)));
         let init = &workflow.steps[1];
-        assert_eq!(init.handler().retry.max_attempts, 4);
-        assert_eq!(init.handler().retry.backoff, Backoff::Exponential);
-        assert_eq!(init.handler().timeout, Duration::from_secs(1800));
+        assert_eq!(init.handler().unwrap().retry.max_attempts, 4);
+        assert_eq!(init.handler().unwrap().retry.backoff, Backoff::Exponential);
+        assert_eq!(init.handler().unwrap().timeout, Duration::from_secs(1800));
         assert_eq!(
             workflow.steps[2].compensate.as_ref().unwrap().timeout,
             DEFAULT_ATTEMPT_TIMEOUT
@@ -1229,9 +1474,9 @@ steps:
             "steps:\n- {id: a, queue: q, command: no}\n- {id: b, queue: q, command: y, input: {a: yes, b: off, c: N, d: true, e: FALSE, f: True}}\n",
         )
         .unwrap();
-        assert_eq!(workflow.steps[0].handler().command, "no");
-        assert_eq!(workflow.steps[1].handler().command, "y");
-        let input = workflow.steps[1].handler().input.as_ref().unwrap();
+        assert_eq!(workflow.steps[0].handler().unwrap().command, "no");
+        assert_eq!(workflow.steps[1].handler().unwrap().command, "y");
+        let input = workflow.steps[1].handler().unwrap().input.as_ref().unwrap();
         assert_eq!(
             input.render(&Value::Null).unwrap(),
             serde_json::json!({"a": "yes", "b": "off", "c": "N", "d": true, "e": false, "f": true})

@@ -324,6 +324,9 @@ mod tests {
             held: false,
             round: 0,
             attempt_base: 0,
+            wait: None,
+            pending_outcome: None,
+            callback: None,
         }
     }
 

@@ -11,10 +11,16 @@ pub const MAX_KEY_BYTES: usize = 256;
 /// Longest rendered lock key.
 pub const MAX_LOCK_KEY_BYTES: usize = 256;
 
+/// Longest a task may await a callback at once (`timeout_ms` of `await-callback`).
+pub const MAX_CALLBACK_TIMEOUT: crate::time::Duration =
+    crate::time::Duration::from_secs(7 * 24 * 3600);
+
 /// Default for [`Limits::fan_out`].
 pub const DEFAULT_MAX_FAN_OUT: usize = 10_000;
 /// Default for [`Limits::task_bytes`]: 256 KiB.
 pub const DEFAULT_MAX_TASK_BYTES: usize = 256 * 1024;
+/// Default for [`Limits::pending_signals`].
+pub const DEFAULT_MAX_PENDING_SIGNALS: usize = 100;
 
 /// Limits on what one job may make; [`Limits::default`] gives the documented defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +30,9 @@ pub struct Limits {
     /// Largest task input, as compact JSON (server setting `--max-task-bytes`; the server
     /// holds task outputs to the same limit).
     pub task_bytes: usize,
+    /// Most signals one job keeps that no step has taken yet (server setting
+    /// `--max-pending-signals`).
+    pub pending_signals: usize,
 }
 
 impl Default for Limits {
@@ -31,6 +40,7 @@ impl Default for Limits {
         Limits {
             fan_out: DEFAULT_MAX_FAN_OUT,
             task_bytes: DEFAULT_MAX_TASK_BYTES,
+            pending_signals: DEFAULT_MAX_PENDING_SIGNALS,
         }
     }
 }

@@ -12,13 +12,13 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde_json::{Map, Value, json};
 
-use crate::definition::{Handler, StepKind, Workflow};
+use crate::definition::{DEFAULT_ATTEMPT_TIMEOUT, Handler, RetryPolicy, StepKind, Workflow};
 use crate::expr::{self, EvalError};
 use crate::ids::{IdSource, JobId};
 use crate::limits::{Limits, json_exceeds};
 use crate::model::{
-    Action, ErrorKind, Event, EventKind, Input, Job, JobLock, JobState, JobStatus, Rejection, Task,
-    TaskError, TaskKind, TaskStatus, WindDown,
+    Action, CallbackGrant, ErrorKind, Event, EventKind, Input, Job, JobLock, JobState, JobStatus,
+    Rejection, Task, TaskError, TaskKind, TaskStatus, WaitFor, WindDown,
 };
 use crate::time::Timestamp;
 
@@ -107,6 +107,7 @@ pub fn create_job(
         completions: 0,
         round: 0,
         lock: None,
+        signals_received: 0,
     };
     let context = json!({"params": job.params, "job": {"id": job.id, "namespace": job.namespace, "workflow": job.workflow, "version": job.version, "key": job.key, "priority": job.priority}});
     job.lock = lock_of(workflow, &context)?;
@@ -118,6 +119,7 @@ pub fn create_job(
     let mut state = JobState {
         job,
         tasks: Vec::with_capacity(workflow.steps.len()),
+        signals: Vec::new(),
     };
     for step in &workflow.steps {
         let kind = if step.for_each.is_some() {
@@ -168,7 +170,7 @@ fn new_task(
     ctx: &mut Ctx<'_>,
     kind: TaskKind,
     step: &str,
-    handler: &Handler,
+    handler: Option<&Handler>,
     priority: i32,
 ) -> Task {
     Task {
@@ -179,8 +181,8 @@ fn new_task(
         step: step.to_owned(),
         item: None,
         compensates: None,
-        queue: handler.queue.clone(),
-        command: handler.command.clone(),
+        queue: handler.map(|h| h.queue.clone()).unwrap_or_default(),
+        command: handler.map(|h| h.command.clone()).unwrap_or_default(),
         status: TaskStatus::Waiting,
         priority,
         attempt: 0,
@@ -203,6 +205,9 @@ fn new_task(
         held: false,
         round: job.round,
         attempt_base: 0,
+        wait: None,
+        pending_outcome: None,
+        callback: None,
     }
 }
 
@@ -275,19 +280,29 @@ impl Machine<'_> {
         self.actions.push(Action::SaveJob);
     }
 
-    fn handler(&self, index: usize) -> &Handler {
+    /// What runs the task: its step's handler, or its compensation; `None` for a step that
+    /// waits on the server.
+    fn handler(&self, index: usize) -> Option<&Handler> {
         let task = &self.state.tasks[index];
         let step = &self.workflow.steps[self
             .workflow
             .step_index(&task.step)
             .expect("tasks are made from the workflow's steps")];
         match task.kind {
-            TaskKind::Compensation => step
-                .compensate
-                .as_ref()
-                .expect("compensation tasks are made only for steps with `compensate`"),
+            TaskKind::Compensation => step.compensate.as_ref(),
             _ => step.handler(),
         }
+    }
+
+    /// The per-attempt timeout: the lease a worker holds and extends by heartbeats.
+    fn attempt_timeout(&self, index: usize) -> crate::time::Duration {
+        self.handler(index)
+            .map_or(DEFAULT_ATTEMPT_TIMEOUT, |handler| handler.timeout)
+    }
+
+    fn retry_policy(&self, index: usize) -> RetryPolicy {
+        self.handler(index)
+            .map_or_else(RetryPolicy::default, |handler| handler.retry)
     }
 
     /// Finds a running task and checks its lease token.
@@ -311,6 +326,7 @@ impl Machine<'_> {
                 task,
                 worker,
                 lease_token,
+                callback_hash,
             } => {
                 let index = self
                     .state
@@ -330,12 +346,19 @@ impl Machine<'_> {
                 if !dispatching {
                     return Err(Rejection::JobNotDispatching(self.state.job.status));
                 }
-                let lease = self.handler(index).timeout;
+                let lease = self.attempt_timeout(index);
                 let now = self.now;
+                let round = self.state.job.round;
                 let task = &mut self.state.tasks[index];
                 if !task.checking {
                     task.attempt += 1;
                 }
+                task.callback = Some(CallbackGrant {
+                    attempt: task.attempt,
+                    round,
+                    hash: callback_hash,
+                    answered: None,
+                });
                 task.status = TaskStatus::Running;
                 task.lease_token = Some(lease_token);
                 task.lease_expires_at = Some(now.saturating_add(lease));
@@ -355,7 +378,7 @@ impl Machine<'_> {
                 progress,
             } => {
                 let index = self.leased(&task, &lease_token)?;
-                let lease = self.handler(index).timeout;
+                let lease = self.attempt_timeout(index);
                 let task = &mut self.state.tasks[index];
                 task.lease_expires_at = Some(self.now.saturating_add(lease));
                 if progress.is_some() {
@@ -401,11 +424,8 @@ impl Machine<'_> {
                     self.state.tasks[index].progress = progress;
                 }
                 let paused = self.state.job.status == JobStatus::Paused;
-                if self.state.tasks[index].kind != TaskKind::Compensation
-                    && self.state.job.status != JobStatus::Running
-                    && !paused
-                {
-                    self.clear_lease(index);
+                if self.winding_down_past(index) {
+                    self.release(index);
                     self.cancel(
                         index,
                         "the job is winding down; the task asked to be checked later",
@@ -426,6 +446,30 @@ impl Machine<'_> {
                 self.record(EventKind::TaskCheckLater, Some(index), detail);
                 self.wake(index);
             }
+            Input::AwaitCallback {
+                task,
+                lease_token,
+                timeout,
+            } => self.await_callback(&task, &lease_token, timeout)?,
+            Input::Callback {
+                task,
+                attempt,
+                token_hash,
+                call,
+                digest,
+            } => self.callback(&task, attempt, &token_hash, call, digest)?,
+            Input::Signal {
+                name,
+                payload,
+                id,
+                sender,
+            } => self.signal(name, payload, id, sender)?,
+            Input::Decide {
+                task,
+                approve,
+                by,
+                comment,
+            } => self.decide(&task, approve, by, comment)?,
             Input::Tick => self.tick(),
             Input::Operator(command) => self.operate(command)?,
             Input::Start => {
@@ -491,6 +535,10 @@ impl Machine<'_> {
                 );
                 continue;
             }
+            if self.wait_is_due(index) {
+                self.end_due_wait(index);
+                continue;
+            }
             let task = &self.state.tasks[index];
             if task.status == TaskStatus::Running
                 && task.lease_expires_at.is_some_and(|expiry| expiry <= now)
@@ -527,18 +575,34 @@ impl Machine<'_> {
         }
     }
 
-    fn clear_lease(&mut self, index: usize) {
+    /// Ends the task's hold on a worker or a wait: its lease, its wait, an outcome kept for
+    /// resume.
+    fn release(&mut self, index: usize) {
         let task = &mut self.state.tasks[index];
         let was_leased = task.lease_token.take().is_some();
         task.lease_expires_at = None;
-        if was_leased {
-            // A running task stopped: a serial or limited queue has a free slot again.
+        task.pending_outcome = None;
+        let awaited_callback = matches!(
+            task.wait.take().map(|wait| wait.on),
+            Some(WaitFor::Callback { .. })
+        );
+        if was_leased || awaited_callback {
+            // A task on a queue stopped: a serial or limited queue has a free slot again.
             self.wake(index);
         }
     }
 
+    /// A forward task whose job no longer goes forward (it is winding down).
+    fn winding_down_past(&self, index: usize) -> bool {
+        self.state.tasks[index].kind != TaskKind::Compensation
+            && !matches!(
+                self.state.job.status,
+                JobStatus::Running | JobStatus::Paused
+            )
+    }
+
     fn succeed(&mut self, index: usize, output: Value) {
-        self.clear_lease(index);
+        self.release(index);
         let now = self.now;
         let seq = self.state.job.completions;
         self.state.job.completions += 1;
@@ -556,8 +620,8 @@ impl Machine<'_> {
 
     /// An attempt failed: retry after backoff if allowed, else fail the task for good.
     fn attempt_failed(&mut self, index: usize, error: TaskError) {
-        self.clear_lease(index);
-        let policy = self.handler(index).retry;
+        self.release(index);
+        let policy = self.retry_policy(index);
         let task = &self.state.tasks[index];
         let paused = self.state.job.status == JobStatus::Paused;
         let moving_on = match task.kind {
@@ -596,7 +660,7 @@ impl Machine<'_> {
     }
 
     fn fail_terminally(&mut self, index: usize, error: TaskError) {
-        self.clear_lease(index);
+        self.release(index);
         let now = self.now;
         let detail = json!({"message": error.message, "kind": error.kind, "terminal": true});
         let task = &mut self.state.tasks[index];
@@ -663,17 +727,25 @@ impl Machine<'_> {
             None,
             serde_json::to_value(&reason).unwrap_or(Value::Null),
         );
+        self.cancel_unstarted_and_waiting("the job is winding down");
+    }
+
+    /// Cancels the forward tasks that have not started (waiting, ready) and those waiting on
+    /// the server (a sleep, a signal, an approval, a callback); tasks a worker holds go on.
+    fn cancel_unstarted_and_waiting(&mut self, reason: &str) {
         for index in 0..self.state.tasks.len() {
             let task = &self.state.tasks[index];
             if task.kind != TaskKind::Compensation
-                && matches!(task.status, TaskStatus::Waiting | TaskStatus::Ready)
+                && (matches!(task.status, TaskStatus::Waiting | TaskStatus::Ready)
+                    || (task.status == TaskStatus::Running && task.wait.is_some()))
             {
-                self.cancel(index, "the job is winding down");
+                self.cancel(index, reason);
             }
         }
     }
 
     fn cancel(&mut self, index: usize, reason: &str) {
+        self.release(index);
         let now = self.now;
         let task = &mut self.state.tasks[index];
         task.status = TaskStatus::Cancelled;
@@ -884,6 +956,7 @@ impl Machine<'_> {
                             Err(error) => self.expression_failure(task_index, "input", error),
                         }
                     }
+                    StepKind::Wait(wait) => self.begin_wait(task_index, wait, &context),
                 }
             }
         }
@@ -925,7 +998,7 @@ impl Machine<'_> {
         let deadline = self.state.tasks[parent].deadline_at;
         for (position, item) in items.into_iter().enumerate() {
             let position_u32 = u32::try_from(position).unwrap_or(u32::MAX);
-            let input = match &step.handler().input {
+            let input = match step.handler().and_then(|handler| handler.input.as_ref()) {
                 Some(template) => {
                     context["item"] = item;
                     context["index"] = Value::from(position);
@@ -1005,8 +1078,7 @@ impl Machine<'_> {
                         break;
                     }
                     if self.state.tasks[item].status == TaskStatus::Waiting {
-                        let input = self.state.tasks[item].input.clone().unwrap_or(Value::Null);
-                        self.make_ready(item, input);
+                        self.start_item(item);
                         active += 1;
                         changed = true;
                     }
@@ -1159,6 +1231,7 @@ impl Machine<'_> {
             let Some(handler) = self.workflow.steps[step_index].compensate.as_ref() else {
                 continue;
             };
+            let handler = Some(handler);
             let mut ctx = Ctx {
                 now: self.now,
                 ids: &mut *self.ids,
@@ -1198,7 +1271,10 @@ impl Machine<'_> {
             "output": source.and_then(|s| s.output.clone()),
             "error": source.and_then(|s| s.error.clone()),
         });
-        match &self.handler(index).input {
+        match self
+            .handler(index)
+            .and_then(|handler| handler.input.as_ref())
+        {
             Some(template) => {
                 let mut context = self.context();
                 context["task"] = undone;
@@ -1221,6 +1297,7 @@ fn type_name(value: &Value) -> &'static str {
 }
 
 mod operator;
+mod waits;
 
 #[cfg(test)]
 mod tests;

@@ -128,6 +128,10 @@ string_enum!(
         StepTimeout => "step_timeout",
         /// An expression (`when`, `for_each`, `input`) could not be evaluated.
         Expression => "expression",
+        /// A task awaiting a callback got none before its callback timeout.
+        CallbackTimeout => "callback_timeout",
+        /// A person rejected an approval step.
+        Rejected => "rejected",
     }
 );
 
@@ -190,6 +194,8 @@ pub struct Job {
     pub round: u32,
     /// The lock this job must hold to run (rendered from the workflow's `lock`).
     pub lock: Option<JobLock>,
+    /// How many signals the job has received; numbers each signal in arrival order.
+    pub signals_received: u32,
 }
 
 /// A lock a job holds while it runs: at most `slots` jobs with the same key at once.
@@ -244,6 +250,108 @@ pub struct Task {
     pub round: u32,
     /// Attempts used before the last operator reset; retries count from here.
     pub attempt_base: u32,
+    /// What a running task waits for on the server, holding no worker and no lease.
+    pub wait: Option<Wait>,
+    /// What ends the wait, accepted while the job was paused: it takes effect at resume.
+    pub pending_outcome: Option<Outcome>,
+    /// The callback credential of the current attempt (a hash; the token itself is shown once,
+    /// in the poll answer).
+    pub callback: Option<CallbackGrant>,
+}
+
+/// A running task's wait on the server: since when, and for what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Wait {
+    pub since: Timestamp,
+    #[serde(flatten)]
+    pub on: WaitFor,
+}
+
+/// What a waiting task waits for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "for", rename_all = "snake_case")]
+pub enum WaitFor {
+    /// A sleep step: succeeds at `until`.
+    Sleep { until: Timestamp },
+    /// A signal step: succeeds with the payload of a signal of this name.
+    Signal { name: String },
+    /// An approval step: a person approves (success) or rejects (failure).
+    Approval { prompt: String },
+    /// A worker handed the attempt to another system, which finishes it through its callback
+    /// token; the attempt fails (retryably) at `until`, which a callback heartbeat moves to
+    /// now + `timeout`.
+    Callback { until: Timestamp, timeout: Duration },
+}
+
+impl Wait {
+    /// When the wait ends by itself, if it does (a sleep's end, a callback's timeout).
+    pub fn wake_at(&self) -> Option<Timestamp> {
+        match &self.on {
+            WaitFor::Sleep { until } | WaitFor::Callback { until, .. } => Some(*until),
+            WaitFor::Signal { .. } | WaitFor::Approval { .. } => None,
+        }
+    }
+}
+
+/// How a wait ends, when something from outside (a signal, a decision, a callback) ends it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Succeeded(Value),
+    Failed(TaskError),
+}
+
+/// The callback credential of one attempt: the hash of its token, and the first call that
+/// finished the attempt through it (so that a repeat of that call gets the same answer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallbackGrant {
+    pub attempt: u32,
+    /// The job round of the claim: an operator reset since then moved the task on.
+    pub round: u32,
+    pub hash: String,
+    pub answered: Option<CallbackAnswer>,
+}
+
+/// The call that finished an attempt through its callback token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallbackAnswer {
+    pub call: CallbackCallKind,
+    /// A digest of the call's body: an identical repeat is answered as the first call was.
+    pub digest: String,
+}
+
+string_enum!(
+    /// The calls that finish an attempt through its callback token.
+    CallbackCallKind {
+        Complete => "complete",
+        Fail => "fail",
+    }
+);
+
+/// A call through a callback token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallbackCall {
+    Complete {
+        output: Value,
+    },
+    Fail {
+        error: ReportedError,
+    },
+    /// Moves the callback's timeout to now + its `timeout_ms`.
+    Heartbeat,
+}
+
+/// A signal sent to a job and not yet consumed by a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Signal {
+    /// Arrival order within the job, from 0.
+    pub seq: u32,
+    pub name: String,
+    pub payload: Value,
+    /// The sender's dedupe id: a repeat with the same id changes nothing.
+    pub id: Option<String>,
+    pub sender: String,
+    pub received_at: Timestamp,
 }
 
 impl Task {
@@ -259,6 +367,9 @@ impl Task {
 pub struct JobState {
     pub job: Job,
     pub tasks: Vec<Task>,
+    /// Signals received and not consumed yet, oldest first (kept only for workflows with
+    /// signal steps).
+    pub signals: Vec<Signal>,
 }
 
 impl JobState {
@@ -281,11 +392,13 @@ pub struct ReportedError {
 /// Something that happened to a job, given to the state machine.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
-    /// A worker takes a ready task; the engine made the fencing token.
+    /// A worker takes a ready task; the engine made the fencing token and the callback token
+    /// (of which the machine keeps the hash).
     Claim {
         task: TaskId,
         worker: String,
         lease_token: String,
+        callback_hash: String,
     },
     Heartbeat {
         task: TaskId,
@@ -310,7 +423,39 @@ pub enum Input {
         after: Duration,
         progress: Option<Value>,
     },
-    /// Time passed: handle lapsed leases and passed deadlines.
+    /// The worker handed the attempt to another system: release the lease and wait for a
+    /// call through the attempt's callback token (at most `timeout`, by default the step's
+    /// per-attempt timeout).
+    AwaitCallback {
+        task: TaskId,
+        lease_token: String,
+        timeout: Option<Duration>,
+    },
+    /// A call through a callback token; the engine found the task from the token and passes
+    /// the hash of the token's secret, which the machine checks against the attempt's.
+    Callback {
+        task: TaskId,
+        attempt: u32,
+        token_hash: String,
+        call: CallbackCall,
+        /// A digest of the call's body (see [`CallbackAnswer::digest`]).
+        digest: String,
+    },
+    /// A signal sent to the job.
+    Signal {
+        name: String,
+        payload: Value,
+        id: Option<String>,
+        sender: String,
+    },
+    /// A person approves or rejects an approval step.
+    Decide {
+        task: TaskId,
+        approve: bool,
+        by: String,
+        comment: Option<String>,
+    },
+    /// Time passed: handle lapsed leases, passed deadlines and ended waits.
     Tick,
     /// An operator acts on the job.
     Operator(OperatorCommand),
@@ -389,6 +534,20 @@ pub enum Rejection {
     /// An operator action that does not apply to the job's current state.
     #[error("{0}")]
     NotApplicable(String),
+    /// No step of the job's workflow waits for a signal of this name.
+    #[error("no step of workflow {workflow} waits for a signal named '{name}'")]
+    UnknownSignal { workflow: String, name: String },
+    /// The job holds as many unconsumed signals as it may.
+    #[error(
+        "the job already holds {0} signals no step has taken (server setting --max-pending-signals)"
+    )]
+    TooManySignals(usize),
+    /// A callback token that was never issued (or does not match the attempt it names).
+    #[error("no such callback token")]
+    UnknownCallback,
+    /// A callback token whose attempt has ended or moved on.
+    #[error("{0}")]
+    CallbackGone(String),
 }
 
 string_enum!(
@@ -420,6 +579,12 @@ string_enum!(
         TaskResolvedByOperator => "task_resolved_by_operator",
         JobQueued => "job_queued",
         JobStarted => "job_started",
+        TaskWaiting => "task_waiting",
+        SignalReceived => "signal_received",
+        TaskApproved => "task_approved",
+        TaskRejected => "task_rejected",
+        TaskAwaitingCallback => "task_awaiting_callback",
+        CallbackReceived => "callback_received",
     }
 );
 
@@ -448,4 +613,8 @@ pub enum Action {
     Wake { queue: String },
     /// The job ended: free its lock slot and start the next job waiting for it.
     ReleaseLock { key: String },
+    /// Keep a signal the job received.
+    InsertSignal(Signal),
+    /// A task took the signal with this `seq`.
+    ConsumeSignal { seq: u32, task: TaskId },
 }

@@ -26,6 +26,19 @@ impl Timestamp {
     pub fn since(self, earlier: Timestamp) -> Duration {
         Duration(u64::try_from(self.0.saturating_sub(earlier.0)).unwrap_or(0))
     }
+
+    /// Reads an RFC 3339 time with an offset, such as `2026-12-01T02:00:00Z`.
+    pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+        text.parse::<jiff::Timestamp>()
+            .ok()
+            .map(|ts| Timestamp(ts.as_millisecond()))
+    }
+
+    /// The time in RFC 3339, in UTC (`2026-12-01T02:00:00Z`; milliseconds when not zero).
+    pub fn to_rfc3339(self) -> String {
+        jiff::Timestamp::from_millisecond(self.0)
+            .map_or_else(|_| self.0.to_string(), |ts| ts.to_string())
+    }
 }
 
 /// A length of time in milliseconds.

@@ -333,6 +333,7 @@ fn run_job(workflow: &Workflow, params: Value, outputs: &[Value], fail_every: us
     let limits = Limits {
         fan_out: 50,
         task_bytes: 64 << 10,
+        pending_signals: 4,
     };
     let mut now = Timestamp(1_000_000);
     let created = machine::create_job(
@@ -390,6 +391,7 @@ fn run_job(workflow: &Workflow, params: Value, outputs: &[Value], fail_every: us
                     task: task.clone(),
                     worker: "w".into(),
                     lease_token: lease_token.clone(),
+                    callback_hash: lease_token.clone(),
                 },
                 now,
             );

@@ -35,7 +35,7 @@ impl Machine<'_> {
                 }
                 self.state.job.status = JobStatus::Paused;
                 self.save_job();
-                for index in self.forward_tasks_with(TaskStatus::Ready) {
+                for index in self.forward_tasks_held_by_pause() {
                     self.state.tasks[index].held = true;
                     self.save_task(index);
                 }
@@ -49,12 +49,16 @@ impl Machine<'_> {
                 }
                 self.state.job.status = JobStatus::Running;
                 self.save_job();
-                for index in self.forward_tasks_with(TaskStatus::Ready) {
+                for index in self.forward_tasks_held_by_pause() {
                     self.state.tasks[index].held = false;
                     self.save_task(index);
-                    self.wake(index);
+                    if self.state.tasks[index].status == TaskStatus::Ready {
+                        self.wake(index);
+                    }
                 }
                 self.record(EventKind::JobResumed, None, who);
+                // What arrived or fell due while paused takes effect now.
+                self.settle_waits();
             }
             OperatorAction::Cancel { compensate } => {
                 if !status.can_cancel() {
@@ -70,14 +74,7 @@ impl Machine<'_> {
                         actor: command.actor,
                     });
                 } else {
-                    for index in 0..self.state.tasks.len() {
-                        let task = &self.state.tasks[index];
-                        if task.kind != TaskKind::Compensation
-                            && matches!(task.status, TaskStatus::Waiting | TaskStatus::Ready)
-                        {
-                            self.cancel(index, "the job was cancelled");
-                        }
-                    }
+                    self.cancel_unstarted_and_waiting("the job was cancelled");
                     let job = &mut self.state.job;
                     job.status = JobStatus::Cancelled;
                     job.ended_at = Some(self.now);
@@ -143,11 +140,15 @@ impl Machine<'_> {
         Ok(())
     }
 
-    fn forward_tasks_with(&self, status: TaskStatus) -> Vec<usize> {
+    /// The forward tasks a pause holds: ready ones are not handed out, and waiting ones do
+    /// not end (a due sleep, a callback timeout) until resume.
+    fn forward_tasks_held_by_pause(&self) -> Vec<usize> {
         (0..self.state.tasks.len())
             .filter(|&i| {
                 let task = &self.state.tasks[i];
-                task.kind != TaskKind::Compensation && task.status == status
+                task.kind != TaskKind::Compensation
+                    && (task.status == TaskStatus::Ready
+                        || (task.status == TaskStatus::Running && task.wait.is_some()))
             })
             .collect()
     }
@@ -253,6 +254,8 @@ impl Machine<'_> {
             task.ended_at = None;
             task.completed_seq = None;
             task.held = false;
+            task.wait = None;
+            task.pending_outcome = None;
             task.round = round;
             if task.kind == TaskKind::Step {
                 task.input = None;
@@ -304,9 +307,11 @@ impl Machine<'_> {
         let job_status = self.state.job.status;
         match job_status {
             JobStatus::Running | JobStatus::Paused => {
-                if !matches!(status, TaskStatus::Waiting | TaskStatus::Ready) {
+                if !matches!(status, TaskStatus::Waiting | TaskStatus::Ready)
+                    && !self.waits_on_the_server(index)
+                {
                     return Err(not_applicable(format!(
-                        "task is {status}: in a {job_status} job only a waiting or ready task can be skipped"
+                        "task is {status}: in a {job_status} job only a waiting or ready task, or a sleep, signal or approval being waited for, can be skipped"
                     )));
                 }
             }

@@ -127,6 +127,7 @@ impl Sim {
             task: id.clone(),
             worker: "w1".into(),
             lease_token: token.clone(),
+            callback_hash: format!("hash-{}", self.leases),
         })
         .unwrap();
         token
@@ -493,6 +494,7 @@ fn a_task_cannot_be_claimed_twice() {
         task,
         worker: "w2".into(),
         lease_token: "other".into(),
+        callback_hash: "other".into(),
     });
     assert!(matches!(again, Err(Rejection::NotReady { .. })));
 }
@@ -780,6 +782,7 @@ fn a_paused_job_holds_its_ready_tasks_and_retries() {
         task: sim.find("b", TaskKind::Step).id.clone(),
         worker: "w".into(),
         lease_token: "t".into(),
+        callback_hash: "t".into(),
     });
     assert!(matches!(
         claim,
@@ -1341,3 +1344,5 @@ proptest! {
         }
     }
 }
+
+mod waits;
