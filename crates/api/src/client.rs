@@ -14,14 +14,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::paths::{self, JobAction, TaskReport};
+use crate::paths::{self, CallbackRoute, JobAction, TaskReport};
 use crate::{
-    ActionRequest, AppliedWorkflow, AuditList, BulkAction, BulkRequest, BulkResult, CancelRequest,
-    CheckLaterRequest, CompleteRequest, CompleteTasks, CompleteTasksResponse, CreateTokenRequest,
-    CreatedToken, DeliveryList, EventList, FailRequest, Health, HeartbeatRequest,
-    HeartbeatResponse, JobList, JobListQuery, JobView, Open, PollRequest, PollResponse, Problem,
-    QueueList, QueueSettings, QueueView, ReportResponse, RerunRequest, ScheduleList,
-    ScheduleRequest, ScheduleView, SkipRequest, SubmitJob, SubmitJobs, SubmitJobsResponse,
+    ActionRequest, AppliedWorkflow, ApprovalList, AuditList, AwaitCallbackRequest, BulkAction,
+    BulkRequest, BulkResult, CallbackAnswer, CancelRequest, CheckLaterRequest, CompleteRequest,
+    CompleteTasks, CompleteTasksResponse, CreateTokenRequest, CreatedToken, DecisionRequest,
+    DeliveryList, EventList, FailRequest, Health, HeartbeatRequest, HeartbeatResponse, JobList,
+    JobListQuery, JobView, Open, PollRequest, PollResponse, Problem, QueueList, QueueSettings,
+    QueueView, ReportResponse, RerunRequest, ScheduleList, ScheduleRequest, ScheduleView,
+    SignalAccepted, SignalRequest, SkipRequest, SubmitJob, SubmitJobs, SubmitJobsResponse,
     TokenList, WebhookList, WebhookRequest, WebhookView, WorkflowDetail, WorkflowList,
 };
 
@@ -375,6 +376,48 @@ impl Client {
             .await
     }
 
+    /// `POST` [`paths::JOB_SIGNAL`]: sends signal `name` to the job.
+    pub async fn signal(
+        &self,
+        job_id: &str,
+        name: &str,
+        request: &SignalRequest,
+    ) -> Result<SignalAccepted, Error> {
+        self.post(&paths::job_signal(job_id, name), request).await
+    }
+
+    /// `GET` [`paths::APPROVALS`]: tasks waiting for approval, oldest first.
+    pub async fn approvals(&self) -> Result<ApprovalList, Error> {
+        self.get(paths::APPROVALS).await
+    }
+
+    /// `POST` [`paths::JOB_TASK_APPROVE`] (`approve`) or [`paths::JOB_TASK_REJECT`]: decides
+    /// an approval step.
+    pub async fn decide(
+        &self,
+        job_id: &str,
+        task_id: &str,
+        approve: bool,
+        request: &DecisionRequest,
+    ) -> Result<JobView, Error> {
+        self.post(&paths::job_task_decision(job_id, task_id, approve), request)
+            .await
+    }
+
+    /// `POST` [`paths::CALLBACK_COMPLETE`], [`paths::CALLBACK_FAIL`] or
+    /// [`paths::CALLBACK_HEARTBEAT`] through a callback token: needs no API token.
+    pub async fn callback<B: Serialize + ?Sized>(
+        &self,
+        token: &str,
+        call: CallbackRoute,
+        request: &B,
+    ) -> Result<CallbackAnswer, Error> {
+        let builder = self
+            .request(Method::POST, &paths::callback(token, call))
+            .json(request);
+        self.send(builder).await
+    }
+
     /// `POST` [`paths::JOBS_BULK`]: `pause`, `resume`, `cancel` or `retry` every job the
     /// request selects.
     pub async fn bulk(
@@ -574,6 +617,17 @@ impl Client {
         request: &CheckLaterRequest,
     ) -> Result<ReportResponse, Error> {
         self.report(task_id, TaskReport::CheckLater, request).await
+    }
+
+    /// `POST` [`paths::TASK_AWAIT_CALLBACK`]: the attempt was handed to another system, which
+    /// finishes it through the task's callback token; the lease is released.
+    pub async fn await_callback(
+        &self,
+        task_id: &str,
+        request: &AwaitCallbackRequest,
+    ) -> Result<ReportResponse, Error> {
+        self.report(task_id, TaskReport::AwaitCallback, request)
+            .await
     }
 
     /// Sends a worker's report on a task (not namespaced: the task id says it all).

@@ -11,6 +11,13 @@
 #[cfg(feature = "client")]
 pub mod client;
 pub mod paths;
+mod waits;
+
+pub use waits::{
+    ApprovalList, ApprovalListQuery, ApprovalView, ApprovalWait, AwaitCallbackRequest,
+    CallbackAnswer, CallbackCompleteRequest, CallbackFailRequest, CallbackWait, DecisionRequest,
+    SignalAccepted, SignalRequest, WaitingFor,
+};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -133,8 +140,13 @@ pub struct TaskView {
     /// Every run of this task, oldest first (from the job's history).
     pub attempts: Vec<AttemptView>,
     /// Why the task is not running yet (`waiting for a, b`, `queue q paused`, `retry in 4s`,
-    /// `no worker polling queue q for 5m`, …); `null` when nothing holds it back.
+    /// `no worker polling queue q for 5m`, …), or what a running task waits for (`sleeping
+    /// until …`, `waiting for signal s`, `waiting for approval`, `waiting for a callback`);
+    /// `null` when nothing holds it back.
     pub waiting_reason: Option<String>,
+    /// What a running task waits for on the server, holding no worker; `null` otherwise.
+    #[serde(default)]
+    pub waiting_for: Option<WaitingFor>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -265,6 +277,10 @@ pub struct LeasedTask {
     pub lease_ms: u64,
     /// Progress recorded by an earlier "check later" of this attempt.
     pub progress: Option<Value>,
+    /// The attempt's callback token: another system may finish the attempt with it
+    /// (`/api/v1/callbacks/{token}/…`) after the worker's `await-callback`. Shown only here.
+    #[serde(default)]
+    pub callback_token: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -736,7 +752,7 @@ mod tests {
                 "attempt": 1, "worker_id": "w", "started_at": "2026-01-01T00:00:00Z",
                 "ended_at": null, "outcome": "preempted", "error": null,
             }],
-            "waiting_reason": null,
+            "waiting_reason": null, "waiting_for": null,
         })
     }
 
@@ -745,7 +761,7 @@ mod tests {
             "id": "tsk_1", "lease_token": "l", "job_id": "job_1", "step": "a", "kind": kind,
             "item": null, "queue": "q", "command": "c", "input": {}, "attempt": 1,
             "idempotency_key": "tsk_1:1", "lease_expires_at": "2026-01-01T00:00:00Z",
-            "lease_ms": 30000, "progress": null,
+            "lease_ms": 30000, "progress": null, "callback_token": "sbc_t",
         })
     }
 
@@ -846,7 +862,14 @@ mod tests {
             "cancelled",
         ]);
         pinned::<TaskKind>(&["step", "fan_out", "item", "compensation"]);
-        pinned::<ErrorKind>(&["handler", "lease_expired", "step_timeout", "expression"]);
+        pinned::<ErrorKind>(&[
+            "handler",
+            "lease_expired",
+            "step_timeout",
+            "expression",
+            "callback_timeout",
+            "rejected",
+        ]);
         pinned::<EventKind>(&[
             "job_created",
             "job_compensating",
@@ -874,6 +897,12 @@ mod tests {
             "task_resolved_by_operator",
             "job_queued",
             "job_started",
+            "task_waiting",
+            "signal_received",
+            "task_approved",
+            "task_rejected",
+            "task_awaiting_callback",
+            "callback_received",
         ]);
         pinned::<AttemptOutcome>(&[
             "running",

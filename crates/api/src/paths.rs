@@ -38,6 +38,14 @@ pub const JOB_RETRY: &str = "/api/v1/jobs/{id}/retry";
 pub const JOB_RERUN: &str = "/api/v1/jobs/{id}/rerun";
 /// `POST`: mark a task of a job succeeded by hand.
 pub const JOB_TASK_SKIP: &str = "/api/v1/jobs/{id}/tasks/{task}/skip";
+/// Approving an approval step (scope `operate`).
+pub const JOB_TASK_APPROVE: &str = "/api/v1/jobs/{id}/tasks/{task}/approve";
+/// Rejecting an approval step (scope `operate`).
+pub const JOB_TASK_REJECT: &str = "/api/v1/jobs/{id}/tasks/{task}/reject";
+/// Sending a signal to a job (scope `submit`).
+pub const JOB_SIGNAL: &str = "/api/v1/jobs/{id}/signals/{name}";
+/// Tasks waiting for approval (scope `read`).
+pub const APPROVALS: &str = "/api/v1/approvals";
 
 /// `POST`: lease ready tasks (long poll).
 pub const TASKS_POLL: &str = "/api/v1/tasks/poll";
@@ -48,6 +56,12 @@ pub const TASK_HEARTBEAT: &str = "/api/v1/tasks/{id}/heartbeat";
 pub const TASK_COMPLETE: &str = "/api/v1/tasks/{id}/complete";
 pub const TASK_FAIL: &str = "/api/v1/tasks/{id}/fail";
 pub const TASK_CHECK_LATER: &str = "/api/v1/tasks/{id}/check-later";
+pub const TASK_AWAIT_CALLBACK: &str = "/api/v1/tasks/{id}/await-callback";
+
+// Calls through a callback token, which is their credential (no API token).
+pub const CALLBACK_COMPLETE: &str = "/api/v1/callbacks/{token}/complete";
+pub const CALLBACK_FAIL: &str = "/api/v1/callbacks/{token}/fail";
+pub const CALLBACK_HEARTBEAT: &str = "/api/v1/callbacks/{token}/heartbeat";
 
 /// `GET`: queues with their settings and depth.
 pub const QUEUES: &str = "/api/v1/queues";
@@ -132,6 +146,21 @@ pub fn job_task_skip(id: &str, task: &str) -> String {
     fill(JOB_TASK_SKIP, &[id, task])
 }
 
+/// [`JOB_TASK_APPROVE`] (`approve`) or [`JOB_TASK_REJECT`] of task `task` of job `id`.
+pub fn job_task_decision(id: &str, task: &str, approve: bool) -> String {
+    let template = if approve {
+        JOB_TASK_APPROVE
+    } else {
+        JOB_TASK_REJECT
+    };
+    fill(template, &[id, task])
+}
+
+/// [`JOB_SIGNAL`] of signal `name` to job `id`.
+pub fn job_signal(id: &str, name: &str) -> String {
+    fill(JOB_SIGNAL, &[id, name])
+}
+
 /// A worker's report on one leased task, by the route it is sent to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TaskReport {
@@ -139,6 +168,7 @@ pub enum TaskReport {
     Complete,
     Fail,
     CheckLater,
+    AwaitCallback,
 }
 
 impl TaskReport {
@@ -149,6 +179,7 @@ impl TaskReport {
             TaskReport::Complete => TASK_COMPLETE,
             TaskReport::Fail => TASK_FAIL,
             TaskReport::CheckLater => TASK_CHECK_LATER,
+            TaskReport::AwaitCallback => TASK_AWAIT_CALLBACK,
         }
     }
 }
@@ -156,6 +187,30 @@ impl TaskReport {
 /// The route of `report` on task `id`.
 pub fn task_report(id: &str, report: TaskReport) -> String {
     fill(report.template(), &[id])
+}
+
+/// A call through a callback token, by the route it is sent to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallbackRoute {
+    Complete,
+    Fail,
+    Heartbeat,
+}
+
+impl CallbackRoute {
+    /// The call's route template.
+    pub const fn template(self) -> &'static str {
+        match self {
+            CallbackRoute::Complete => CALLBACK_COMPLETE,
+            CallbackRoute::Fail => CALLBACK_FAIL,
+            CallbackRoute::Heartbeat => CALLBACK_HEARTBEAT,
+        }
+    }
+}
+
+/// The route of `call` through callback token `token`.
+pub fn callback(token: &str, call: CallbackRoute) -> String {
+    fill(call.template(), &[token])
 }
 
 /// [`QUEUE`] of `name`.
@@ -256,6 +311,18 @@ mod tests {
             "/api/v1/webhooks/whk_1/deliveries"
         );
         assert_eq!(token("tok_1"), "/api/v1/tokens/tok_1");
+        assert_eq!(
+            job_task_decision("job_1", "tsk_2", false),
+            "/api/v1/jobs/job_1/tasks/tsk_2/reject"
+        );
+        assert_eq!(
+            job_signal("job_1", "paid"),
+            "/api/v1/jobs/job_1/signals/paid"
+        );
+        assert_eq!(
+            callback("sbc_x", CallbackRoute::Heartbeat),
+            "/api/v1/callbacks/sbc_x/heartbeat"
+        );
     }
 
     #[test]
@@ -275,6 +342,7 @@ mod tests {
             (TaskReport::Complete, "complete"),
             (TaskReport::Fail, "fail"),
             (TaskReport::CheckLater, "check-later"),
+            (TaskReport::AwaitCallback, "await-callback"),
         ];
         for (report, name) in reports {
             assert_eq!(task_report("t", report), format!("/api/v1/tasks/t/{name}"));

@@ -789,7 +789,7 @@ mod tests {
                 workflow
                     .steps
                     .iter()
-                    .all(|step| step.handler().queue == QUEUE)
+                    .all(|step| step.handler().is_some_and(|handler| handler.queue == QUEUE))
             );
         }
     }

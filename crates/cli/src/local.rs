@@ -242,6 +242,9 @@ pub(crate) struct LimitArgs {
     /// Largest `limit` of a list request.
     #[arg(long, env = "STARBRIDGE_MAX_PAGE_SIZE", default_value_t = starbridge_server::limits::DEFAULT_MAX_PAGE_SIZE)]
     max_page_size: u32,
+    /// Most signals one job keeps that no step has taken yet; more are refused (409).
+    #[arg(long, env = "STARBRIDGE_MAX_PENDING_SIGNALS", default_value_t = starbridge_core::limits::DEFAULT_MAX_PENDING_SIGNALS)]
+    max_pending_signals: usize,
 }
 
 impl LimitArgs {
@@ -257,6 +260,7 @@ impl LimitArgs {
             run: starbridge_core::limits::Limits {
                 fan_out: self.max_fan_out,
                 task_bytes: self.max_task_bytes,
+                pending_signals: self.max_pending_signals,
             },
         };
         limits.validate()?;

@@ -228,6 +228,22 @@ pub fn task_waiting_reason(
                 Some(_) => None,
             }
         }
+        TaskStatus::Running => task.wait.as_ref().map(|wait| {
+            use crate::model::WaitFor;
+            let reason = match &wait.on {
+                WaitFor::Sleep { until } => format!("sleeping until {}", until.to_rfc3339()),
+                WaitFor::Signal { name } => format!("waiting for signal {name}"),
+                WaitFor::Approval { .. } => "waiting for approval".to_owned(),
+                WaitFor::Callback { until, .. } => {
+                    format!("waiting for a callback until {}", until.to_rfc3339())
+                }
+            };
+            match (&task.pending_outcome, task.held) {
+                (Some(_), _) => format!("{reason}: answered, taking effect when the job resumes"),
+                (None, true) => format!("{reason} (job paused)"),
+                (None, false) => reason,
+            }
+        }),
         _ => None,
     }
 }
@@ -332,6 +348,7 @@ mod tests {
 
     #[test]
     fn waiting_reasons_name_the_cause() {
+        use crate::model::{Wait, WaitFor};
         let now = Timestamp(10_000);
         let mut task = ready_task("q");
         let polled = QueueState {
@@ -375,6 +392,38 @@ mod tests {
         assert_eq!(
             task_waiting_reason(&task, &["a", "b"], None, now).unwrap(),
             "waiting for a, b"
+        );
+        task.status = crate::model::TaskStatus::Running;
+        task.held = false;
+        assert_eq!(task_waiting_reason(&task, &[], None, now), None);
+        let waits = [
+            (
+                WaitFor::Sleep {
+                    until: Timestamp(0),
+                },
+                "sleeping until 1970-01-01T00:00:00Z",
+            ),
+            (
+                WaitFor::Signal {
+                    name: "paid".into(),
+                },
+                "waiting for signal paid",
+            ),
+            (
+                WaitFor::Approval {
+                    prompt: "ok?".into(),
+                },
+                "waiting for approval",
+            ),
+        ];
+        for (on, reason) in waits {
+            task.wait = Some(Wait { since: now, on });
+            assert_eq!(task_waiting_reason(&task, &[], None, now).unwrap(), reason);
+        }
+        task.held = true;
+        assert_eq!(
+            task_waiting_reason(&task, &[], None, now).unwrap(),
+            "waiting for approval (job paused)"
         );
     }
 

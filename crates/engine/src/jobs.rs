@@ -158,6 +158,7 @@ pub(crate) fn test_job(
         completions: 0,
         round: 0,
         lock: None,
+        signals_received: 0,
     }
 }
 
@@ -172,6 +173,7 @@ mod tests {
         JobState {
             job: test_job(id, status),
             tasks: Vec::new(),
+            signals: Vec::new(),
         }
     }
 

@@ -23,6 +23,7 @@ mod jobs;
 pub mod loops;
 mod notify;
 mod poll;
+mod secrets;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -31,7 +32,9 @@ use std::sync::Arc;
 use serde_json::Value;
 use starbridge_core::dispatch::{QueueMode, QueueState, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
-use starbridge_core::model::{Input, Job, JobState, JobStatus, OperatorCommand, Task};
+use starbridge_core::model::{
+    CallbackCall, Input, Job, JobState, JobStatus, OperatorCommand, Task,
+};
 use starbridge_core::time::{Duration, Timestamp};
 use starbridge_store::reader::ReadPool;
 use starbridge_store::rows::{self, RowLock};
@@ -42,6 +45,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use commands::outbox::{Attempt, DELIVERY_LEASE, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF};
 pub use commands::schedules::{ScheduleSpec, time_zone};
 pub use commands::tokens::NewToken;
+pub use commands::{CallbackAccepted, SignalAccepted};
 pub use health::{HEALTHY_WRITE_AGE, Health};
 pub use loops::deliveries::{run_deliveries, signature};
 pub use loops::pruner::run_pruner;
@@ -107,11 +111,33 @@ pub struct Submitted {
     pub added_version: Option<u32>,
 }
 
+/// A signal to send to a job.
+#[derive(Debug, Clone)]
+pub struct SendSignal {
+    pub name: String,
+    pub payload: Value,
+    /// A dedupe id: a later signal with the same id changes nothing.
+    pub id: Option<String>,
+    /// Who sent it (a token's name, or the actor header), recorded in the history.
+    pub sender: String,
+}
+
+/// A person's decision on an approval step.
+#[derive(Debug, Clone)]
+pub struct Decision {
+    pub approve: bool,
+    /// Who decided (a token's name, or the actor header).
+    pub by: String,
+    pub comment: Option<String>,
+}
+
 /// A task handed to a worker, with how long its lease lasts.
 #[derive(Debug, Clone)]
 pub struct Claimed {
     pub task: Task,
     pub lease: Duration,
+    /// The attempt's callback token, shown only here (the store keeps its hash).
+    pub callback_token: String,
 }
 
 /// Which tasks a worker's report may touch: any (the default), or only those of one namespace
@@ -364,6 +390,77 @@ impl Engine {
         self.inner
             .writer
             .write(move |ctx| commands::operate(ctx, &namespace, &job, command.clone()))
+            .await
+    }
+
+    /// A signal sent to a job of `namespace` (see `commands::signals`).
+    pub async fn signal(
+        &self,
+        namespace: &str,
+        job: &JobId,
+        signal: SendSignal,
+    ) -> Result<SignalAccepted> {
+        let (namespace, job) = (namespace.to_owned(), job.clone());
+        self.inner
+            .writer
+            .write(move |ctx| {
+                commands::signal(
+                    ctx,
+                    &namespace,
+                    &job,
+                    &signal.name,
+                    signal.payload.clone(),
+                    signal.id.as_deref(),
+                    &signal.sender,
+                )
+            })
+            .await
+    }
+
+    /// A person's decision on an approval step of a job of `namespace`; returns the job.
+    pub async fn decide(
+        &self,
+        namespace: &str,
+        job: &JobId,
+        task: &TaskId,
+        decision: Decision,
+    ) -> Result<JobState> {
+        let (namespace, job, task) = (namespace.to_owned(), job.clone(), task.clone());
+        self.inner
+            .writer
+            .write(move |ctx| {
+                commands::decide(
+                    ctx,
+                    &namespace,
+                    &job,
+                    &task,
+                    decision.approve,
+                    &decision.by,
+                    decision.comment.as_deref(),
+                )
+            })
+            .await
+    }
+
+    /// A call through a callback token (see `commands::callbacks`).
+    pub async fn callback(&self, token: &str, call: CallbackCall) -> Result<CallbackAccepted> {
+        let token = token.to_owned();
+        self.inner
+            .writer
+            .write(move |ctx| commands::callback(ctx, &token, call.clone()))
+            .await
+    }
+
+    /// Tasks of `namespace` waiting for approval, oldest first, with their job's workflow.
+    pub async fn pending_approvals(
+        &self,
+        namespace: &str,
+        limit: u32,
+    ) -> Result<Vec<(Task, String)>> {
+        let namespace = namespace.to_owned();
+        self.inner
+            .reader
+            .read(move |conn| rows::pending_approvals(conn, &namespace, limit))
             .await
     }
 

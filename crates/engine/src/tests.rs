@@ -95,6 +95,9 @@ macro_rules! on_both_backends {
     };
 }
 
+// After the macro, which it uses.
+mod waits;
+
 fn definition(yaml: &str) -> Value {
     starbridge_core::definition::parse_document(yaml).unwrap()
 }

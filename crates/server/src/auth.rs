@@ -121,6 +121,7 @@ pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
         || path == "/api/v1/openapi.json"
         || path == SIGN_IN_PATH
         || path.starts_with("/ui/assets/")
+        || is_callback(path)
     {
         return None;
     }
@@ -133,13 +134,26 @@ pub(crate) fn required_scope(method: &Method, path: &str) -> Option<Scope> {
             Scope::Operate
         } else if method == Method::GET || method == Method::HEAD {
             Scope::Read
-        } else if method == Method::POST && (path == "/api/v1/jobs" || path == "/api/v1/jobs/batch")
+        } else if method == Method::POST
+            && (path == "/api/v1/jobs" || path == "/api/v1/jobs/batch" || is_signal(path))
         {
             Scope::Submit
         } else {
             Scope::Operate
         },
     )
+}
+
+/// A call through a callback token: its token is its credential.
+fn is_callback(path: &str) -> bool {
+    path.starts_with("/api/v1/callbacks/")
+}
+
+/// A signal to a job (`/api/v1/jobs/{id}/signals/{name}`): data sent in, like a submission.
+fn is_signal(path: &str) -> bool {
+    path.strip_prefix("/api/v1/jobs/")
+        .and_then(|rest| rest.split_once('/'))
+        .is_some_and(|(_, rest)| rest.starts_with("signals/"))
 }
 
 fn presented_token(headers: &HeaderMap) -> Option<&str> {
@@ -323,7 +337,11 @@ fn is_change(method: &Method) -> bool {
 /// (in the same transaction as the job), so the log stays a record of what operators did and
 /// costs the busiest calls no second write.
 fn is_audited(path: &str) -> bool {
-    !(path.starts_with("/api/v1/tasks/") || path == "/api/v1/jobs" || path == "/api/v1/jobs/batch")
+    !(path.starts_with("/api/v1/tasks/")
+        || path == "/api/v1/jobs"
+        || path == "/api/v1/jobs/batch"
+        || is_signal(path)
+        || is_callback(path))
 }
 
 async fn record(state: &AppState, entry: AuditEntry) {
@@ -431,6 +449,19 @@ mod tests {
             Some(Scope::Work)
         );
         assert_eq!(required_scope(&get, "/api/v1/tokens"), Some(Scope::Admin));
+        assert_eq!(
+            required_scope(&post, "/api/v1/jobs/job_1/signals/paid"),
+            Some(Scope::Submit)
+        );
+        assert_eq!(
+            required_scope(&post, "/api/v1/jobs/job_1/tasks/tsk_1/approve"),
+            Some(Scope::Operate)
+        );
+        assert_eq!(required_scope(&get, "/api/v1/approvals"), Some(Scope::Read));
+        assert_eq!(
+            required_scope(&post, "/api/v1/callbacks/sbc_x/complete"),
+            None
+        );
         assert_eq!(required_scope(&get, "/metrics"), Some(Scope::Admin));
     }
 

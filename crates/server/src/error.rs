@@ -180,6 +180,14 @@ impl From<StoreError> for ApiError {
                 errors: Vec::new(),
                 limit: None,
             },
+            StoreError::Gone(detail) => ApiError {
+                status: StatusCode::GONE,
+                slug: "gone",
+                title: "No longer available",
+                detail,
+                errors: Vec::new(),
+                limit: None,
+            },
             StoreError::Invalid(problems) => ApiError {
                 status: StatusCode::UNPROCESSABLE_ENTITY,
                 slug: "validation",

@@ -38,6 +38,15 @@ pub(crate) fn body<T: DeserializeOwned>(bytes: &Bytes) -> ApiResult<T> {
     }
 }
 
+/// A JSON body whose fields are all optional: an empty body is the default.
+pub(crate) fn optional_body<T: DeserializeOwned + Default>(bytes: &Bytes) -> ApiResult<T> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        Ok(T::default())
+    } else {
+        body(bytes)
+    }
+}
+
 /// Rewrites every float with no fractional part (in the 64-bit integer range) as an integer;
 /// says whether it changed anything.
 fn integral_floats_to_integers(value: &mut serde_json::Value) -> bool {

@@ -2,8 +2,10 @@
 //! every rule, the long poll and the background loops (`Server::run` starts them). Serves plain
 //! HTTP, or HTTPS when given a certificate.
 
+mod approvals;
 mod auth;
 mod batch;
+mod callbacks;
 mod error;
 mod extract;
 mod guard;
@@ -20,6 +22,7 @@ mod rejections;
 mod routes;
 mod schedules;
 pub mod serve;
+mod signals;
 mod state;
 mod tasks;
 pub mod tls;

@@ -34,10 +34,11 @@ pub enum Limit {
     Key,
     Name,
     Page,
+    PendingSignals,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 9] = [
+    pub const ALL: [Limit; 10] = [
         Limit::Body,
         Limit::Definition,
         Limit::Steps,
@@ -47,6 +48,7 @@ impl Limit {
         Limit::Key,
         Limit::Name,
         Limit::Page,
+        Limit::PendingSignals,
     ];
 
     /// The setting's name without dashes, as in problem documents: `max_body_bytes`.
@@ -61,6 +63,7 @@ impl Limit {
             Limit::Key => "max_key_bytes",
             Limit::Name => "max_name_bytes",
             Limit::Page => "max_page_size",
+            Limit::PendingSignals => "max_pending_signals",
         }
     }
 
@@ -92,8 +95,8 @@ pub struct Limits {
     pub name_bytes: usize,
     /// Largest `limit` of a list request.
     pub page_size: u32,
-    /// What the engine enforces while jobs run: fan-out width and task size (inputs are checked
-    /// by the engine; outputs, progress and error messages by the server).
+    /// What the engine enforces while jobs run: fan-out width, task size (inputs are checked by
+    /// the engine; outputs, progress and error messages by the server) and signals kept per job.
     pub run: starbridge_core::limits::Limits,
 }
 
@@ -155,6 +158,7 @@ impl Limits {
             Limit::Key => self.key_bytes,
             Limit::Name => self.name_bytes,
             Limit::Page => self.page_size as usize,
+            Limit::PendingSignals => self.run.pending_signals,
         };
         value as u64
     }

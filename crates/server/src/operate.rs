@@ -9,7 +9,6 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
-use serde::de::DeserializeOwned;
 use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::model::{BulkAction, OperatorAction, OperatorCommand};
@@ -18,7 +17,9 @@ use std::pin::Pin;
 
 use crate::auth::actor;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{body, job_id, known, namespace, parse_status, parse_time, task_id};
+use crate::extract::{
+    body, job_id, known, namespace, optional_body, parse_status, parse_time, task_id,
+};
 use crate::jobs::job_view;
 use crate::limits::Limit;
 use crate::state::AppState;
@@ -120,14 +121,6 @@ async fn bulk(
 }
 
 /// An empty body means every field takes its default.
-fn optional_body<T: DeserializeOwned + Default>(bytes: &Bytes) -> ApiResult<T> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        Ok(T::default())
-    } else {
-        body(bytes)
-    }
-}
-
 fn check_reason(reason: &Option<String>) -> ApiResult<()> {
     match reason {
         Some(text) if text.len() > 1024 => Err(ApiError::invalid("reason", "at most 1024 bytes")),

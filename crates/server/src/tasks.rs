@@ -9,6 +9,7 @@ use axum::extract::{Path, State};
 use axum::routing::post;
 use axum::{Extension, Json, Router};
 use starbridge_api as api;
+use starbridge_core::limits::MAX_CALLBACK_TIMEOUT;
 use starbridge_core::model::{Input, ReportedError};
 use starbridge_core::time::Duration;
 
@@ -32,6 +33,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::TASK_COMPLETE, post(complete))
         .route(paths::TASK_FAIL, post(fail))
         .route(paths::TASK_CHECK_LATER, post(check_later))
+        .route(paths::TASK_AWAIT_CALLBACK, post(await_callback))
 }
 
 fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
@@ -91,10 +93,7 @@ async fn poll(
         )
         .await?;
     Ok(Json(api::PollResponse {
-        tasks: claimed
-            .iter()
-            .map(|c| views::leased(&c.task, c.lease.as_millis()))
-            .collect(),
+        tasks: claimed.iter().map(views::leased).collect(),
     }))
 }
 
@@ -230,6 +229,41 @@ async fn check_later(
                 lease_token: request.lease_token,
                 after: Duration::from_millis(request.after_ms),
                 progress: request.progress,
+            },
+            caller.task_scope(),
+        )
+        .await?;
+    Ok(report_response(&reported))
+}
+
+/// The worker handed the attempt to another system, which will finish it through the attempt's
+/// callback token: the lease is released and the task waits, holding no worker.
+async fn await_callback(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    bytes: Bytes,
+) -> ApiResult<Json<api::ReportResponse>> {
+    let id = task_id(&id)?;
+    let request: api::AwaitCallbackRequest = body(&bytes)?;
+    let most = MAX_CALLBACK_TIMEOUT.as_millis();
+    if request
+        .timeout_ms
+        .is_some_and(|timeout| timeout == 0 || timeout > most)
+    {
+        return Err(ApiError::invalid(
+            "timeout_ms",
+            format!("must be between 1 and {most} (7 days)"),
+        ));
+    }
+    let reported = state
+        .engine
+        .report(
+            id.clone(),
+            Input::AwaitCallback {
+                task: id,
+                lease_token: request.lease_token,
+                timeout: request.timeout_ms.map(Duration::from_millis),
             },
             caller.task_scope(),
         )

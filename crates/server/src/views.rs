@@ -6,10 +6,10 @@ use starbridge_api::{self as api, timestamp_from_millis};
 use starbridge_core::definition::Workflow;
 use starbridge_core::dispatch::{QueueState, task_waiting_reason};
 use starbridge_core::model::{
-    AttemptOutcome, EventKind, Job, JobState, JobStatus, Task, TaskKind, WindDown,
+    AttemptOutcome, EventKind, Job, JobState, JobStatus, Task, TaskKind, Wait, WaitFor, WindDown,
 };
 use starbridge_core::time::Timestamp;
-use starbridge_engine::{StoredEvent, StoredWorkflow};
+use starbridge_engine::{Claimed, StoredEvent, StoredWorkflow};
 
 fn time(ts: Timestamp) -> api::Timestamp {
     timestamp_from_millis(ts.0)
@@ -59,13 +59,11 @@ fn max_attempts(workflow: Option<&Workflow>, task: &Task) -> u32 {
     let Some(step) = workflow.and_then(|w| w.step_index(&task.step).map(|i| &w.steps[i])) else {
         return 1;
     };
-    match task.kind {
-        TaskKind::Compensation => step
-            .compensate
-            .as_ref()
-            .map_or(1, |handler| handler.retry.max_attempts),
-        _ => step.handler().retry.max_attempts,
-    }
+    let handler = match task.kind {
+        TaskKind::Compensation => step.compensate.as_ref(),
+        _ => step.handler(),
+    };
+    handler.map_or(1, |handler| handler.retry.max_attempts)
 }
 
 /// Rebuilds each task's runs from the job's history events.
@@ -146,7 +144,28 @@ pub(crate) fn task(
         deadline_at: opt_time(task.deadline_at),
         attempts,
         waiting_reason,
+        waiting_for: task.wait.as_ref().map(waiting_for),
     }
+}
+
+/// What a waiting task waits for, as the API shows it.
+fn waiting_for(wait: &Wait) -> api::WaitingFor {
+    let mut view = api::WaitingFor::default();
+    match &wait.on {
+        WaitFor::Sleep { until } => view.sleep_until = Some(time(*until)),
+        WaitFor::Signal { name } => view.signal = Some(name.clone()),
+        WaitFor::Approval { prompt } => {
+            view.approval = Some(api::ApprovalWait {
+                prompt: prompt.clone(),
+            });
+        }
+        WaitFor::Callback { until, .. } => {
+            view.callback = Some(api::CallbackWait {
+                until: time(*until),
+            });
+        }
+    }
+    view
 }
 
 /// What the job view needs besides the job: its workflow, history, the state of the queues its
@@ -211,7 +230,8 @@ pub(crate) fn job(state: &JobState, context: &JobContext<'_>) -> api::JobView {
     }
 }
 
-pub(crate) fn leased(task: &Task, lease_ms: u64) -> api::LeasedTask {
+pub(crate) fn leased(claimed: &Claimed) -> api::LeasedTask {
+    let task = &claimed.task;
     api::LeasedTask {
         id: task.id.to_string(),
         lease_token: task.lease_token.clone().unwrap_or_default(),
@@ -225,8 +245,9 @@ pub(crate) fn leased(task: &Task, lease_ms: u64) -> api::LeasedTask {
         attempt: task.attempt,
         idempotency_key: task.idempotency_key(),
         lease_expires_at: time(task.lease_expires_at.unwrap_or(Timestamp(0))),
-        lease_ms,
+        lease_ms: claimed.lease.as_millis(),
         progress: task.progress.clone(),
+        callback_token: claimed.callback_token.clone(),
     }
 }
 

@@ -9,7 +9,7 @@
 //! could notice they are missing:
 //!
 //! - before any statement that names a table they belong to or depend on (`jobs`, `tasks`,
-//!   `events`, `lock_holders`, which references jobs), so that every query of the transaction
+//!   `events`, and `lock_holders` and `signals`, which reference jobs), so that every query of the transaction
 //!   reads its own writes, and foreign keys find their parents;
 //! - before any transaction control a command runs itself (a savepoint and its rollback then
 //!   cover exactly what they would cover without deferral);
@@ -53,7 +53,11 @@ impl Needs {
     fn of(sql: &str) -> Needs {
         if sql.contains("events") {
             Needs::Everything
-        } else if sql.contains("jobs") || sql.contains("tasks") || sql.contains("lock_holders") {
+        } else if sql.contains("jobs")
+            || sql.contains("tasks")
+            || sql.contains("lock_holders")
+            || sql.contains("signals")
+        {
             Needs::JobsAndTasks
         } else {
             Needs::Nothing

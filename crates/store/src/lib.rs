@@ -46,6 +46,10 @@ pub enum Error {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// What the request names existed, but is over for good (a callback token whose attempt
+    /// has ended).
+    #[error("{0}")]
+    Gone(String),
     /// The caller may not do this (for example, make a workflow version without `operate`).
     #[error("{0}")]
     Forbidden(String),

@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("../migrations/postgres/0002_tokens.sql")),
     (3, include_str!("../migrations/postgres/0003_browse.sql")),
     (4, include_str!("../migrations/postgres/0004_health.sql")),
+    (5, include_str!("../migrations/postgres/0005_waits.sql")),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../migrations/sqlite/0003_tokens.sql")),
     (4, include_str!("../migrations/sqlite/0004_browse.sql")),
     (5, include_str!("../migrations/sqlite/0005_health.sql")),
+    (6, include_str!("../migrations/sqlite/0006_waits.sql")),
 ];
 
 impl From<rusqlite::Error> for Error {

@@ -124,6 +124,13 @@ impl TaskContext {
         &self.inner.task.idempotency_key
     }
 
+    /// The attempt's callback token: hand it to another system that will finish the attempt
+    /// (`POST /api/v1/callbacks/{token}/complete` or `/fail`, no API token needed), then return
+    /// [`crate::Outcome::AwaitCallback`]. A secret: do not log it.
+    pub fn callback_token(&self) -> &str {
+        &self.inner.task.callback_token
+    }
+
     /// Progress recorded by an earlier check-later of this attempt, if any.
     pub fn progress(&self) -> Option<&Value> {
         self.inner.task.progress.as_ref()

@@ -27,6 +27,11 @@ pub enum Outcome {
         after: Duration,
         progress: Option<Value>,
     },
+    /// The work was handed to another system, which finishes the attempt through the task's
+    /// callback token ([`TaskContext::callback_token`]): the worker lets go of the task, which
+    /// waits holding no worker for at most `timeout` (`None`: the step's per-attempt timeout)
+    /// after the last callback heartbeat (`POST /tasks/{id}/await-callback`).
+    AwaitCallback { timeout: Option<Duration> },
 }
 
 impl Outcome {
@@ -57,6 +62,11 @@ impl Outcome {
             after,
             progress: None,
         }
+    }
+
+    /// [`Outcome::AwaitCallback`]: another system finishes the attempt.
+    pub fn await_callback(timeout: Option<Duration>) -> Self {
+        Outcome::AwaitCallback { timeout }
     }
 
     /// This outcome with logs attached (sent with complete and fail reports).

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use starbridge_api::{
-    CheckLaterRequest, CompleteRequest, FailRequest, HeartbeatRequest, LeasedTask, PollRequest,
-    ReportedError,
+    AwaitCallbackRequest, CheckLaterRequest, CompleteRequest, FailRequest, HeartbeatRequest,
+    LeasedTask, PollRequest, ReportedError,
 };
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinHandle, JoinSet};
@@ -583,6 +583,7 @@ enum Report {
     Complete(CompleteRequest),
     Fail(FailRequest),
     CheckLater(CheckLaterRequest),
+    AwaitCallback(AwaitCallbackRequest),
 }
 
 impl Report {
@@ -604,6 +605,10 @@ impl Report {
                 after_ms: u64::try_from(after.as_millis()).unwrap_or(u64::MAX),
                 progress,
             }),
+            Outcome::AwaitCallback { timeout } => Report::AwaitCallback(AwaitCallbackRequest {
+                lease_token,
+                timeout_ms: timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            }),
         }
     }
 
@@ -612,6 +617,7 @@ impl Report {
             Report::Complete(_) => "complete",
             Report::Fail(_) => "fail",
             Report::CheckLater(_) => "check-later",
+            Report::AwaitCallback(_) => "await-callback",
         }
     }
 }
@@ -642,6 +648,7 @@ async fn report(
             },
             Report::Fail(request) => client.fail(context.id(), request).await,
             Report::CheckLater(request) => client.check_later(context.id(), request).await,
+            Report::AwaitCallback(request) => client.await_callback(context.id(), request).await,
         };
         let error = match sent {
             Ok(response) => {

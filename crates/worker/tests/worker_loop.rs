@@ -424,6 +424,7 @@ fn leased(id: &str, command: &str, lease_ms: u64) -> LeasedTask {
         lease_expires_at: Timestamp::now(),
         lease_ms,
         progress: None,
+        callback_token: format!("sbc_{id}"),
     }
 }
 

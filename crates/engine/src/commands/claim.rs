@@ -143,11 +143,13 @@ pub(crate) fn claim(
         };
         let compiled = workflow_of(ctx, state)?;
         let lease_token = uuid::Uuid::new_v4().simple().to_string();
+        let callback_secret = crate::secrets::random_hex();
         let task_id = candidate.task;
         let input = Input::Claim {
             task: task_id.clone(),
             worker: worker.to_owned(),
             lease_token,
+            callback_hash: crate::secrets::hash(&callback_secret),
         };
         match apply(ctx, &compiled.workflow, state, input) {
             Ok(()) => {
@@ -156,7 +158,12 @@ pub(crate) fn claim(
                     .cloned()
                     .ok_or_else(|| Error::Corrupt(format!("claimed task {task_id} vanished")))?;
                 let lease = lease_of(&compiled.workflow, &task);
-                claimed.push(Claimed { task, lease });
+                let callback_token = super::callback_token(&task, &callback_secret);
+                claimed.push(Claimed {
+                    task,
+                    lease,
+                    callback_token,
+                });
             }
             Err(Error::Conflict(reason)) => {
                 tracing::debug!(%task_id, %reason, "ready task not claimable");
@@ -190,12 +197,12 @@ pub(super) fn lease_of(workflow: &Workflow, task: &Task) -> Duration {
     let step = workflow
         .step_index(&task.step)
         .map(|index| &workflow.steps[index]);
-    match (task.kind, step) {
-        (starbridge_core::model::TaskKind::Compensation, Some(step)) => step
-            .compensate
-            .as_ref()
-            .map_or(step.handler().timeout, |c| c.timeout),
-        (_, Some(step)) => step.handler().timeout,
-        (_, None) => starbridge_core::definition::DEFAULT_ATTEMPT_TIMEOUT,
-    }
+    let handler = match (task.kind, step) {
+        (starbridge_core::model::TaskKind::Compensation, Some(step)) => step.compensate.as_ref(),
+        (_, Some(step)) => step.handler(),
+        (_, None) => None,
+    };
+    handler.map_or(starbridge_core::definition::DEFAULT_ATTEMPT_TIMEOUT, |h| {
+        h.timeout
+    })
 }

@@ -3,6 +3,7 @@
 //! and persists the new state, its history events, the outbox's deliveries and the wake-ups in
 //! the same transaction.
 
+mod callbacks;
 mod claim;
 mod locks;
 mod operate;
@@ -10,15 +11,20 @@ pub(crate) mod outbox;
 mod queues;
 mod report;
 pub(crate) mod schedules;
+mod signals;
 mod submit;
 mod tick;
 pub(crate) mod tokens;
 mod workflows;
 
+pub use callbacks::CallbackAccepted;
+pub(crate) use callbacks::{callback, callback_token};
 pub(crate) use claim::{claim, open_queues};
 pub(crate) use operate::operate;
 pub(crate) use queues::configure_queue;
 pub(crate) use report::{prefetch, report};
+pub use signals::SignalAccepted;
+pub(crate) use signals::{decide, signal};
 pub(crate) use submit::submit;
 pub(crate) use tick::tick;
 pub(crate) use workflows::apply_workflow;
@@ -67,6 +73,23 @@ fn load_job(ctx: &mut WriteCtx<'_>, id: &JobId, lock: RowLock) -> Result<Option<
     rows::lock_job_state(ctx.conn, id, lock)
 }
 
+/// Applies `input` to a job of `namespace` (a job of another namespace is not found) and
+/// returns the job as it is afterwards.
+fn apply_to_job(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    job_id: &JobId,
+    input: Input,
+) -> Result<JobState> {
+    let mut state = load_job(ctx, job_id, RowLock::Wait)?
+        .filter(|state| state.job.namespace == namespace)
+        .ok_or_else(|| Error::NotFound(format!("job {job_id} not found")))?;
+    let compiled = workflow_of(ctx, &state)?;
+    let applied = apply(ctx, &compiled.workflow, &mut state, input);
+    ctx.jobs.keep(state.clone());
+    applied.map(|()| state)
+}
+
 fn workflow_of(ctx: &mut WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Compiled>> {
     ctx.workflow(&state.job.namespace, &state.job.workflow, state.job.version)
 }
@@ -84,18 +107,23 @@ fn apply(
         limits: ctx.limits,
     };
     let before = state.job.status;
-    let actions =
-        machine::apply(workflow, state, input, &mut machine_ctx).map_err(|rejection| {
-            match rejection {
-                Rejection::UnknownTask(task) => Error::NotFound(format!("task {task} not found")),
-                other => Error::Conflict(other.to_string()),
-            }
-        })?;
+    let actions = machine::apply(workflow, state, input, &mut machine_ctx).map_err(refusal)?;
     persist(ctx, state, actions)?;
     if state.job.status != before {
         crate::commands::outbox::enqueue(ctx, &state.job, Some(before))?;
     }
     Ok(())
+}
+
+/// How a request the state machine refused is answered.
+fn refusal(rejection: Rejection) -> Error {
+    match rejection {
+        Rejection::UnknownTask(task) => Error::NotFound(format!("task {task} not found")),
+        Rejection::UnknownSignal { .. } => invalid("name", rejection.to_string()),
+        Rejection::UnknownCallback => Error::NotFound(rejection.to_string()),
+        Rejection::CallbackGone(reason) => Error::Gone(reason),
+        other => Error::Conflict(other.to_string()),
+    }
 }
 
 /// Writes what the state machine decided: job row, changed tasks, history, wake-ups.
@@ -130,6 +158,10 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
             }
             Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
             Action::ReleaseLock { key } => released.push(key),
+            Action::InsertSignal(signal) => rows::insert_signal(ctx.conn, &state.job, &signal)?,
+            Action::ConsumeSignal { seq, task } => {
+                rows::consume_signal(ctx.conn, &state.job.id, seq, &task)?;
+            }
         }
     }
     for key in released {

@@ -6,12 +6,12 @@
 //! compared with the stored hash in constant time. Revoked tokens stay listed (with when), so an
 //! audit entry naming them can still be understood.
 
-use sha2::{Digest, Sha256};
 use starbridge_store::db::Conn;
 use starbridge_store::rows;
 
 use crate::commands::invalid;
 use crate::ctx::WriteCtx;
+use crate::secrets::{constant_time_eq, hash, random_hex};
 use crate::{Error, Result, Scope, Token};
 
 /// What a new token is for.
@@ -25,28 +25,6 @@ pub struct NewToken {
 }
 
 const PREFIX: &str = "sbt_";
-
-fn hash(secret: &str) -> String {
-    let digest = Sha256::digest(secret.as_bytes());
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
-}
-
-/// Equal strings, compared in time that depends only on their lengths.
-fn constant_time_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
-            == 0
-}
-
-fn random_hex() -> String {
-    format!(
-        "{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    )
-}
 
 /// Makes a token; returns it with the full token text, which is never shown again.
 pub(crate) fn create(ctx: &mut WriteCtx<'_>, new: &NewToken) -> Result<(Token, String)> {
@@ -116,16 +94,4 @@ pub(crate) fn revoke(ctx: &mut WriteCtx<'_>, id: &str) -> Result<Token> {
         return Err(Error::Conflict(format!("token {id} is already revoked")));
     }
     Ok(token)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secrets_compare_equal_only_when_identical() {
-        assert!(constant_time_eq(&hash("abc"), &hash("abc")));
-        assert!(!constant_time_eq(&hash("abc"), &hash("abd")));
-        assert!(!constant_time_eq("abc", "abcd"));
-    }
 }

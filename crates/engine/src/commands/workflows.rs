@@ -55,10 +55,8 @@ pub(super) fn store_workflow(
     let queues: Vec<String> = workflow
         .steps
         .iter()
-        .flat_map(|step| {
-            std::iter::once(step.handler().queue.clone())
-                .chain(step.compensate.as_ref().map(|c| c.queue.clone()))
-        })
+        .flat_map(|step| step.handler().into_iter().chain(step.compensate.as_ref()))
+        .map(|handler| handler.queue.clone())
         .collect();
     let stored = StoredWorkflow {
         namespace: namespace.to_owned(),

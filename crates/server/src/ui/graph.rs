@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use starbridge_api::TaskView;
-use starbridge_core::definition::Workflow;
+use starbridge_core::definition::{SleepSpec, StepKind, WaitStep, Workflow};
 use starbridge_core::model::{TaskKind, TaskStatus};
 
 use super::html::{Esc, url};
@@ -140,8 +140,17 @@ fn step_detail(workflow: &Workflow, index: usize) -> String {
     } else {
         ""
     };
-    let command = step.handler().command.lines().next().unwrap_or("");
-    format!("{fan_out}{} · {command}", step.handler().queue)
+    let what = match &step.kind {
+        StepKind::Task(handler) => {
+            let command = handler.command.lines().next().unwrap_or("");
+            format!("{} · {command}", handler.queue)
+        }
+        StepKind::Wait(WaitStep::Sleep(SleepSpec::For(duration))) => format!("sleep {duration}"),
+        StepKind::Wait(WaitStep::Sleep(SleepSpec::Until(_))) => "sleep until a time".to_owned(),
+        StepKind::Wait(WaitStep::Signal(name)) => format!("signal {name}"),
+        StepKind::Wait(WaitStep::Approval { .. }) => "approval".to_owned(),
+    };
+    format!("{fan_out}{what}")
 }
 
 fn edges_of(workflow: &Workflow) -> Vec<(usize, usize)> {

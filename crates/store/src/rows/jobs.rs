@@ -9,6 +9,7 @@ use starbridge_core::ids::JobId;
 use starbridge_core::model::{Job, JobLock, JobState, JobStatus, Task, WindDown};
 use starbridge_core::time::Timestamp;
 
+use super::signals::pending_signals;
 use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
 use super::{RowLock, RowWrite, enum_column, json_text, parse_json, ts};
 use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
@@ -16,7 +17,7 @@ use crate::{Error, JobFilter, Result};
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
      started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, lock_key, \
-     lock_slots";
+     lock_slots, signals_received";
 
 fn job_from_row(row: &mut Row) -> Result<RawJob> {
     Ok(RawJob {
@@ -38,6 +39,7 @@ fn job_from_row(row: &mut Row) -> Result<RawJob> {
         round: row.get(15)?,
         lock_key: row.get(16)?,
         lock_slots: row.get(17)?,
+        signals_received: row.get(18)?,
     })
 }
 
@@ -60,6 +62,7 @@ struct RawJob {
     round: u32,
     lock_key: Option<String>,
     lock_slots: Option<u32>,
+    signals_received: u32,
 }
 
 impl RawJob {
@@ -89,6 +92,7 @@ impl RawJob {
                 key,
                 slots: self.lock_slots.unwrap_or(1),
             }),
+            signals_received: self.signals_received,
         })
     }
 }
@@ -123,7 +127,12 @@ pub fn lock_job_state(conn: &mut dyn Conn, id: &JobId, lock: RowLock) -> Result<
         .into_iter()
         .map(RawTask::into_task)
         .collect::<Result<Vec<_>>>()?;
-    Ok(Some(JobState { job, tasks }))
+    let signals = pending_signals(conn, &job)?;
+    Ok(Some(JobState {
+        job,
+        tasks,
+        signals,
+    }))
 }
 
 /// Jobs with their tasks (those that exist, and with `RowLock::Skip` that no other node holds),
@@ -156,10 +165,13 @@ pub fn lock_job_states(conn: &mut dyn Conn, ids: &[JobId], lock: RowLock) -> Res
             let task = raw.into_task()?;
             tasks.entry(task.job_id.clone()).or_default().push(task);
         }
-        states.extend(jobs.into_iter().map(|job| JobState {
-            tasks: tasks.remove(&job.id).unwrap_or_default(),
-            job,
-        }));
+        for job in jobs {
+            states.push(JobState {
+                tasks: tasks.remove(&job.id).unwrap_or_default(),
+                signals: pending_signals(conn, &job)?,
+                job,
+            });
+        }
     }
     Ok(states)
 }
@@ -195,6 +207,7 @@ pub const JOB_WRITE: RowWrite = RowWrite {
         "round",
         "lock_key",
         "lock_slots",
+        "signals_received",
     ],
     upsert: Some((
         "id",
@@ -207,6 +220,7 @@ pub const JOB_WRITE: RowWrite = RowWrite {
             "compensation_planned",
             "completions",
             "round",
+            "signals_received",
         ],
     )),
 };
@@ -236,6 +250,7 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
         job.round,
         job.lock.as_ref().map(|lock| lock.key.as_str()),
         job.lock.as_ref().map(|lock| lock.slots),
+        job.signals_received,
     ]
     .iter()
     .map(SqlValue::of)
@@ -285,6 +300,7 @@ pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) 
     for id in &ids {
         for sql in [
             "DELETE FROM events WHERE job_id = ?1",
+            "DELETE FROM signals WHERE job_id = ?1",
             "DELETE FROM tasks WHERE job_id = ?1",
             "DELETE FROM lock_holders WHERE job_id = ?1",
             "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND next_attempt_at IS NULL",

@@ -1,7 +1,8 @@
 //! Mapping between core types and table rows, one file per table or concern, written once for
 //! both backends (see `db`): jobs (`jobs`), tasks with the claim's candidates (`tasks`), history
 //! (`events`), queues with their rate buckets (`queues`), workflow versions (`workflows`), lock
-//! slots (`locks`), lease and deadline timers (`timers`), namespaces (`namespaces`), the health
+//! slots (`locks`), lease, deadline and wait timers (`timers`), signals sent to jobs
+//! (`signals`), namespaces (`namespaces`), the health
 //! probe (`health`), schedules (`schedules`), webhook subscriptions (`webhooks`) and their
 //! outbox (`deliveries`), API tokens (`tokens`) and the audit log (`audit`). The rest of the
 //! store's SQL is in `stats`, `browse`, the backends and the migrations.
@@ -25,6 +26,7 @@ mod locks;
 mod namespaces;
 mod queues;
 pub mod schedules;
+mod signals;
 mod tasks;
 mod timers;
 pub mod tokens;
@@ -43,9 +45,10 @@ pub use jobs::{
 pub use locks::{first_queued, hold_lock, lock_holders, release_lock};
 pub use namespaces::ensure_namespace;
 pub use queues::{ensure_queue, list_queues, queue, save_bucket, save_queue};
+pub use signals::{consume_signal, insert_signal, pending_signals, signal_seen};
 pub use tasks::{
-    TASK_WRITE, claim_candidates, job_of_task, jobs_of_tasks, next_available, running_count,
-    task_values,
+    TASK_WRITE, claim_candidates, job_of_task, jobs_of_tasks, next_available, pending_approvals,
+    running_count, task_values,
 };
 pub use timers::{due_jobs, next_timer};
 pub use workflows::{

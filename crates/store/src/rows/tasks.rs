@@ -4,7 +4,7 @@
 
 use starbridge_core::dispatch::{Candidate, QueueConfig};
 use starbridge_core::ids::{JobId, TaskId};
-use starbridge_core::model::{Task, TaskKind, TaskStatus};
+use starbridge_core::model::{Task, TaskKind, TaskStatus, Wait, WaitFor};
 use starbridge_core::time::Timestamp;
 
 use super::{RowWrite, enum_column, opt_json_text, parse_json, ts};
@@ -14,7 +14,7 @@ use crate::{Error, Result};
 pub(super) const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queue, command, status, \
      priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, worker_id, \
      input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq, \
-     held, round, attempt_base";
+     held, round, attempt_base, wait, pending_outcome, callback";
 
 pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
     Ok(RawTask {
@@ -49,6 +49,9 @@ pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
         held: row.get(28)?,
         round: row.get(29)?,
         attempt_base: row.get(30)?,
+        wait: row.get(31)?,
+        pending_outcome: row.get(32)?,
+        callback: row.get(33)?,
     })
 }
 
@@ -84,6 +87,9 @@ pub(super) struct RawTask {
     held: bool,
     round: u32,
     attempt_base: u32,
+    wait: Option<String>,
+    pending_outcome: Option<String>,
+    callback: Option<String>,
 }
 
 impl RawTask {
@@ -113,10 +119,7 @@ impl RawTask {
             worker_id: self.worker_id,
             input: parse_json(self.input)?,
             output: parse_json(self.output)?,
-            error: self
-                .error
-                .map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
-                .transpose()?,
+            error: json_column(self.error)?,
             progress: parse_json(self.progress)?,
             logs: parse_json(self.logs)?,
             created_at: Timestamp(self.created_at),
@@ -127,8 +130,42 @@ impl RawTask {
             held: self.held,
             round: self.round,
             attempt_base: self.attempt_base,
+            wait: json_column(self.wait)?,
+            pending_outcome: json_column(self.pending_outcome)?,
+            callback: json_column(self.callback)?,
         })
     }
+}
+
+/// A column holding one of the task's structured fields as JSON.
+fn json_column<T: serde::de::DeserializeOwned>(text: Option<String>) -> Result<Option<T>> {
+    text.map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
+        .transpose()
+}
+
+/// The same field written as JSON.
+fn json_value<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
+    value.map(|value| serde_json::to_string(value).unwrap_or_default())
+}
+
+/// Tasks of a namespace waiting for approval, oldest first, with their job's workflow.
+pub fn pending_approvals(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    limit: u32,
+) -> Result<Vec<(Task, String)>> {
+    let sql = format!(
+        "SELECT {TASK_COLUMNS}, (SELECT workflow FROM jobs WHERE jobs.id = tasks.job_id) \
+         FROM tasks INDEXED BY tasks_waiting \
+         WHERE status = 'running' AND namespace = ?1 AND wait_kind = 'approval' ORDER BY id LIMIT ?2"
+    );
+    conn.query_map(&sql, args![namespace, limit], |row| {
+        let task = task_from_row(row)?;
+        Ok((task, row.get::<String>(34)?))
+    })?
+    .into_iter()
+    .map(|(task, workflow)| Ok((task.into_task()?, workflow)))
+    .collect()
 }
 
 /// The job of each of these tasks that exists.
@@ -197,6 +234,11 @@ pub const TASK_WRITE: RowWrite = RowWrite {
         "held",
         "round",
         "attempt_base",
+        "wait",
+        "wait_kind",
+        "wake_at",
+        "pending_outcome",
+        "callback",
     ],
     upsert: Some((
         "id",
@@ -221,16 +263,24 @@ pub const TASK_WRITE: RowWrite = RowWrite {
             "held",
             "round",
             "attempt_base",
+            "wait",
+            "wait_kind",
+            "wake_at",
+            "pending_outcome",
+            "callback",
         ],
     )),
 };
 
 /// A task's row, in the columns of `TASK_WRITE`.
 pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
-    let error = task
-        .error
-        .as_ref()
-        .map(|e| serde_json::to_string(e).unwrap_or_default());
+    let error = json_value(task.error.as_ref());
+    let wait_kind = task.wait.as_ref().map(|wait| match wait.on {
+        WaitFor::Sleep { .. } => "sleep",
+        WaitFor::Signal { .. } => "signal",
+        WaitFor::Approval { .. } => "approval",
+        WaitFor::Callback { .. } => "callback",
+    });
     args![
         task.id.as_str(),
         task.job_id.as_str(),
@@ -264,6 +314,11 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         task.held,
         task.round,
         task.attempt_base,
+        json_value(task.wait.as_ref()),
+        wait_kind,
+        task.wait.as_ref().and_then(Wait::wake_at).map(|t| t.0),
+        json_value(task.pending_outcome.as_ref()),
+        json_value(task.callback.as_ref()),
     ]
     .iter()
     .map(SqlValue::of)

@@ -6,8 +6,8 @@ use serde_json::json;
 use starbridge_core::dispatch::{Bucket, QueueConfig, QueueMode, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{
-    ErrorKind, Event, EventKind, Job, JobLock, JobStatus, Task, TaskError, TaskKind, TaskStatus,
-    WindDown,
+    CallbackAnswer, CallbackCallKind, CallbackGrant, ErrorKind, Event, EventKind, Job, JobLock,
+    JobStatus, Outcome, Signal, Task, TaskError, TaskKind, TaskStatus, Wait, WaitFor, WindDown,
 };
 use starbridge_core::schedule::{CatchUp, Overlap};
 use starbridge_core::time::{Duration, Timestamp};
@@ -96,6 +96,7 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    waits_and_signals_read_back_and_waits_fall_due,
     a_job_reads_back_with_its_tasks_and_events,
     claim_candidates_come_in_dispatch_order,
     queue_settings_and_buckets_read_back,
@@ -125,6 +126,7 @@ fn job(unique: &str, created_at: Timestamp) -> Job {
         completions: 0,
         round: 0,
         lock: None,
+        signals_received: 0,
     }
 }
 
@@ -162,6 +164,9 @@ fn task(job: &Job, seq: u32, queue: &str, priority: i32, available_at: Timestamp
         held: false,
         round: 0,
         attempt_base: 0,
+        wait: None,
+        pending_outcome: None,
+        callback: None,
     }
 }
 
@@ -292,6 +297,78 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
             .unwrap()
             .is_empty()
     );
+}
+
+fn waits_and_signals_read_back_and_waits_fall_due(db: &mut Db) {
+    let mut job = job("waits", NOW);
+    job.signals_received = 2;
+    let mut sleeping = task(&job, 1, "", 0, NOW);
+    sleeping.status = TaskStatus::Running;
+    sleeping.wait = Some(Wait {
+        since: NOW,
+        on: WaitFor::Sleep { until: later(500) },
+    });
+    let mut awaiting = task(&job, 2, "q", 0, NOW);
+    awaiting.status = TaskStatus::Running;
+    awaiting.attempt = 1;
+    awaiting.wait = Some(Wait {
+        since: NOW,
+        on: WaitFor::Callback {
+            until: later(300),
+            timeout: Duration::from_secs(60),
+        },
+    });
+    awaiting.callback = Some(CallbackGrant {
+        attempt: 1,
+        round: 0,
+        hash: "abc".to_owned(),
+        answered: Some(CallbackAnswer {
+            call: CallbackCallKind::Complete,
+            digest: "d".to_owned(),
+        }),
+    });
+    let mut approval = task(&job, 3, "", 0, NOW);
+    approval.status = TaskStatus::Running;
+    approval.held = true;
+    approval.wait = Some(Wait {
+        since: NOW,
+        on: WaitFor::Approval {
+            prompt: "go?".to_owned(),
+        },
+    });
+    approval.pending_outcome = Some(Outcome::Succeeded(json!({"approved": true})));
+    let tasks = [sleeping, awaiting, approval];
+    db.insert(&job, &tasks, &[]);
+    let conn = &mut db.conn;
+    let signal = |seq: u32, name: &str, id: Option<&str>| Signal {
+        seq,
+        name: name.to_owned(),
+        payload: json!({"n": seq}),
+        id: id.map(str::to_owned),
+        sender: "tester".to_owned(),
+        received_at: later(i64::from(seq)),
+    };
+    insert_signal(conn, &job, &signal(0, "go", Some("first"))).unwrap();
+    insert_signal(conn, &job, &signal(1, "stop", None)).unwrap();
+    consume_signal(conn, &job.id, 0, &tasks[0].id).unwrap();
+
+    let state = load_job_state(conn, &job.id).unwrap().unwrap();
+    assert_eq!(state.tasks, tasks);
+    assert_eq!(
+        state.signals,
+        [signal(1, "stop", None)],
+        "only those not taken"
+    );
+    assert!(signal_seen(conn, &job.id, "first").unwrap());
+    assert!(!signal_seen(conn, &job.id, "second").unwrap());
+    assert_eq!(next_timer(conn).unwrap(), Some(later(300)));
+    assert!(due_jobs(conn, later(299), 10).unwrap().is_empty());
+    assert_eq!(
+        pending_approvals(conn, "default", 10).unwrap(),
+        [(tasks[2].clone(), "wf".to_owned())]
+    );
+    assert!(pending_approvals(conn, "other", 10).unwrap().is_empty());
+    assert_eq!(due_jobs(conn, later(300), 10).unwrap(), [job.id.clone()]);
 }
 
 fn claim_candidates_come_in_dispatch_order(db: &mut Db) {

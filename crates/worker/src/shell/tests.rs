@@ -24,6 +24,7 @@ fn task(command: &str, input: Value) -> TaskContext {
         lease_expires_at: timestamp_from_millis(0),
         lease_ms: 30_000,
         progress: None,
+        callback_token: "sbc_1".to_owned(),
     })
 }
 
