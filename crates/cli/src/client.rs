@@ -62,7 +62,7 @@ fn print_json<T: serde::Serialize>(value: &T) -> Result<()> {
 }
 
 /// Prints `value` as JSON with `-o json`, else as `human` renders it.
-fn show<T: serde::Serialize>(
+pub(crate) fn show<T: serde::Serialize>(
     context: &Context,
     value: &T,
     human: impl FnOnce(&T),
@@ -422,7 +422,7 @@ fn actor() -> String {
 }
 
 /// Prints the state a job is in after an operator action.
-fn operated(context: &Context, job: &api::JobView) -> Result<ExitCode> {
+pub(crate) fn operated(context: &Context, job: &api::JobView) -> Result<ExitCode> {
     show(context, job, |job| {
         println!("job {} is {}", job.summary.id, job.summary.status);
     })

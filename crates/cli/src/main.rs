@@ -5,6 +5,7 @@
 mod client;
 mod local;
 mod output;
+mod waits;
 
 /// The process's allocator (see the workspace's `Cargo.toml` for why).
 #[global_allocator]
@@ -106,6 +107,14 @@ enum Command {
     Skip(client::SkipArgs),
     /// Run a step of a finished job again, with everything downstream of it.
     Rerun(client::RerunArgs),
+    /// List the steps waiting for approval.
+    Approvals,
+    /// Approve a step waiting for approval: it succeeds.
+    Approve(waits::DecisionArgs),
+    /// Reject a step waiting for approval: it fails, and the job winds down.
+    Reject(waits::DecisionArgs),
+    /// Send a signal to a job: a step waiting for it takes it, or the job keeps it.
+    Signal(waits::SignalArgs),
     /// List queues with their settings, depth and oldest wait.
     Queues,
     /// Change a queue's settings, or pause or resume it.
@@ -176,6 +185,10 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Cancel(ref args) => client::cancel(&context()?, args).await,
         Command::Skip(ref args) => client::skip(&context()?, args).await,
         Command::Rerun(ref args) => client::rerun(&context()?, args).await,
+        Command::Approvals => waits::approvals(&context()?).await,
+        Command::Approve(ref args) => waits::decide(&context()?, args, true).await,
+        Command::Reject(ref args) => waits::decide(&context()?, args, false).await,
+        Command::Signal(ref args) => waits::signal(&context()?, args).await,
         Command::Queues => client::queues(&context()?).await,
         Command::Queue(ref command) => client::queue(&context()?, command).await,
         Command::Schedules => client::schedules(&context()?).await,

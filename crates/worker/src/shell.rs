@@ -14,7 +14,8 @@
 //! - The task input is written as JSON (one line) to the command's stdin and is also in the
 //!   environment variable `STARBRIDGE_INPUT` (the OS limits the size of one variable — about
 //!   128 KiB on Linux — so read stdin for large inputs). Also set: `STARBRIDGE_TASK_ID`,
-//!   `STARBRIDGE_JOB_ID`, `STARBRIDGE_STEP`, `STARBRIDGE_ATTEMPT`, `STARBRIDGE_IDEMPOTENCY_KEY`.
+//!   `STARBRIDGE_JOB_ID`, `STARBRIDGE_STEP`, `STARBRIDGE_ATTEMPT`, `STARBRIDGE_IDEMPOTENCY_KEY`,
+//!   and `STARBRIDGE_CALLBACK_TOKEN` (the attempt's callback token, a secret: see exit 76).
 //!   Each top-level scalar field of an object input is also exported as `INPUT_<NAME>` (upper
 //!   case, other characters as `_`): `{"size_gb": 20}` gives `INPUT_SIZE_GB=20`.
 //! - stdout and stderr are captured, each kept to its last [`DEFAULT_MAX_OUTPUT_BYTES`]
@@ -27,6 +28,11 @@
 //!   milliseconds taken from a last-line JSON object `{"after_ms": N, …}` (default 5000); the
 //!   whole object is recorded as the task's progress, which the next run sees as
 //!   `TaskContext::progress` (not passed to the command).
+//! - Exit 76 → await a callback: the command handed the work to another system, giving it
+//!   `STARBRIDGE_CALLBACK_TOKEN`; that system finishes the attempt with
+//!   `POST /api/v1/callbacks/{token}/complete` (or `/fail`, `/heartbeat`). The worker lets go
+//!   of the task; a last-line JSON object `{"timeout_ms": N}` bounds the wait (default: the
+//!   step's per-attempt timeout).
 //! - Any other exit → a retryable failure `command exited with status N: <last stderr line>`,
 //!   non-retryable when the last stdout line is a JSON object with `"retryable": false`.
 //! - Killed by a signal → a retryable failure naming the signal.
@@ -55,6 +61,9 @@ use crate::worker::AbortOnDrop;
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 64 * 1024;
 /// The exit status that asks to check later (`EX_TEMPFAIL` from `sysexits.h`).
 pub const EXIT_CHECK_LATER: i32 = 75;
+/// The exit status that hands the attempt to another system, which finishes it through the
+/// callback token.
+pub const EXIT_AWAIT_CALLBACK: i32 = 76;
 /// The check-later delay when the command gives no `after_ms`.
 pub const DEFAULT_CHECK_LATER_AFTER: Duration = Duration::from_millis(5000);
 /// How long output is still read after the command exited, when a background process keeps the
@@ -154,6 +163,7 @@ impl ShellExecutor {
             .env("STARBRIDGE_STEP", task.step())
             .env("STARBRIDGE_ATTEMPT", task.attempt().to_string())
             .env("STARBRIDGE_IDEMPOTENCY_KEY", task.idempotency_key())
+            .env("STARBRIDGE_CALLBACK_TOKEN", task.callback_token())
             .envs(input_variables(task.input()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -421,6 +431,13 @@ fn interpret(
                 progress: object.map(Value::Object),
             }
         }
+        (Some(EXIT_AWAIT_CALLBACK), _) => Outcome::AwaitCallback {
+            timeout: object
+                .as_ref()
+                .and_then(|object| object.get("timeout_ms"))
+                .and_then(Value::as_u64)
+                .map(Duration::from_millis),
+        },
         (Some(code), _) => {
             let message = match last_line(&stderr.text) {
                 Some(line) => format!(

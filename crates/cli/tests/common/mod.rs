@@ -2,7 +2,11 @@
 //! some of them.
 #![allow(dead_code)]
 
-use std::process::Child;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
 
 /// A loopback port nothing listens on at the moment.
 pub(crate) fn free_port() -> u16 {
@@ -102,4 +106,177 @@ pub(crate) async fn webhook_deliveries(
         .json()
         .await
         .unwrap()
+}
+
+/// A `starbridge server` process on a SQLite file of a temporary folder, with worker
+/// processes, restartable (`kill_server` is a kill -9), and an HTTP client for its API.
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
+/// How long a test waits for a job before declaring it stuck (a liveness bound, not a benchmark).
+pub(crate) const STUCK: Duration = Duration::from_secs(90);
+
+pub(crate) struct Harness {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) port: u16,
+    pub(crate) url: String,
+    pub(crate) server: Option<Child>,
+    pub(crate) workers: Vec<Child>,
+    pub(crate) http: reqwest::Client,
+}
+
+impl Harness {
+    pub(crate) async fn start() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        // reqwest is built without a default crypto provider: the process chooses `ring`.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut harness = Harness {
+            url: format!("http://127.0.0.1:{port}"),
+            dir,
+            port,
+            server: None,
+            workers: Vec::new(),
+            http: reqwest::Client::new(),
+        };
+        harness.start_server().await;
+        harness
+    }
+
+    pub(crate) fn database(&self) -> PathBuf {
+        self.dir.path().join("e2e.db")
+    }
+
+    pub(crate) async fn start_server(&mut self) {
+        let child = Command::new(BIN)
+            .args(["server", "--listen", &format!("127.0.0.1:{}", self.port)])
+            // The webhook test's receiver listens on loopback, which webhooks may not reach
+            // by default.
+            .args(["--webhook-allow", "127.0.0.1"])
+            .arg("--database")
+            .arg(format!("sqlite://{}", self.database().display()))
+            .env("STARBRIDGE_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.server = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(response) = self.http.get(format!("{}/healthz", self.url)).send().await
+                && response.status().is_success()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "server did not become healthy");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub(crate) fn kill_server(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            server.kill().unwrap(); // SIGKILL: no shutdown code runs
+            server.wait().unwrap();
+        }
+    }
+
+    pub(crate) fn start_worker(&mut self, name: &str, queue: &str) -> usize {
+        let child = Command::new(BIN)
+            .args([
+                "worker",
+                "--queue",
+                queue,
+                "--worker-id",
+                name,
+                "--server",
+                &self.url,
+            ])
+            .env("STARBRIDGE_LOG", "warn")
+            .env("E2E_DIR", self.dir.path())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.workers.push(child);
+        self.workers.len() - 1
+    }
+
+    pub(crate) fn kill_worker(&mut self, index: usize) {
+        self.workers[index].kill().unwrap();
+        self.workers[index].wait().unwrap();
+    }
+
+    pub(crate) async fn apply(&self, name: &str, yaml: &str) {
+        apply_yaml(&self.http, &self.url, name, yaml).await;
+    }
+
+    pub(crate) async fn submit(&self, workflow: &str, params: Value) -> String {
+        let response: Value = self
+            .http
+            .post(format!("{}/api/v1/jobs", self.url))
+            .json(&json!({"workflow": workflow, "params": params}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        response["id"].as_str().expect("job id").to_owned()
+    }
+
+    pub(crate) async fn events(&self, id: &str) -> Vec<Value> {
+        let list: Value = self
+            .http
+            .get(format!("{}/api/v1/jobs/{id}/events", self.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list["items"].as_array().unwrap().clone()
+    }
+
+    pub(crate) async fn wait_for_end(&self, id: &str) -> Value {
+        let deadline = Instant::now() + STUCK;
+        loop {
+            if let Ok(response) = self
+                .http
+                .get(format!("{}/api/v1/jobs/{id}", self.url))
+                .send()
+                .await
+                && let Ok(job) = response.json::<Value>().await
+            {
+                let status = job["status"].as_str().unwrap_or("");
+                if [
+                    "succeeded",
+                    "failed",
+                    "compensation_failed",
+                    "cancelled",
+                    "timed_out",
+                ]
+                .contains(&status)
+                {
+                    return job;
+                }
+                assert!(Instant::now() < deadline, "job stuck: {job:#}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub(crate) fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(args)
+            .args(["--server", &self.url])
+            .env("STARBRIDGE_LOG", "warn")
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for worker in &mut self.workers {
+            let _ = worker.kill();
+            let _ = worker.wait();
+        }
+        self.kill_server();
+    }
 }

@@ -106,6 +106,22 @@ async fn exit_75_checks_later_after_the_given_ms_with_the_object_as_progress() {
 }
 
 #[tokio::test]
+async fn exit_76_awaits_a_callback_with_the_token_in_the_environment() {
+    let result = run(
+        r#"test "$STARBRIDGE_CALLBACK_TOKEN" = sbc_1 && echo '{"timeout_ms": 9000}' && exit 76"#,
+    )
+    .await;
+    assert_eq!(
+        result.outcome,
+        Outcome::AwaitCallback {
+            timeout: Some(Duration::from_millis(9000))
+        }
+    );
+    let result = run("exit 76").await;
+    assert_eq!(result.outcome, Outcome::AwaitCallback { timeout: None });
+}
+
+#[tokio::test]
 async fn input_is_on_stdin_and_in_the_environment() {
     let script = r#"read -r line
 printf '{"stdin": %s, "env": %s, "task": "%s", "job": "%s", "step": "%s", "attempt": %s, "key": "%s"}\n' \
