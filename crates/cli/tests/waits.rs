@@ -91,7 +91,9 @@ steps:
     )
     .await;
     let made = Command::new(BIN)
-        .args(["token", "create", "worker", "--scope", "work", "--server", &url])
+        .args([
+            "token", "create", "worker", "--scope", "work", "--server", &url,
+        ])
         .env("STARBRIDGE_TOKEN", &admin)
         .output()
         .unwrap();

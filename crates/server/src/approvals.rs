@@ -43,7 +43,16 @@ async fn list(
     state
         .limits
         .count(Limit::Page, "limit", u64::from(limit), "items")?;
-    let pending = state.engine.pending_approvals(&namespace, limit).await?;
+    Ok(Json(list_of(&state, &namespace, limit).await?))
+}
+
+/// The approvals of `namespace` waiting for a decision, oldest first (at most `limit`).
+pub(crate) async fn list_of(
+    state: &AppState,
+    namespace: &str,
+    limit: u32,
+) -> ApiResult<api::ApprovalList> {
+    let pending = state.engine.pending_approvals(namespace, limit).await?;
     let items = pending
         .into_iter()
         .filter_map(|(task, workflow)| {
@@ -63,7 +72,7 @@ async fn list(
             })
         })
         .collect();
-    Ok(Json(api::ApprovalList { items }))
+    Ok(api::ApprovalList { items })
 }
 
 async fn approve(

@@ -699,6 +699,65 @@ async fn skipping_a_failed_task_with_an_edited_output_lets_the_job_go_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_approves_a_waiting_step_from_the_approvals_page() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "migrate",
+                json!({"steps": [
+                    {"id": "ask", "approval": {"prompt": "Migrate cluster eu-1 now?"}},
+                    {"id": "run", "queue": "ui", "command": "migrate"}
+                ]}),
+            )
+            .await;
+        let job = setup.submit("migrate").await;
+        let view = setup
+            .call(reqwest::Method::GET, &format!("/api/v1/jobs/{job}"), Value::Null)
+            .await;
+        let task = view["tasks"][0]["id"].as_str().unwrap().to_owned();
+        browser.open(&format!("{}/ui/approvals", setup.base)).await;
+        browser
+            .wait_for(
+                "the prompt listed",
+                "return document.getElementById('approvals').textContent.includes('Migrate cluster eu-1 now?')",
+                json!(true),
+            )
+            .await;
+        browser.screenshot("approvals").await;
+        browser.click(&format!("#approve-{task}")).await;
+        browser
+            .wait_for(
+                "the comment asked for",
+                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
+                json!("comment"),
+            )
+            .await;
+        browser.type_into("#act-comment", "window agreed with the owners").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for(
+                "the approval gone from the list",
+                "return document.getElementById('approvals').textContent.includes('Nothing waits')",
+                json!(true),
+            )
+            .await;
+        let view = setup
+            .call(reqwest::Method::GET, &format!("/api/v1/jobs/{job}"), Value::Null)
+            .await;
+        let ask = &view["tasks"][0];
+        assert_eq!(ask["status"], "succeeded", "{view:#}");
+        assert_eq!(ask["output"]["approved"], true);
+        assert_eq!(ask["output"]["comment"], "window agreed with the owners");
+        assert_eq!(view["tasks"][1]["status"], "ready");
+        browser.open(&format!("{}/ui/jobs/{job}", setup.base)).await;
+        browser
+            .wait_for("ask shown succeeded", &node_state("ask"), shown("succeeded"))
+            .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_jobs_list_counts_filters_and_pages_through_many_jobs() {
     with_browser(|browser, setup| async move {
         setup

@@ -8,6 +8,7 @@
 //! store; what they show is built by the pure modules: `pages` (HTML), `graph` and `layout`
 //! (DAG drawing and DOT), `diff` (version changes) and `form` (params form).
 
+mod approvals;
 mod diff;
 mod form;
 mod graph;
@@ -77,6 +78,7 @@ pub(crate) fn router(app: AppState, closing: watch::Receiver<bool>) -> Router {
         .route("/ui/workflows/{name}/graph.svg", get(workflow_svg))
         .route("/ui/queues", get(queues_page))
         .route("/ui/schedules", get(schedules_page))
+        .route("/ui/approvals", get(approvals_page))
         .route("/ui/assets/app.css", get(css))
         .route("/ui/assets/app.js", get(js))
         .with_state(UiState { app, closing })
@@ -655,6 +657,22 @@ async fn schedules_page(
         &namespace,
         Live::Every(REFRESH_MS),
         &body,
+    )))
+}
+
+async fn approvals_page(
+    State(ui): State<UiState>,
+    Query(query): Query<NsQuery>,
+) -> Result<Response> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let api::ApprovalList { items } =
+        crate::approvals::list_of(&ui.app, &namespace.0, ui.app.limits.page_size).await?;
+    Ok(html(pages::page(
+        "Approvals",
+        Section::Approvals,
+        &namespace,
+        Live::Every(REFRESH_MS),
+        &approvals::page(&namespace, &items),
     )))
 }
 

@@ -49,6 +49,7 @@ pub(crate) enum Section {
     Workflows,
     Queues,
     Schedules,
+    Approvals,
 }
 
 /// What makes a page refresh itself: nothing, a periodic re-read, or a server-sent event stream.
@@ -66,6 +67,7 @@ pub(crate) fn page(title: &str, section: Section, ns: &Ns, live: Live, body: &st
         (Section::Workflows, "Workflows", "/ui/workflows"),
         (Section::Queues, "Queues and workers", "/ui/queues"),
         (Section::Schedules, "Schedules", "/ui/schedules"),
+        (Section::Approvals, "Approvals", "/ui/approvals"),
     ] {
         let current = if item == section {
             r#" aria-current="page""#
@@ -111,6 +113,7 @@ const DIALOG: &str = r#"<dialog id="act" aria-labelledby="act-title"><form metho
 <div class="field" data-field="step"><label for="act-step">Step to run again (with everything after it)</label><select id="act-step" name="step"></select></div>
 <div class="field" data-field="output"><label for="act-output">Output of the skipped task (JSON)</label><textarea id="act-output" name="output" rows="6" spellcheck="false">{}</textarea></div>
 <div class="field" data-field="compensate"><label><input type="checkbox" id="act-compensate" name="compensate"> Undo finished steps first (compensate)</label></div>
+<div class="field" data-field="comment"><label for="act-comment">Comment (recorded in the history)</label><input id="act-comment" name="comment" type="text" maxlength="4096"></div>
 <div class="field" data-field="reason"><label for="act-reason">Reason (recorded in the history)</label><input id="act-reason" name="reason" type="text" maxlength="1024"></div>
 <p id="act-error" class="error" role="alert"></p>
 <div class="buttons"><button type="button" id="act-cancel">Back</button><button type="submit" id="act-ok" class="primary">Confirm</button></div>
@@ -555,6 +558,14 @@ fn task_details(job: &str, task: &TaskView, open: bool) -> String {
             r#"<p class="waiting"><b>Why it waits:</b> {}</p>"#,
             Esc(reason)
         );
+    }
+    if let Some(approval) = task.waiting_for.as_ref().and_then(|w| w.approval.as_ref()) {
+        let _ = write!(
+            out,
+            r#"<p class="prompt"><b>Approval asked:</b> {}</p>"#,
+            Esc(&approval.prompt)
+        );
+        out.push_str(&super::approvals::decision_buttons(job, &task.id, &name));
     }
     if let Some(error) = &task.error {
         let _ = write!(

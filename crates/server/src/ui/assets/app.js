@@ -120,6 +120,7 @@
       steps.append(new Option(step, step));
     }
     document.getElementById("act-reason").value = "";
+    document.getElementById("act-comment").value = "";
     document.getElementById("act-compensate").checked = false;
     dialog.showModal();
     const first = dialog.querySelector("[data-field]:not([hidden]) textarea, [data-field]:not([hidden]) select, [data-field]:not([hidden]) input");
@@ -159,6 +160,10 @@
     if (reason) body.reason = reason;
     if (fields.includes("compensate")) body.compensate = document.getElementById("act-compensate").checked;
     if (fields.includes("step")) body.step = document.getElementById("act-step").value;
+    if (fields.includes("comment")) {
+      const comment = document.getElementById("act-comment").value.trim();
+      if (comment) body.comment = comment;
+    }
     if (fields.includes("output")) {
       const text = document.getElementById("act-output").value.trim();
       try {
