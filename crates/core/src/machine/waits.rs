@@ -353,7 +353,7 @@ impl Machine<'_> {
         self.record(
             EventKind::TaskAwaitingCallback,
             Some(index),
-            json!({"until": until.to_rfc3339(), "timeout_ms": timeout.as_millis()}),
+            json!({"until": until, "timeout_ms": timeout.as_millis()}),
         );
         Ok(())
     }
@@ -456,13 +456,14 @@ fn callback_end(now: Timestamp, timeout: Duration, deadline: Option<Timestamp>) 
     deadline.map_or(until, |deadline| until.min(deadline))
 }
 
-/// The history detail of a task that starts waiting: what it waits for.
+/// The history detail of a task that starts waiting: what it waits for (times in Unix
+/// milliseconds, as in every event's detail).
 fn waiting_detail(wait: Option<&Wait>) -> Value {
     match wait.map(|wait| &wait.on) {
-        Some(WaitFor::Sleep { until }) => json!({"sleep_until": until.to_rfc3339()}),
+        Some(WaitFor::Sleep { until }) => json!({"sleep_until": until}),
         Some(WaitFor::Signal { name }) => json!({"signal": name}),
         Some(WaitFor::Approval { prompt }) => json!({"approval": {"prompt": prompt}}),
-        Some(WaitFor::Callback { until, .. }) => json!({"callback": {"until": until.to_rfc3339()}}),
+        Some(WaitFor::Callback { until, .. }) => json!({"callback": {"until": until}}),
         None => Value::Null,
     }
 }
