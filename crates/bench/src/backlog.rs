@@ -28,15 +28,15 @@ use super::workloads::{Checked, Figures, check};
 
 /// Most tasks claimed and completed per measurement (each worker count, each store state); a
 /// smaller `--jobs` measures that many.
-const SAMPLE: usize = 2000;
+pub(super) const SAMPLE: usize = 2000;
 /// Jobs per submit request while filling the store.
 const FILL_BATCH: usize = 1000;
 /// Measuring worker counts.
-const WORKER_COUNTS: [usize; 2] = [1, 8];
+pub(super) const WORKER_COUNTS: [usize; 2] = [1, 8];
 
 /// Claim, complete and both, over one measurement.
 #[derive(Default)]
-struct Sample {
+pub(super) struct Sample {
     claim: Latencies,
     complete: Latencies,
     both: Latencies,
@@ -44,9 +44,20 @@ struct Sample {
 
 /// Submits `count` one-step jobs, `FILL_BATCH` per request.
 async fn fill(bench: &Bench, args: &BenchArgs, count: usize, label: &str) -> Result<Submission> {
+    fill_with(bench, args, "bench_single", count, label).await
+}
+
+/// Submits `count` jobs of `workflow`, `FILL_BATCH` per request.
+pub(super) async fn fill_with(
+    bench: &Bench,
+    args: &BenchArgs,
+    workflow: &str,
+    count: usize,
+    label: &str,
+) -> Result<Submission> {
     submit_jobs(
         &bench.api,
-        "bench_single",
+        workflow,
         count,
         args.submitters,
         Sending::Batch(FILL_BATCH),
@@ -56,7 +67,7 @@ async fn fill(bench: &Bench, args: &BenchArgs, count: usize, label: &str) -> Res
 }
 
 /// Submits `sample_size` jobs, then claims and completes them with `workers` measuring workers.
-async fn measure(
+pub(super) async fn measure(
     bench: &Bench,
     args: &BenchArgs,
     workers: usize,
@@ -138,7 +149,7 @@ async fn measuring_worker(
     Ok(())
 }
 
-fn summaries(sample: &Sample, store: &str, workers: usize) -> Vec<LatencySummary> {
+pub(super) fn summaries(sample: &Sample, store: &str, workers: usize) -> Vec<LatencySummary> {
     let key = |what: &str| format!("{what}_{store}_{workers}w");
     let label = |what: &str| format!("{what}, {store} store, {workers} worker(s)");
     vec![

@@ -335,10 +335,20 @@ impl Api {
         &self,
         status: Option<api::JobStatus>,
     ) -> Result<Vec<api::JobSummary>> {
+        self.list_jobs_of(None, status).await
+    }
+
+    /// Every job of the namespace (of `workflow`, with `status`, when given), page by page.
+    pub(crate) async fn list_jobs_of(
+        &self,
+        workflow: Option<&str>,
+        status: Option<api::JobStatus>,
+    ) -> Result<Vec<api::JobSummary>> {
         let mut jobs = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
             let query = api::JobListQuery {
+                workflow: workflow.map(str::to_owned),
                 status: status.map(api::Open::Known),
                 limit: Some(PAGE),
                 cursor: cursor.take(),

@@ -16,6 +16,7 @@
 mod backlog;
 mod harness;
 mod report;
+mod sleepers;
 mod stats;
 mod verify;
 mod workloads;
@@ -37,11 +38,13 @@ pub struct BenchArgs {
     /// What to run: `single` (one-step jobs: submit rate, drain rate, end to end at a fixed
     /// rate), `chain` (10 sequential steps per job) or `fanout` (a root, 100 parallel children,
     /// a join) or `backlog` (claim and complete latency with 1 and 8 workers on an empty store,
-    /// then on one holding --jobs finished and --jobs ready tasks).
+    /// then on one holding --jobs finished and --jobs ready tasks) or `sleepers` (the same
+    /// claim and complete latency on an empty store and on one holding --jobs sleeping jobs,
+    /// then the wake lag of 10000 sleeps ending at one instant).
     #[arg(long, value_enum, default_value = "single")]
     workload: Workload,
     /// Jobs to run (default: 100000 single, 500 chain, 50 fanout; backlog: 1000000 finished
-    /// and as many ready).
+    /// and as many ready; sleepers: 1000000 sleeping).
     #[arg(long)]
     jobs: Option<usize>,
     /// Concurrent HTTP clients submitting jobs.
@@ -102,6 +105,7 @@ pub(crate) enum Workload {
     Chain,
     Fanout,
     Backlog,
+    Sleepers,
 }
 
 impl Workload {
@@ -111,6 +115,7 @@ impl Workload {
             Workload::Chain => "chain",
             Workload::Fanout => "fanout",
             Workload::Backlog => "backlog",
+            Workload::Sleepers => "sleepers",
         }
     }
 
@@ -120,6 +125,7 @@ impl Workload {
             Workload::Chain => 500,
             Workload::Fanout => 50,
             Workload::Backlog => 1_000_000,
+            Workload::Sleepers => 1_000_000,
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The correctness check run after each workload, through the HTTP API and the handlers' record:
 //! every job submitted ended `succeeded`, every task ran exactly once.
 //!
-//! - The namespace's jobs are counted by status (paging `GET /api/v1/jobs` with `next_cursor`),
-//!   and again filtered with `?status=succeeded`; every job listed must be one the benchmark
-//!   submitted and vice versa.
+//! - The namespace's jobs (of one workflow, when the workload leaves others unfinished on
+//!   purpose) are counted by status (paging `GET /api/v1/jobs` with `next_cursor`), and again
+//!   filtered with `?status=succeeded`; every job listed must be one the benchmark submitted to
+//!   be checked and vice versa.
 //! - Every job is read with its tasks: the job and each task `succeeded`, each dispatched task on
 //!   attempt 1, no compensation, as many dispatched tasks as the workflow has.
 //! - The handlers' record: no task invoked more than once for an attempt, none with attempt > 1,
@@ -64,7 +65,8 @@ impl Anomalies {
     }
 }
 
-/// Checks the jobs `submitted` (ids), each expected to have run `dispatched_per_job` tasks.
+/// Checks the jobs `submitted` (ids), each expected to have run `dispatched_per_job` tasks;
+/// with `workflow`, only that workflow's jobs of the namespace are listed.
 pub(crate) async fn verify(
     api: &Api,
     recorder: &Recorder,
@@ -72,6 +74,7 @@ pub(crate) async fn verify(
     submit_errors: &[String],
     dispatched_per_job: usize,
     readers: usize,
+    workflow: Option<&str>,
 ) -> Result<Verified> {
     let mut anomalies = Anomalies::default();
     for error in submit_errors {
@@ -86,7 +89,7 @@ pub(crate) async fn verify(
     }
 
     // Counted by status, from the list.
-    let listed = api.list_jobs(None).await?;
+    let listed = api.list_jobs_of(workflow, None).await?;
     let mut jobs_by_status: BTreeMap<String, u64> = BTreeMap::new();
     let mut listed_ids: HashSet<&str> = HashSet::new();
     for job in &listed {
@@ -113,7 +116,9 @@ pub(crate) async fn verify(
             anomalies.add(format!("{count} jobs are {status}"));
         }
     }
-    let succeeded = api.list_jobs(Some(JobStatus::Succeeded)).await?;
+    let succeeded = api
+        .list_jobs_of(workflow, Some(JobStatus::Succeeded))
+        .await?;
     let listed_succeeded = jobs_by_status.get(succeeded_text).copied().unwrap_or(0);
     if succeeded.len() as u64 != listed_succeeded {
         anomalies.add(format!(

@@ -90,7 +90,7 @@ pub(crate) async fn run(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<
         Workload::Single => ("bench_single", single_definition()),
         Workload::Chain => ("bench_chain", chain_definition()),
         Workload::Fanout => ("bench_fanout", fanout_definition()),
-        Workload::Backlog => ("bench_single", single_definition()),
+        Workload::Backlog | Workload::Sleepers => ("bench_single", single_definition()),
     };
     bench.api.apply(name, &definition).await?;
     let before = bench.database.size();
@@ -99,16 +99,29 @@ pub(crate) async fn run(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<
         Workload::Chain => chain(bench, args, jobs).await?,
         Workload::Fanout => fanout(bench, args, jobs).await?,
         Workload::Backlog => super::backlog::backlog(bench, args, jobs).await?,
+        Workload::Sleepers => super::sleepers::sleepers(bench, args, jobs).await?,
     };
     Ok(report(bench, args, before, figures, checked))
 }
 
-/// Reads the sizes and memory, then checks every job.
+/// Reads the sizes and memory, then checks every job of the namespace.
 pub(super) async fn check(
     bench: &Bench,
     args: &BenchArgs,
     submitted: &[&Submission],
     tasks_per_job: usize,
+) -> Result<Checked> {
+    check_workflow(bench, args, submitted, tasks_per_job, None).await
+}
+
+/// Reads the sizes and memory, then checks every job of the namespace, or with `workflow`
+/// every job of that workflow.
+pub(super) async fn check_workflow(
+    bench: &Bench,
+    args: &BenchArgs,
+    submitted: &[&Submission],
+    tasks_per_job: usize,
+    workflow: Option<&str>,
 ) -> Result<Checked> {
     let after = bench.database.size();
     let peak_rss = bench.usage().await?.server_peak_rss;
@@ -129,6 +142,7 @@ pub(super) async fn check(
         &errors,
         tasks_per_job,
         args.submitters,
+        workflow,
     )
     .await?;
     Ok(Checked {

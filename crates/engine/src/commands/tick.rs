@@ -6,20 +6,30 @@ use starbridge_core::model::Input;
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
-use super::{apply, load_job, workflow_of};
+use super::{apply, workflow_of};
 
 /// Handles every lapsed lease and passed deadline due at `ctx.now`; returns how many jobs moved.
 pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
     crate::commands::schedules::fire_due(ctx)?;
     let due = rows::due_jobs(ctx.conn, ctx.now, u32::try_from(limit).unwrap_or(u32::MAX))?;
+    // The due jobs the cache does not hold are read together, in a few set-based statements
+    // (many sleeps often end at once). A job another node holds is being handled there (or
+    // will be at its next tick): it is skipped.
+    let mut states = Vec::with_capacity(due.len());
+    let mut missing = Vec::new();
     for job_id in &due {
-        // A job another node holds is being handled there (or will be at its next tick).
-        let Some(mut state) = load_job(ctx, job_id, RowLock::Skip)? else {
-            continue;
-        };
+        match ctx.jobs.take(job_id) {
+            Some(state) => states.push(state),
+            None => missing.push(job_id.clone()),
+        }
+    }
+    missing.sort_unstable();
+    states.extend(rows::lock_job_states(ctx.conn, &missing, RowLock::Skip)?);
+    for mut state in states {
         let compiled = workflow_of(ctx, &state)?;
-        apply(ctx, &compiled.workflow, &mut state, Input::Tick)?;
+        let applied = apply(ctx, &compiled.workflow, &mut state, Input::Tick);
         ctx.jobs.keep(state);
+        applied?;
     }
     Ok(due.len())
 }
