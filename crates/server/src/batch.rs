@@ -66,11 +66,8 @@ fn item<T, U>(result: Result<T, ApiError>, done: impl FnOnce(T) -> U) -> api::Ba
     path = paths::JOBS_BATCH,
     operation_id = "submitJobs",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("submit"))),
     params(api::NamespaceQuery, ActorHeader),
-    request_body(
-        content = api::SubmitJobs,
-    ),
+    request_body(content = api::SubmitJobs),
     responses(
         (
             status = 200,
@@ -137,10 +134,7 @@ async fn submit_jobs(
     path = paths::TASKS_COMPLETE,
     operation_id = "completeTasks",
     tag = "tasks",
-    extensions(("x-required-scope" = json!("work"))),
-    request_body(
-        content = api::CompleteTasks,
-    ),
+    request_body(content = api::CompleteTasks),
     responses(
         (
             status = 200,

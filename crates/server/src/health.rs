@@ -24,7 +24,6 @@ use crate::state::AppState;
     path = paths::HEALTH,
     operation_id = "health",
     tag = "system",
-    security(),
     responses(
         (
             status = 200,

@@ -97,22 +97,15 @@ async fn job_view_with(
     path = paths::JOBS,
     operation_id = "submitJob",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("submit"))),
     params(api::NamespaceQuery, ActorHeader),
-    request_body(
-        content = api::SubmitJob,
-    ),
+    request_body(content = api::SubmitJob),
     responses(
         (
             status = 200,
             description = "The key matched an existing job, which is returned.",
             body = api::JobView,
         ),
-        (
-            status = 201,
-            description = "The job was created.",
-            body = api::JobView,
-        ),
+        (status = 201, description = "The job was created.", body = api::JobView),
         (
             status = 400,
             description = "The body is not a SubmitJob object (malformed JSON, an unknown field, a \
@@ -212,14 +205,9 @@ pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResu
     path = paths::JOBS,
     operation_id = "listJobs",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("read"))),
     params(api::NamespaceQuery, api::JobListQuery),
     responses(
-        (
-            status = 200,
-            description = "A page of jobs.",
-            body = api::JobList,
-        ),
+        (status = 200, description = "A page of jobs.", body = api::JobList),
         (
             status = 400,
             description = "An unknown `status`, a `limit` out of range, a malformed \
@@ -305,14 +293,9 @@ async fn list_jobs(
     path = paths::JOB,
     operation_id = "getJob",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("read"))),
     params(JobPath, api::NamespaceQuery),
     responses(
-        (
-            status = 200,
-            description = "The job.",
-            body = api::JobView,
-        ),
+        (status = 200, description = "The job.", body = api::JobView),
         (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
         (status = 422, response = Unprocessable),
@@ -356,14 +339,9 @@ struct EventsQuery {
     path = paths::JOB_EVENTS,
     operation_id = "listJobEvents",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("read"))),
     params(JobPath, api::NamespaceQuery, EventsQuery),
     responses(
-        (
-            status = 200,
-            description = "The events.",
-            body = api::EventList,
-        ),
+        (status = 200, description = "The events.", body = api::EventList),
         (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
         (status = 422, response = Unprocessable),

@@ -147,13 +147,8 @@ fn track(State(http): State<Arc<HttpMetrics>>, mut request: Request, next: Next)
     path = paths::METRICS,
     operation_id = "metrics",
     tag = "system",
-    extensions(("x-required-scope" = json!("admin"))),
     responses(
-        (
-            status = 200,
-            description = "The metrics.",
-            body = String, content_type = "text/plain",
-        ),
+        (status = 200, description = "The metrics.", body = String, content_type = "text/plain"),
         (status = 422, response = Unprocessable),
         Guarded,
     ),

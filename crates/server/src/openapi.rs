@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::response::IntoResponse;
 use serde_json::json;
 use starbridge_api::{self as api, paths};
@@ -47,7 +47,6 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
     path = paths::OPENAPI,
     operation_id = "openapi",
     tag = "system",
-    security(),
     responses(
         (status = 200, description = "The OpenAPI 3.1 document of the API.", body = Object),
         (status = 403, response = Forbidden),
@@ -118,6 +117,7 @@ fn document() -> OpenApi {
         document.merge(part);
     }
     optional_bodies(&mut document.paths);
+    scopes(&mut document.paths);
     let components = document.components.get_or_insert_with(Default::default);
     inline_flattened(&mut components.schemas);
     if let Some(submit) = components.schemas.remove("SubmitJob") {
@@ -172,7 +172,7 @@ fn members<const N: usize>(members: [(&str, serde_json::Value); N]) -> Extension
 /// Problem documents, as every error is sent.
 pub(crate) const PROBLEM: &str = "application/problem+json";
 
-fn problem(description: &str) -> ResponseBuilder {
+pub(crate) fn problem(description: &str) -> ResponseBuilder {
     ResponseBuilder::new().description(description).content(
         PROBLEM,
         ContentBuilder::new()
@@ -286,6 +286,29 @@ macro_rules! response_groups {
     )+};
 }
 
+/// Problem answers that several operations of one resource give alike, written once and
+/// listed inline in each: `Name { "404": description, … }`, described by the doc comment.
+macro_rules! problem_answers {
+    ($($(#[doc = $doc:literal])+ $name:ident { $($status:literal: $description:expr),+ $(,)? })+) => {$(
+        $(#[doc = $doc])+
+        pub(crate) struct $name;
+
+        impl utoipa::IntoResponses for $name {
+            fn responses() -> std::collections::BTreeMap<
+                String,
+                utoipa::openapi::RefOr<utoipa::openapi::response::Response>,
+            > {
+                std::collections::BTreeMap::from([$((
+                    $status.to_owned(),
+                    $crate::openapi::problem($description).build().into(),
+                )),+])
+            }
+        }
+    )+};
+}
+
+pub(crate) use problem_answers;
+
 response_groups! {
     /// What a request can be refused with before its operation runs: no valid token, scopes
     /// that do not allow it, too many header bytes.
@@ -398,6 +421,33 @@ fn inline_flattened(schemas: &mut BTreeMap<String, RefOr<Schema>>) {
         .collect();
     for (name, object) in merged {
         schemas.insert(name, Schema::Object(object).into());
+    }
+}
+
+/// Each operation's `x-required-scope`, or `security: []` for a public one, as
+/// `auth::required_scope` decides for its route: the scopes the document shows are those the
+/// server checks.
+fn scopes(paths: &mut utoipa::openapi::Paths) {
+    for (path, item) in &mut paths.paths {
+        let operations = [
+            (Method::GET, &mut item.get),
+            (Method::PUT, &mut item.put),
+            (Method::POST, &mut item.post),
+            (Method::DELETE, &mut item.delete),
+            (Method::PATCH, &mut item.patch),
+        ];
+        for (method, operation) in operations {
+            let Some(operation) = operation else {
+                continue;
+            };
+            match crate::auth::required_scope(&method, path) {
+                Some(scope) => {
+                    let extensions = operation.extensions.get_or_insert_with(Default::default);
+                    extensions.insert("x-required-scope".into(), json!(scope.as_str()));
+                }
+                None => operation.security = Some(Vec::new()),
+            }
+        }
     }
 }
 

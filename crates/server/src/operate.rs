@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::model::{BulkAction, OperatorAction, OperatorCommand};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -23,9 +24,13 @@ use crate::jobs::job_view;
 use crate::limits::Limit;
 use crate::openapi::{
     ActorHeader, Body, Failures, Guarded, JobPath, OtherNamespace, PROBLEM, Unprocessable,
+    problem_answers,
 };
 use crate::state::AppState;
 use starbridge_engine::{Error as StoreError, JobFilter};
+use utoipa::IntoResponses;
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -42,6 +47,68 @@ pub(crate) fn routes() -> Router<AppState> {
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(pause, resume, cancel, retry, rerun, skip, bulk))]
 pub(crate) struct Api;
+
+/// The body of pause, resume and retry.
+const OPTIONAL_BODY: &str = "Optional: an empty (or blank) body means `{}`.";
+
+/// Why each action on one job may not apply (its 409).
+const PAUSE_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. Only a running job \
+    can be paused.";
+const RESUME_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. Only a paused job \
+    can be resumed.";
+const RETRY_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. For example the job \
+    did not end unsuccessfully, or a task is still running.";
+const CANCEL_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. Only a queued, \
+    running or paused job can be cancelled.";
+const RERUN_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. Also when the \
+    workflow has no such `step`.";
+
+/// What an action on one job answers but its 409, which says what the action needs: the job
+/// after it, and the refusals the actions share.
+struct ActionAnswers;
+
+impl IntoResponses for ActionAnswers {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let after = ResponseBuilder::new()
+            .description("The job after the action.")
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("JobView")))
+                    .build(),
+            );
+        let mut answers = BTreeMap::from([
+            ("200".to_owned(), after.build().into()),
+            (
+                "422".to_owned(),
+                Ref::from_response_name("Unprocessable").into(),
+            ),
+        ]);
+        for mut shared in [
+            JobActionRefused::responses(),
+            NoSuchJob::responses(),
+            Guarded::responses(),
+            Body::responses(),
+            Failures::responses(),
+        ] {
+            answers.append(&mut shared);
+        }
+        answers
+    }
+}
+
+problem_answers! {
+    /// How an action on a job is refused before it is tried.
+    JobActionRefused {
+        "400": "A malformed body, `reason` over 1024 bytes, a malformed namespace or \
+               `Starbridge-Actor` header.",
+    }
+    /// The job an action names is not there.
+    NoSuchJob {
+        "404": "No such job in this namespace. With `--auth`, anything of a namespace other than the \
+               one the token is bound to is not found either.",
+    }
+}
 
 /// Most jobs one bulk action may touch.
 const MAX_BULK: u32 = 10_000;
@@ -64,7 +131,6 @@ const MAX_REFUSALS_LISTED: usize = 100;
     path = paths::JOBS_BULK,
     operation_id = "bulkJobAction",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("operate"))),
     params(
         ("action" = BulkAction, Path, description = "The action: `pause`, `resume`, `cancel` or `retry`. Any other is a 400 (the field is \
              `action`)."),
@@ -76,11 +142,7 @@ const MAX_REFUSALS_LISTED: usize = 100;
         description = "Required: an empty body is a 400; `{}` selects every job.",
     ),
     responses(
-        (
-            status = 200,
-            description = "What the action did.",
-            body = api::BulkResult,
-        ),
+        (status = 200, description = "What the action did.", body = api::BulkResult),
         (
             status = 400,
             description = "An unknown action (`action`); the body is not a BulkRequest object \
@@ -257,38 +319,11 @@ impl<F> Reasoned for F where
     path = paths::JOB_PAUSE,
     operation_id = "pauseJob",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("operate"))),
     params(JobPath, api::NamespaceQuery, ActorHeader),
-    request_body(
-        content = Option<api::ActionRequest>,
-        description = "Optional: an empty (or blank) body means `{}`.",
-    ),
+    request_body(content = Option<api::ActionRequest>, description = OPTIONAL_BODY),
     responses(
-        (
-            status = 200,
-            description = "The job after the action.",
-            body = api::JobView,
-        ),
-        (
-            status = 400,
-            description = "A malformed body, `reason` over 1024 bytes, a malformed namespace or \
-                           `Starbridge-Actor` header.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 404,
-            description = "No such job in this namespace. With `--auth`, anything of a namespace \
-                           other than the one the token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 409,
-            description = "The action does not apply to the job's current state; `detail` says why. \
-                           Only a running job can be paused.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        (status = 409, description = PAUSE_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
     ),
 )]
 fn pause() -> impl Reasoned {
@@ -301,38 +336,11 @@ fn pause() -> impl Reasoned {
     path = paths::JOB_RESUME,
     operation_id = "resumeJob",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("operate"))),
     params(JobPath, api::NamespaceQuery, ActorHeader),
-    request_body(
-        content = Option<api::ActionRequest>,
-        description = "Optional: an empty (or blank) body means `{}`.",
-    ),
+    request_body(content = Option<api::ActionRequest>, description = OPTIONAL_BODY),
     responses(
-        (
-            status = 200,
-            description = "The job after the action.",
-            body = api::JobView,
-        ),
-        (
-            status = 400,
-            description = "A malformed body, `reason` over 1024 bytes, a malformed namespace or \
-                           `Starbridge-Actor` header.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 404,
-            description = "No such job in this namespace. With `--auth`, anything of a namespace \
-                           other than the one the token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 409,
-            description = "The action does not apply to the job's current state; `detail` says why. \
-                           Only a paused job can be resumed.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        (status = 409, description = RESUME_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
     ),
 )]
 fn resume() -> impl Reasoned {
@@ -348,39 +356,11 @@ fn resume() -> impl Reasoned {
     path = paths::JOB_RETRY,
     operation_id = "retryJob",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("operate"))),
     params(JobPath, api::NamespaceQuery, ActorHeader),
-    request_body(
-        content = Option<api::ActionRequest>,
-        description = "Optional: an empty (or blank) body means `{}`.",
-    ),
+    request_body(content = Option<api::ActionRequest>, description = OPTIONAL_BODY),
     responses(
-        (
-            status = 200,
-            description = "The job after the action.",
-            body = api::JobView,
-        ),
-        (
-            status = 400,
-            description = "A malformed body, `reason` over 1024 bytes, a malformed namespace or \
-                           `Starbridge-Actor` header.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 404,
-            description = "No such job in this namespace. With `--auth`, anything of a namespace \
-                           other than the one the token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 409,
-            description = "The action does not apply to the job's current state; `detail` says why. \
-                           For example the job did not end unsuccessfully, or a task is still \
-                           running.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        (status = 409, description = RETRY_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
     ),
 )]
 fn retry() -> impl Reasoned {
@@ -405,38 +385,14 @@ fn reasoned(action: OperatorAction) -> impl Reasoned {
     path = paths::JOB_CANCEL,
     operation_id = "cancelJob",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("operate"))),
     params(JobPath, api::NamespaceQuery, ActorHeader),
     request_body(
         content = Option<api::CancelRequest>,
         description = "Optional: an empty (or blank) body means `{}`.",
     ),
     responses(
-        (
-            status = 200,
-            description = "The job after the action.",
-            body = api::JobView,
-        ),
-        (
-            status = 400,
-            description = "A malformed body, `reason` over 1024 bytes, a malformed namespace or \
-                           `Starbridge-Actor` header.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 404,
-            description = "No such job in this namespace. With `--auth`, anything of a namespace \
-                           other than the one the token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 409,
-            description = "The action does not apply to the job's current state; `detail` says why. \
-                           Only a queued, running or paused job can be cancelled.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        (status = 409, description = CANCEL_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
     ),
 )]
 async fn cancel(
@@ -461,37 +417,11 @@ async fn cancel(
     path = paths::JOB_RERUN,
     operation_id = "rerunJob",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("operate"))),
     params(JobPath, api::NamespaceQuery, ActorHeader),
-    request_body(
-        content = api::RerunRequest,
-    ),
+    request_body(content = api::RerunRequest),
     responses(
-        (
-            status = 200,
-            description = "The job after the action.",
-            body = api::JobView,
-        ),
-        (
-            status = 400,
-            description = "A malformed body, `reason` over 1024 bytes, a malformed namespace or \
-                           `Starbridge-Actor` header.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 404,
-            description = "No such job in this namespace. With `--auth`, anything of a namespace \
-                           other than the one the token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 409,
-            description = "The action does not apply to the job's current state; `detail` says why. \
-                           Also when the workflow has no such `step`.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        (status = 409, description = RERUN_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
     ),
 )]
 async fn rerun(
@@ -518,7 +448,6 @@ async fn rerun(
     path = paths::JOB_TASK_SKIP,
     operation_id = "skipTask",
     tag = "jobs",
-    extensions(("x-required-scope" = json!("operate"))),
     params(
         JobPath,
         ("task" = String, Path, description = "A task id (`tsk_…`) of the job."),
@@ -530,17 +459,7 @@ async fn rerun(
         description = "Optional: an empty (or blank) body means `{}`.",
     ),
     responses(
-        (
-            status = 200,
-            description = "The job after the action.",
-            body = api::JobView,
-        ),
-        (
-            status = 400,
-            description = "A malformed body, `reason` over 1024 bytes, a malformed namespace or \
-                           `Starbridge-Actor` header.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
+        (status = 200, description = "The job after the action.", body = api::JobView),
         (
             status = 404,
             description = "No such job in this namespace. Or no such task in the job. With \
@@ -555,7 +474,7 @@ async fn rerun(
             body = api::Problem, content_type = PROBLEM,
         ),
         (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        JobActionRefused, Guarded, Body, Failures,
     ),
 )]
 async fn skip(

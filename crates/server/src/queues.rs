@@ -16,7 +16,7 @@ use crate::extract::{body, known, namespace};
 use crate::limits::Limit;
 use crate::openapi::{
     ActorHeader, BadRequest, Body, Failures, Guarded, OtherNamespace, PROBLEM, QueuePath,
-    Unprocessable,
+    Unprocessable, problem_answers,
 };
 use crate::state::AppState;
 
@@ -32,6 +32,13 @@ pub(crate) fn routes() -> Router<AppState> {
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(list, show, configure, pause, resume))]
 pub(crate) struct Api;
+
+problem_answers! {
+    /// How pausing or resuming a queue is refused.
+    BadQueueName {
+        "422": "A malformed queue name (the field is `name`).",
+    }
+}
 
 pub(crate) async fn views(state: &AppState, namespace: &str) -> ApiResult<Vec<api::QueueView>> {
     let queues = state.engine.queues(namespace).await?;
@@ -80,14 +87,9 @@ fn view(queue: &StoredQueue, counts: starbridge_engine::QueueStats) -> api::Queu
     path = paths::QUEUES,
     operation_id = "listQueues",
     tag = "queues",
-    extensions(("x-required-scope" = json!("read"))),
     params(api::NamespaceQuery),
     responses(
-        (
-            status = 200,
-            description = "The queues.",
-            body = api::QueueList,
-        ),
+        (status = 200, description = "The queues.", body = api::QueueList),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
         (status = 422, response = Unprocessable),
@@ -121,14 +123,9 @@ async fn one(state: &AppState, namespace: &str, name: &str) -> ApiResult<api::Qu
     path = paths::QUEUE,
     operation_id = "getQueue",
     tag = "queues",
-    extensions(("x-required-scope" = json!("read"))),
     params(QueuePath, api::NamespaceQuery),
     responses(
-        (
-            status = 200,
-            description = "The queue.",
-            body = api::QueueView,
-        ),
+        (status = 200, description = "The queue.", body = api::QueueView),
         (status = 400, response = BadRequest),
         (
             status = 404,
@@ -175,17 +172,10 @@ async fn change(
     path = paths::QUEUE,
     operation_id = "configureQueue",
     tag = "queues",
-    extensions(("x-required-scope" = json!("operate"))),
     params(QueuePath, api::NamespaceQuery, ActorHeader),
-    request_body(
-        content = api::QueueSettings,
-    ),
+    request_body(content = api::QueueSettings),
     responses(
-        (
-            status = 200,
-            description = "The queue after the change.",
-            body = api::QueueView,
-        ),
+        (status = 200, description = "The queue after the change.", body = api::QueueView),
         (
             status = 400,
             description = "The body is not a QueueSettings object (empty, malformed JSON, an \
@@ -263,22 +253,12 @@ async fn configure(
     path = paths::QUEUE_PAUSE,
     operation_id = "pauseQueue",
     tag = "queues",
-    extensions(("x-required-scope" = json!("operate"))),
     params(QueuePath, api::NamespaceQuery, ActorHeader),
     responses(
-        (
-            status = 200,
-            description = "The queue, paused.",
-            body = api::QueueView,
-        ),
+        (status = 200, description = "The queue, paused.", body = api::QueueView),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
-        (
-            status = 422,
-            description = "A malformed queue name (the field is `name`).",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        Guarded, Body, Failures,
+        BadQueueName, Guarded, Body, Failures,
     ),
 )]
 async fn pause(
@@ -303,22 +283,12 @@ async fn pause(
     path = paths::QUEUE_RESUME,
     operation_id = "resumeQueue",
     tag = "queues",
-    extensions(("x-required-scope" = json!("operate"))),
     params(QueuePath, api::NamespaceQuery, ActorHeader),
     responses(
-        (
-            status = 200,
-            description = "The queue, not paused.",
-            body = api::QueueView,
-        ),
+        (status = 200, description = "The queue, not paused.", body = api::QueueView),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
-        (
-            status = 422,
-            description = "A malformed queue name (the field is `name`).",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        Guarded, Body, Failures,
+        BadQueueName, Guarded, Body, Failures,
     ),
 )]
 async fn resume(

@@ -15,7 +15,7 @@ use crate::extract::{body, known, namespace};
 use crate::limits::Limit;
 use crate::openapi::{
     ActorHeader, BadRequest, Body, Failures, Guarded, OtherNamespace, PROBLEM, SchedulePath,
-    Unprocessable,
+    Unprocessable, problem_answers,
 };
 use crate::state::AppState;
 
@@ -34,6 +34,15 @@ pub(crate) fn routes() -> Router<AppState> {
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(list, show, put, delete, pause, resume))]
 pub(crate) struct Api;
+
+problem_answers! {
+    /// The schedule an operation names is not there.
+    NoSuchSchedule {
+        "404": "No such schedule in this namespace (a malformed name is not found either). With \
+               `--auth`, anything of a namespace other than the one the token is bound to is not \
+               found either.",
+    }
+}
 
 fn time(ts: starbridge_core::time::Timestamp) -> api::Timestamp {
     api::timestamp_from_millis(ts.0)
@@ -84,14 +93,9 @@ pub(crate) fn view(schedule: &StoredSchedule) -> api::ScheduleView {
     path = paths::SCHEDULES,
     operation_id = "listSchedules",
     tag = "schedules",
-    extensions(("x-required-scope" = json!("read"))),
     params(api::NamespaceQuery),
     responses(
-        (
-            status = 200,
-            description = "The schedules.",
-            body = api::ScheduleList,
-        ),
+        (status = 200, description = "The schedules.", body = api::ScheduleList),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
         (status = 422, response = Unprocessable),
@@ -118,24 +122,12 @@ async fn list(
     path = paths::SCHEDULE,
     operation_id = "getSchedule",
     tag = "schedules",
-    extensions(("x-required-scope" = json!("read"))),
     params(SchedulePath, api::NamespaceQuery),
     responses(
-        (
-            status = 200,
-            description = "The schedule.",
-            body = api::ScheduleView,
-        ),
+        (status = 200, description = "The schedule.", body = api::ScheduleView),
         (status = 400, response = BadRequest),
-        (
-            status = 404,
-            description = "No such schedule in this namespace (a malformed name is not found \
-                           either). With `--auth`, anything of a namespace other than the one the \
-                           token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (status = 422, response = Unprocessable),
-        Guarded, Failures,
+        NoSuchSchedule, Guarded, Failures,
     ),
 )]
 async fn show(
@@ -186,22 +178,15 @@ fn catch_up(policy: Option<&api::CatchUpPolicy>) -> ApiResult<CatchUp> {
     path = paths::SCHEDULE,
     operation_id = "putSchedule",
     tag = "schedules",
-    extensions(("x-required-scope" = json!("operate"))),
     params(SchedulePath, api::NamespaceQuery, ActorHeader),
-    request_body(
-        content = api::ScheduleRequest,
-    ),
+    request_body(content = api::ScheduleRequest),
     responses(
         (
             status = 200,
             description = "A schedule of that name existed and was replaced.",
             body = api::ScheduleView,
         ),
-        (
-            status = 201,
-            description = "The schedule was created.",
-            body = api::ScheduleView,
-        ),
+        (status = 201, description = "The schedule was created.", body = api::ScheduleView),
         (
             status = 400,
             description = "The body is not a ScheduleRequest object (empty, malformed JSON, an \
@@ -290,7 +275,6 @@ async fn set_paused(
     path = paths::SCHEDULE_PAUSE,
     operation_id = "pauseSchedule",
     tag = "schedules",
-    extensions(("x-required-scope" = json!("operate"))),
     params(SchedulePath, api::NamespaceQuery, ActorHeader),
     responses(
         (
@@ -299,15 +283,8 @@ async fn set_paused(
             body = api::ScheduleView,
         ),
         (status = 400, response = BadRequest),
-        (
-            status = 404,
-            description = "No such schedule in this namespace (a malformed name is not found \
-                           either). With `--auth`, anything of a namespace other than the one the \
-                           token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        NoSuchSchedule, Guarded, Body, Failures,
     ),
 )]
 async fn pause(
@@ -329,22 +306,10 @@ async fn pause(
     path = paths::SCHEDULE_RESUME,
     operation_id = "resumeSchedule",
     tag = "schedules",
-    extensions(("x-required-scope" = json!("operate"))),
     params(SchedulePath, api::NamespaceQuery, ActorHeader),
     responses(
-        (
-            status = 200,
-            description = "The schedule, resumed.",
-            body = api::ScheduleView,
-        ),
+        (status = 200, description = "The schedule, resumed.", body = api::ScheduleView),
         (status = 400, response = BadRequest),
-        (
-            status = 404,
-            description = "No such schedule in this namespace (a malformed name is not found \
-                           either). With `--auth`, anything of a namespace other than the one the \
-                           token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (
             status = 422,
             description = "The schedule's `timezone` is no longer known to the server's time zone \
@@ -352,7 +317,7 @@ async fn pause(
                            again with another zone.",
             body = api::Problem, content_type = PROBLEM,
         ),
-        Guarded, Body, Failures,
+        NoSuchSchedule, Guarded, Body, Failures,
     ),
 )]
 async fn resume(
@@ -372,20 +337,12 @@ async fn resume(
     path = paths::SCHEDULE,
     operation_id = "deleteSchedule",
     tag = "schedules",
-    extensions(("x-required-scope" = json!("operate"))),
     params(SchedulePath, api::NamespaceQuery, ActorHeader),
     responses(
         (status = 204, description = "The schedule was deleted; the answer has no body."),
         (status = 400, response = BadRequest),
-        (
-            status = 404,
-            description = "No such schedule in this namespace (a malformed name is not found \
-                           either). With `--auth`, anything of a namespace other than the one the \
-                           token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        NoSuchSchedule, Guarded, Body, Failures,
     ),
 )]
 async fn delete(

@@ -18,6 +18,7 @@ use crate::extract::{body, task_id};
 use crate::limits::{Limit, Limits};
 use crate::openapi::{
     BadRequest, Body, Failures, Guarded, OtherNamespace, PROBLEM, TaskPath, Unprocessable,
+    problem_answers,
 };
 use crate::state::AppState;
 use crate::views;
@@ -41,6 +42,16 @@ pub(crate) fn routes() -> Router<AppState> {
 #[derive(utoipa::OpenApi)]
 #[openapi(paths(poll, heartbeat, complete, fail, check_later))]
 pub(crate) struct Api;
+
+problem_answers! {
+    /// How a report on a leased task is refused.
+    LeaseRefused {
+        "404": "No such task (with `--auth`, neither is a task of a namespace or queue the token may \
+               not act in).",
+        "409": "The lease token is stale (the lease lapsed or was given to another worker) or the \
+               task is not running; nothing changed.",
+    }
+}
 
 fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
     if request.worker_id.is_empty() {
@@ -88,16 +99,9 @@ fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
     path = paths::TASKS_POLL,
     operation_id = "pollTasks",
     tag = "tasks",
-    extensions(("x-required-scope" = json!("work"))),
-    request_body(
-        content = api::PollRequest,
-    ),
+    request_body(content = api::PollRequest),
     responses(
-        (
-            status = 200,
-            description = "The claimed tasks, possibly none.",
-            body = api::PollResponse,
-        ),
+        (status = 200, description = "The claimed tasks, possibly none.", body = api::PollResponse),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
         (status = 422, response = Unprocessable),
@@ -148,36 +152,17 @@ fn report_response(reported: &starbridge_engine::Reported) -> Json<api::ReportRe
     path = paths::TASK_HEARTBEAT,
     operation_id = "heartbeatTask",
     tag = "tasks",
-    extensions(("x-required-scope" = json!("work"))),
     params(TaskPath),
-    request_body(
-        content = api::HeartbeatRequest,
-    ),
+    request_body(content = api::HeartbeatRequest),
     responses(
-        (
-            status = 200,
-            description = "The new lease expiry.",
-            body = api::HeartbeatResponse,
-        ),
+        (status = 200, description = "The new lease expiry.", body = api::HeartbeatResponse),
         (
             status = 400,
             description = "A malformed body.",
             body = api::Problem, content_type = PROBLEM,
         ),
-        (
-            status = 404,
-            description = "No such task (with `--auth`, neither is a task of a namespace or queue \
-                           the token may not act in).",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 409,
-            description = "The lease token is stale (the lease lapsed or was given to another \
-                           worker) or the task is not running; nothing changed.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        LeaseRefused, Guarded, Body, Failures,
     ),
 )]
 async fn heartbeat(
@@ -221,11 +206,8 @@ async fn heartbeat(
     path = paths::TASK_COMPLETE,
     operation_id = "completeTask",
     tag = "tasks",
-    extensions(("x-required-scope" = json!("work"))),
     params(TaskPath),
-    request_body(
-        content = api::CompleteRequest,
-    ),
+    request_body(content = api::CompleteRequest),
     responses(
         (
             status = 200,
@@ -237,20 +219,8 @@ async fn heartbeat(
             description = "A malformed body.",
             body = api::Problem, content_type = PROBLEM,
         ),
-        (
-            status = 404,
-            description = "No such task (with `--auth`, neither is a task of a namespace or queue \
-                           the token may not act in).",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 409,
-            description = "The lease token is stale (the lease lapsed or was given to another \
-                           worker) or the task is not running; nothing changed.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        LeaseRefused, Guarded, Body, Failures,
     ),
 )]
 async fn complete(
@@ -291,11 +261,8 @@ async fn complete(
     path = paths::TASK_FAIL,
     operation_id = "failTask",
     tag = "tasks",
-    extensions(("x-required-scope" = json!("work"))),
     params(TaskPath),
-    request_body(
-        content = api::FailRequest,
-    ),
+    request_body(content = api::FailRequest),
     responses(
         (
             status = 200,
@@ -307,20 +274,8 @@ async fn complete(
             description = "A malformed body or a blank `error.message`.",
             body = api::Problem, content_type = PROBLEM,
         ),
-        (
-            status = 404,
-            description = "No such task (with `--auth`, neither is a task of a namespace or queue \
-                           the token may not act in).",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 409,
-            description = "The lease token is stale (the lease lapsed or was given to another \
-                           worker) or the task is not running; nothing changed.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        LeaseRefused, Guarded, Body, Failures,
     ),
 )]
 async fn fail(
@@ -372,11 +327,8 @@ async fn fail(
     path = paths::TASK_CHECK_LATER,
     operation_id = "checkLaterTask",
     tag = "tasks",
-    extensions(("x-required-scope" = json!("work"))),
     params(TaskPath),
-    request_body(
-        content = api::CheckLaterRequest,
-    ),
+    request_body(content = api::CheckLaterRequest),
     responses(
         (
             status = 200,
@@ -388,20 +340,8 @@ async fn fail(
             description = "A malformed body or `after_ms` over 7 days.",
             body = api::Problem, content_type = PROBLEM,
         ),
-        (
-            status = 404,
-            description = "No such task (with `--auth`, neither is a task of a namespace or queue \
-                           the token may not act in).",
-            body = api::Problem, content_type = PROBLEM,
-        ),
-        (
-            status = 409,
-            description = "The lease token is stale (the lease lapsed or was given to another \
-                           worker) or the task is not running; nothing changed.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        LeaseRefused, Guarded, Body, Failures,
     ),
 )]
 async fn check_later(

@@ -83,13 +83,8 @@ fn new_token(request: api::CreateTokenRequest, created_by: String) -> ApiResult<
     path = paths::TOKENS,
     operation_id = "listTokens",
     tag = "tokens",
-    extensions(("x-required-scope" = json!("admin"))),
     responses(
-        (
-            status = 200,
-            description = "The tokens.",
-            body = api::TokenList,
-        ),
+        (status = 200, description = "The tokens.", body = api::TokenList),
         (status = 422, response = Unprocessable),
         Guarded, Failures,
     ),
@@ -111,11 +106,8 @@ async fn list(State(state): State<AppState>) -> ApiResult<Json<api::TokenList>> 
     path = paths::TOKENS,
     operation_id = "createToken",
     tag = "tokens",
-    extensions(("x-required-scope" = json!("admin"))),
     params(ActorHeader),
-    request_body(
-        content = api::CreateTokenRequest,
-    ),
+    request_body(content = api::CreateTokenRequest),
     responses(
         (
             status = 201,
@@ -174,20 +166,11 @@ async fn create(
     path = paths::TOKEN,
     operation_id = "revokeToken",
     tag = "tokens",
-    extensions(("x-required-scope" = json!("admin"))),
     params(TokenPath, ActorHeader),
     responses(
-        (
-            status = 200,
-            description = "The revoked token.",
-            body = api::TokenView,
-        ),
+        (status = 200, description = "The revoked token.", body = api::TokenView),
         (status = 400, response = BadRequest),
-        (
-            status = 404,
-            description = "No such token.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
+        (status = 404, description = "No such token.", body = api::Problem, content_type = PROBLEM),
         (
             status = 409,
             description = "The token is already revoked. Nothing changed.",
@@ -231,14 +214,9 @@ struct AuditQuery {
     path = paths::AUDIT,
     operation_id = "listAudit",
     tag = "audit",
-    extensions(("x-required-scope" = json!("operate"))),
     params(AuditQuery),
     responses(
-        (
-            status = 200,
-            description = "The entries.",
-            body = api::AuditList,
-        ),
+        (status = 200, description = "The entries.", body = api::AuditList),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
         (status = 422, response = Unprocessable),

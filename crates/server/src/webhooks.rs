@@ -31,7 +31,7 @@ use crate::extract::{body, known, namespace};
 use crate::limits::Limit;
 use crate::openapi::{
     ActorHeader, BadRequest, Body, Failures, Guarded, OtherNamespace, PROBLEM, Unprocessable,
-    WebhookPath,
+    WebhookPath, problem_answers,
 };
 use crate::state::AppState;
 
@@ -99,6 +99,14 @@ pub(crate) fn routes() -> Router<AppState> {
 #[openapi(paths(list, create, remove, deliveries))]
 pub(crate) struct Api;
 
+problem_answers! {
+    /// The subscription an operation names is not there.
+    NoSuchWebhook {
+        "404": "No such subscription in this namespace. With `--auth`, anything of a namespace other \
+               than the one the token is bound to is not found either.",
+    }
+}
+
 /// The subscription as shown: with its secret only to its creator, with its full URL only to
 /// callers who may operate (`full_url`), since URLs often carry secrets too.
 fn view(webhook: &Webhook, with_secret: bool, full_url: bool) -> api::WebhookView {
@@ -154,11 +162,8 @@ fn delivery_view(delivery: &Delivery) -> api::DeliveryView {
     path = paths::WEBHOOKS,
     operation_id = "createWebhook",
     tag = "webhooks",
-    extensions(("x-required-scope" = json!("operate"))),
     params(api::NamespaceQuery, ActorHeader),
-    request_body(
-        content = api::WebhookRequest,
-    ),
+    request_body(content = api::WebhookRequest),
     responses(
         (
             status = 201,
@@ -229,14 +234,9 @@ async fn create(
     path = paths::WEBHOOKS,
     operation_id = "listWebhooks",
     tag = "webhooks",
-    extensions(("x-required-scope" = json!("read"))),
     params(api::NamespaceQuery),
     responses(
-        (
-            status = 200,
-            description = "The subscriptions.",
-            body = api::WebhookList,
-        ),
+        (status = 200, description = "The subscriptions.", body = api::WebhookList),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
         (status = 422, response = Unprocessable),
@@ -266,19 +266,12 @@ async fn list(
     path = paths::WEBHOOK,
     operation_id = "deleteWebhook",
     tag = "webhooks",
-    extensions(("x-required-scope" = json!("operate"))),
     params(WebhookPath, api::NamespaceQuery, ActorHeader),
     responses(
         (status = 204, description = "The subscription was deleted; the answer has no body."),
         (status = 400, response = BadRequest),
-        (
-            status = 404,
-            description = "No such subscription in this namespace. With `--auth`, anything of a \
-                           namespace other than the one the token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (status = 422, response = Unprocessable),
-        Guarded, Body, Failures,
+        NoSuchWebhook, Guarded, Body, Failures,
     ),
 )]
 async fn remove(
@@ -311,23 +304,12 @@ struct DeliveriesQuery {
     path = paths::WEBHOOK_DELIVERIES,
     operation_id = "listWebhookDeliveries",
     tag = "webhooks",
-    extensions(("x-required-scope" = json!("read"))),
     params(WebhookPath, api::NamespaceQuery, DeliveriesQuery),
     responses(
-        (
-            status = 200,
-            description = "The deliveries.",
-            body = api::DeliveryList,
-        ),
+        (status = 200, description = "The deliveries.", body = api::DeliveryList),
         (status = 400, response = BadRequest),
-        (
-            status = 404,
-            description = "No such subscription in this namespace. With `--auth`, anything of a \
-                           namespace other than the one the token is bound to is not found either.",
-            body = api::Problem, content_type = PROBLEM,
-        ),
         (status = 422, response = Unprocessable),
-        Guarded, Failures,
+        NoSuchWebhook, Guarded, Failures,
     ),
 )]
 async fn deliveries(

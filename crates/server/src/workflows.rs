@@ -41,14 +41,9 @@ pub(crate) struct Api;
     path = paths::WORKFLOWS,
     operation_id = "listWorkflows",
     tag = "workflows",
-    extensions(("x-required-scope" = json!("read"))),
     params(api::NamespaceQuery),
     responses(
-        (
-            status = 200,
-            description = "The workflows.",
-            body = api::WorkflowList,
-        ),
+        (status = 200, description = "The workflows.", body = api::WorkflowList),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
         (status = 422, response = Unprocessable),
@@ -85,14 +80,9 @@ struct WorkflowQuery {
     path = paths::WORKFLOW,
     operation_id = "getWorkflow",
     tag = "workflows",
-    extensions(("x-required-scope" = json!("read"))),
     params(WorkflowPath, api::NamespaceQuery, WorkflowQuery),
     responses(
-        (
-            status = 200,
-            description = "The workflow version.",
-            body = api::WorkflowDetail,
-        ),
+        (status = 200, description = "The workflow version.", body = api::WorkflowDetail),
         (status = 400, response = BadRequest),
         (status = 404, response = NotFound),
         (status = 422, response = Unprocessable),
@@ -126,7 +116,6 @@ async fn get_workflow(
     path = paths::WORKFLOW,
     operation_id = "applyWorkflow",
     tag = "workflows",
-    extensions(("x-required-scope" = json!("operate"))),
     params(WorkflowPath, api::NamespaceQuery, ActorHeader),
     request_body(
         content((api::WorkflowDefinition = "application/yaml"), (api::WorkflowDefinition = "application/json")),
@@ -139,11 +128,7 @@ async fn get_workflow(
                            false`).",
             body = api::AppliedWorkflow,
         ),
-        (
-            status = 201,
-            description = "A new version was stored.",
-            body = api::AppliedWorkflow,
-        ),
+        (status = 201, description = "A new version was stored.", body = api::AppliedWorkflow),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
         (
