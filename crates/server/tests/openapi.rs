@@ -1,6 +1,7 @@
 //! The served OpenAPI document against the implementation: it is OpenAPI 3.1 with every `$ref`
-//! resolving, it documents exactly the routes the server registers, and real responses (and the
-//! requests the server accepted) validate against the schemas it documents for them.
+//! resolving, it documents exactly the routes the server registers, real responses (and the
+//! requests the server accepted) validate against the schemas it documents for them, and, as it
+//! is generated from the code, it still says everything the last hand-written document said.
 
 mod common;
 
