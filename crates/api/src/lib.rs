@@ -10,6 +10,8 @@
 
 #[cfg(feature = "client")]
 pub mod client;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod paths;
 mod waits;
 
@@ -23,6 +25,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use jiff::Timestamp;
+#[cfg(feature = "openapi")]
+pub use starbridge_core::definition::WorkflowDefinition;
 pub use starbridge_core::dispatch::QueueMode;
 pub use starbridge_core::model::{
     AttemptOutcome, BulkAction, ErrorKind, EventKind, JobStatus, TaskKind, TaskStatus,
@@ -41,241 +45,435 @@ pub fn timestamp_from_millis(millis: i64) -> Timestamp {
 
 /// `?namespace=` on every endpoint; `default` when absent.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct NamespaceQuery {
+    /// The namespace; `default` when absent (with `--auth`, the token's namespace when it is
+    /// bound to one). A malformed name is a 400; with `--auth`, a namespace other than the one a
+    /// token is bound to is a 404.
+    #[cfg_attr(
+        feature = "openapi",
+        param(pattern = "^[a-z0-9_.-]{1,128}$", default = "default")
+    )]
     pub namespace: Option<String>,
 }
 
+/// The result of applying a definition.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AppliedWorkflow {
     pub namespace: String,
     pub name: String,
+    /// The new version, or the latest one when the body was unchanged.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4294967295u64))]
     pub version: u32,
     /// False when the body matched the latest version, which is returned unchanged.
     pub created: bool,
 }
 
+/// The latest (or a given) version of a workflow.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkflowSummary {
     pub namespace: String,
     pub name: String,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4294967295u64))]
     pub version: u32,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub description: Option<String>,
+    /// How many steps the definition has.
     pub steps: usize,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
 }
 
+/// A workflow version with its definition: the fields of WorkflowSummary plus `definition`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkflowDetail {
     #[serde(flatten)]
     pub summary: WorkflowSummary,
+    /// The definition as stored (normalized JSON).
+    #[cfg_attr(feature = "openapi", schema(value_type = WorkflowDefinition))]
     pub definition: Value,
 }
 
+/// The latest version of every workflow of the namespace, by name.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkflowList {
     pub items: Vec<WorkflowSummary>,
 }
 
+/// A job to start: name an applied `workflow` (and optionally a `version`), or give an inline
+/// `definition` (applied as a new version when changed).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitJob {
-    /// Name of an applied workflow (or give `definition` inline).
+    /// Name of an applied workflow; with `definition`, the name to apply it as (else the
+    /// definition's `name`).
     pub workflow: Option<String>,
     /// A version of `workflow`; the latest when absent.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 4294967295u64))]
     pub version: Option<u32>,
-    /// An inline definition, applied (as a new version when changed) and run.
+    /// An inline definition, applied and run.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<WorkflowDefinition>))]
     pub definition: Option<Value>,
+    /// Job params (default `{}`), checked against the workflow's `params` schema. Any JSON is
+    /// accepted by the parser; a non-object is refused with 422.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub params: Option<Value>,
-    /// Client key: a second submit with the same key returns the first job.
+    /// Client key, 1 to 256 characters (else 422): a second submit with the same key returns the
+    /// first job (200). A key of another workflow's job is a 409.
     pub key: Option<String>,
+    /// Job priority (higher runs first); the workflow's when absent.
     pub priority: Option<i32>,
 }
 
+/// Why a task failed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskError {
     pub message: String,
     pub retryable: bool,
+    #[cfg_attr(feature = "openapi", schema(value_type = ErrorKind))]
     pub kind: Open<ErrorKind>,
 }
 
-/// One run of a task by a worker: from its claim to its outcome. A "check later" ends a run but
-/// not the attempt, so one attempt may have several runs.
+/// One run of a task by a worker, from its claim to its outcome. A check-later ends a run but not
+/// the attempt, so one attempt may have several runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptView {
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 4294967295u64))]
     pub attempt: u32,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub worker_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub started_at: Timestamp,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub ended_at: Option<Timestamp>,
+    #[cfg_attr(feature = "openapi", schema(value_type = AttemptOutcome))]
     pub outcome: Open<AttemptOutcome>,
+    /// The error message of a failed run.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub error: Option<String>,
 }
 
+/// One task of a job.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskView {
+    /// `tsk_…`
     pub id: String,
     pub step: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = TaskKind))]
     pub kind: Open<TaskKind>,
+    /// The fan-out item index, for `item` tasks.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 0, maximum = 4294967295u64)
+    )]
     pub item: Option<u32>,
+    /// The task this compensation undoes.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub compensates: Option<String>,
     pub queue: String,
     pub command: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = TaskStatus))]
     pub status: Open<TaskStatus>,
+    /// The current attempt, 1-based; 0 before the first claim.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 4294967295u64))]
     pub attempt: u32,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4294967295u64))]
     pub max_attempts: u32,
     pub priority: i32,
+    /// The task's input once evaluated, else null.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub input: Option<Value>,
+    /// The task's output once it succeeded, else null.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub output: Option<Value>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub error: Option<TaskError>,
+    /// Progress recorded by a heartbeat or check-later, else null.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub progress: Option<Value>,
+    /// Size-bounded output of the last attempt, else null.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub logs: Option<Value>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub worker_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub ready_at: Option<Timestamp>,
+    /// A ready task is claimable from this time on.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub available_at: Option<Timestamp>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub started_at: Option<Timestamp>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub ended_at: Option<Timestamp>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub lease_expires_at: Option<Timestamp>,
+    /// The step's overall timeout.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub deadline_at: Option<Timestamp>,
     /// Every run of this task, oldest first (from the job's history).
     pub attempts: Vec<AttemptView>,
-    /// Why the task is not running yet (`waiting for a, b`, `queue q paused`, `retry in 4s`,
-    /// `no worker polling queue q for 5m`, …), or what a running task waits for (`sleeping
-    /// until …`, `waiting for signal s`, `waiting for approval`, `waiting for a callback`);
-    /// `null` when nothing holds it back.
+    /// Why the task is not running yet, for people (the wording may change): `waiting for a, b` (a
+    /// waiting task's unfinished dependencies), `job paused`, `retry in 4s` or `check again in 4s`,
+    /// `queue q paused`, `queue q rate limited (10 per 1m)`, `queue q at its limit (2/2 running)`,
+    /// `no worker has polled queue q yet`, `no worker has polled queue q since the server started`,
+    /// `no worker polling queue q for 5m` (after 5 minutes without a poll); for a running task
+    /// that waits on the server (see `waiting_for`), what it waits for: `sleeping until <time>`,
+    /// `waiting for signal <name>`, `waiting for approval`, `waiting for a callback until <time>`
+    /// (with `(job paused)`, or `: answered, taking effect when the job resumes`); null when
+    /// nothing holds it back.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub waiting_reason: Option<String>,
     /// What a running task waits for on the server, holding no worker; `null` otherwise.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub waiting_for: Option<WaitingFor>,
 }
 
+/// A job without its tasks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobSummary {
+    /// `job_…`
     pub id: String,
     pub namespace: String,
     pub workflow: String,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4294967295u64))]
     pub version: u32,
+    #[cfg_attr(feature = "openapi", schema(value_type = JobStatus))]
     pub status: Open<JobStatus>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub key: Option<String>,
     pub priority: i32,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub started_at: Option<Timestamp>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub ended_at: Option<Timestamp>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub deadline_at: Option<Timestamp>,
-    /// Why the job failed or is compensating.
+    /// Why the job failed, is compensating or was cancelled with compensation.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub error: Option<String>,
-    /// The lock the job needs, if its workflow has one.
+    /// The key of the lock the job must hold to run, rendered from its workflow's `lock.key`; null
+    /// when its workflow has no lock.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub lock: Option<String>,
-    /// Why a queued or paused job is not moving (`waiting for lock k (5/5 held)`).
+    /// Why the job is not moving, for people (the wording may change): `waiting for lock <key>
+    /// (<held>/<slots> held)` for a queued job waiting for its lock (`waiting for lock <key>` in a
+    /// list of jobs, which does not count the holders), `paused by an operator` for a paused job;
+    /// null otherwise (see each task's `waiting_reason`).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub waiting_reason: Option<String>,
 }
 
+/// A job with its params and tasks: the fields of JobSummary plus `params` and `tasks`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobView {
     #[serde(flatten)]
     pub summary: JobSummary,
+    /// The job's params.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub params: Value,
+    /// In creation order.
     pub tasks: Vec<TaskView>,
 }
 
+/// The query of `GET /api/v1/jobs`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct JobListQuery {
+    /// As [`NamespaceQuery`], which documents it.
+    #[cfg_attr(feature = "openapi", param(ignore))]
     pub namespace: Option<String>,
+    /// Only jobs with this status.
+    #[cfg_attr(feature = "openapi", param(value_type = Option<JobStatus>))]
     pub status: Option<Open<JobStatus>>,
+    /// Only jobs of this workflow.
     pub workflow: Option<String>,
-    /// Only jobs created at or after this time (RFC 3339).
+    /// Only jobs created at or after this time: RFC 3339, such as `2026-11-22T10:00:00Z`
+    /// (percent-encode a `+` offset as `%2B`); a malformed time is a 400.
+    #[cfg_attr(feature = "openapi", param(format = DateTime))]
     pub created_after: Option<String>,
-    /// Only jobs created before this time (RFC 3339).
+    /// Only jobs created strictly before this time: RFC 3339, as `created_after`; a malformed
+    /// time is a 400.
+    #[cfg_attr(feature = "openapi", param(format = DateTime))]
     pub created_before: Option<String>,
+    /// Page size, at least 1 (else 400) and at most the server's page limit (`--max-page-size`;
+    /// the 1000 shown is its default; over it is a 422).
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000, default = 50))]
     pub limit: Option<u32>,
+    /// `next_cursor` of the previous page; anything else is a 400.
+    #[cfg_attr(feature = "openapi", param(pattern = "^job_[A-Za-z0-9-]{1,64}$"))]
     pub cursor: Option<String>,
 }
 
-/// Which jobs a bulk action applies to (`POST /jobs/bulk/{action}`), and why.
+/// Which jobs a bulk action applies to, and why. The fields given combine; a field left out (or
+/// `null`) does not filter.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BulkRequest {
+    /// Only jobs of this workflow (not checked: a name no job has matches nothing).
     pub workflow: Option<String>,
+    /// Only jobs with this status; any other value is a 400 (the field is `status`).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<JobStatus>))]
     pub status: Option<Open<JobStatus>>,
-    /// RFC 3339.
+    /// Only jobs created at or after this time (RFC 3339; else 400).
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub created_after: Option<String>,
-    /// RFC 3339.
+    /// Only jobs created strictly before this time (RFC 3339; else 400).
+    #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub created_before: Option<String>,
+    /// Why, recorded in each job's history; at most 1024 bytes.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub reason: Option<String>,
-    /// For `cancel`: undo finished steps first.
+    /// With `cancel`: undo each job's finished steps (run their compensations) before it ends
+    /// `cancelled`. Ignored by the other actions.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(default = false))]
     pub compensate: bool,
-    /// Most jobs to act on (default 1000, at most 10000).
+    /// Most jobs to select, newest first: 1 to 10000 (else 400); 1000 when absent.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(minimum = 1, maximum = 10000, default = 1000)
+    )]
     pub limit: Option<u32>,
 }
 
-/// A job a bulk action did not apply to, and why.
+/// A selected job the action did not apply to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BulkRefusal {
+    /// `job_…`
     pub id: String,
+    /// Why, as a single action's 409 would say.
     pub reason: String,
 }
 
+/// What a bulk action did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BulkResult {
-    /// Jobs the filter selected.
+    /// Jobs the filter selected (at most `limit`).
     pub matched: u64,
     /// Jobs the action was applied to.
     pub affected: u64,
-    /// The first 100 jobs it did not apply to, with the reason.
+    /// The selected jobs the action did not apply to, with the reason: the first 100 (`matched -
+    /// affected` counts them all).
+    #[cfg_attr(feature = "openapi", schema(max_items = 100))]
     pub refused: Vec<BulkRefusal>,
 }
 
+/// A page of jobs, newest first.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobList {
     pub items: Vec<JobSummary>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub next_cursor: Option<String>,
 }
 
+/// One entry of a job's history.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventView {
+    /// Increasing across all jobs; pass the last one as `after` to read on.
     pub seq: i64,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: Timestamp,
+    #[cfg_attr(feature = "openapi", schema(value_type = EventKind))]
     pub kind: Open<EventKind>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub task_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub step: Option<String>,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 0, maximum = 4294967295u64)
+    )]
     pub attempt: Option<u32>,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub worker_id: Option<String>,
+    /// Kind-specific facts: error message, retry time, actor and reason of an operator action, …
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub detail: Value,
 }
 
+/// History events, oldest first.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventList {
     pub items: Vec<EventView>,
 }
 
+/// A worker's request for tasks.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PollRequest {
+    /// 1 to 128 bytes.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub worker_id: String,
+    #[cfg_attr(feature = "openapi", schema(schema_with = openapi::queue_names))]
     pub queues: Vec<String>,
+    /// Most tasks to claim; 1 when absent.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 256))]
     pub max_tasks: Option<u32>,
+    /// How long to wait when nothing is ready; 0 when absent.
+    #[cfg_attr(feature = "openapi", schema(maximum = 60000))]
     pub wait_ms: Option<u64>,
+    /// The namespace to poll; `default` when absent. (This endpoint takes it in the body, not the
+    /// query.)
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9_.-]{1,128}$"))]
     pub namespace: Option<String>,
 }
 
+/// A task handed to a worker, with the lease token its reports must carry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeasedTask {
+    /// `tsk_…`
     pub id: String,
     pub lease_token: String,
     pub job_id: String,
     pub step: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = TaskKind))]
     pub kind: Open<TaskKind>,
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 0, maximum = 4294967295u64)
+    )]
     pub item: Option<u32>,
     pub queue: String,
     pub command: String,
+    /// The task's input (null when none).
     pub input: Value,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4294967295u64))]
     pub attempt: u32,
+    /// `task id:attempt`: the same across check-laters of one attempt.
     pub idempotency_key: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub lease_expires_at: Timestamp,
     /// How long a lease lasts; heartbeat well within it.
     pub lease_ms: u64,
-    /// Progress recorded by an earlier "check later" of this attempt.
+    /// Progress recorded by an earlier check-later of this attempt, else null.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub progress: Option<Value>,
     /// The attempt's callback token: another system may finish the attempt with it
     /// (`/api/v1/callbacks/{token}/…`) after the worker's `await-callback`. Shown only here.
@@ -283,37 +481,55 @@ pub struct LeasedTask {
     pub callback_token: String,
 }
 
+/// The claimed tasks; empty when none became ready within `wait_ms`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PollResponse {
     pub tasks: Vec<LeasedTask>,
 }
 
+/// Extends the lease of a running task.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HeartbeatRequest {
     pub lease_token: String,
+    /// Progress to record (optional).
     pub progress: Option<Value>,
 }
 
+/// The extended lease.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeartbeatResponse {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub lease_expires_at: Timestamp,
 }
 
+/// The task succeeded.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CompleteRequest {
     pub lease_token: String,
+    /// The task's output (default null).
     #[serde(default)]
     pub output: Value,
+    /// Size-bounded logs to keep with the task (optional).
     pub logs: Option<Value>,
 }
 
+/// A failure reported by a worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReportedError {
+    /// What went wrong; must not be blank (else 400).
+    #[cfg_attr(feature = "openapi", schema(pattern = "\\S"))]
     pub message: String,
+    /// False fails the step at once, without further attempts.
     #[serde(default = "default_true")]
+    #[cfg_attr(feature = "openapi", schema(default = true))]
     pub retryable: bool,
 }
 
@@ -321,123 +537,182 @@ fn default_true() -> bool {
     true
 }
 
+/// The attempt failed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FailRequest {
     pub lease_token: String,
     pub error: ReportedError,
+    /// Size-bounded logs to keep with the task (optional).
     pub logs: Option<Value>,
 }
 
+/// Not done yet: the task returns to ready after `after_ms` without using an attempt.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CheckLaterRequest {
     pub lease_token: String,
+    /// At most 7 days.
+    #[cfg_attr(feature = "openapi", schema(maximum = 604800000))]
     pub after_ms: u64,
+    /// Progress to record (optional), given back with the next lease.
     pub progress: Option<Value>,
 }
 
-/// Body of `pause`, `resume` and `retry` (optional).
+/// Body of pause, resume and retry; optional (an empty body is `{}`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ActionRequest {
-    /// Why, recorded in the job's history.
+    /// Why, recorded in the job's history; at most 1024 bytes.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub reason: Option<String>,
 }
 
-/// Body of `cancel` (optional).
+/// Body of cancel; optional (an empty body is `{}`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CancelRequest {
+    /// Why, recorded in the job's history; at most 1024 bytes.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub reason: Option<String>,
     /// Undo the finished steps (run their compensations) before ending `cancelled`.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(default = false))]
     pub compensate: bool,
 }
 
-/// Body of `skip`: the output downstream steps will see.
+/// Body of skip; optional (an empty body is `{}`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SkipRequest {
+    /// The output downstream steps will see (default null).
     #[serde(default)]
     pub output: Value,
+    /// Why, recorded in the job's history; at most 1024 bytes.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub reason: Option<String>,
 }
 
-/// Body of `rerun`: the step to run again with everything downstream of it.
+/// Body of rerun (required).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RerunRequest {
+    /// The step to run again, with everything downstream of it.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub step: String,
+    /// Why, recorded in the job's history; at most 1024 bytes.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub reason: Option<String>,
 }
 
 /// A queue's settings and what it holds now.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QueueView {
     pub namespace: String,
     pub name: String,
-    /// `parallel` or `serial` (at most one running task, in dispatch order).
+    /// `parallel`: any number of running tasks, up to `concurrency`; `serial`: at most one running
+    /// task at a time, in dispatch order (`concurrency` is then ignored).
+    #[cfg_attr(feature = "openapi", schema(value_type = QueueMode))]
     pub mode: Open<QueueMode>,
     /// Higher is served first among the queues a worker polls.
     pub priority: i32,
-    /// Most running tasks at once; `null`: no limit.
+    /// Most running tasks at once; null: no limit.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 1, maximum = 4294967295u64)
+    )]
     pub concurrency: Option<u32>,
     /// A paused queue keeps its tasks but hands none out.
     pub paused: bool,
-    /// A ready task older than this goes ahead of priority order, oldest first.
+    /// A ready task that has waited longer than this goes ahead of priority order, oldest first
+    /// (300000, 5 minutes, unless changed).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub max_wait_ms: u64,
-    /// At most `tokens` task starts per `per_ms`; `null`: no rate limit.
+    /// At most `tokens` task starts per `per_ms` (a token bucket); null: no rate limit. Tasks over
+    /// the limit wait ready.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub rate: Option<RateView>,
-    /// Ready tasks (including those waiting for a retry or check-later time).
+    /// Ready tasks not held by a paused job, including those whose retry backoff or check-later
+    /// delay has not passed yet.
     pub ready: u64,
+    /// Tasks leased to a worker.
     pub running: u64,
-    /// How long the oldest claimable ready task has waited, in milliseconds.
+    /// How long the oldest ready task that is claimable now has been claimable; 0 when none is.
     pub oldest_ready_age_ms: u64,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
+    /// When the settings were last changed (PUT, pause or resume); null when never.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub updated_at: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RateView {
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub tokens: u32,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub per_ms: u64,
 }
 
 /// A queue's rate limit as set: `tokens` starts per `per` (a duration like `"1m"` or seconds).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RateSettings {
+    /// Task starts per `per`; 0 is a 422.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
     pub tokens: u32,
+    /// A duration (`"1m"`) or a number of seconds (the schema: [`openapi::rate_per`]).
+    #[cfg_attr(feature = "openapi", schema(schema_with = openapi::rate_per))]
     pub per: Value,
 }
 
+/// The queues of the namespace, by name.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QueueList {
     pub items: Vec<QueueView>,
 }
 
-/// Changes to a queue's settings (`PUT /queues/{name}`); an absent field stays as it is.
+/// Changes to a queue's settings. An absent field stays as it is, and so does one sent as `null`,
+/// except `concurrency`, where `null` removes the limit. `{}` changes nothing.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct QueueSettings {
+    /// `parallel`: any number of running tasks, up to `concurrency`; `serial`: at most one running
+    /// task at a time, in dispatch order (`concurrency` is then ignored). Any other value is a 400.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<QueueMode>))]
     pub mode: Option<Open<QueueMode>>,
+    /// Higher is served first among the queues a worker polls.
     pub priority: Option<i32>,
-    /// A number sets the limit; `null` removes it.
+    /// Most running tasks at once, at least 1 (0 is a 422: pause the queue instead); `null` removes
+    /// the limit, while an absent field leaves it as it is.
     #[serde(
         default,
         deserialize_with = "present_or_null",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<u32>, minimum = 1, maximum = 4294967295u64))]
     pub concurrency: Option<Option<u32>>,
-    /// A duration (`"5m"`) or a number of seconds.
+    /// A duration (`"5m"`) or a number of seconds (the schema: [`openapi::max_wait`]).
+    #[cfg_attr(feature = "openapi", schema(schema_with = openapi::max_wait))]
     pub max_wait: Option<Value>,
-    /// An object sets the rate limit; `null` removes it.
+    /// An object sets the rate limit; null removes it; absent leaves it as it is.
     #[serde(
         default,
         deserialize_with = "present_or_null",
         skip_serializing_if = "Option::is_none"
     )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<RateSettings>))]
     pub rate: Option<Option<RateSettings>>,
 }
 
@@ -450,113 +725,275 @@ where
     Option::<T>::deserialize(deserializer).map(Some)
 }
 
-/// What to do with fires missed while the server was down.
+/// What a schedule does with the fires it missed while the server was down: `skip` drops them,
+/// though a fire less than a minute late still runs; `once` runs the latest missed fire once; `all`
+/// runs the missed fires, oldest first, at most the latest `limit`. Fires missed while the schedule
+/// was paused are never caught up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CatchUpPolicy {
-    /// `skip` (drop missed fires; a fire less than a minute late still runs), `once` (run the
-    /// latest missed fire once) or `all` (run every missed fire, at most `limit`).
+    /// Any other value is a 400 (the field is `catch_up.policy`).
+    #[cfg_attr(feature = "openapi", schema(value_type = CatchUpKind))]
     pub policy: Open<CatchUpKind>,
+    /// With `all` only: the most missed fires run at once, 10 when absent or null; 0 is a 422. A
+    /// limit with `skip` or `once` is a 400. Null in a view of a `skip` or `once` policy.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4294967295u64))]
     pub limit: Option<u32>,
 }
 
-/// A schedule to create or replace (`PUT /schedules/{name}`).
+/// A schedule to create or replace. A field left out, or sent as `null`, takes its default.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleRequest {
+    /// The workflow whose latest version each fire runs; it must be applied in the schedule's
+    /// namespace, else 422.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9_.-]{1,128}$"))]
     pub workflow: String,
+    /// The params of each fire's job (default `{}`). Any JSON is accepted by the parser; a
+    /// non-object is refused with 422. They are checked against the workflow's `params` schema only
+    /// when a fire submits its job.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub params: Option<Value>,
-    /// 5 fields (`0 3 * * *`), 6 with seconds first, or a nickname such as `@hourly`.
+    /// 5 fields (`0 3 * * *`), 6 with seconds first (`*/10 * * * * *`), 7 with a year last, or a
+    /// nickname such as `@hourly`; `L`, `W` and `#` are supported. Anything else is a 422. An
+    /// expression that never fires again (`0 0 30 2 *`) is accepted: its schedule never fires, and
+    /// `next_fires` is empty.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub cron: String,
-    /// An IANA time zone; `UTC` when absent.
+    /// The IANA time zone (`Europe/Paris`) the expression is read in, following daylight saving
+    /// time; `UTC` when absent. An unknown zone is a 422.
     pub timezone: Option<String>,
-    /// `skip` (default), `allow` or `queue_one`: what a fire does while the previous job runs.
+    /// What a fire does while the schedule's previous job is unfinished: `skip` starts nothing,
+    /// `allow` starts another job, `queue_one` holds the fire (replacing an older held one) and
+    /// starts it when the previous job ends. `skip` when absent; any other value is a 400.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Overlap>))]
     pub overlap: Option<Open<Overlap>>,
+    /// What to do with fires missed while the server was down; `{"policy": "skip"}` when absent.
     pub catch_up: Option<CatchUpPolicy>,
+    /// Create (or replace) the schedule paused. False when absent, so replacing a paused schedule
+    /// without it resumes it; `null` is a 400.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(default = false))]
     pub paused: bool,
 }
 
+/// A schedule with its next fire times and what its last fire did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScheduleView {
     pub namespace: String,
     pub name: String,
     pub workflow: String,
+    /// The params of each fire's job.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub params: Value,
     pub cron: String,
     pub timezone: String,
+    /// What a fire does while the schedule's previous job is unfinished: `skip` starts nothing,
+    /// `allow` starts another job, `queue_one` holds the fire (replacing an older held one) and
+    /// starts it when the previous job ends.
+    #[cfg_attr(feature = "openapi", schema(value_type = Overlap))]
     pub overlap: Open<Overlap>,
     pub catch_up: CatchUpPolicy,
+    /// A paused schedule does not fire.
     pub paused: bool,
-    /// The next fire times (up to 5; none while paused).
+    /// The next fire times, soonest first: up to 5, none while paused or when the expression never
+    /// fires again. The first one is in the past when a fire is due and not handled yet.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>, format = DateTime, max_items = 5))]
     pub next_fires: Vec<Timestamp>,
+    /// A fire held by `queue_one` until the previous job ends; null when none.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub pending_fire_at: Option<Timestamp>,
+    /// The last fire that started its job or tried to (fires skipped or held because of `overlap`
+    /// are not counted); null when none. Kept when the schedule is replaced.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub last_fire_at: Option<Timestamp>,
+    /// `job_…`: the job the last fire that could start one started; null when none. Kept when the
+    /// schedule is replaced.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_job_id: Option<String>,
-    /// Why the last fire could not start its job, if it could not.
+    /// Why the last fire could not start its job (a `params` refused by the workflow's schema, a
+    /// workflow no longer applied, …); null when it could, or when no fire has run since the
+    /// schedule was put.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_error: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
+    /// When the schedule was last put, paused or resumed.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub updated_at: Timestamp,
 }
 
+/// The schedules of the namespace, by name.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ScheduleList {
     pub items: Vec<ScheduleView>,
 }
 
-/// A webhook subscription to create (`POST /webhooks`).
+/// A subscription to create.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct WebhookRequest {
-    /// Where to POST each job status change (http or https).
+    /// Where to POST each message: an `http://` or `https://` URL (the scheme in any case) of at
+    /// most 2048 bytes, else 422. Unless the server's `--webhook-allow` opens it, a destination on
+    /// this host or a local network is refused with a 422: loopback, unspecified (`0.0.0.0/8`,
+    /// `::`), private (`10/8`, `172.16/12`, `192.168/16`), shared (`100.64/10`), link-local
+    /// (`169.254/16`, cloud metadata; `fe80::/10`), unique and site-local IPv6, multicast,
+    /// broadcast and reserved addresses, those IPv4 addresses inside IPv6 ones (IPv4-mapped,
+    /// -compatible, -translated, 6to4, NAT64; and local-use NAT64 `64:ff9b:1::/48`), numeric
+    /// spellings of them (`2130706433`, `0x7f.1`), and `localhost` and `*.localhost`. A host name
+    /// is resolved and refused if any of its addresses is; one that does not resolve yet is
+    /// accepted. Every delivery checks again, after resolution and without connecting to a refused
+    /// address.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 2048, pattern = "^[Hh][Tt][Tt][Pp][Ss]?://")
+    )]
     pub url: String,
-    /// Only jobs of this workflow (all when absent).
+    /// Only jobs of this workflow; every workflow when absent or null. Not checked: a name no
+    /// workflow has matches nothing.
     pub workflow: Option<String>,
-    /// Only these job statuses (all when absent or empty).
+    /// Only changes to these job statuses (the status the job changed to); every change when absent
+    /// or empty. An unknown status is a 400 (the field is `states`); `null` is a 400 (the field is
+    /// `body`).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<JobStatus>, default = json!([])))]
     pub states: Vec<Open<JobStatus>>,
-    /// The signing secret (16 to 256 bytes); one is generated when absent.
+    /// The signing secret, 16 to 256 bytes (else 422); when absent or null, a random one of 64
+    /// hexadecimal characters is made. Either way it is returned only in the answer to the create.
+    #[cfg_attr(feature = "openapi", schema(min_length = 16, max_length = 256))]
     pub secret: Option<String>,
 }
 
+/// A subscription, without its secret.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WebhookView {
+    /// `whk_…`
     pub id: String,
     pub namespace: String,
+    /// The URL in full to callers with the `operate` scope (and to anyone when the server runs
+    /// without `--auth`). Others get it redacted to `scheme://host[:port]/…`, without the user
+    /// information, path, query and fragment, which often carry secrets.
     pub url: String,
+    /// Only jobs of this workflow; null: every workflow.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub workflow: Option<String>,
+    /// Only changes to these job statuses; empty: every change.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<JobStatus>))]
     pub states: Vec<Open<JobStatus>>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
-    /// The signing secret: returned only when the subscription is created.
+    /// The signing secret: returned only when the subscription is created (documented as
+    /// [`openapi::CreatedWebhook`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(ignore))]
     pub secret: Option<String>,
 }
 
+/// The subscriptions of the namespace, oldest first.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WebhookList {
     pub items: Vec<WebhookView>,
 }
 
-/// One message to a subscription and how its delivery went.
+/// The `type` of every webhook message (and its `Starbridge-Event` header).
+pub const WEBHOOK_EVENT: &str = "job.status_changed";
+
+/// The body of a message: a job's status changed. Its times are Unix milliseconds (integers), not
+/// RFC 3339 strings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WebhookPayload {
+    /// [`WEBHOOK_EVENT`].
+    #[serde(rename = "type")]
+    #[cfg_attr(feature = "openapi", schema(schema_with = openapi::payload_type))]
+    pub kind: String,
+    pub namespace: String,
+    /// The job after the change.
+    #[cfg_attr(feature = "openapi", schema(inline))]
+    pub job: WebhookJob,
+    /// When the status changed, in Unix milliseconds.
+    pub at: i64,
+}
+
+/// The job of a [`WebhookPayload`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WebhookJob {
+    /// `job_…`
+    pub id: String,
+    pub workflow: String,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 4294967295u64))]
+    pub version: u32,
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub key: Option<String>,
+    /// The status it changed to.
+    #[cfg_attr(feature = "openapi", schema(value_type = JobStatus))]
+    pub status: Open<JobStatus>,
+    /// The status it changed from; null when the job was just created.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<JobStatus>, required = true))]
+    pub previous_status: Option<Open<JobStatus>>,
+    /// When the job was created, in Unix milliseconds.
+    pub created_at: i64,
+    /// When the job ended, in Unix milliseconds; null while it has not.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub ended_at: Option<i64>,
+}
+
+/// One message to a subscription and how its delivery went so far.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeliveryView {
+    /// Increasing; sent as `Starbridge-Delivery`.
     pub id: i64,
+    /// `job_…`
     pub job_id: String,
     /// The job status the message reports.
+    #[cfg_attr(feature = "openapi", schema(value_type = JobStatus))]
     pub status: Open<JobStatus>,
+    /// The body sent.
+    #[cfg_attr(feature = "openapi", schema(value_type = WebhookPayload))]
     pub payload: Value,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
+    /// Attempts so far; 0 before the first.
+    #[cfg_attr(feature = "openapi", schema(minimum = 0, maximum = 20))]
     pub attempts: u32,
+    /// `pending`: to be tried (again) at `next_attempt_at`; `delivered`: the receiver answered 2xx;
+    /// `failed`: given up after 20 attempts, or at once when the server's destination policy
+    /// refuses the URL (`last_error` starts with `destination refused by policy`; nothing was
+    /// sent).
+    #[cfg_attr(feature = "openapi", schema(value_type = DeliveryState))]
     pub state: Open<DeliveryState>,
+    /// When it is tried next; null once delivered or given up.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub next_attempt_at: Option<Timestamp>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub delivered_at: Option<Timestamp>,
-    /// HTTP status of the last attempt.
+    /// The HTTP status of the last answer; null before the first attempt or when the last one got
+    /// no answer.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 100, maximum = 599)
+    )]
     pub last_status: Option<u16>,
+    /// Why the last attempt failed (`destination refused by policy: …` when the server's policy
+    /// refused the destination without connecting); null before the first attempt and once
+    /// delivered.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub last_error: Option<String>,
 }
 
+/// A subscription's deliveries, newest first.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeliveryList {
     pub items: Vec<DeliveryView>,
 }
@@ -564,90 +1001,134 @@ pub struct DeliveryList {
 /// Most items in one batch request (`POST /jobs/batch`, `POST /tasks/complete`).
 pub const MAX_BATCH_ITEMS: usize = 1000;
 
-/// Several jobs in one request (`POST /jobs/batch`), each submitted as by `POST /jobs`.
+/// Several jobs to submit in one request, each as `POST /api/v1/jobs` takes it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SubmitJobs {
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 1000))]
     pub jobs: Vec<SubmitJob>,
 }
 
-/// One job of a batch submit: created, or found by its `key`.
+/// A job of a batch submit: created, or found by its `key`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SubmittedJob {
+    /// The job id (`job_…`).
     pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = JobStatus))]
     pub status: Open<JobStatus>,
-    /// False when the `key` named an existing job, which is returned instead.
+    /// False when the `key` named an existing job, which is returned instead (the 200 of `POST
+    /// /api/v1/jobs`).
     pub created: bool,
 }
 
 /// One item's answer in a batch request, in the order of the request: its result, or the
 /// problem that refused it (nothing of that item changed; the other items are not affected).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum BatchItem<T> {
     Done(T),
-    Refused { error: Problem },
+    /// The job was refused: the problem it would have got alone (its `status` is the HTTP status
+    /// the single-item call would answer). Nothing of this item changed.
+    Refused {
+        error: Problem,
+    },
 }
 
+/// One item per job of the request, in its order.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SubmitJobsResponse {
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub items: Vec<BatchItem<SubmittedJob>>,
 }
 
-/// One task of a batch completion: its id and what `POST /tasks/{id}/complete` takes.
+/// One successful attempt: the task id and what `POST /api/v1/tasks/{id}/complete` takes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CompleteTask {
+    /// The task id (`tsk_…`).
     pub id: String,
     pub lease_token: String,
+    /// The task's output (any JSON; `null` when absent).
     #[serde(default)]
     pub output: Value,
+    /// Optional logs to keep with the attempt (any JSON).
     pub logs: Option<Value>,
 }
 
-/// Several successful attempts reported in one request (`POST /tasks/complete`).
+/// Several successful attempts reported in one request.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CompleteTasks {
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 1000))]
     pub tasks: Vec<CompleteTask>,
 }
 
+/// One item per task of the request, in its order.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompleteTasksResponse {
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub items: Vec<BatchItem<ReportResponse>>,
 }
 
-/// What a report (complete, fail, check-later) changed.
+/// What a report changed.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReportResponse {
+    #[cfg_attr(feature = "openapi", schema(value_type = TaskStatus))]
     pub task_status: Open<TaskStatus>,
+    #[cfg_attr(feature = "openapi", schema(value_type = JobStatus))]
     pub job_status: Open<JobStatus>,
 }
 
-/// One field-level problem inside a problem document.
+/// One field at fault.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FieldProblem {
+    /// The field: a body field (`queues`, `error.message`, `params.size`), a query parameter, a
+    /// header, `body`, or a definition location (`steps[0] (a).timeout`, `line 3 column 4`).
     pub field: String,
     pub message: String,
 }
 
-/// An RFC 9457 problem document (`application/problem+json`).
+/// An RFC 9457 problem document, sent as `application/problem+json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Problem {
+    /// `/problems/invalid-request` (400), `/problems/unauthorized` (401: no token, or an unknown or
+    /// revoked one), `/problems/forbidden` (403: the token's scopes do not allow the request),
+    /// `/problems/not-found` (404), `/problems/conflict` (409), `/problems/validation` (422),
+    /// `/problems/internal` (500), `/problems/unavailable` (503), `/problems/disk-full` (503: the
+    /// disk holding the database is full; nothing was changed), `/problems/read-only` (503: the
+    /// database or its filesystem is read-only; nothing was changed), `/problems/contended` (503:
+    /// other server nodes kept the rows busy; try again), `/problems/method-not-allowed` (405),
+    /// `/problems/limit-exceeded` (413, 422).
     #[serde(rename = "type")]
+    #[cfg_attr(feature = "openapi", schema(format = "uri-reference"))]
     pub kind: String,
     pub title: String,
+    #[cfg_attr(feature = "openapi", schema(minimum = 400, maximum = 599))]
     pub status: u16,
     pub detail: String,
+    /// Each field at fault; left out when none is named.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<FieldProblem>,
-    /// The limit a request went over (`/problems/limit-exceeded`), and how to change it.
+    // The limit a request went over (`/problems/limit-exceeded`), and how to change it; described
+    // by `ProblemLimit`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = ProblemLimit, required = false))]
     pub limit: Option<Box<ProblemLimit>>,
 }
 
-/// A server limit named by a problem: its setting, its value, and where it is set.
+/// The server limit a request went over, and how an operator changes it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProblemLimit {
     /// The setting, e.g. `max_params_bytes`.
     pub name: String,
@@ -659,76 +1140,133 @@ pub struct ProblemLimit {
     pub env: String,
 }
 
-/// `GET /healthz`: whether the server reads and writes its database (`503` unless `ok`).
+/// Whether the server reads and writes its database.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
+    #[cfg_attr(feature = "openapi", schema(value_type = HealthStatus))]
     pub status: Open<HealthStatus>,
+    /// `ok`: writes succeed (one did in the last 10 s, or a probe write just did). `full`: the disk
+    /// holding the database is full. `read_only`: the database or its filesystem is read-only (a
+    /// filesystem remounted read-only, a read-only PostgreSQL). `unavailable`: the database cannot
+    /// be read, or writes fail for another reason. Anything but `ok` comes with status 503, and
+    /// writes are refused meanwhile (nothing is changed).
+    #[cfg_attr(feature = "openapi", schema(value_type = DatabaseHealth))]
     pub database: Open<DatabaseHealth>,
-    /// What the answer rests on: the last write's age and outcome, a probe write's, or a failed
-    /// read.
+    /// What the answer rests on, for an operator: the last write's age and outcome, a probe write's
+    /// outcome, or a failed read.
     pub detail: String,
 }
 
-/// An API token as listed (its secret is never shown again after creation).
+/// An API token as listed; its secret is never shown again after the create.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenView {
+    /// 16 hexadecimal characters: the part after `sbt_` of the token.
     pub id: String,
+    /// Unique among all tokens, revoked ones included; history and the audit log name the token by
+    /// it.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9_.-]{1,128}$"))]
     pub name: String,
-    /// The only namespace it acts in; absent: every namespace.
+    /// The only namespace it acts in; null: every namespace.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub namespace: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Scope>, min_items = 1))]
     pub scopes: Vec<Open<Scope>>,
-    /// The queues a `work` token may serve; absent: every queue.
+    /// The queues a `work` token may poll and report on; null: every queue.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub queues: Option<Vec<String>>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
+    /// Who made it: the name of the admin token, or, without `--auth`, the `Starbridge-Actor`
+    /// header (`anonymous` when absent).
     pub created_by: String,
+    /// When a request last carried it (recorded at most once a minute); null: never.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub last_used_at: Option<Timestamp>,
+    /// When it was revoked; null: it is live. A revoked token stays listed.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub revoked_at: Option<Timestamp>,
 }
 
-/// `POST /api/v1/tokens`.
+/// A token to create.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateTokenRequest {
+    /// 1 to 128 characters of a-z, 0-9, `_`, `.` and `-` (else 422), not used by another token,
+    /// revoked ones included (else 409).
     pub name: String,
+    /// At least one (else 422); an unknown scope is a 400 (the field is `scopes`).
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Scope>))]
     pub scopes: Vec<Open<Scope>>,
+    /// Bind the token to this namespace; every namespace when absent or null. A malformed name is a
+    /// 400; an `admin` token cannot be bound (422).
     #[serde(default)]
     pub namespace: Option<String>,
+    /// The only queues it may poll and report on; every queue when absent or null. Only for a token
+    /// with the `work` scope (else 422).
     #[serde(default)]
     pub queues: Option<Vec<String>>,
+    /// Why, recorded in the audit log.
     #[serde(default)]
     pub reason: Option<String>,
 }
 
-/// A new token with its secret, shown only in this answer.
+/// A new token, with its secret shown only in this answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CreatedToken {
     pub token: TokenView,
-    /// Send as `Authorization: Bearer <secret>`; store it now, it cannot be shown again.
+    /// The whole token, `sbt_<id>_<secret>`: send it as `Authorization: Bearer <secret>`. Only its
+    /// hash is stored: keep it now, it cannot be shown again.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^sbt_[0-9a-f]{16}_[0-9a-f]{64}$")
+    )]
     pub secret: String,
 }
 
+/// Every token, revoked ones included, oldest first.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenList {
     pub items: Vec<TokenView>,
 }
 
-/// One accepted change, as the audit log keeps it.
+/// One accepted change.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEntryView {
+    /// Increases with each entry; pass as `before` to page.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub seq: i64,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: Timestamp,
+    /// The request's namespace (`?namespace=`, the token's, else `default`).
     pub namespace: String,
+    /// The token's name; without `--auth`, the `Starbridge-Actor` header (`anonymous` when absent).
     pub actor: String,
+    /// The method and the documented path template, e.g. `POST /api/v1/jobs/{id}/cancel`.
     pub action: String,
+    /// The request's path, e.g. `/api/v1/jobs/job_…/cancel`.
     pub target: String,
+    /// The HTTP status of the answer.
+    #[cfg_attr(feature = "openapi", schema(minimum = 200, maximum = 299))]
     pub status: u16,
+    /// The `reason` field of the request body, if it had one.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub reason: Option<String>,
 }
 
+/// Audit entries, newest first.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditList {
     pub items: Vec<AuditEntryView>,
-    /// Pass as `before` for the next (older) page.
+    /// When the page is full: pass as `before` for the next (older) page, which may be empty. Null:
+    /// this is the last page.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
     pub next_cursor: Option<i64>,
 }
 

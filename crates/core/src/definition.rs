@@ -20,6 +20,44 @@ pub const DEFAULT_RETRY_MAX_INTERVAL: Duration = Duration::from_secs(3600);
 /// Largest number of steps in one workflow.
 pub const MAX_STEPS: usize = 1000;
 
+/// The definition document as the API takes it (`PUT /api/v1/workflows/{name}`, an inline
+/// `definition`) and shows it: its OpenAPI schema (feature `openapi`). The schema names the
+/// top-level fields and requires `steps`; the rules are checked when it is applied, with each step
+/// and field at fault named, so they are described rather than written out as JSON Schema.
+#[cfg(feature = "openapi")]
+pub struct WorkflowDefinition;
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for WorkflowDefinition {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AdditionalProperties, ArrayBuilder, ObjectBuilder, Type};
+        let steps = ArrayBuilder::new()
+            .items(ObjectBuilder::new().schema_type(Type::Object))
+            .min_items(Some(1))
+            .description(Some(
+                "The steps: at least one, at most the server's `--max-steps`.",
+            ));
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(
+                "A workflow definition (see docs/reference.md): `name`, `description`, `params` \
+                 (a JSON Schema for job params), `timeout`, `priority`, `lock` (`key`, a template \
+                 over `params` and `job`, and `slots`: at most that many jobs with the same \
+                 rendered key run at once, the others wait `queued`) and `steps`, each step with \
+                 `id`, `queue`, `command`, `depends_on`, `input`, `when`, `for_each`, \
+                 `concurrency`, `timeout`, `step_timeout`, `retry`, `priority` and `compensate`. \
+                 Validated when applied; a `name` must equal the name it is applied as.",
+            ))
+            .additional_properties(Some(AdditionalProperties::FreeForm(true)))
+            .required("steps")
+            .property("steps", steps)
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for WorkflowDefinition {}
+
 /// A validated, compiled workflow definition.
 #[derive(Debug, Clone)]
 pub struct Workflow {

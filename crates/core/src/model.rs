@@ -9,7 +9,7 @@ use crate::time::{Duration, Timestamp};
 use crate::wire::string_enum;
 
 string_enum!(
-    /// Where a job is in its life. See ARCHITECTURE.md for the diagram.
+    /// Where a job is in its life (see ARCHITECTURE.md for the diagram).
     JobStatus {
         Queued => "queued",
         Running => "running",
@@ -104,7 +104,8 @@ impl TaskStatus {
 }
 
 string_enum!(
-    /// What a task stands for.
+    /// `step`: a plain step; `fan_out`: a `for_each` step's parent, never dispatched; `item`: one
+    /// fan-out item; `compensation`: the rollback of a finished or failed task.
     TaskKind {
         /// A plain step, dispatched to its queue.
         Step => "step",
@@ -136,8 +137,8 @@ string_enum!(
 );
 
 string_enum!(
-    /// How one run of a task by a worker (from its claim) ended, or `Running` while it lasts. A
-    /// "check later" ends a run but not the attempt.
+    // A run is one claim of a task by a worker; a "check later" ends a run but not the attempt.
+    /// How a run ended; `running` while it has not.
     AttemptOutcome {
         Running => "running",
         Succeeded => "succeeded",
@@ -551,7 +552,7 @@ pub enum Rejection {
 }
 
 string_enum!(
-    /// The kinds of history events.
+    /// What a history event records.
     EventKind {
         JobCreated => "job_created",
         JobCompensating => "job_compensating",

@@ -4,8 +4,11 @@
 use crate::wire::string_enum;
 
 string_enum!(
-    /// What a token may do. Each scope includes those below it (admin, operate, submit, read),
-    /// except `work`, which stands alone.
+    /// What a token may do. `admin` ⊃ `operate` ⊃ `submit` ⊃ `read`: each allows what the ones
+    /// after it allow. `read`: read everything of the namespace; `submit`: also submit jobs;
+    /// `operate`: also apply workflows, act on jobs, configure queues, schedules and webhooks,
+    /// read the audit log; `admin`: also manage tokens and read `/metrics`. `work` stands alone:
+    /// poll tasks and report on them, on the token's queues only.
     Scope {
         /// Tokens and namespaces, and everything `operate` may do.
         Admin => "admin",

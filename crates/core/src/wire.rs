@@ -37,11 +37,13 @@ pub trait WireEnum: Copy + Eq + fmt::Debug + 'static {
 
 /// Defines a closed enum written as strings: `Name { Variant => "text", … }`, with `ALL`,
 /// `as_str`, `parse`, `Display`, serde (as `snake_case`, which must be the text given) and
-/// [`WireEnum`]. Attributes before the name (docs, another `derive`) go on the enum, those
-/// before a variant (docs, `#[default]`) on the variant.
+/// [`WireEnum`]; with the `openapi` feature, also its OpenAPI schema (`utoipa::ToSchema`, named
+/// as the enum: a string of one of the values, described by the enum's doc comment). Attributes
+/// before the name (docs, another `derive`) go on the enum, those before a variant (docs,
+/// `#[default]`) on the variant.
 macro_rules! string_enum {
-    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$meta])*
+    ($(#[$($meta:tt)*])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$($meta)*])*
         #[derive(
             Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord,
             serde::Serialize, serde::Deserialize,
@@ -78,10 +80,55 @@ macro_rules! string_enum {
                 f.write_str(self.as_str())
             }
         }
+
+        #[cfg(feature = "openapi")]
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                $crate::wire::enum_schema(
+                    &[$($text),+],
+                    $crate::wire::doc_text!($(#[$($meta)*])*),
+                )
+            }
+        }
+
+        #[cfg(feature = "openapi")]
+        impl utoipa::ToSchema for $name {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed(stringify!($name))
+            }
+        }
     };
 }
 
 pub(crate) use string_enum;
+
+/// The text of the doc comments among attributes, a line each (other attributes are skipped).
+#[cfg(feature = "openapi")]
+macro_rules! doc_text {
+    () => { "" };
+    (#[doc = $line:literal] $($rest:tt)*) => {
+        concat!($line, "\n", $crate::wire::doc_text!($($rest)*))
+    };
+    (#[$($other:tt)*] $($rest:tt)*) => { $crate::wire::doc_text!($($rest)*) };
+}
+
+#[cfg(feature = "openapi")]
+pub(crate) use doc_text;
+
+/// The OpenAPI schema of a string enum: a string of one of `values`, described by the enum's
+/// doc comment (`doc`, its lines joined).
+#[cfg(feature = "openapi")]
+pub fn enum_schema(
+    values: &[&str],
+    doc: &str,
+) -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    let description = doc.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .enum_values(Some(values.iter().copied()))
+        .description(Some(description.trim()))
+        .into()
+}
 
 /// A value of the closed set `T` as the wire carries it: one this build knows, or the text of
 /// one it does not (from a newer server, or a client's typo that the server will refuse).

@@ -19,7 +19,26 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{job_id, namespace, namespace_name, optional_body, task_id};
 use crate::jobs::job_view;
 use crate::limits::Limit;
+use crate::openapi::{
+    ActorHeader, BadRequest, Body, Failures, Guarded, JobPath, OtherNamespace, Unprocessable,
+};
 use crate::state::AppState;
+
+/// The approval operations, for the OpenAPI document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list, approve, reject))]
+pub(crate) struct Api;
+
+crate::openapi::problem_answers! {
+    /// How a decision is refused.
+    DecisionRefused {
+        "400": "A malformed body or namespace, or a comment over 4096 bytes.",
+        "404": "No such job in this namespace, or no such task in the job (with `--auth`, \
+               neither is anything of a namespace other than the token's).",
+        "409": "The task is not waiting for approval, or it was already decided; nothing \
+               changed.",
+    }
+}
 
 /// Longest decision comment.
 const MAX_COMMENT_BYTES: usize = 4096;
@@ -31,6 +50,23 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::JOB_TASK_REJECT, post(reject))
 }
 
+/// List pending approvals
+///
+/// The steps of the namespace waiting for a person to approve or reject them, oldest first.
+#[utoipa::path(
+    get,
+    path = paths::APPROVALS,
+    operation_id = "listApprovals",
+    tag = "jobs",
+    params(api::ApprovalListQuery),
+    responses(
+        (status = 200, description = "The pending approvals.", body = api::ApprovalList),
+        (status = 400, response = BadRequest),
+        (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn list(
     State(state): State<AppState>,
     Query(query): Query<api::ApprovalListQuery>,
@@ -75,6 +111,32 @@ pub(crate) async fn list_of(
     Ok(api::ApprovalList { items })
 }
 
+/// Approve a step
+///
+/// The approval step succeeds with `{"approved": true, "by", "comment", "at"}`; `by` is the
+/// token's name (the `Starbridge-Actor` header without `--auth`). While the job is paused, the
+/// decision is recorded and takes effect at resume.
+#[utoipa::path(
+    post,
+    path = paths::JOB_TASK_APPROVE,
+    operation_id = "approveTask",
+    tag = "jobs",
+    params(
+        JobPath,
+        ("task" = String, Path, description = "A task id (`tsk_…`) of the job."),
+        api::NamespaceQuery,
+        ActorHeader,
+    ),
+    request_body(
+        content = Option<api::DecisionRequest>,
+        description = "Optional: an empty (or blank) body means `{}`.",
+    ),
+    responses(
+        (status = 200, description = "The job after the decision.", body = api::JobView),
+        (status = 422, response = Unprocessable),
+        DecisionRefused, Guarded, Body, Failures,
+    ),
+)]
 async fn approve(
     state: State<AppState>,
     path: Path<(String, String)>,
@@ -85,6 +147,32 @@ async fn approve(
     decide(state, path, query, headers, bytes, true).await
 }
 
+/// Reject a step
+///
+/// The approval step fails for good (kind `rejected`) and the job winds down and compensates as
+/// after any failure. While the job is paused, the decision is recorded and takes effect at
+/// resume.
+#[utoipa::path(
+    post,
+    path = paths::JOB_TASK_REJECT,
+    operation_id = "rejectTask",
+    tag = "jobs",
+    params(
+        JobPath,
+        ("task" = String, Path, description = "A task id (`tsk_…`) of the job."),
+        api::NamespaceQuery,
+        ActorHeader,
+    ),
+    request_body(
+        content = Option<api::DecisionRequest>,
+        description = "Optional: an empty (or blank) body means `{}`.",
+    ),
+    responses(
+        (status = 200, description = "The job after the decision.", body = api::JobView),
+        (status = 422, response = Unprocessable),
+        DecisionRefused, Guarded, Body, Failures,
+    ),
+)]
 async fn reject(
     state: State<AppState>,
     path: Path<(String, String)>,

@@ -19,6 +19,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{body, namespace, task_id};
 use crate::jobs::{check_submit, submission};
 use crate::limits::{Limit, Limits};
+use crate::openapi::{
+    ActorHeader, Body, Failures, Guarded, OtherNamespace, PROBLEM, Unprocessable,
+};
 use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -26,6 +29,11 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::JOBS_BATCH, post(submit_jobs))
         .route(paths::TASKS_COMPLETE, post(complete_tasks))
 }
+
+/// The operations of these routes, for the OpenAPI document (`crate::openapi`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(submit_jobs, complete_tasks))]
+pub(crate) struct Api;
 
 fn check_size(field: &str, len: usize) -> ApiResult<()> {
     if len == 0 || len > api::MAX_BATCH_ITEMS {
@@ -46,6 +54,38 @@ fn item<T, U>(result: Result<T, ApiError>, done: impl FnOnce(T) -> U) -> api::Ba
     }
 }
 
+/// Submit many jobs in one request
+///
+/// Submits each job of `jobs` exactly as `POST /api/v1/jobs` would (a `key` already used returns
+/// that job with `created: false`), each in its own transaction savepoint: a refused job changes
+/// nothing and does not affect the others. All the jobs are committed together (one fsync for
+/// many), and the answer is sent once every one is durable. The answer is lean: each job's id and
+/// status, not the whole job view.
+#[utoipa::path(
+    post,
+    path = paths::JOBS_BATCH,
+    operation_id = "submitJobs",
+    tag = "jobs",
+    params(api::NamespaceQuery, ActorHeader),
+    request_body(content = api::SubmitJobs),
+    responses(
+        (
+            status = 200,
+            description = "Each item's result or problem, in the order of the request.",
+            body = api::SubmitJobsResponse,
+        ),
+        (
+            status = 400,
+            description = "The body is not a SubmitJobs object (malformed JSON, an unknown field, a \
+                           wrong type; the field is `body`), `jobs` holds no item or more than 1000 \
+                           (the field is `jobs`), or the namespace is malformed. Nothing changed.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
+        Guarded, Body, Failures,
+    ),
+)]
 async fn submit_jobs(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -82,6 +122,36 @@ async fn submit_jobs(
     Ok(Json(api::SubmitJobsResponse { items }))
 }
 
+/// Report many successes in one request
+///
+/// Reports each task of `tasks` as `POST /api/v1/tasks/{id}/complete` would, each in its own
+/// transaction savepoint: an item with a stale lease token (its problem has status 409) or an
+/// unknown task (404) changes nothing and does not affect the others. All the reports are committed
+/// together and the answer is sent once every one is durable. Task ids are global: the `namespace`
+/// query parameter is ignored.
+#[utoipa::path(
+    post,
+    path = paths::TASKS_COMPLETE,
+    operation_id = "completeTasks",
+    tag = "tasks",
+    request_body(content = api::CompleteTasks),
+    responses(
+        (
+            status = 200,
+            description = "Each item's result or problem, in the order of the request.",
+            body = api::CompleteTasksResponse,
+        ),
+        (
+            status = 400,
+            description = "The body is not a CompleteTasks object (malformed JSON, an unknown \
+                           field, a wrong type; the field is `body`), or `tasks` holds no item or \
+                           more than 1000 (the field is `tasks`). Nothing changed.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        Guarded, Body, Failures,
+    ),
+)]
 async fn complete_tasks(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -20,7 +20,37 @@ use starbridge_core::model::{CallbackCall, ReportedError};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{body, optional_body};
 use crate::limits::Limit;
+use crate::openapi::{Body, Failures, Unprocessable};
 use crate::state::AppState;
+
+/// The callback operations, for the OpenAPI document.
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(complete, fail, heartbeat))]
+pub(crate) struct Api;
+
+/// The token in the path.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+struct TokenInPath {
+    /// The attempt's callback token (`sbc_…`), from the poll answer's `callback_token`: the
+    /// credential of these routes.
+    #[allow(dead_code)]
+    token: String,
+}
+
+crate::openapi::problem_answers! {
+    /// How a call through a callback token is refused.
+    CallbackRefused {
+        "400": "A malformed body.",
+        "403": "Refused before it is read: a request from a browser of another origin, or, \
+               without `--auth`, addressed to a host name other than `localhost` and the \
+               `--allowed-host` names.",
+        "404": "No such callback token: it was never issued.",
+        "410": "The attempt this token was issued for has ended (retried, cancelled, the job \
+               ended or was reset), or a different call already finished it; nothing changed.",
+        "431": "The request's header section is too large.",
+    }
+}
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -43,6 +73,24 @@ async fn call(
     }))
 }
 
+/// Complete a task through its callback
+///
+/// The other system the task's worker handed the work to finishes the attempt: the task
+/// succeeds with `output`. Works once; repeating the identical call answers 200 with the first
+/// answer. No API token: the callback token is the credential.
+#[utoipa::path(
+    post,
+    path = paths::CALLBACK_COMPLETE,
+    operation_id = "completeCallback",
+    tag = "tasks",
+    params(TokenInPath),
+    request_body(content = api::CallbackCompleteRequest),
+    responses(
+        (status = 200, description = "The attempt was finished (or this call repeats the one that did).", body = api::CallbackAnswer),
+        (status = 422, response = Unprocessable),
+        CallbackRefused, Body, Failures,
+    ),
+)]
 async fn complete(
     State(state): State<AppState>,
     Path(token): Path<String>,
@@ -60,6 +108,23 @@ async fn complete(
     .await
 }
 
+/// Fail a task through its callback
+///
+/// The other system reports that the work failed: the attempt fails, and is retried while the
+/// step has attempts left unless `error.retryable` is false. Works once, as `complete`.
+#[utoipa::path(
+    post,
+    path = paths::CALLBACK_FAIL,
+    operation_id = "failCallback",
+    tag = "tasks",
+    params(TokenInPath),
+    request_body(content = api::CallbackFailRequest),
+    responses(
+        (status = 200, description = "The attempt was failed (or this call repeats the one that did).", body = api::CallbackAnswer),
+        (status = 422, response = Unprocessable),
+        CallbackRefused, Body, Failures,
+    ),
+)]
 async fn fail(
     State(state): State<AppState>,
     Path(token): Path<String>,
@@ -82,6 +147,26 @@ async fn fail(
     call(&state, &token, CallbackCall::Fail { error }, "failed").await
 }
 
+/// Extend a callback's wait
+///
+/// The work goes on: the wait's end moves to now + its `timeout_ms` (never past the step's
+/// `step_timeout`).
+#[utoipa::path(
+    post,
+    path = paths::CALLBACK_HEARTBEAT,
+    operation_id = "heartbeatCallback",
+    tag = "tasks",
+    params(TokenInPath),
+    request_body(
+        content = Option<Object>,
+        description = "Optional: empty, or `{}`.",
+    ),
+    responses(
+        (status = 200, description = "The wait was extended.", body = api::CallbackAnswer),
+        (status = 422, response = Unprocessable),
+        CallbackRefused, Body, Failures,
+    ),
+)]
 async fn heartbeat(
     State(state): State<AppState>,
     Path(token): Path<String>,

@@ -294,11 +294,14 @@ impl IntoResponse for ApiError {
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Bearer realm=\"starbridge\""),
+                HeaderValue::from_static(CHALLENGE),
             );
         }
         response
     }
 }
+
+/// The `WWW-Authenticate` header of every 401.
+pub(crate) const CHALLENGE: &str = "Bearer realm=\"starbridge\"";
 
 pub(crate) type ApiResult<T> = Result<T, ApiError>;

@@ -11,11 +11,16 @@ use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::ids::JobId;
 use starbridge_engine::{JobFilter, Submit};
+use utoipa::IntoParams;
 
 use crate::auth::{Caller, actor, audit_added_version};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{body, job_id, namespace, namespace_name, parse_status, parse_time};
 use crate::limits::{Limit, Limits};
+use crate::openapi::{
+    ActorHeader, BadRequest, Body, Failures, Guarded, JobPath, NotFound, OtherNamespace, PROBLEM,
+    Unprocessable,
+};
 use crate::state::AppState;
 use crate::views;
 
@@ -25,6 +30,11 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::JOB, get(get_job))
         .route(paths::JOB_EVENTS, get(job_events))
 }
+
+/// The operations of these routes, for the OpenAPI document (`crate::openapi`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(submit_job, list_jobs, get_job, job_events))]
+pub(crate) struct Api;
 
 /// Most history events read to rebuild a job's attempts.
 const MAX_VIEW_EVENTS: u32 = 100_000;
@@ -78,6 +88,54 @@ async fn job_view_with(
     Ok(views::job(job, &context))
 }
 
+/// Submit a job
+///
+/// Starts a job of an applied workflow, or of an inline definition. With a `key` already used in
+/// the namespace, returns that job instead (200) without starting another.
+#[utoipa::path(
+    post,
+    path = paths::JOBS,
+    operation_id = "submitJob",
+    tag = "jobs",
+    params(api::NamespaceQuery, ActorHeader),
+    request_body(content = api::SubmitJob),
+    responses(
+        (
+            status = 200,
+            description = "The key matched an existing job, which is returned.",
+            body = api::JobView,
+        ),
+        (status = 201, description = "The job was created.", body = api::JobView),
+        (
+            status = 400,
+            description = "The body is not a SubmitJob object (malformed JSON, an unknown field, a \
+                           wrong type), a malformed namespace or a malformed `Starbridge-Actor` \
+                           header.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (
+            status = 404,
+            description = "The workflow, or its `version`, is not applied in this namespace. With \
+                           `--auth`, anything of a namespace other than the one the token is bound \
+                           to is not found either.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (
+            status = 409,
+            description = "The `key` names a job of another workflow.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (
+            status = 422,
+            description = "Neither `workflow` nor `definition`, a malformed `workflow` name or \
+                           `key`, `params` not an object or not matching the workflow's schema, an \
+                           invalid inline definition, or a workflow `lock.key` that does not render \
+                           to a string (the field is `lock.key`).",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        Guarded, Body, Failures,
+    ),
+)]
 async fn submit_job(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -139,6 +197,31 @@ pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResu
     Ok(())
 }
 
+/// List jobs
+///
+/// Jobs of the namespace, newest first, a page at a time.
+#[utoipa::path(
+    get,
+    path = paths::JOBS,
+    operation_id = "listJobs",
+    tag = "jobs",
+    params(api::NamespaceQuery, api::JobListQuery),
+    responses(
+        (status = 200, description = "A page of jobs.", body = api::JobList),
+        (
+            status = 400,
+            description = "An unknown `status`, a `limit` out of range, a malformed \
+                           `created_after`, `created_before` or `cursor`, or a malformed namespace: \
+                           the problem names the parameter. A query string that cannot be parsed at \
+                           all (e.g. `limit=abc`) is refused before the handler with a plain-text \
+                           message.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn list_jobs(
     State(state): State<AppState>,
     Query(query): Query<api::JobListQuery>,
@@ -202,6 +285,23 @@ async fn list_jobs(
     }))
 }
 
+/// Get a job
+///
+/// The job with its tasks and each task's runs.
+#[utoipa::path(
+    get,
+    path = paths::JOB,
+    operation_id = "getJob",
+    tag = "jobs",
+    params(JobPath, api::NamespaceQuery),
+    responses(
+        (status = 200, description = "The job.", body = api::JobView),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn get_job(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -217,13 +317,37 @@ async fn get_job(
     Ok(Json(job_view(&state, &job).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct EventsQuery {
+    /// Documented by [`api::NamespaceQuery`].
+    #[param(ignore)]
     namespace: Option<String>,
+    /// Only events with a greater `seq`.
+    #[param(default = 0)]
     after: Option<i64>,
+    /// Most events to return; values outside 1 to 10000 are clamped to that range, not refused.
+    #[param(minimum = 0, maximum = 4294967295u64, default = 1000)]
     limit: Option<u32>,
 }
 
+/// A job's history
+///
+/// Events oldest first; read on with `after` = the last `seq`.
+#[utoipa::path(
+    get,
+    path = paths::JOB_EVENTS,
+    operation_id = "listJobEvents",
+    tag = "jobs",
+    params(JobPath, api::NamespaceQuery, EventsQuery),
+    responses(
+        (status = 200, description = "The events.", body = api::EventList),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn job_events(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -20,6 +20,9 @@ use axum::middleware::{FromFnLayer, Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use starbridge_engine::{QueueStats, Stats, WriterStats};
 
+use starbridge_api::paths;
+
+use crate::openapi::{Guarded, Unprocessable};
 use crate::state::AppState;
 
 /// Upper bounds (seconds) of the request duration histogram. Long polls wait up to 60 s.
@@ -124,7 +127,32 @@ fn track(State(http): State<Arc<HttpMetrics>>, mut request: Request, next: Next)
     })
 }
 
-/// `GET /metrics`.
+// `GET /metrics`.
+/// Prometheus metrics
+///
+/// Text exposition format 0.0.4 (`text/plain; version=0.0.4`): `starbridge_jobs{namespace,status}`,
+/// `starbridge_tasks_ready{namespace,queue}`, `starbridge_tasks_running{namespace,queue}`,
+/// `starbridge_oldest_ready_task_age_seconds{namespace,queue}`, `starbridge_build_info{version}`,
+/// `starbridge_store_up`, `starbridge_http_requests_total{method,route,status}` and the histogram
+/// `starbridge_http_request_duration_seconds{method,route}`; the writer's
+/// `starbridge_store_commits_total`, `starbridge_store_failed_commits_total`,
+/// `starbridge_store_write_requests_total`, `starbridge_store_write_retries_total`,
+/// `starbridge_store_write_restarts_total`, `starbridge_store_write_seconds_total` and
+/// `starbridge_store_commit_seconds_total`; and, where `/proc` is readable, the process's
+/// `process_cpu_seconds_total`, `process_resident_memory_bytes` and
+/// `starbridge_process_peak_resident_memory_bytes`. Always 200: when the store cannot be read,
+/// `starbridge_store_up` is 0 and the job and task gauges are left out.
+#[utoipa::path(
+    get,
+    path = paths::METRICS,
+    operation_id = "metrics",
+    tag = "system",
+    responses(
+        (status = 200, description = "The metrics.", body = String, content_type = "text/plain"),
+        (status = 422, response = Unprocessable),
+        Guarded,
+    ),
+)]
 pub(crate) async fn serve(
     State(state): State<AppState>,
     Extension(http): Extension<Arc<HttpMetrics>>,

@@ -12,6 +12,7 @@ use axum::routing::post;
 use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::model::{BulkAction, OperatorAction, OperatorCommand};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -22,18 +23,92 @@ use crate::extract::{
 };
 use crate::jobs::job_view;
 use crate::limits::Limit;
+use crate::openapi::{
+    ActorHeader, Body, Failures, Guarded, JobPath, OtherNamespace, PROBLEM, Unprocessable,
+    problem_answers,
+};
 use crate::state::AppState;
 use starbridge_engine::{Error as StoreError, JobFilter};
+use utoipa::IntoResponses;
+use utoipa::openapi::response::{Response, ResponseBuilder};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route(paths::JOB_PAUSE, post(reasoned(OperatorAction::Pause)))
-        .route(paths::JOB_RESUME, post(reasoned(OperatorAction::Resume)))
+        .route(paths::JOB_PAUSE, post(pause()))
+        .route(paths::JOB_RESUME, post(resume()))
         .route(paths::JOB_CANCEL, post(cancel))
-        .route(paths::JOB_RETRY, post(reasoned(OperatorAction::Retry)))
+        .route(paths::JOB_RETRY, post(retry()))
         .route(paths::JOB_RERUN, post(rerun))
         .route(paths::JOB_TASK_SKIP, post(skip))
         .route(paths::JOBS_BULK, post(bulk))
+}
+
+/// The operations of these routes, for the OpenAPI document (`crate::openapi`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(pause, resume, cancel, retry, rerun, skip, bulk))]
+pub(crate) struct Api;
+
+/// The body of pause, resume and retry.
+const OPTIONAL_BODY: &str = "Optional: an empty (or blank) body means `{}`.";
+
+/// Why each action on one job may not apply (its 409).
+const PAUSE_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. Only a running job \
+    can be paused.";
+const RESUME_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. Only a paused job \
+    can be resumed.";
+const RETRY_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. For example the job \
+    did not end unsuccessfully, or a task is still running.";
+const CANCEL_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. Only a queued, \
+    running or paused job can be cancelled.";
+const RERUN_CONFLICT: &str = "The action does not apply to the job's current state; `detail` says why. Also when the \
+    workflow has no such `step`.";
+
+/// What an action on one job answers but its 409, which says what the action needs: the job
+/// after it, and the refusals the actions share.
+struct ActionAnswers;
+
+impl IntoResponses for ActionAnswers {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let after = ResponseBuilder::new()
+            .description("The job after the action.")
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("JobView")))
+                    .build(),
+            );
+        let mut answers = BTreeMap::from([
+            ("200".to_owned(), after.build().into()),
+            (
+                "422".to_owned(),
+                Ref::from_response_name("Unprocessable").into(),
+            ),
+        ]);
+        for mut shared in [
+            JobActionRefused::responses(),
+            NoSuchJob::responses(),
+            Guarded::responses(),
+            Body::responses(),
+            Failures::responses(),
+        ] {
+            answers.append(&mut shared);
+        }
+        answers
+    }
+}
+
+problem_answers! {
+    /// How an action on a job is refused before it is tried.
+    JobActionRefused {
+        "400": "A malformed body, `reason` over 1024 bytes, a malformed namespace or \
+               `Starbridge-Actor` header.",
+    }
+    /// The job an action names is not there.
+    NoSuchJob {
+        "404": "No such job in this namespace. With `--auth`, anything of a namespace other than the \
+               one the token is bound to is not found either.",
+    }
 }
 
 /// Most jobs one bulk action may touch.
@@ -41,8 +116,62 @@ const MAX_BULK: u32 = 10_000;
 /// Refusals listed in a bulk answer.
 const MAX_REFUSALS_LISTED: usize = 100;
 
-/// Applies pause, resume, cancel or retry to every job the filter selects, one transaction per
-/// job; jobs the action does not apply to are counted and listed with the reason.
+// Applies pause, resume, cancel or retry to every job the filter selects, one transaction per
+// job; jobs the action does not apply to are counted and listed with the reason.
+/// Pause, resume, cancel or retry the jobs a filter selects
+///
+/// Selects the jobs of the namespace that match every field given (newest first, at most `limit`),
+/// then applies the action to each as if it were asked for that job alone: one transaction per job,
+/// recorded in its history with the actor and `reason`. A job the action does not apply to (pausing
+/// a paused job, retrying a running one, …) is not an error: it is counted in `matched` but not in
+/// `affected`, and listed in `refused` with the reason. `{}` selects every job of the namespace,
+/// whatever its status, up to `limit`. `matched` never exceeds `limit`: when it equals it, more
+/// jobs may match.
+#[utoipa::path(
+    post,
+    path = paths::JOBS_BULK,
+    operation_id = "bulkJobAction",
+    tag = "jobs",
+    params(
+        ("action" = BulkAction, Path, description = "The action: `pause`, `resume`, `cancel` or `retry`. Any other is a 400 (the field is \
+             `action`)."),
+        api::NamespaceQuery,
+        ActorHeader,
+    ),
+    request_body(
+        content = api::BulkRequest,
+        description = "Required: an empty body is a 400; `{}` selects every job.",
+    ),
+    responses(
+        (status = 200, description = "What the action did.", body = api::BulkResult),
+        (
+            status = 400,
+            description = "An unknown action (`action`); the body is not a BulkRequest object \
+                           (empty, malformed JSON, an unknown field, a wrong type; the field is \
+                           `body`); an unknown `status`, a malformed `created_after` or \
+                           `created_before`, a `limit` of 0 or over 10000, a `reason` over 1024 \
+                           bytes; or a malformed namespace or `Starbridge-Actor` header. Nothing \
+                           changed.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
+        (
+            status = 500,
+            description = "An internal error; the details are logged, not sent. The jobs acted on \
+                           before it stay changed (one transaction per job).",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (
+            status = 503,
+            description = "The database is unavailable. The jobs acted on before it became so stay \
+                           changed (one transaction per job); try again, and those are refused as \
+                           already done.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        Guarded, Body,
+    ),
+)]
 async fn bulk(
     State(state): State<AppState>,
     Path(action): Path<api::Open<BulkAction>>,
@@ -151,13 +280,87 @@ async fn act(
 type ActionFuture = Pin<Box<dyn Future<Output = ApiResult<Json<api::JobView>>> + Send>>;
 
 /// The handler of an action whose body is only an optional `reason` (pause, resume, retry).
-fn reasoned(
-    action: OperatorAction,
-) -> impl Fn(State<AppState>, Path<String>, Query<api::NamespaceQuery>, HeaderMap, Bytes) -> ActionFuture
-+ Clone
-+ Send
-+ Sync
-+ 'static {
+trait Reasoned:
+    Fn(State<AppState>, Path<String>, Query<api::NamespaceQuery>, HeaderMap, Bytes) -> ActionFuture
+    + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<F> Reasoned for F where
+    F: Fn(
+            State<AppState>,
+            Path<String>,
+            Query<api::NamespaceQuery>,
+            HeaderMap,
+            Bytes,
+        ) -> ActionFuture
+        + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Pause a job
+///
+/// A running job dispatches nothing new; running tasks finish.
+#[utoipa::path(
+    post,
+    path = paths::JOB_PAUSE,
+    operation_id = "pauseJob",
+    tag = "jobs",
+    params(JobPath, api::NamespaceQuery, ActorHeader),
+    request_body(content = Option<api::ActionRequest>, description = OPTIONAL_BODY),
+    responses(
+        (status = 409, description = PAUSE_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
+    ),
+)]
+fn pause() -> impl Reasoned {
+    reasoned(OperatorAction::Pause)
+}
+
+/// Resume a paused job
+#[utoipa::path(
+    post,
+    path = paths::JOB_RESUME,
+    operation_id = "resumeJob",
+    tag = "jobs",
+    params(JobPath, api::NamespaceQuery, ActorHeader),
+    request_body(content = Option<api::ActionRequest>, description = OPTIONAL_BODY),
+    responses(
+        (status = 409, description = RESUME_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
+    ),
+)]
+fn resume() -> impl Reasoned {
+    reasoned(OperatorAction::Resume)
+}
+
+/// Retry a finished job
+///
+/// Continues a failed, compensation_failed, timed_out or cancelled job from its failed tasks with
+/// fresh attempts, in a new round.
+#[utoipa::path(
+    post,
+    path = paths::JOB_RETRY,
+    operation_id = "retryJob",
+    tag = "jobs",
+    params(JobPath, api::NamespaceQuery, ActorHeader),
+    request_body(content = Option<api::ActionRequest>, description = OPTIONAL_BODY),
+    responses(
+        (status = 409, description = RETRY_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
+    ),
+)]
+fn retry() -> impl Reasoned {
+    reasoned(OperatorAction::Retry)
+}
+
+fn reasoned(action: OperatorAction) -> impl Reasoned {
     move |State(state), Path(id), Query(query), headers, bytes| {
         let action = action.clone();
         Box::pin(async move {
@@ -167,6 +370,24 @@ fn reasoned(
     }
 }
 
+/// Cancel a job
+///
+/// Stops a queued, running or paused job; with `compensate`, undoes its finished steps first.
+#[utoipa::path(
+    post,
+    path = paths::JOB_CANCEL,
+    operation_id = "cancelJob",
+    tag = "jobs",
+    params(JobPath, api::NamespaceQuery, ActorHeader),
+    request_body(
+        content = Option<api::CancelRequest>,
+        description = "Optional: an empty (or blank) body means `{}`.",
+    ),
+    responses(
+        (status = 409, description = CANCEL_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
+    ),
+)]
 async fn cancel(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -181,6 +402,21 @@ async fn cancel(
     act(&state, &query, &headers, &id, request.reason, action).await
 }
 
+/// Rerun from a step
+///
+/// Resets a step of a finished job and everything downstream of it, in a new round.
+#[utoipa::path(
+    post,
+    path = paths::JOB_RERUN,
+    operation_id = "rerunJob",
+    tag = "jobs",
+    params(JobPath, api::NamespaceQuery, ActorHeader),
+    request_body(content = api::RerunRequest),
+    responses(
+        (status = 409, description = RERUN_CONFLICT, body = api::Problem, content_type = PROBLEM),
+        ActionAnswers,
+    ),
+)]
 async fn rerun(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -196,6 +432,44 @@ async fn rerun(
     act(&state, &query, &headers, &id, request.reason, action).await
 }
 
+/// Skip a task
+///
+/// Marks a waiting or ready task (of a running or paused job), or a failed or cancelled task (of a
+/// finished job, which then continues in a new round), succeeded with `output`.
+#[utoipa::path(
+    post,
+    path = paths::JOB_TASK_SKIP,
+    operation_id = "skipTask",
+    tag = "jobs",
+    params(
+        JobPath,
+        ("task" = String, Path, description = "A task id (`tsk_…`) of the job."),
+        api::NamespaceQuery,
+        ActorHeader,
+    ),
+    request_body(
+        content = Option<api::SkipRequest>,
+        description = "Optional: an empty (or blank) body means `{}`.",
+    ),
+    responses(
+        (status = 200, description = "The job after the action.", body = api::JobView),
+        (
+            status = 404,
+            description = "No such job in this namespace. Or no such task in the job. With \
+                           `--auth`, anything of a namespace other than the one the token is bound \
+                           to is not found either.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (
+            status = 409,
+            description = "The action does not apply to the job's current state; `detail` says why. \
+                           For example the task is running or is a compensation.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        JobActionRefused, Guarded, Body, Failures,
+    ),
+)]
 async fn skip(
     State(state): State<AppState>,
     Path((id, task)): Path<(String, String)>,

@@ -14,6 +14,10 @@ use starbridge_engine::{QueueChange, StoredQueue};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{body, known, namespace};
 use crate::limits::Limit;
+use crate::openapi::{
+    ActorHeader, BadRequest, Body, Failures, Guarded, OtherNamespace, PROBLEM, QueuePath,
+    Unprocessable, problem_answers,
+};
 use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -22,6 +26,18 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::QUEUE, get(show).put(configure))
         .route(paths::QUEUE_PAUSE, post(pause))
         .route(paths::QUEUE_RESUME, post(resume))
+}
+
+/// The operations of these routes, for the OpenAPI document (`crate::openapi`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list, show, configure, pause, resume))]
+pub(crate) struct Api;
+
+problem_answers! {
+    /// How pausing or resuming a queue is refused.
+    BadQueueName {
+        "422": "A malformed queue name (the field is `name`).",
+    }
 }
 
 pub(crate) async fn views(state: &AppState, namespace: &str) -> ApiResult<Vec<api::QueueView>> {
@@ -62,6 +78,24 @@ fn view(queue: &StoredQueue, counts: starbridge_engine::QueueStats) -> api::Queu
     }
 }
 
+/// List queues
+///
+/// Every queue of the namespace, by name, with its settings and what it holds now: the queues named
+/// by the steps of applied workflows, and those configured with PUT, pause or resume.
+#[utoipa::path(
+    get,
+    path = paths::QUEUES,
+    operation_id = "listQueues",
+    tag = "queues",
+    params(api::NamespaceQuery),
+    responses(
+        (status = 200, description = "The queues.", body = api::QueueList),
+        (status = 400, response = BadRequest),
+        (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn list(
     State(state): State<AppState>,
     Query(query): Query<api::NamespaceQuery>,
@@ -80,6 +114,30 @@ async fn one(state: &AppState, namespace: &str, name: &str) -> ApiResult<api::Qu
         .ok_or_else(|| ApiError::not_found(format!("queue {name} not found")))
 }
 
+/// Get a queue
+///
+/// The queue's settings and what it holds now. The name is not validated: a malformed name is not
+/// found.
+#[utoipa::path(
+    get,
+    path = paths::QUEUE,
+    operation_id = "getQueue",
+    tag = "queues",
+    params(QueuePath, api::NamespaceQuery),
+    responses(
+        (status = 200, description = "The queue.", body = api::QueueView),
+        (status = 400, response = BadRequest),
+        (
+            status = 404,
+            description = "No such queue in this namespace (a malformed name is not found either). \
+                           With `--auth`, anything of a namespace other than the one the token is \
+                           bound to is not found either.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -103,6 +161,40 @@ async fn change(
     Ok(Json(one(state, &namespace, name).await?))
 }
 
+/// Change a queue's settings
+///
+/// Changes the settings the body names and leaves the others as they are. A queue the namespace
+/// does not have yet is created with the defaults (`parallel`, priority 0, no concurrency limit,
+/// `max_wait` 5m) before the change, so a queue can be set up before any workflow names it. Pollers
+/// of the queue are woken. Changing `paused` is done with pause and resume.
+#[utoipa::path(
+    put,
+    path = paths::QUEUE,
+    operation_id = "configureQueue",
+    tag = "queues",
+    params(QueuePath, api::NamespaceQuery, ActorHeader),
+    request_body(content = api::QueueSettings),
+    responses(
+        (status = 200, description = "The queue after the change.", body = api::QueueView),
+        (
+            status = 400,
+            description = "The body is not a QueueSettings object (empty, malformed JSON, an \
+                           unknown field, a wrong type, a `concurrency` or `priority` out of range; \
+                           the field is `body`), an unknown `mode`, a `max_wait` that is not a \
+                           duration or a non-negative number of seconds, or a malformed namespace \
+                           or `Starbridge-Actor` header.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 404, response = OtherNamespace),
+        (
+            status = 422,
+            description = "A malformed queue name (`name`), `concurrency` 0 (pause the queue \
+                           instead) or a `max_wait` of zero; nothing changed.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        Guarded, Body, Failures,
+    ),
+)]
 async fn configure(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -151,6 +243,24 @@ async fn configure(
     change(&state, &query, &name, queue_change).await
 }
 
+/// Pause a queue
+///
+/// The queue hands out no task until resumed: its ready tasks stay ready and its running tasks
+/// finish. Pausing a paused queue is not an error. A queue the namespace does not have yet is
+/// created, paused. Takes no body (one sent is ignored).
+#[utoipa::path(
+    post,
+    path = paths::QUEUE_PAUSE,
+    operation_id = "pauseQueue",
+    tag = "queues",
+    params(QueuePath, api::NamespaceQuery, ActorHeader),
+    responses(
+        (status = 200, description = "The queue, paused.", body = api::QueueView),
+        (status = 400, response = BadRequest),
+        (status = 404, response = OtherNamespace),
+        BadQueueName, Guarded, Body, Failures,
+    ),
+)]
 async fn pause(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -163,6 +273,24 @@ async fn pause(
     change(&state, &query, &name, paused).await
 }
 
+/// Resume a queue
+///
+/// The queue hands out work again, and its pollers are woken. Resuming a queue that is not paused
+/// is not an error. A queue the namespace does not have yet is created. Takes no body (one sent is
+/// ignored).
+#[utoipa::path(
+    post,
+    path = paths::QUEUE_RESUME,
+    operation_id = "resumeQueue",
+    tag = "queues",
+    params(QueuePath, api::NamespaceQuery, ActorHeader),
+    responses(
+        (status = 200, description = "The queue, not paused.", body = api::QueueView),
+        (status = 400, response = BadRequest),
+        (status = 404, response = OtherNamespace),
+        BadQueueName, Guarded, Body, Failures,
+    ),
+)]
 async fn resume(
     State(state): State<AppState>,
     Path(name): Path<String>,

@@ -13,6 +13,10 @@ use starbridge_engine::{ScheduleSpec, StoredSchedule};
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{body, known, namespace};
 use crate::limits::Limit;
+use crate::openapi::{
+    ActorHeader, BadRequest, Body, Failures, Guarded, OtherNamespace, PROBLEM, SchedulePath,
+    Unprocessable, problem_answers,
+};
 use crate::state::AppState;
 
 /// How many upcoming fire times a schedule view lists.
@@ -24,6 +28,20 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::SCHEDULE, get(show).put(put).delete(delete))
         .route(paths::SCHEDULE_PAUSE, post(pause))
         .route(paths::SCHEDULE_RESUME, post(resume))
+}
+
+/// The operations of these routes, for the OpenAPI document (`crate::openapi`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list, show, put, delete, pause, resume))]
+pub(crate) struct Api;
+
+problem_answers! {
+    /// The schedule an operation names is not there.
+    NoSuchSchedule {
+        "404": "No such schedule in this namespace (a malformed name is not found either). With \
+               `--auth`, anything of a namespace other than the one the token is bound to is not \
+               found either.",
+    }
 }
 
 fn time(ts: starbridge_core::time::Timestamp) -> api::Timestamp {
@@ -67,6 +85,23 @@ pub(crate) fn view(schedule: &StoredSchedule) -> api::ScheduleView {
     }
 }
 
+/// List schedules
+///
+/// Every schedule of the namespace, by name, with its next fire times and what its last fire did.
+#[utoipa::path(
+    get,
+    path = paths::SCHEDULES,
+    operation_id = "listSchedules",
+    tag = "schedules",
+    params(api::NamespaceQuery),
+    responses(
+        (status = 200, description = "The schedules.", body = api::ScheduleList),
+        (status = 400, response = BadRequest),
+        (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn list(
     State(state): State<AppState>,
     Query(query): Query<api::NamespaceQuery>,
@@ -78,6 +113,23 @@ async fn list(
     }))
 }
 
+/// Get a schedule
+///
+/// The schedule with its next fire times and what its last fire did. The name is not validated: a
+/// malformed name is not found.
+#[utoipa::path(
+    get,
+    path = paths::SCHEDULE,
+    operation_id = "getSchedule",
+    tag = "schedules",
+    params(SchedulePath, api::NamespaceQuery),
+    responses(
+        (status = 200, description = "The schedule.", body = api::ScheduleView),
+        (status = 400, response = BadRequest),
+        (status = 422, response = Unprocessable),
+        NoSuchSchedule, Guarded, Failures,
+    ),
+)]
 async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -112,6 +164,51 @@ fn catch_up(policy: Option<&api::CatchUpPolicy>) -> ApiResult<CatchUp> {
     }
 }
 
+/// Create or replace a schedule
+///
+/// Creates the schedule, or replaces every setting of the schedule of that name: a field left out
+/// takes its default, so replacing a paused schedule without `paused: true` resumes it. The next
+/// fire is computed from now; a held fire and the last error are dropped, while `last_fire_at`,
+/// `last_job_id` and `created_at` are kept. Each fire submits a job of the latest version of
+/// `workflow` with `params` and the key `schedule:{name}:{fire time in Unix milliseconds}`, so a
+/// fire never starts two jobs. The params are checked against the workflow's `params` schema only
+/// then: a fire that cannot start its job records why in `last_error`.
+#[utoipa::path(
+    put,
+    path = paths::SCHEDULE,
+    operation_id = "putSchedule",
+    tag = "schedules",
+    params(SchedulePath, api::NamespaceQuery, ActorHeader),
+    request_body(content = api::ScheduleRequest),
+    responses(
+        (
+            status = 200,
+            description = "A schedule of that name existed and was replaced.",
+            body = api::ScheduleView,
+        ),
+        (status = 201, description = "The schedule was created.", body = api::ScheduleView),
+        (
+            status = 400,
+            description = "The body is not a ScheduleRequest object (empty, malformed JSON, an \
+                           unknown field, a missing `workflow` or `cron`, a wrong type, a \
+                           `catch_up.limit` out of range; the field is `body`), an unknown \
+                           `overlap` or `catch_up.policy`, a `catch_up.limit` with a policy other \
+                           than `all` (the field is `catch_up.limit`), or a malformed namespace or \
+                           `Starbridge-Actor` header.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 404, response = OtherNamespace),
+        (
+            status = 422,
+            description = "A malformed schedule name (`name`), a `cron` that is not a cron \
+                           expression, an unknown `timezone`, a `workflow` not applied in this \
+                           namespace, `params` that are not an object, or a `catch_up.limit` of 0 \
+                           (`catch_up.limit`). The first field at fault is named; nothing changed.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        Guarded, Body, Failures,
+    ),
+)]
 async fn put(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -168,6 +265,28 @@ async fn set_paused(
     Ok(Json(view(&schedule)))
 }
 
+/// Pause a schedule
+///
+/// The schedule fires no more until resumed; the jobs it started are not affected, and a held fire
+/// (`pending_fire_at`) is kept for the resume. Pausing a paused schedule is not an error (only
+/// `updated_at` changes). Takes no body (one sent is ignored).
+#[utoipa::path(
+    post,
+    path = paths::SCHEDULE_PAUSE,
+    operation_id = "pauseSchedule",
+    tag = "schedules",
+    params(SchedulePath, api::NamespaceQuery, ActorHeader),
+    responses(
+        (
+            status = 200,
+            description = "The schedule, paused (`next_fires` is empty).",
+            body = api::ScheduleView,
+        ),
+        (status = 400, response = BadRequest),
+        (status = 422, response = Unprocessable),
+        NoSuchSchedule, Guarded, Body, Failures,
+    ),
+)]
 async fn pause(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -176,6 +295,31 @@ async fn pause(
     set_paused(&state, &query, &name, true).await
 }
 
+/// Resume a schedule
+///
+/// A paused schedule fires next at its next occurrence from now: fires missed while it was paused
+/// are not caught up, whatever its `catch_up` policy; a fire held before the pause starts when the
+/// previous job has ended. Resuming a schedule that is not paused is not an error (only
+/// `updated_at` changes). Takes no body (one sent is ignored).
+#[utoipa::path(
+    post,
+    path = paths::SCHEDULE_RESUME,
+    operation_id = "resumeSchedule",
+    tag = "schedules",
+    params(SchedulePath, api::NamespaceQuery, ActorHeader),
+    responses(
+        (status = 200, description = "The schedule, resumed.", body = api::ScheduleView),
+        (status = 400, response = BadRequest),
+        (
+            status = 422,
+            description = "The schedule's `timezone` is no longer known to the server's time zone \
+                           database (the field is `timezone`); nothing changed. Put the schedule \
+                           again with another zone.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        NoSuchSchedule, Guarded, Body, Failures,
+    ),
+)]
 async fn resume(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -184,6 +328,23 @@ async fn resume(
     set_paused(&state, &query, &name, false).await
 }
 
+/// Delete a schedule
+///
+/// The schedule fires no more, and a held fire is dropped; the jobs it started are not affected.
+/// Takes no body (one sent is ignored).
+#[utoipa::path(
+    delete,
+    path = paths::SCHEDULE,
+    operation_id = "deleteSchedule",
+    tag = "schedules",
+    params(SchedulePath, api::NamespaceQuery, ActorHeader),
+    responses(
+        (status = 204, description = "The schedule was deleted; the answer has no body."),
+        (status = 400, response = BadRequest),
+        (status = 422, response = Unprocessable),
+        NoSuchSchedule, Guarded, Body, Failures,
+    ),
+)]
 async fn delete(
     State(state): State<AppState>,
     Path(name): Path<String>,

@@ -17,6 +17,10 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{body, task_id};
 use crate::limits::{Limit, Limits};
+use crate::openapi::{
+    BadRequest, Body, Failures, Guarded, OtherNamespace, PROBLEM, TaskPath, Unprocessable,
+    problem_answers,
+};
 use crate::state::AppState;
 use crate::views;
 
@@ -34,6 +38,21 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::TASK_FAIL, post(fail))
         .route(paths::TASK_CHECK_LATER, post(check_later))
         .route(paths::TASK_AWAIT_CALLBACK, post(await_callback))
+}
+
+/// The operations of these routes, for the OpenAPI document (`crate::openapi`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(poll, heartbeat, complete, fail, check_later, await_callback))]
+pub(crate) struct Api;
+
+problem_answers! {
+    /// How a report on a leased task is refused.
+    LeaseRefused {
+        "404": "No such task (with `--auth`, neither is a task of a namespace or queue the token may \
+               not act in).",
+        "409": "The lease token is stale (the lease lapsed or was given to another worker) or the \
+               task is not running; nothing changed.",
+    }
 }
 
 fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
@@ -70,8 +89,27 @@ fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
     Ok(())
 }
 
-/// Claims ready tasks; when none is ready, waits until one is or `wait_ms` passes (see
-/// `Engine::poll`).
+// Claims ready tasks; when none is ready, waits until one is or `wait_ms` passes (see
+// `Engine::poll`).
+/// Claim ready tasks (long-poll)
+///
+/// Claims up to `max_tasks` ready tasks of the given queues in dispatch order (priority, then age).
+/// When none is ready, waits up to `wait_ms` for one. The namespace is a body field here; the
+/// `namespace` query parameter is ignored.
+#[utoipa::path(
+    post,
+    path = paths::TASKS_POLL,
+    operation_id = "pollTasks",
+    tag = "tasks",
+    request_body(content = api::PollRequest),
+    responses(
+        (status = 200, description = "The claimed tasks, possibly none.", body = api::PollResponse),
+        (status = 400, response = BadRequest),
+        (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
+        Guarded, Body, Failures,
+    ),
+)]
 async fn poll(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -104,6 +142,28 @@ fn report_response(reported: &starbridge_engine::Reported) -> Json<api::ReportRe
     })
 }
 
+/// Extend a lease
+///
+/// Extends the lease of a running task by its attempt timeout, and records `progress`. Task ids are
+/// global: the `namespace` query parameter is ignored.
+#[utoipa::path(
+    post,
+    path = paths::TASK_HEARTBEAT,
+    operation_id = "heartbeatTask",
+    tag = "tasks",
+    params(TaskPath),
+    request_body(content = api::HeartbeatRequest),
+    responses(
+        (status = 200, description = "The new lease expiry.", body = api::HeartbeatResponse),
+        (
+            status = 400,
+            description = "A malformed body.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        LeaseRefused, Guarded, Body, Failures,
+    ),
+)]
 async fn heartbeat(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -136,6 +196,32 @@ async fn heartbeat(
     }))
 }
 
+/// Report success
+///
+/// The attempt succeeded with `output`. Task ids are global: the `namespace` query parameter is
+/// ignored.
+#[utoipa::path(
+    post,
+    path = paths::TASK_COMPLETE,
+    operation_id = "completeTask",
+    tag = "tasks",
+    params(TaskPath),
+    request_body(content = api::CompleteRequest),
+    responses(
+        (
+            status = 200,
+            description = "The task's and the job's status afterwards.",
+            body = api::ReportResponse,
+        ),
+        (
+            status = 400,
+            description = "A malformed body.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        LeaseRefused, Guarded, Body, Failures,
+    ),
+)]
 async fn complete(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -164,6 +250,33 @@ async fn complete(
     Ok(report_response(&reported))
 }
 
+/// Report failure
+///
+/// The attempt failed: retried after backoff while attempts are left and the error is retryable,
+/// else the step fails and the job winds down. Task ids are global: the `namespace` query parameter
+/// is ignored.
+#[utoipa::path(
+    post,
+    path = paths::TASK_FAIL,
+    operation_id = "failTask",
+    tag = "tasks",
+    params(TaskPath),
+    request_body(content = api::FailRequest),
+    responses(
+        (
+            status = 200,
+            description = "The task's and the job's status afterwards.",
+            body = api::ReportResponse,
+        ),
+        (
+            status = 400,
+            description = "A malformed body or a blank `error.message`.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        LeaseRefused, Guarded, Body, Failures,
+    ),
+)]
 async fn fail(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -203,6 +316,33 @@ async fn fail(
     Ok(report_response(&reported))
 }
 
+/// Not done yet: check again later
+///
+/// The task returns to ready after `after_ms` without using an attempt, keeping its idempotency
+/// key; bounded by the step timeout. Task ids are global: the `namespace` query parameter is
+/// ignored.
+#[utoipa::path(
+    post,
+    path = paths::TASK_CHECK_LATER,
+    operation_id = "checkLaterTask",
+    tag = "tasks",
+    params(TaskPath),
+    request_body(content = api::CheckLaterRequest),
+    responses(
+        (
+            status = 200,
+            description = "The task's and the job's status afterwards.",
+            body = api::ReportResponse,
+        ),
+        (
+            status = 400,
+            description = "A malformed body or `after_ms` over 7 days.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        LeaseRefused, Guarded, Body, Failures,
+    ),
+)]
 async fn check_later(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -236,8 +376,35 @@ async fn check_later(
     Ok(report_response(&reported))
 }
 
-/// The worker handed the attempt to another system, which will finish it through the attempt's
-/// callback token: the lease is released and the task waits, holding no worker.
+/// Await a callback
+///
+/// The worker handed the attempt to another system, which finishes it through the attempt's
+/// `callback_token` (`/api/v1/callbacks/{token}/…`): the lease is released and the task waits,
+/// holding no worker but keeping its place on its queue, for at most `timeout_ms` (default: the
+/// step's per-attempt `timeout`) after the last callback heartbeat; then the attempt fails
+/// (retryable, kind `callback_timeout`).
+#[utoipa::path(
+    post,
+    path = paths::TASK_AWAIT_CALLBACK,
+    operation_id = "awaitCallback",
+    tag = "tasks",
+    params(TaskPath),
+    request_body(content = api::AwaitCallbackRequest),
+    responses(
+        (
+            status = 200,
+            description = "The task's and the job's status afterwards.",
+            body = api::ReportResponse,
+        ),
+        (
+            status = 400,
+            description = "A malformed body or a `timeout_ms` of 0 or over 7 days.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        LeaseRefused, Guarded, Body, Failures,
+    ),
+)]
 async fn await_callback(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

@@ -23,11 +23,16 @@ use starbridge_core::model::JobStatus;
 use starbridge_core::wire::DeliveryState;
 use starbridge_engine::loops::deliveries::{ALLOW_FLAG, Refused};
 use starbridge_engine::{Delivery, Scope, Webhook};
+use utoipa::IntoParams;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{body, known, namespace};
 use crate::limits::Limit;
+use crate::openapi::{
+    ActorHeader, BadRequest, Body, Failures, Guarded, OtherNamespace, PROBLEM, Unprocessable,
+    WebhookPath, problem_answers,
+};
 use crate::state::AppState;
 
 /// How long the create waits for a host name to resolve before leaving the check to delivery.
@@ -89,6 +94,19 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::WEBHOOK_DELIVERIES, get(deliveries))
 }
 
+/// The operations of these routes, for the OpenAPI document (`crate::openapi`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list, create, remove, deliveries))]
+pub(crate) struct Api;
+
+problem_answers! {
+    /// The subscription an operation names is not there.
+    NoSuchWebhook {
+        "404": "No such subscription in this namespace. With `--auth`, anything of a namespace other \
+               than the one the token is bound to is not found either.",
+    }
+}
+
 /// The subscription as shown: with its secret only to its creator, with its full URL only to
 /// callers who may operate (`full_url`), since URLs often carry secrets too.
 fn view(webhook: &Webhook, with_secret: bool, full_url: bool) -> api::WebhookView {
@@ -129,6 +147,51 @@ fn delivery_view(delivery: &Delivery) -> api::DeliveryView {
     }
 }
 
+/// Subscribe a URL to job status changes
+///
+/// From now on, every change of the status of a job of the namespace (its creation included) that
+/// matches `workflow` and `states` is written to the subscription's outbox in the same transaction
+/// as the change, then POSTed to `url` as JSON (see the `jobStatusChanged` webhook for the body)
+/// with the headers `Starbridge-Signature: t=<unix seconds>,v1=<hex>`, where `<hex>` is the
+/// HMAC-SHA256 of `<t>.<body>` keyed with the secret, `Starbridge-Delivery` (the delivery id, the
+/// same across retries) and `Starbridge-Event: job.status_changed`. A 2xx answer delivers it;
+/// anything else is retried with backoff, up to 20 attempts. Delivery is at least once and not in
+/// order. The secret is in this answer only: keep it.
+#[utoipa::path(
+    post,
+    path = paths::WEBHOOKS,
+    operation_id = "createWebhook",
+    tag = "webhooks",
+    params(api::NamespaceQuery, ActorHeader),
+    request_body(content = api::WebhookRequest),
+    responses(
+        (
+            status = 201,
+            description = "The subscription, with its secret (shown this once).",
+            body = api::openapi::CreatedWebhook,
+        ),
+        (
+            status = 400,
+            description = "The body is not a WebhookRequest object (empty, malformed JSON, an \
+                           unknown field, a missing `url`, a wrong type, `states: null`; the field \
+                           is `body`), an unknown job status in `states` (`states`), or a malformed \
+                           namespace or `Starbridge-Actor` header.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 404, response = OtherNamespace),
+        (
+            status = 422,
+            description = "A `url` that is not a valid `http://` or `https://` URL of at most 2048 \
+                           bytes (`url`), a `url` whose destination the server's policy refuses \
+                           (`url`, the message starting with `destination refused by policy` and \
+                           naming the server flag `--webhook-allow` that opens it; see \
+                           WebhookRequest), or a `secret` shorter than 16 or longer than 256 bytes \
+                           (`secret`). Nothing changed.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        Guarded, Body, Failures,
+    ),
+)]
 async fn create(
     State(state): State<AppState>,
     Query(query): Query<api::NamespaceQuery>,
@@ -161,6 +224,25 @@ async fn create(
     Ok((StatusCode::CREATED, Json(view(&webhook, true, true))))
 }
 
+/// List webhook subscriptions
+///
+/// Every subscription of the namespace, oldest first. Secrets are not shown: only the answer to the
+/// create has it. URLs, which often carry secrets too, are shown in full only to callers with the
+/// `operate` scope (or to anyone without `--auth`); others see `scheme://host[:port]/…`.
+#[utoipa::path(
+    get,
+    path = paths::WEBHOOKS,
+    operation_id = "listWebhooks",
+    tag = "webhooks",
+    params(api::NamespaceQuery),
+    responses(
+        (status = 200, description = "The subscriptions.", body = api::WebhookList),
+        (status = 400, response = BadRequest),
+        (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn list(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -174,6 +256,24 @@ async fn list(
     }))
 }
 
+/// Delete a webhook subscription
+///
+/// No message is written for the subscription any more, and its undelivered messages are dropped
+/// (one being sent at that moment may still arrive). Its deliveries can no longer be read. Takes no
+/// body (one sent is ignored).
+#[utoipa::path(
+    delete,
+    path = paths::WEBHOOK,
+    operation_id = "deleteWebhook",
+    tag = "webhooks",
+    params(WebhookPath, api::NamespaceQuery, ActorHeader),
+    responses(
+        (status = 204, description = "The subscription was deleted; the answer has no body."),
+        (status = 400, response = BadRequest),
+        (status = 422, response = Unprocessable),
+        NoSuchWebhook, Guarded, Body, Failures,
+    ),
+)]
 async fn remove(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -184,12 +284,34 @@ async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct DeliveriesQuery {
+    /// Documented by [`api::NamespaceQuery`].
+    #[param(ignore)]
     namespace: Option<String>,
+    /// Most deliveries to return, at least 1 (else 400) and at most the server's page limit
+    /// (`--max-page-size`; the 1000 shown is its default; over it is a 422).
+    #[param(minimum = 1, maximum = 1000, default = 100)]
     limit: Option<u32>,
 }
 
+/// A subscription's deliveries
+///
+/// The messages written for the subscription, newest first, each with how its delivery went so far.
+#[utoipa::path(
+    get,
+    path = paths::WEBHOOK_DELIVERIES,
+    operation_id = "listWebhookDeliveries",
+    tag = "webhooks",
+    params(WebhookPath, api::NamespaceQuery, DeliveriesQuery),
+    responses(
+        (status = 200, description = "The deliveries.", body = api::DeliveryList),
+        (status = 400, response = BadRequest),
+        (status = 422, response = Unprocessable),
+        NoSuchWebhook, Guarded, Failures,
+    ),
+)]
 async fn deliveries(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,

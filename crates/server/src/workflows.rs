@@ -10,10 +10,15 @@ use serde::Deserialize;
 use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::definition::{check_name, parse_document};
+use utoipa::IntoParams;
 
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{namespace, namespace_name};
 use crate::limits::Limit;
+use crate::openapi::{
+    ActorHeader, BadRequest, Body, Failures, Guarded, NotFound, OtherNamespace, PROBLEM,
+    Unprocessable, WorkflowPath,
+};
 use crate::state::AppState;
 use crate::views;
 
@@ -23,6 +28,28 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::WORKFLOW, put(apply_workflow).get(get_workflow))
 }
 
+/// The operations of these routes, for the OpenAPI document (`crate::openapi`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(list_workflows, get_workflow, apply_workflow))]
+pub(crate) struct Api;
+
+/// List workflows
+///
+/// The latest version of every workflow of the namespace.
+#[utoipa::path(
+    get,
+    path = paths::WORKFLOWS,
+    operation_id = "listWorkflows",
+    tag = "workflows",
+    params(api::NamespaceQuery),
+    responses(
+        (status = 200, description = "The workflows.", body = api::WorkflowList),
+        (status = 400, response = BadRequest),
+        (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn list_workflows(
     State(state): State<AppState>,
     Query(query): Query<api::NamespaceQuery>,
@@ -34,12 +61,34 @@ async fn list_workflows(
     }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct WorkflowQuery {
+    /// Documented by [`api::NamespaceQuery`].
+    #[param(ignore)]
     namespace: Option<String>,
+    /// A version; the latest when absent.
+    #[param(minimum = 0, maximum = 4294967295u64)]
     version: Option<u32>,
 }
 
+/// Get a workflow version
+///
+/// The latest version, or `version`. The name is not validated: a malformed name is not found.
+#[utoipa::path(
+    get,
+    path = paths::WORKFLOW,
+    operation_id = "getWorkflow",
+    tag = "workflows",
+    params(WorkflowPath, api::NamespaceQuery, WorkflowQuery),
+    responses(
+        (status = 200, description = "The workflow version.", body = api::WorkflowDetail),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        Guarded, Failures,
+    ),
+)]
 async fn get_workflow(
     State(state): State<AppState>,
     Path(name): Path<String>,
@@ -57,6 +106,40 @@ async fn get_workflow(
     }))
 }
 
+/// Apply a definition
+///
+/// Stores the definition as a new version when it differs from the latest, else returns the latest.
+/// The body is YAML or JSON text whatever the content type: one whose first non-blank character is
+/// `{` is read as JSON, anything else as YAML.
+#[utoipa::path(
+    put,
+    path = paths::WORKFLOW,
+    operation_id = "applyWorkflow",
+    tag = "workflows",
+    params(WorkflowPath, api::NamespaceQuery, ActorHeader),
+    request_body(
+        content((api::WorkflowDefinition = "application/yaml"), (api::WorkflowDefinition = "application/json")),
+        description = "The definition, as YAML or JSON text.",
+    ),
+    responses(
+        (
+            status = 200,
+            description = "The body matched the latest version, which is returned (`created: \
+                           false`).",
+            body = api::AppliedWorkflow,
+        ),
+        (status = 201, description = "A new version was stored.", body = api::AppliedWorkflow),
+        (status = 400, response = BadRequest),
+        (status = 404, response = OtherNamespace),
+        (
+            status = 422,
+            description = "The text is not YAML or JSON (the field is `line L column C`), or the \
+                           definition is invalid (each step and field at fault is named).",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        Guarded, Body, Failures,
+    ),
+)]
 async fn apply_workflow(
     State(state): State<AppState>,
     Path(name): Path<String>,
