@@ -1222,9 +1222,19 @@ fn check_invariants(sim: &Sim) {
         let leased = task.lease_token.is_some();
         assert_eq!(
             leased,
-            task.status == TaskStatus::Running,
-            "lease iff running: {task:?}"
+            task.status == TaskStatus::Running && task.wait.is_none(),
+            "a lease iff running and not waiting on the server: {task:?}"
         );
+        if task.wait.is_some() {
+            assert_eq!(
+                task.status,
+                TaskStatus::Running,
+                "only a running task waits"
+            );
+        }
+        if task.pending_outcome.is_some() {
+            assert!(task.held, "an outcome is kept only while the job is paused");
+        }
     }
     // A cancel without compensation ends the job at once; its running tasks report later.
     if sim.state.job.status.is_terminal() && sim.state.job.status != JobStatus::Cancelled {

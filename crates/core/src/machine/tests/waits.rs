@@ -557,3 +557,229 @@ fn consuming_a_signal_is_an_action_the_engine_persists() {
     ));
     assert!(actions.contains(&Action::ConsumeSignal { seq: 0, task }));
 }
+
+/// A step of a random workflow: a worker's task, or a step that waits on the server.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Task,
+    Sleep,
+    Signal,
+    Approval,
+}
+
+fn yaml_with_kinds(spec: &super::DagSpec, kinds: &[Kind]) -> String {
+    let mut yaml = String::from("steps:\n");
+    for (i, deps) in spec.dependencies.iter().enumerate() {
+        let mut deps: Vec<String> = deps.iter().map(|d| format!("s{d}")).collect();
+        deps.sort();
+        deps.dedup();
+        let what = match kinds[i] {
+            Kind::Task => format!(
+                "queue: q, command: c, timeout: 10s, retry: {{max_attempts: {}, initial: 1s}}",
+                spec.max_attempts[i]
+            ),
+            Kind::Sleep => "sleep: 3s".to_owned(),
+            Kind::Signal => "signal: go".to_owned(),
+            Kind::Approval => "approval: {}".to_owned(),
+        };
+        yaml.push_str(&format!(
+            "- {{id: s{i}, {what}, depends_on: [{}]",
+            deps.join(", ")
+        ));
+        if spec.compensated[i] && !matches!(kinds[i], Kind::Sleep) {
+            yaml.push_str(", compensate: {queue: q, command: undo}");
+        }
+        yaml.push_str("}\n");
+    }
+    yaml
+}
+
+#[derive(Debug, Clone, Copy)]
+enum WaitMove {
+    Claim(u8),
+    Succeed(u8),
+    Fail(u8, bool),
+    AwaitCallback(u8),
+    CallBack(u8, bool),
+    Signal,
+    Decide(u8, bool),
+    Advance(u16),
+    Operate(u8, u8),
+}
+
+fn wait_moves() -> impl proptest::strategy::Strategy<Value = Vec<WaitMove>> {
+    use proptest::prelude::*;
+    proptest::collection::vec(
+        prop_oneof![
+            3 => any::<u8>().prop_map(WaitMove::Claim),
+            3 => any::<u8>().prop_map(WaitMove::Succeed),
+            1 => (any::<u8>(), any::<bool>()).prop_map(|(i, r)| WaitMove::Fail(i, r)),
+            2 => any::<u8>().prop_map(WaitMove::AwaitCallback),
+            2 => (any::<u8>(), any::<bool>()).prop_map(|(i, ok)| WaitMove::CallBack(i, ok)),
+            2 => Just(WaitMove::Signal),
+            2 => (any::<u8>(), any::<bool>()).prop_map(|(i, ok)| WaitMove::Decide(i, ok)),
+            2 => (0u16..15_000).prop_map(WaitMove::Advance),
+            1 => (0u8..6, any::<u8>()).prop_map(|(a, i)| WaitMove::Operate(a, i)),
+        ],
+        0..120,
+    )
+}
+
+impl Sim {
+    /// The running tasks waiting for `what` (by the kind of wait).
+    fn waiting_on(&self, what: fn(&WaitFor) -> bool) -> Vec<TaskId> {
+        self.state
+            .tasks
+            .iter()
+            .filter(|t| {
+                t.status == TaskStatus::Running && t.wait.as_ref().is_some_and(|w| what(&w.on))
+            })
+            .map(|t| t.id.clone())
+            .collect()
+    }
+
+    /// A call back on an awaited task through its current grant (as its token would).
+    fn call_back_task(&mut self, task: &TaskId, complete: bool) -> Result<(), Rejection> {
+        let grant = self.state.task(task).unwrap().callback.clone().unwrap();
+        let call = if complete {
+            complete_call(json!({"via": "callback"}))
+        } else {
+            CallbackCall::Fail {
+                error: ReportedError {
+                    message: "the other system failed".into(),
+                    retryable: true,
+                },
+            }
+        };
+        let digest = if complete { "ok" } else { "failed" };
+        self.call_back(task, grant.attempt, &grant.hash, call, digest)
+    }
+}
+
+fn is_callback(on: &WaitFor) -> bool {
+    matches!(on, WaitFor::Callback { .. })
+}
+
+fn is_approval(on: &WaitFor) -> bool {
+    matches!(on, WaitFor::Approval { .. })
+}
+
+fn is_signal(on: &WaitFor) -> bool {
+    matches!(on, WaitFor::Signal { .. })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+    /// Workflows mixing tasks with sleeps, signals and approvals, under any interleaving of
+    /// worker reports, callbacks, signals, decisions, time and operator actions: a refused
+    /// input changes nothing, the wait invariants hold throughout, and once everything is
+    /// answered the job ends.
+    #[test]
+    fn every_dag_with_waits_reaches_a_terminal_state(
+        spec in super::dag_spec(),
+        kinds in proptest::collection::vec(0u8..4, 8),
+        moves in wait_moves(),
+    ) {
+        let kinds: Vec<Kind> = kinds
+            .iter()
+            .map(|k| [Kind::Task, Kind::Sleep, Kind::Signal, Kind::Approval][*k as usize])
+            .collect();
+        let mut sim = Sim::new(&yaml_with_kinds(&spec, &kinds), json!({}));
+        let mut held: Vec<(TaskId, String)> = Vec::new();
+        for step in moves {
+            let before = sim.state.clone();
+            let outcome = match step {
+                WaitMove::Claim(i) => {
+                    let ready = sim.ready();
+                    if !ready.is_empty() {
+                        let id = ready[i as usize % ready.len()].clone();
+                        let token = sim.claim_task(&id);
+                        held.push((id, token));
+                    }
+                    Ok(())
+                }
+                WaitMove::Succeed(i) | WaitMove::Fail(i, _) | WaitMove::AwaitCallback(i) if !held.is_empty() => {
+                    let (task, lease_token) = held.swap_remove(i as usize % held.len());
+                    sim.apply(match step {
+                        WaitMove::Succeed(_) => Input::Complete { task, lease_token, output: json!({}), logs: None },
+                        WaitMove::Fail(_, retryable) => Input::Fail { task, lease_token, error: ReportedError { message: "x".into(), retryable }, logs: None },
+                        _ => Input::AwaitCallback { task, lease_token, timeout: Some(Duration::from_secs(20)) },
+                    })
+                }
+                WaitMove::CallBack(i, complete) => {
+                    let awaiting = sim.waiting_on(is_callback);
+                    match awaiting.get(i as usize % awaiting.len().max(1)) {
+                        Some(task) => sim.call_back_task(&task.clone(), complete),
+                        None => Ok(()),
+                    }
+                }
+                WaitMove::Signal => {
+                    let takes = kinds.iter().take(spec.dependencies.len()).any(|k| matches!(k, Kind::Signal));
+                    let finished = sim.state.job.status.is_terminal();
+                    let sent = sim.signal("go", json!({"n": 1}));
+                    if !takes && !finished {
+                        let refused = matches!(sent, Err(Rejection::UnknownSignal { .. }));
+                        proptest::prop_assert!(refused, "a signal no step waits for is refused");
+                    }
+                    sent
+                }
+                WaitMove::Decide(i, approve) => {
+                    let waiting = sim.waiting_on(is_approval);
+                    match waiting.get(i as usize % waiting.len().max(1)) {
+                        Some(task) => sim.apply(Input::Decide { task: task.clone(), approve, by: "p".into(), comment: None }),
+                        None => Ok(()),
+                    }
+                }
+                WaitMove::Advance(ms) => {
+                    sim.advance(Duration::from_millis(u64::from(ms)));
+                    Ok(())
+                }
+                WaitMove::Operate(action, i) => {
+                    let task = sim.state.tasks[i as usize % sim.state.tasks.len()].id.clone();
+                    sim.operate(match action {
+                        0 => OperatorAction::Pause,
+                        1 => OperatorAction::Resume,
+                        2 => OperatorAction::Retry,
+                        3 => OperatorAction::Skip { task, output: json!({"by": "hand"}) },
+                        4 => OperatorAction::Rerun { step: format!("s{}", i as usize % spec.dependencies.len()) },
+                        _ => OperatorAction::Cancel { compensate: i % 2 == 0 },
+                    })
+                }
+                _ => Ok(()),
+            };
+            if outcome.is_err() {
+                proptest::prop_assert_eq!(&before, &sim.state, "a refused input changed the job");
+            }
+            super::check_invariants(&sim);
+        }
+        // Answer everything until the job ends.
+        for _ in 0..500 {
+            if sim.state.job.status.is_terminal() {
+                break;
+            }
+            if sim.state.job.status == JobStatus::Paused {
+                sim.operate(OperatorAction::Resume).unwrap();
+            }
+            for (task, lease_token) in held.drain(..) {
+                let _ = sim.apply(Input::Complete { task, lease_token, output: json!({}), logs: None });
+            }
+            for task in sim.waiting_on(is_callback) {
+                sim.call_back_task(&task, true).unwrap();
+            }
+            for task in sim.waiting_on(is_approval) {
+                sim.apply(Input::Decide { task, approve: true, by: "p".into(), comment: None }).unwrap();
+            }
+            for _ in sim.waiting_on(is_signal) {
+                sim.signal("go", json!(null)).unwrap();
+            }
+            for id in sim.ready() {
+                let token = sim.claim_task(&id);
+                sim.apply(Input::Complete { task: id, lease_token: token, output: json!({}), logs: None }).unwrap();
+            }
+            sim.advance(Duration::from_secs(5));
+            super::check_invariants(&sim);
+        }
+        proptest::prop_assert!(sim.state.job.status.is_terminal(), "job stuck: {:?}", sim.summary());
+    }
+}
