@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{BIN, Harness, KillOnDrop, STUCK, Served};
+use common::{BIN, Harness, KillOnDrop, STUCK, Served, get_json};
 
 fn text(output: &std::process::Output) -> String {
     format!(
@@ -126,14 +126,7 @@ steps:
     let token_file = dir.path().join("token");
     let job_url = format!("{url}/api/v1/jobs/{id}");
     wait_until("the task to await its callback", async || {
-        let job: Value = http
-            .get(&job_url)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let job = get_json(&http, &job_url).await;
         job["tasks"][0]["waiting_for"]["callback"].is_object()
     })
     .await;
@@ -157,14 +150,7 @@ steps:
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["result"], "completed");
     assert_eq!(answer["job_id"], id.as_str());
-    let job: Value = http
-        .get(&job_url)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let job = get_json(&http, &job_url).await;
     assert_eq!(job["status"], "succeeded", "{job:#}");
     assert_eq!(job["tasks"][0]["output"], json!({"done": true}));
 
@@ -327,15 +313,11 @@ async fn sleeping_jobs_all_wake_once_after_a_kill_9_of_the_server() {
     h.kill_server();
     h.start_server().await;
     wait_until("every job to wake", async || {
-        let page: Value = h
-            .http
-            .get(format!("{}/api/v1/jobs?status=succeeded&limit=1000", h.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let page = get_json(
+            &h.http,
+            &format!("{}/api/v1/jobs?status=succeeded&limit=1000", h.url),
+        )
+        .await;
         page["items"]
             .as_array()
             .is_some_and(|items| items.len() == 1000)

@@ -93,19 +93,22 @@ pub(crate) async fn apply_yaml(http: &reqwest::Client, base: &str, name: &str, y
     );
 }
 
+/// The JSON answer of `GET url`.
+pub(crate) async fn get_json(http: &reqwest::Client, url: &str) -> Value {
+    http.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 /// A webhook subscription's deliveries, newest first, as the API at `base` lists them.
 pub(crate) async fn webhook_deliveries(
     http: &reqwest::Client,
     base: &str,
     webhook: &str,
 ) -> serde_json::Value {
-    http.get(format!("{base}/api/v1/webhooks/{webhook}/deliveries"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get_json(
+        http,
+        &format!("{base}/api/v1/webhooks/{webhook}/deliveries"),
+    )
+    .await
 }
 
 /// A `starbridge server` process on a SQLite file of a temporary folder, with worker
@@ -221,15 +224,7 @@ impl Harness {
     }
 
     pub(crate) async fn events(&self, id: &str) -> Vec<Value> {
-        let list: Value = self
-            .http
-            .get(format!("{}/api/v1/jobs/{id}/events", self.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list = get_json(&self.http, &format!("{}/api/v1/jobs/{id}/events", self.url)).await;
         list["items"].as_array().unwrap().clone()
     }
 
