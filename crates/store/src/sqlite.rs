@@ -93,8 +93,6 @@ const STATEMENT_CACHE: usize = 128;
 /// own auto-checkpoint threshold).
 const CHECKPOINT_PAGES: c_int = 1000;
 
-/// The writer's page cache, in KiB.
-const WRITER_CACHE_KIB: u32 = 64 * 1024;
 /// Pages in the write-ahead log from which the writer waits after its commit for a checkpoint
 /// that lets the log start over.
 const CHECKPOINT_WAIT_PAGES: c_int = 4 * CHECKPOINT_PAGES;
@@ -150,12 +148,6 @@ impl SqliteConn {
     /// the module's documentation), which ends when the connection is dropped.
     pub fn open_writer(path: &Path, durability: Durability) -> Result<SqliteConn> {
         let mut writer = SqliteConn::open(path)?;
-        // The writer touches the upper pages of every index of `tasks` and `jobs` on each
-        // change; with SQLite's default 2 MB page cache a large store (a million waiting jobs)
-        // evicts them and every claim reads them back.
-        writer
-            .conn
-            .execute_batch(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB}"))?;
         if durability == Durability::Relaxed {
             // Commits write the log without syncing it; checkpoints still sync it first.
             writer.conn.execute_batch("PRAGMA synchronous = NORMAL")?;
