@@ -40,14 +40,14 @@ pub struct QueueStats {
 
 /// One statement, so a scrape is one read. `part` says which count a row carries:
 /// 0 jobs per status, 1 ready tasks per queue (with the earliest `available_at` that has passed),
-/// 2 running tasks per queue, 3 known queues, 4 known namespaces (for the zeros).
+/// 2 running tasks per queue (those waiting on the server with no queue are not on one), 3 known queues, 4 known namespaces (for the zeros).
 const STATS_SQL: &str = "\
     SELECT 0, namespace, status, COUNT(*), NULL FROM jobs GROUP BY namespace, status \
     UNION ALL \
     SELECT 1, namespace, queue, COUNT(*), MIN(CASE WHEN available_at <= ?1 THEN available_at END) \
         FROM tasks WHERE status = 'ready' AND held = 0 GROUP BY namespace, queue \
     UNION ALL \
-    SELECT 2, namespace, queue, COUNT(*), NULL FROM tasks WHERE status = 'running' \
+    SELECT 2, namespace, queue, COUNT(*), NULL FROM tasks WHERE status = 'running' AND queue <> '' \
         GROUP BY namespace, queue \
     UNION ALL \
     SELECT 3, namespace, name, 0, NULL FROM queues \

@@ -5,6 +5,13 @@ ALTER TABLE tasks ADD COLUMN wait_kind TEXT;        -- sleep | signal | approval
 ALTER TABLE tasks ADD COLUMN wake_at BIGINT;       -- when the wait ends by itself (a sleep, a callback's timeout)
 ALTER TABLE tasks ADD COLUMN pending_outcome TEXT;  -- JSON: what ended the wait while the job was paused
 ALTER TABLE tasks ADD COLUMN callback TEXT;         -- JSON: the attempt's callback token hash and first answer
+-- Tasks waiting on the server hold no lease, and sleep, signal and approval tasks no queue:
+-- they stay out of the lease timers' and the per-queue running counts' indexes, which a million
+-- sleeping jobs would otherwise fill.
+DROP INDEX tasks_lease;
+CREATE INDEX tasks_lease ON tasks (lease_expires_at) WHERE status = 'running' AND lease_expires_at IS NOT NULL;
+DROP INDEX tasks_running;
+CREATE INDEX tasks_running ON tasks (namespace, queue) WHERE status = 'running' AND queue <> '';
 -- The timer loop's waits: only those a pause does not hold.
 CREATE INDEX tasks_wake ON tasks (wake_at) WHERE status = 'running' AND held = 0 AND wake_at IS NOT NULL;
 -- Pending approvals (and other waits) per namespace.

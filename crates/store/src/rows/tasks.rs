@@ -382,7 +382,7 @@ pub fn claim_candidates(
 pub fn running_count(conn: &mut dyn Conn, namespace: &str, queue: &str) -> Result<u32> {
     conn.query_value(
         "SELECT COUNT(*) FROM tasks INDEXED BY tasks_running WHERE status = 'running' \
-         AND namespace = ?1 AND queue = ?2",
+         AND queue <> '' AND namespace = ?1 AND queue = ?2",
         args![namespace, queue],
     )
 }
