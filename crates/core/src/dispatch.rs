@@ -417,7 +417,7 @@ mod tests {
             ),
         ];
         for (on, reason) in waits {
-            task.wait = Some(Wait { since: now, on });
+            task.wait = Some(Box::new(Wait { since: now, on }));
             assert_eq!(task_waiting_reason(&task, &[], None, now).unwrap(), reason);
         }
         task.held = true;

@@ -353,12 +353,12 @@ impl Machine<'_> {
                 if !task.checking {
                     task.attempt += 1;
                 }
-                task.callback = Some(CallbackGrant {
+                task.callback = Some(Box::new(CallbackGrant {
                     attempt: task.attempt,
                     round,
                     hash: callback_hash,
                     answered: None,
-                });
+                }));
                 task.status = TaskStatus::Running;
                 task.lease_token = Some(lease_token);
                 task.lease_expires_at = Some(now.saturating_add(lease));

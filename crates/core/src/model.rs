@@ -251,13 +251,14 @@ pub struct Task {
     pub round: u32,
     /// Attempts used before the last operator reset; retries count from here.
     pub attempt_base: u32,
+    // The three below are boxed: most tasks never wait, and every task is copied often.
     /// What a running task waits for on the server, holding no worker and no lease.
-    pub wait: Option<Wait>,
+    pub wait: Option<Box<Wait>>,
     /// What ends the wait, accepted while the job was paused: it takes effect at resume.
-    pub pending_outcome: Option<Outcome>,
+    pub pending_outcome: Option<Box<Outcome>>,
     /// The callback credential of the current attempt (a hash; the token itself is shown once,
     /// in the poll answer).
-    pub callback: Option<CallbackGrant>,
+    pub callback: Option<Box<CallbackGrant>>,
 }
 
 /// A running task's wait on the server: since when, and for what.

@@ -3,19 +3,26 @@
 
 use sha2::{Digest, Sha256};
 
-/// 244 random bits as 64 hex digits (two version-4 UUIDs).
+/// 256 random bits from the operating system, as 64 hex digits.
 pub(crate) fn random_hex() -> String {
-    format!(
-        "{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    )
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the operating system's random source answers");
+    hex(&bytes)
 }
 
 /// The SHA-256 of a secret, in hex: what the store keeps instead of it.
 pub(crate) fn hash(secret: &str) -> String {
-    let digest = Sha256::digest(secret.as_bytes());
-    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+    hex(&Sha256::digest(secret.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
 }
 
 /// Equal strings, compared in time that depends only on their lengths.
@@ -36,6 +43,14 @@ mod tests {
         assert!(constant_time_eq(&hash("abc"), &hash("abc")));
         assert!(!constant_time_eq(&hash("abc"), &hash("abd")));
         assert!(!constant_time_eq("abc", "abcd"));
+    }
+
+    #[test]
+    fn hashes_are_the_sha256_in_lowercase_hex() {
+        assert_eq!(
+            hash("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]

@@ -213,8 +213,8 @@ pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResu
             description = "An unknown `status`, a `limit` out of range, a malformed \
                            `created_after`, `created_before` or `cursor`, or a malformed namespace: \
                            the problem names the parameter. A query string that cannot be parsed at \
-                           all (e.g. `limit=abc`) is refused before the handler with a plain-text \
-                           message.",
+                           all (e.g. `limit=abc`) is refused before the handler, with a problem naming \
+                           `query`.",
             body = api::Problem, content_type = PROBLEM,
         ),
         (status = 404, response = OtherNamespace),

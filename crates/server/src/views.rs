@@ -144,7 +144,7 @@ pub(crate) fn task(
         deadline_at: opt_time(task.deadline_at),
         attempts,
         waiting_reason,
-        waiting_for: task.wait.as_ref().map(waiting_for),
+        waiting_for: task.wait.as_deref().map(waiting_for),
     }
 }
 

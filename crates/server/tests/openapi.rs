@@ -504,6 +504,11 @@ const ALLOWED: &[(&str, &str)] = &[
          not say so",
     ),
     (
+        "GET /api/v1/jobs 400: description",
+        "a query string that does not parse is answered with a problem document naming `query` \
+         (`rejections.rs`), not the plain-text message the hand-written description promised",
+    ),
+    (
         "waiting_reason: description",
         "a task waiting on the server (a sleep, signal, approval or callback) is running, and \
          says what it waits for: the old text said running tasks had no reason",

@@ -60,8 +60,8 @@ impl Machine<'_> {
         task.input = input.or(Some(Value::Null));
         task.ready_at = Some(now);
         task.started_at = Some(now);
-        task.wait = Some(Wait { since: now, on });
-        let detail = waiting_detail(task.wait.as_ref());
+        task.wait = Some(Box::new(Wait { since: now, on }));
+        let detail = waiting_detail(task.wait.as_deref());
         self.save_task(index);
         self.record(EventKind::TaskWaiting, Some(index), detail);
         if self.wait_is_due(index) {
@@ -109,7 +109,7 @@ impl Machine<'_> {
             && task
                 .wait
                 .as_ref()
-                .and_then(Wait::wake_at)
+                .and_then(|wait| wait.wake_at())
                 .is_some_and(|at| at <= self.now)
     }
 
@@ -146,7 +146,7 @@ impl Machine<'_> {
                 continue;
             }
             if let Some(outcome) = self.state.tasks[index].pending_outcome.take() {
-                self.apply_outcome(index, outcome);
+                self.apply_outcome(index, *outcome);
             } else if self.wait_is_due(index) {
                 self.end_due_wait(index);
             }
@@ -158,7 +158,7 @@ impl Machine<'_> {
     fn resolve(&mut self, index: usize, outcome: Outcome) {
         let task = &mut self.state.tasks[index];
         if task.held {
-            task.pending_outcome = Some(outcome);
+            task.pending_outcome = Some(Box::new(outcome));
             self.save_task(index);
         } else {
             self.apply_outcome(index, outcome);
@@ -186,7 +186,7 @@ impl Machine<'_> {
             .iter()
             .enumerate()
             .filter(|(_, task)| task.status == TaskStatus::Running && !task.held)
-            .filter_map(|(index, task)| match &task.wait {
+            .filter_map(|(index, task)| match task.wait.as_deref() {
                 Some(Wait {
                     since,
                     on: WaitFor::Signal { .. },
@@ -345,10 +345,10 @@ impl Machine<'_> {
         task.lease_token = None;
         task.lease_expires_at = None;
         task.held = paused && task.kind != TaskKind::Compensation;
-        task.wait = Some(Wait {
+        task.wait = Some(Box::new(Wait {
             since: now,
             on: WaitFor::Callback { until, timeout },
-        });
+        }));
         self.save_task(index);
         self.record(
             EventKind::TaskAwaitingCallback,
@@ -435,7 +435,7 @@ impl Machine<'_> {
         let now = self.now;
         let lease = self.attempt_timeout(index);
         let task = &mut self.state.tasks[index];
-        match &mut task.wait {
+        match task.wait.as_deref_mut() {
             Some(Wait {
                 on: WaitFor::Callback { until, timeout },
                 ..

@@ -2,7 +2,7 @@
 //! extends) the attempt through it, holding no API token (the callback token is the
 //! credential).
 //!
-//! A token is `sbc_<task id>_<attempt>_<secret>`. The secret is random (244 bits), shown once
+//! A token is `sbc_<task id>_<attempt>_<secret>`. The secret is random (256 bits), shown once
 //! in the poll answer, and kept only as its SHA-256 on the task, bound to that attempt; the
 //! state machine checks a presented token against it (see `machine::waits`). A token of an
 //! attempt that has ended answers 410; one never issued 404.

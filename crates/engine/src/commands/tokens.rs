@@ -1,7 +1,7 @@
 //! API tokens: the rules of making one, revoking one and checking a presented one (the rows,
 //! and the `Scope` and `Token` types, are the store's `rows::tokens`).
 //!
-//! A token is `sbt_<id>_<secret>`. The secret is random (244 bits), shown once when the token is
+//! A token is `sbt_<id>_<secret>`. The secret is random (256 bits), shown once when the token is
 //! made, and stored only as its SHA-256; a presented token is found by its id and its secret
 //! compared with the stored hash in constant time. Revoked tokens stay listed (with when), so an
 //! audit entry naming them can still be understood.

@@ -316,7 +316,7 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         task.attempt_base,
         json_value(task.wait.as_ref()),
         wait_kind,
-        task.wait.as_ref().and_then(Wait::wake_at).map(|t| t.0),
+        task.wait.as_deref().and_then(Wait::wake_at).map(|t| t.0),
         json_value(task.pending_outcome.as_ref()),
         json_value(task.callback.as_ref()),
     ]

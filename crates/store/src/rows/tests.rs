@@ -304,21 +304,21 @@ fn waits_and_signals_read_back_and_waits_fall_due(db: &mut Db) {
     job.signals_received = 2;
     let mut sleeping = task(&job, 1, "", 0, NOW);
     sleeping.status = TaskStatus::Running;
-    sleeping.wait = Some(Wait {
+    sleeping.wait = Some(Box::new(Wait {
         since: NOW,
         on: WaitFor::Sleep { until: later(500) },
-    });
+    }));
     let mut awaiting = task(&job, 2, "q", 0, NOW);
     awaiting.status = TaskStatus::Running;
     awaiting.attempt = 1;
-    awaiting.wait = Some(Wait {
+    awaiting.wait = Some(Box::new(Wait {
         since: NOW,
         on: WaitFor::Callback {
             until: later(300),
             timeout: Duration::from_secs(60),
         },
-    });
-    awaiting.callback = Some(CallbackGrant {
+    }));
+    awaiting.callback = Some(Box::new(CallbackGrant {
         attempt: 1,
         round: 0,
         hash: "abc".to_owned(),
@@ -326,17 +326,17 @@ fn waits_and_signals_read_back_and_waits_fall_due(db: &mut Db) {
             call: CallbackCallKind::Complete,
             digest: "d".to_owned(),
         }),
-    });
+    }));
     let mut approval = task(&job, 3, "", 0, NOW);
     approval.status = TaskStatus::Running;
     approval.held = true;
-    approval.wait = Some(Wait {
+    approval.wait = Some(Box::new(Wait {
         since: NOW,
         on: WaitFor::Approval {
             prompt: "go?".to_owned(),
         },
-    });
-    approval.pending_outcome = Some(Outcome::Succeeded(json!({"approved": true})));
+    }));
+    approval.pending_outcome = Some(Box::new(Outcome::Succeeded(json!({"approved": true}))));
     let tasks = [sleeping, awaiting, approval];
     db.insert(&job, &tasks, &[]);
     let conn = &mut db.conn;
