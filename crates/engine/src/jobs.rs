@@ -15,13 +15,15 @@
 //!
 //! A command takes the job out (`take`), changes it, persists it and puts it back (`keep`).
 //! A request whose changes are rolled back drops what it put back (`request_rolled_back`); a
-//! failed commit empties the cache. A job that ended is not kept (it is rarely changed again,
+//! failed commit empties the cache. A job that only waits (for its lock, a sleep, a signal, a
+//! person or a callback) is not kept: it may wait for days, and a store full of them would keep
+//! evicting the jobs in work. A job that ended is not kept (it is rarely changed again,
 //! and the retention pruner deletes finished jobs' rows).
 
 use std::collections::HashMap;
 
 use starbridge_core::ids::{JobId, TaskId};
-use starbridge_core::model::JobState;
+use starbridge_core::model::{JobState, TaskStatus};
 
 /// Most jobs kept; past it, an arbitrary entry goes (the database has every job anyway).
 const CAPACITY: usize = 8192;
@@ -81,9 +83,15 @@ impl JobCache {
         self.insert(state);
     }
 
-    /// Caches a job unless it ended; true when it did.
+    /// Caches a job a worker is about to touch; true when it did. One that ended, or one that
+    /// only waits (for its lock, a sleep, a signal, a person, a callback) is not kept: it may
+    /// wait for days, and a store with many of them would keep evicting the jobs in work.
     fn insert(&mut self, state: JobState) -> bool {
-        if state.job.status.is_terminal() {
+        let in_work = state.tasks.iter().any(|task| {
+            task.status == TaskStatus::Ready
+                || (task.status == TaskStatus::Running && task.wait.is_none())
+        });
+        if state.job.status.is_terminal() || !in_work {
             return false;
         }
         if self.entries.len() >= CAPACITY
@@ -169,10 +177,26 @@ mod tests {
 
     use super::*;
 
+    /// A task of job `job` with `status`.
+    fn task(job: &str, status: &str) -> Task {
+        serde_json::from_value(json!({
+            "id": format!("tsk_{job}"), "job_id": format!("job_{job}"), "seq": 0, "kind": "step",
+            "step": "s", "item": null, "compensates": null, "queue": "q", "command": "c",
+            "status": status, "priority": 0, "attempt": 0, "checking": false,
+            "available_at": null, "deadline_at": null, "lease_token": null,
+            "lease_expires_at": null, "worker_id": null, "input": null, "output": null,
+            "error": null, "progress": null, "logs": null, "created_at": 0, "ready_at": null,
+            "started_at": null, "ended_at": null, "completed_seq": null, "held": false,
+            "round": 0, "attempt_base": 0
+        }))
+        .unwrap()
+    }
+
+    /// A job with one ready task: one a worker is about to touch.
     fn job(id: &str, status: JobStatus) -> JobState {
         JobState {
             job: test_job(id, status),
-            tasks: Vec::new(),
+            tasks: vec![task(id, "ready")],
             signals: Vec::new(),
         }
     }
@@ -207,23 +231,33 @@ mod tests {
     #[test]
     fn a_task_leads_to_its_cached_job_until_the_job_is_taken() {
         let mut cache = JobCache::new(Lifetime::Store);
-        let mut state = job("a", JobStatus::Running);
-        let task: Task = serde_json::from_value(json!({
-            "id": "tsk_1", "job_id": "job_a", "seq": 0, "kind": "step", "step": "s",
-            "item": null, "compensates": null, "queue": "q", "command": "c", "status": "ready",
-            "priority": 0, "attempt": 0, "checking": false, "available_at": null,
-            "deadline_at": null, "lease_token": null, "lease_expires_at": null, "worker_id": null,
-            "input": null, "output": null, "error": null, "progress": null, "logs": null,
-            "created_at": 0, "ready_at": null, "started_at": null, "ended_at": null,
-            "completed_seq": null, "held": false, "round": 0, "attempt_base": 0
-        }))
-        .unwrap();
-        let task_id = task.id.clone();
-        state.tasks.push(task);
+        let state = job("a", JobStatus::Running);
+        let task_id = state.tasks[0].id.clone();
         cache.keep(state);
         assert_eq!(cache.job_of(&task_id), Some(&JobId::from_unique("a")));
         cache.take(&JobId::from_unique("a"));
         assert_eq!(cache.job_of(&task_id), None);
+    }
+
+    #[test]
+    fn a_job_that_only_waits_is_not_kept() {
+        let mut cache = JobCache::new(Lifetime::Store);
+        let mut waiting = job("w", JobStatus::Running);
+        waiting.tasks[0] = task("w", "waiting");
+        cache.keep(waiting);
+        assert!(cache.take(&JobId::from_unique("w")).is_none());
+        let mut sleeping = job("s", JobStatus::Running);
+        sleeping.tasks[0] = task("s", "running");
+        sleeping.tasks[0].wait = Some(Box::new(starbridge_core::model::Wait {
+            since: starbridge_core::time::Timestamp(0),
+            on: starbridge_core::model::WaitFor::Signal { name: "go".into() },
+        }));
+        cache.keep(sleeping);
+        assert!(cache.take(&JobId::from_unique("s")).is_none());
+        let mut leased = job("l", JobStatus::Running);
+        leased.tasks[0] = task("l", "running");
+        cache.keep(leased);
+        assert!(cache.take(&JobId::from_unique("l")).is_some());
     }
 
     #[test]
