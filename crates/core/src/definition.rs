@@ -971,9 +971,15 @@ impl Workflow {
         self.steps.iter().any(|step| step.signal() == Some(name))
     }
 
-    /// Whether some step waits for a signal: only such a job keeps signals.
-    pub fn has_signal_steps(&self) -> bool {
-        self.steps.iter().any(|step| step.signal().is_some())
+    /// What runs a task of step `step`: its handler, or with `compensation` the step's
+    /// `compensate`; `None` for a step that waits on the server (or no such step).
+    pub fn task_handler(&self, step: &str, compensation: bool) -> Option<&Handler> {
+        let step = &self.steps[self.step_index(step)?];
+        if compensation {
+            step.compensate.as_ref()
+        } else {
+            step.handler()
+        }
     }
 }
 

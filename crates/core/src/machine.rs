@@ -284,14 +284,8 @@ impl Machine<'_> {
     /// waits on the server.
     fn handler(&self, index: usize) -> Option<&Handler> {
         let task = &self.state.tasks[index];
-        let step = &self.workflow.steps[self
-            .workflow
-            .step_index(&task.step)
-            .expect("tasks are made from the workflow's steps")];
-        match task.kind {
-            TaskKind::Compensation => step.compensate.as_ref(),
-            _ => step.handler(),
-        }
+        self.workflow
+            .task_handler(&task.step, task.kind == TaskKind::Compensation)
     }
 
     /// The per-attempt timeout: the lease a worker holds and extends by heartbeats.

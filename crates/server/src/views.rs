@@ -56,14 +56,9 @@ pub(crate) fn job_summary_with(job: &Job, lock_held: Option<u32>) -> api::JobSum
 }
 
 fn max_attempts(workflow: Option<&Workflow>, task: &Task) -> u32 {
-    let Some(step) = workflow.and_then(|w| w.step_index(&task.step).map(|i| &w.steps[i])) else {
-        return 1;
-    };
-    let handler = match task.kind {
-        TaskKind::Compensation => step.compensate.as_ref(),
-        _ => step.handler(),
-    };
-    handler.map_or(1, |handler| handler.retry.max_attempts)
+    workflow
+        .and_then(|w| w.task_handler(&task.step, task.kind == TaskKind::Compensation))
+        .map_or(1, |handler| handler.retry.max_attempts)
 }
 
 /// Rebuilds each task's runs from the job's history events.

@@ -9,14 +9,13 @@
 
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{CallbackCall, Input, Task};
-use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
 use crate::ctx::WriteCtx;
 use crate::secrets::hash;
 use crate::{Error, Result};
 
-use super::{apply, load_job, workflow_of};
+use super::{apply, job_of_task, load_job, workflow_of};
 
 const PREFIX: &str = "sbc_";
 
@@ -61,10 +60,7 @@ pub(crate) fn callback(
 ) -> Result<CallbackAccepted> {
     let unknown = || Error::NotFound("no such callback token".to_owned());
     let (task, attempt, secret) = parse(token).ok_or_else(unknown)?;
-    let job = match ctx.jobs.job_of(&task) {
-        Some(job) => job.clone(),
-        None => rows::job_of_task(ctx.conn, &task)?.ok_or_else(unknown)?,
-    };
+    let job = job_of_task(ctx, &task)?.ok_or_else(unknown)?;
     let mut state = load_job(ctx, &job, RowLock::Wait)?.ok_or_else(unknown)?;
     let compiled = workflow_of(ctx, &state)?;
     let input = Input::Callback {

@@ -194,15 +194,10 @@ pub(crate) fn claim(
 }
 
 pub(super) fn lease_of(workflow: &Workflow, task: &Task) -> Duration {
-    let step = workflow
-        .step_index(&task.step)
-        .map(|index| &workflow.steps[index]);
-    let handler = match (task.kind, step) {
-        (starbridge_core::model::TaskKind::Compensation, Some(step)) => step.compensate.as_ref(),
-        (_, Some(step)) => step.handler(),
-        (_, None) => None,
-    };
-    handler.map_or(starbridge_core::definition::DEFAULT_ATTEMPT_TIMEOUT, |h| {
-        h.timeout
-    })
+    let compensation = task.kind == starbridge_core::model::TaskKind::Compensation;
+    workflow
+        .task_handler(&task.step, compensation)
+        .map_or(starbridge_core::definition::DEFAULT_ATTEMPT_TIMEOUT, |h| {
+            h.timeout
+        })
 }

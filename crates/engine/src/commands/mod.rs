@@ -90,6 +90,14 @@ fn apply_to_job(
     applied.map(|()| state)
 }
 
+/// The job of a task: from the job cache when it holds the job, else from the database.
+fn job_of_task(ctx: &mut WriteCtx<'_>, task: &TaskId) -> Result<Option<JobId>> {
+    match ctx.jobs.job_of(task) {
+        Some(job) => Ok(Some(job.clone())),
+        None => Ok(rows::job_of_task(ctx.conn, task)?),
+    }
+}
+
 fn workflow_of(ctx: &mut WriteCtx<'_>, state: &JobState) -> Result<std::sync::Arc<Compiled>> {
     ctx.workflow(&state.job.namespace, &state.job.workflow, state.job.version)
 }

@@ -8,7 +8,7 @@ use starbridge_core::model::Input;
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
-use super::{apply, lease_of, load_job, workflow_of};
+use super::{apply, job_of_task, lease_of, load_job, workflow_of};
 
 /// A worker's report (heartbeat, complete, fail, check-later) on a task it holds.
 pub(crate) fn report(
@@ -18,10 +18,7 @@ pub(crate) fn report(
     scope: &TaskScope,
 ) -> Result<Reported> {
     let not_found = || Error::NotFound(format!("task {task_id} not found"));
-    let job_id = match ctx.jobs.job_of(task_id) {
-        Some(job) => job.clone(),
-        None => rows::job_of_task(ctx.conn, task_id)?.ok_or_else(not_found)?,
-    };
+    let job_id = job_of_task(ctx, task_id)?.ok_or_else(not_found)?;
     let mut state = load_job(ctx, &job_id, RowLock::Wait)?
         .ok_or_else(|| Error::Corrupt(format!("job {job_id} of task {task_id} not found")))?;
     let queue = state.task(task_id).map(|task| task.queue.as_str());

@@ -11,7 +11,7 @@ use starbridge_core::time::Timestamp;
 
 use super::signals::pending_signals;
 use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
-use super::{RowLock, RowWrite, enum_column, json_text, parse_json, ts};
+use super::{RowLock, RowWrite, enum_column, json_text, opt_json_text, parse_json, ts};
 use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
 use crate::{Error, JobFilter, Result};
 
@@ -67,10 +67,7 @@ struct RawJob {
 
 impl RawJob {
     fn into_job(self) -> Result<Job> {
-        let wind_down: Option<WindDown> = self
-            .wind_down
-            .map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
-            .transpose()?;
+        let wind_down: Option<WindDown> = parse_json(self.wind_down)?;
         Ok(Job {
             id: JobId::parse(&self.id).ok_or_else(|| Error::Corrupt(self.id.clone()))?,
             namespace: self.namespace,
@@ -227,10 +224,7 @@ pub const JOB_WRITE: RowWrite = RowWrite {
 
 /// A job's row, in the columns of `JOB_WRITE`.
 pub fn job_values(job: &Job) -> Vec<SqlValue> {
-    let wind_down = job
-        .wind_down
-        .as_ref()
-        .map(|w| serde_json::to_string(w).unwrap_or_default());
+    let wind_down = opt_json_text(job.wind_down.as_ref());
     args![
         job.id.as_str(),
         job.namespace,

@@ -59,11 +59,13 @@ fn json_text(value: &Value) -> String {
     value.to_string()
 }
 
-fn opt_json_text(value: Option<&Value>) -> Option<String> {
-    value.map(json_text)
+/// A JSON column's text: a value, or one of the structured fields the core keeps as JSON.
+fn opt_json_text<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
+    value.map(|value| serde_json::to_string(value).unwrap_or_default())
 }
 
-fn parse_json(text: Option<String>) -> Result<Option<Value>> {
+/// A JSON column read back as `T`.
+fn parse_json<T: serde::de::DeserializeOwned>(text: Option<String>) -> Result<Option<T>> {
     text.map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
         .transpose()
 }

@@ -119,7 +119,7 @@ impl RawTask {
             worker_id: self.worker_id,
             input: parse_json(self.input)?,
             output: parse_json(self.output)?,
-            error: json_column(self.error)?,
+            error: parse_json(self.error)?,
             progress: parse_json(self.progress)?,
             logs: parse_json(self.logs)?,
             created_at: Timestamp(self.created_at),
@@ -130,22 +130,11 @@ impl RawTask {
             held: self.held,
             round: self.round,
             attempt_base: self.attempt_base,
-            wait: json_column(self.wait)?,
-            pending_outcome: json_column(self.pending_outcome)?,
-            callback: json_column(self.callback)?,
+            wait: parse_json(self.wait)?,
+            pending_outcome: parse_json(self.pending_outcome)?,
+            callback: parse_json(self.callback)?,
         })
     }
-}
-
-/// A column holding one of the task's structured fields as JSON.
-fn json_column<T: serde::de::DeserializeOwned>(text: Option<String>) -> Result<Option<T>> {
-    text.map(|text| serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string())))
-        .transpose()
-}
-
-/// The same field written as JSON.
-fn json_value<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
-    value.map(|value| serde_json::to_string(value).unwrap_or_default())
 }
 
 /// Tasks of a namespace waiting for approval, oldest first, with their job's workflow.
@@ -274,7 +263,7 @@ pub const TASK_WRITE: RowWrite = RowWrite {
 
 /// A task's row, in the columns of `TASK_WRITE`.
 pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
-    let error = json_value(task.error.as_ref());
+    let error = opt_json_text(task.error.as_ref());
     let wait_kind = task.wait.as_ref().map(|wait| match wait.on {
         WaitFor::Sleep { .. } => "sleep",
         WaitFor::Signal { .. } => "signal",
@@ -314,11 +303,11 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         task.held,
         task.round,
         task.attempt_base,
-        json_value(task.wait.as_ref()),
+        opt_json_text(task.wait.as_ref()),
         wait_kind,
         task.wait.as_deref().and_then(Wait::wake_at).map(|t| t.0),
-        json_value(task.pending_outcome.as_ref()),
-        json_value(task.callback.as_ref()),
+        opt_json_text(task.pending_outcome.as_ref()),
+        opt_json_text(task.callback.as_ref()),
     ]
     .iter()
     .map(SqlValue::of)
