@@ -158,7 +158,7 @@ async fn fail(
     tag = "tasks",
     params(TokenInPath),
     request_body(
-        content = Option<Object>,
+        content = Option<CallbackHeartbeat>,
         description = "Optional: empty, or `{}`.",
     ),
     responses(
@@ -172,11 +172,11 @@ async fn heartbeat(
     Path(token): Path<String>,
     bytes: Bytes,
 ) -> ApiResult<Json<api::CallbackAnswer>> {
-    let _: EmptyBody = optional_body(&bytes)?;
+    let _: CallbackHeartbeat = optional_body(&bytes)?;
     call(&state, &token, CallbackCall::Heartbeat, "extended").await
 }
 
-/// A heartbeat carries nothing: an empty body or `{}`.
-#[derive(Default, serde::Deserialize)]
+/// A callback heartbeat carries nothing: an empty body or `{}`.
+#[derive(Default, serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct EmptyBody {}
+struct CallbackHeartbeat {}
