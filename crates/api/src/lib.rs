@@ -277,9 +277,14 @@ pub struct JobSummary {
     /// null otherwise (see each task's `waiting_reason`).
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub waiting_reason: Option<String>,
+    /// The steps whose terminal failure the job went on past (`continue_on_failure`), in the
+    /// order they were created: set when the job succeeded, empty otherwise.
+    #[serde(default)]
+    pub failed_steps: Vec<String>,
 }
 
-/// A job with its params and tasks: the fields of JobSummary plus `params` and `tasks`.
+/// A job with its params, output and tasks: the fields of JobSummary plus `params`, `output`
+/// and `tasks`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobView {
@@ -288,6 +293,10 @@ pub struct JobView {
     /// The job's params.
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub params: Value,
+    /// The workflow's `output`, rendered when the job succeeded; null before, when the job did
+    /// not succeed, or when its workflow has no `output`.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>, required = true))]
+    pub output: Option<Value>,
     /// In creation order.
     pub tasks: Vec<TaskView>,
 }
@@ -945,6 +954,15 @@ pub struct WebhookJob {
     /// When the job ended, in Unix milliseconds; null while it has not.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub ended_at: Option<i64>,
+    /// The workflow's `output`, rendered when the job succeeded; null otherwise.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>, required = true))]
+    pub output: Option<Value>,
+    /// The steps the job went on past (`continue_on_failure`) when it succeeded; empty
+    /// otherwise.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub failed_steps: Vec<String>,
 }
 
 /// One message to a subscription and how its delivery went so far.

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::expr::{self, Expr, Template};
 use crate::limits::MAX_NAME_BYTES;
+use crate::model::TaskStatus;
 use crate::time::Duration;
 
 /// Per-attempt timeout (and lease) of a handler that names none.
@@ -70,6 +71,8 @@ pub struct Workflow {
     /// At most `slots` jobs holding the same rendered key run at once.
     pub lock: Option<LockDefinition>,
     pub steps: Vec<Step>,
+    /// The job's output, rendered when it succeeds (over `params`, `job` and `steps`).
+    pub output: Option<Template>,
     /// The normalized JSON form, stored and compared to decide whether an apply is a new version.
     pub source: Value,
 }
@@ -109,6 +112,8 @@ pub struct Step {
     /// Bound on the whole step: every attempt, backoff and check-later together.
     pub step_timeout: Option<Duration>,
     pub compensate: Option<Handler>,
+    /// A terminal failure of this step is recorded and the job goes on.
+    pub continue_on_failure: bool,
 }
 
 /// What a step does. Parsing decides it in one place (`Checker::step_kind`), so a new kind is a
@@ -119,6 +124,10 @@ pub enum StepKind {
     Task(Handler),
     /// A step that waits on the server, holding no worker.
     Wait(WaitStep),
+    /// `set`: succeeds at once on the server, its output the rendered object.
+    Set(Template),
+    /// `fail`: fails the job with the rendered message (no retry); compensations run.
+    Fail { message: Template },
 }
 
 /// What a waiting step waits for.
@@ -147,7 +156,7 @@ impl Step {
     pub fn handler(&self) -> Option<&Handler> {
         match &self.kind {
             StepKind::Task(handler) => Some(handler),
-            StepKind::Wait(_) => None,
+            StepKind::Wait(_) | StepKind::Set(_) | StepKind::Fail { .. } => None,
         }
     }
 
@@ -399,12 +408,13 @@ struct RawWorkflow {
     priority: Option<i32>,
     lock: Option<Value>,
     steps: Vec<Value>,
+    output: Option<Value>,
 }
 
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a step: a mapping with `id` and either `queue` and `command`, `sleep`, `sleep_until`, `signal` or `approval`"
+    expecting = "a step: a mapping with `id` and either `queue` and `command`, `sleep`, `sleep_until`, `signal`, `approval`, `set` or `fail`"
 )]
 struct RawStep {
     id: String,
@@ -412,6 +422,8 @@ struct RawStep {
     sleep_until: Option<Value>,
     signal: Option<String>,
     approval: Option<Value>,
+    set: Option<Value>,
+    fail: Option<Value>,
     queue: Option<String>,
     command: Option<String>,
     input: Option<Value>,
@@ -424,6 +436,7 @@ struct RawStep {
     step_timeout: Option<Value>,
     retry: Option<Value>,
     compensate: Option<Value>,
+    continue_on_failure: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -446,6 +459,15 @@ struct RawHandler {
 )]
 struct RawApproval {
     prompt: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a failure: a mapping such as `{ message: \"no shard migrated\" }`"
+)]
+struct RawFail {
+    message: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -607,20 +629,46 @@ impl Checker {
     }
 
     /// What the step does, from the fields that choose its kind: the one place a step's kind
-    /// is decided. A step is a task run by a worker (`queue` and `command`, with `input`,
-    /// `timeout` and `retry`), or one of the kinds that wait on the server holding no worker
-    /// (`sleep`, `sleep_until`, `signal`, `approval`), which take none of a task's fields.
+    /// is decided. A step is a task run by a worker (`queue` and `command`), one of the kinds
+    /// that wait on the server holding no worker (`sleep`, `sleep_until`, `signal`,
+    /// `approval`), or one the server completes at once (`set`, `fail`); which other fields
+    /// each kind takes is [`refusal`]'s table.
     fn step_kind(&mut self, label: &str, raw: &mut RawStep) -> StepKind {
         let chosen: Vec<&str> = [
             ("sleep", raw.sleep.is_some()),
             ("sleep_until", raw.sleep_until.is_some()),
             ("signal", raw.signal.is_some()),
             ("approval", raw.approval.is_some()),
+            ("set", raw.set.is_some()),
+            ("fail", raw.fail.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
         .collect();
-        let Some(&waiting) = chosen.first() else {
+        let kind = chosen.first().copied().unwrap_or("task");
+        if let Some(other) = chosen.get(1) {
+            self.problem(
+                format!("{label}.{other}"),
+                format!("a step is one kind: `{kind}` and `{other}` cannot be combined"),
+            );
+        }
+        let fields = [
+            ("queue", raw.queue.is_some()),
+            ("command", raw.command.is_some()),
+            ("input", raw.input.is_some()),
+            ("timeout", raw.timeout.is_some()),
+            ("retry", raw.retry.is_some()),
+            ("step_timeout", raw.step_timeout.is_some()),
+            ("compensate", raw.compensate.is_some()),
+            ("for_each", raw.for_each.is_some()),
+            ("continue_on_failure", raw.continue_on_failure.is_some()),
+        ];
+        for (field, set) in fields {
+            if let Some(message) = set.then(|| refusal(kind, field)).flatten() {
+                self.problem(format!("{label}.{field}"), message);
+            }
+        }
+        if kind == "task" {
             return StepKind::Task(self.handler(
                 label,
                 RawHandler {
@@ -631,38 +679,9 @@ impl Checker {
                     retry: raw.retry.take(),
                 },
             ));
-        };
-        if let Some(other) = chosen.get(1) {
-            self.problem(
-                format!("{label}.{other}"),
-                format!("a step is one kind: `{waiting}` and `{other}` cannot be combined"),
-            );
-        }
-        let task_fields = [
-            ("queue", raw.queue.is_some()),
-            ("command", raw.command.is_some()),
-            ("input", raw.input.is_some()),
-            ("timeout", raw.timeout.is_some()),
-            ("retry", raw.retry.is_some()),
-        ];
-        for (field, set) in task_fields {
-            if set {
-                self.problem(
-                    format!("{label}.{field}"),
-                    format!(
-                        "a `{waiting}` step waits on the server and runs no worker, so it takes no `{field}`: drop it (bound the wait with `step_timeout`)"
-                    ),
-                );
-            }
-        }
-        if (waiting == "sleep" || waiting == "sleep_until") && raw.compensate.is_some() {
-            self.problem(
-                format!("{label}.compensate"),
-                "a sleep has nothing to undo: drop `compensate`",
-            );
         }
         let placeholder = || StepKind::Wait(WaitStep::Signal(String::new()));
-        match waiting {
+        match kind {
             "sleep" => {
                 let field = format!("{label}.sleep");
                 let value = raw.sleep.take();
@@ -687,6 +706,43 @@ impl Checker {
                         placeholder()
                     }
                 }
+            }
+            "set" => {
+                let field = format!("{label}.set");
+                match raw.set.take() {
+                    Some(value @ Value::Object(_)) => self
+                        .template(&field, Some(&value))
+                        .map_or_else(placeholder, StepKind::Set),
+                    _ => {
+                        self.problem(
+                            field,
+                            "must be a mapping: the step's output, whose strings may contain ${{ … }} expressions",
+                        );
+                        placeholder()
+                    }
+                }
+            }
+            "fail" => {
+                let field = format!("{label}.fail");
+                let value = raw.fail.take().unwrap_or(Value::Null);
+                let raw_fail = if value.is_null() {
+                    Some(RawFail { message: None })
+                } else {
+                    self.read::<RawFail>(&field, value)
+                };
+                let message = match raw_fail.and_then(|raw| raw.message) {
+                    None => Value::String(format!("step {} failed the job", raw.id)),
+                    Some(message @ Value::String(_)) => message,
+                    Some(_) => {
+                        self.problem(
+                            format!("{field}.message"),
+                            "must be a string (it may contain ${{ … }} expressions)",
+                        );
+                        return placeholder();
+                    }
+                };
+                self.template(&format!("{field}.message"), Some(&message))
+                    .map_or_else(placeholder, |message| StepKind::Fail { message })
             }
             "signal" => {
                 let name = raw.signal.take().unwrap_or_default();
@@ -817,6 +873,7 @@ impl Workflow {
             Some(_) => checker.problem("params", "must be a JSON Schema (an object)"),
         }
         let timeout = checker.duration("timeout".to_owned(), raw.timeout.as_ref());
+        let output = checker.template("output", raw.output.as_ref());
         if raw.steps.is_empty() {
             checker.problem("steps", "a workflow needs at least one step");
         }
@@ -922,6 +979,7 @@ impl Workflow {
                     priority: raw_step.priority.unwrap_or(0),
                     step_timeout,
                     compensate,
+                    continue_on_failure: raw_step.continue_on_failure.unwrap_or(false),
                 },
             ));
         }
@@ -942,6 +1000,18 @@ impl Workflow {
                 for (index, (label, step)) in steps.iter().enumerate() {
                     check_references(&mut checker, label, step, &upstream[index], &index_of);
                 }
+                if let Some(output) = &output {
+                    // The output is rendered once every step has ended: all of them are upstream.
+                    let every_step: BTreeSet<usize> = (0..steps.len()).collect();
+                    let sites = vec![("output".to_owned(), output.references(), Scope::Step)];
+                    check_sites(
+                        &mut checker,
+                        "the workflow's output",
+                        sites,
+                        &every_step,
+                        &index_of,
+                    );
+                }
             }
         }
 
@@ -958,6 +1028,7 @@ impl Workflow {
             priority: raw.priority.unwrap_or(0),
             lock,
             steps: steps.into_iter().map(|(_, step)| step).collect(),
+            output,
             source: normalize(&value),
         })
     }
@@ -971,6 +1042,18 @@ impl Workflow {
         self.steps.iter().any(|step| step.signal() == Some(name))
     }
 
+    /// Whether a terminal failure of step `step` lets the job go on (`continue_on_failure`).
+    pub fn continues_on_failure(&self, step: &str) -> bool {
+        self.step_index(step)
+            .is_some_and(|index| self.steps[index].continue_on_failure)
+    }
+
+    /// Whether a step's task in `status` has ended in a way its dependants go on from: it
+    /// succeeded or was skipped, or it failed for good in a step that continues on failure.
+    pub fn lets_dependants_go_on(&self, step: &str, status: TaskStatus) -> bool {
+        status.is_done() || (status == TaskStatus::Failed && self.continues_on_failure(step))
+    }
+
     /// What runs a task of step `step`: its handler, or with `compensation` the step's
     /// `compensate`; `None` for a step that waits on the server (or no such step).
     pub fn task_handler(&self, step: &str, compensation: bool) -> Option<&Handler> {
@@ -981,6 +1064,48 @@ impl Workflow {
             step.handler()
         }
     }
+}
+
+/// Why a step of `kind` (`task` for `queue` + `command`, else the field that chose it) does not
+/// take `field`; `None` when it does. This is the table of docs/reference.md: `depends_on`,
+/// `when` and `priority` are every kind's, `concurrency` goes with `for_each`.
+fn refusal(kind: &str, field: &str) -> Option<String> {
+    let waits = matches!(kind, "sleep" | "sleep_until" | "signal" | "approval");
+    let refused = match field {
+        "queue" | "command" => kind != "task",
+        "input" | "timeout" | "retry" => kind != "task",
+        "step_timeout" => matches!(kind, "set" | "fail"),
+        "compensate" => !matches!(kind, "task" | "signal" | "approval"),
+        "for_each" | "continue_on_failure" => kind == "fail",
+        _ => false,
+    };
+    if !refused {
+        return None;
+    }
+    Some(match (kind, field) {
+        (_, "compensate") if waits => "a sleep has nothing to undo: drop `compensate`".to_owned(),
+        (_, _) if waits => format!(
+            "a `{kind}` step waits on the server and runs no worker, so it takes no `{field}`: drop it (bound the wait with `step_timeout`)"
+        ),
+        ("set", "compensate") => {
+            "a `set` step changes nothing outside the job, so it has nothing to undo: drop `compensate`"
+                .to_owned()
+        }
+        ("set", _) => format!(
+            "a `set` step is rendered on the server at once and runs no worker, so it takes no `{field}`: drop it"
+        ),
+        ("fail", "continue_on_failure") => {
+            "a `fail` step is there to fail the job, so it cannot continue on failure: drop `continue_on_failure` (make it conditional with `when`)"
+                .to_owned()
+        }
+        ("fail", "for_each") => {
+            "a `fail` step fails the job once: drop `for_each` (make it conditional with `when`)"
+                .to_owned()
+        }
+        (_, _) => format!(
+            "a `fail` step ends the job at once and runs no worker, so it takes no `{field}`: drop it"
+        ),
+    })
 }
 
 fn step_label(position: usize, id: Option<&str>) -> String {
@@ -1129,6 +1254,10 @@ fn check_references(
                 scope,
             ));
         }
+        StepKind::Set(set) => sites.push((format!("{label}.set"), set.references(), scope)),
+        StepKind::Fail { message } => {
+            sites.push((format!("{label}.fail.message"), message.references(), scope));
+        }
         StepKind::Wait(WaitStep::Sleep(SleepSpec::For(_)) | WaitStep::Signal(_)) => {}
     }
     if let Some(input) = step.compensate.as_ref().and_then(|c| c.input.as_ref()) {
@@ -1138,6 +1267,19 @@ fn check_references(
             Scope::Compensation,
         ));
     }
+    let reader = format!("'{}'", step.id);
+    check_sites(checker, &reader, sites, upstream, index_of);
+}
+
+/// Checks the names the expressions at `sites` read: roots their scope allows, and steps that
+/// exist, are in `upstream` (they have ended when `reader` is rendered) and offer the field.
+fn check_sites(
+    checker: &mut Checker,
+    reader: &str,
+    sites: Vec<(String, Vec<Vec<String>>, Scope)>,
+    upstream: &BTreeSet<usize>,
+    index_of: &HashMap<String, usize>,
+) {
     for (field, references, scope) in sites {
         for path in references {
             let Some(root) = path.first() else { continue };
@@ -1162,19 +1304,17 @@ fn check_references(
                 Some(index) if !upstream.contains(index) => checker.problem(
                     &field,
                     format!(
-                        "step '{target}' is not upstream of '{}', so its output may not exist yet: add it to depends_on",
-                        step.id
+                        "step '{target}' is not upstream of {reader}, so its output may not exist yet: add it to depends_on"
                     ),
                 ),
                 Some(_) => {
                     if let Some(field_name) = path.get(2)
-                        && field_name != "output"
-                        && field_name != "status"
+                        && !["output", "status", "error"].contains(&field_name.as_str())
                     {
                         checker.problem(
                             &field,
                             format!(
-                                "steps.{target}.{field_name} does not exist: a step offers `output` and `status`"
+                                "steps.{target}.{field_name} does not exist: a step offers `output`, `status` and `error`"
                             ),
                         );
                     }
@@ -1296,6 +1436,166 @@ mod tests {
             "steps:\n- {id: s, approval: {prompt: '${{ steps.later.output }}'}}\n- {id: later, sleep: 1s}\n",
             "steps[0] (s).approval.prompt",
             "not upstream",
+        );
+    }
+
+    #[test]
+    fn set_and_fail_steps_parse_to_their_kinds() {
+        let workflow = parse(
+            "output: {n: '${{ steps.summary.output.count }}'}\nsteps:\n- {id: summary, set: {count: '${{ params.n }}'}}\n- {id: guard, when: '${{ steps.summary.output.count == 0 }}', fail: {message: 'none for ${{ params.cluster }}'}}\n- {id: stop, fail: {}}\n- {id: notify, queue: q, command: page, continue_on_failure: true}\n",
+        )
+        .unwrap();
+        assert!(matches!(workflow.steps[0].kind, StepKind::Set(_)));
+        assert!(matches!(workflow.steps[1].kind, StepKind::Fail { .. }));
+        let StepKind::Fail { message } = &workflow.steps[2].kind else {
+            panic!("not a fail step");
+        };
+        assert_eq!(
+            message.render(&serde_json::json!({})).unwrap(),
+            "step stop failed the job"
+        );
+        assert!(workflow.steps[3].continue_on_failure);
+        assert!(!workflow.steps[0].continue_on_failure);
+        assert!(workflow.output.is_some());
+        assert!(workflow.continues_on_failure("notify"));
+    }
+
+    #[test]
+    fn each_kind_refuses_the_fields_the_table_says_it_does_not_take() {
+        for (yaml, field, message_part) in [
+            (
+                "{id: s, set: {a: 1}, input: {}}",
+                "input",
+                "rendered on the server",
+            ),
+            (
+                "{id: s, set: {a: 1}, retry: {max_attempts: 2}}",
+                "retry",
+                "takes no `retry`",
+            ),
+            (
+                "{id: s, set: {a: 1}, timeout: 1m}",
+                "timeout",
+                "takes no `timeout`",
+            ),
+            (
+                "{id: s, set: {a: 1}, step_timeout: 1m}",
+                "step_timeout",
+                "takes no",
+            ),
+            (
+                "{id: s, set: {a: 1}, compensate: {queue: q, command: c}}",
+                "compensate",
+                "nothing to undo",
+            ),
+            (
+                "{id: s, set: {a: 1}, queue: q}",
+                "queue",
+                "takes no `queue`",
+            ),
+            (
+                "{id: s, fail: {}, continue_on_failure: true}",
+                "continue_on_failure",
+                "cannot continue on failure",
+            ),
+            (
+                "{id: s, fail: {}, for_each: '${{ params.x }}'}",
+                "for_each",
+                "fails the job once",
+            ),
+            (
+                "{id: s, fail: {}, step_timeout: 1m}",
+                "step_timeout",
+                "ends the job at once",
+            ),
+            (
+                "{id: s, fail: {}, compensate: {queue: q, command: c}}",
+                "compensate",
+                "ends the job at once",
+            ),
+            (
+                "{id: s, fail: {}, command: c}",
+                "command",
+                "takes no `command`",
+            ),
+            (
+                "{id: s, sleep: 1m, retry: {max_attempts: 2}}",
+                "retry",
+                "waits on the server",
+            ),
+            (
+                "{id: s, set: {a: 1}, fail: {}}",
+                "fail",
+                "cannot be combined",
+            ),
+        ] {
+            check_error(
+                &format!("steps:\n- {yaml}\n"),
+                &format!("steps[0] (s).{field}"),
+                message_part,
+            );
+        }
+        // What the table allows.
+        for yaml in [
+            "{id: s, set: {a: '${{ item }}'}, for_each: '${{ params.x }}', continue_on_failure: true}",
+            "{id: s, signal: go, continue_on_failure: true, step_timeout: 1m, compensate: {queue: q, command: c}}",
+            "{id: s, queue: q, command: c, continue_on_failure: true, for_each: '${{ params.x }}'}",
+        ] {
+            parse(&format!("steps:\n- {yaml}\n")).unwrap_or_else(|e| panic!("{yaml}: {e}"));
+        }
+    }
+
+    #[test]
+    fn set_and_fail_bodies_are_checked() {
+        check_error(
+            "steps:\n- {id: s, set: 3}\n",
+            "steps[0] (s).set",
+            "must be a mapping",
+        );
+        check_error(
+            "steps:\n- {id: s, fail: {message: [1]}}\n",
+            "steps[0] (s).fail.message",
+            "must be a string",
+        );
+        check_error(
+            "steps:\n- {id: s, fail: {reason: x}}\n",
+            "steps[0] (s).fail.reason",
+            "unknown field",
+        );
+        check_error(
+            "steps:\n- {id: s, set: {a: '${{ steps.t.output }}'}}\n- {id: t, queue: q, command: c}\n",
+            "steps[0] (s).set",
+            "not upstream",
+        );
+    }
+
+    #[test]
+    fn a_step_offers_output_status_and_error_to_its_dependants() {
+        parse("steps:\n- {id: a, queue: q, command: c, continue_on_failure: true}\n- {id: b, queue: q, command: c, input: {m: '${{ steps.a.error.message }}', s: '${{ steps.a.status }}'}}\n").unwrap();
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c, input: '${{ steps.a.result }}'}\n",
+            "steps[1] (b).input",
+            "a step offers `output`, `status` and `error`",
+        );
+    }
+
+    #[test]
+    fn the_output_may_read_every_step_and_nothing_unknown() {
+        parse("output: '${{ steps.b.output }}'\nsteps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c, depends_on: []}\n").unwrap();
+        check_error(
+            "output: '${{ steps.nope.output }}'\nsteps:\n- {id: a, queue: q, command: c}\n",
+            "output",
+            "unknown step 'nope'",
+        );
+        check_error(
+            "output: '${{ item }}'\nsteps:\n- {id: a, queue: q, command: c}\n",
+            "output",
+            "unknown name 'item'",
+        );
+        check_error(
+            "output: '${{ steps.a.output + }}'\nsteps:\n- {id: a, queue: q, command: c}\n",
+            "output",
+            "",
         );
     }
 

@@ -108,6 +108,8 @@ pub fn create_job(
         round: 0,
         lock: None,
         signals_received: 0,
+        output: None,
+        failed_steps: Vec::new(),
     };
     let context = json!({"params": job.params, "job": {"id": job.id, "namespace": job.namespace, "workflow": job.workflow, "version": job.version, "key": job.key, "priority": job.priority}});
     job.lock = lock_of(workflow, &context)?;
@@ -656,7 +658,12 @@ impl Machine<'_> {
     fn fail_terminally(&mut self, index: usize, error: TaskError) {
         self.release(index);
         let now = self.now;
-        let detail = json!({"message": error.message, "kind": error.kind, "terminal": true});
+        let mut detail = json!({"message": error.message, "kind": error.kind, "terminal": true});
+        let continues = self.state.tasks[index].kind != TaskKind::Compensation
+            && self.continues_on_failure(&self.state.tasks[index].step);
+        if continues {
+            detail["continues"] = Value::Bool(true);
+        }
         let task = &mut self.state.tasks[index];
         task.status = TaskStatus::Failed;
         task.checking = false;
@@ -668,6 +675,11 @@ impl Machine<'_> {
         let id = task.id.clone();
         self.save_task(index);
         self.record(EventKind::TaskFailed, Some(index), detail);
+        if continues {
+            // The step goes on past its failure: a fan-out's other items run on, and the
+            // fan-out ends when they have all ended (`progress_fan_outs`).
+            return;
+        }
         match kind {
             TaskKind::Compensation => {
                 self.finish_job(
@@ -779,11 +791,19 @@ impl Machine<'_> {
     fn context(&self) -> Value {
         let job = &self.state.job;
         let mut steps = Map::new();
-        for task in &self.state.tasks {
-            if matches!(task.kind, TaskKind::Step | TaskKind::FanOut) && task.status.is_done() {
+        for (index, task) in self.state.tasks.iter().enumerate() {
+            if matches!(task.kind, TaskKind::Step | TaskKind::FanOut)
+                && self.lets_dependants_go_on(index)
+            {
+                let error = match (&task.error, task.status) {
+                    (Some(error), TaskStatus::Failed) => {
+                        json!({"message": error.message, "kind": error.kind})
+                    }
+                    _ => Value::Null,
+                };
                 steps.insert(
                     task.step.clone(),
-                    json!({"status": task.status, "output": task.output.clone().unwrap_or(Value::Null)}),
+                    json!({"status": task.status, "output": task.output.clone().unwrap_or(Value::Null), "error": error}),
                 );
             }
         }
@@ -814,14 +834,14 @@ impl Machine<'_> {
     }
 
     /// Refuses a task input larger than the task size limit.
-    fn within_task_limit(&self, input: Value) -> Result<Value, String> {
-        if json_exceeds(&input, self.limits.task_bytes) {
+    fn within_task_limit(&self, value: Value, what: &str) -> Result<Value, String> {
+        if json_exceeds(&value, self.limits.task_bytes) {
             return Err(format!(
-                "the rendered input is larger than the task size limit of {} bytes (server setting --max-task-bytes)",
+                "the rendered {what} is larger than the task size limit of {} bytes (server setting --max-task-bytes)",
                 self.limits.task_bytes
             ));
         }
-        Ok(input)
+        Ok(value)
     }
 
     fn make_ready(&mut self, index: usize, input: Value) {
@@ -869,13 +889,16 @@ impl Machine<'_> {
             if self.state.tasks[task_index].status != TaskStatus::Waiting {
                 continue;
             }
-            let statuses: Vec<TaskStatus> = step
+            let dependencies: Vec<usize> = step
                 .depends_on
                 .iter()
-                .filter_map(|&d| by_step.get(self.workflow.steps[d].id.as_str()))
-                .map(|&d| self.state.tasks[d].status)
+                .filter_map(|&d| by_step.get(self.workflow.steps[d].id.as_str()).copied())
                 .collect();
-            if statuses.iter().all(|status| status.is_done()) {
+            if dependencies.iter().all(|&d| self.lets_dependants_go_on(d)) {
+                let statuses: Vec<TaskStatus> = dependencies
+                    .iter()
+                    .map(|&d| self.state.tasks[d].status)
+                    .collect();
                 let all_skipped =
                     !statuses.is_empty() && statuses.iter().all(|s| *s == TaskStatus::Skipped);
                 waiting.push((step_index, task_index, all_skipped));
@@ -945,25 +968,25 @@ impl Machine<'_> {
                             Some(template) => template.render(&context).map_err(|e| e.to_string()),
                             None => Ok(self.state.job.params.clone()),
                         };
-                        match input.and_then(|input| self.within_task_limit(input)) {
+                        match input.and_then(|input| self.within_task_limit(input, "input")) {
                             Ok(input) => self.make_ready(task_index, input),
                             Err(error) => self.expression_failure(task_index, "input", error),
                         }
                     }
-                    StepKind::Wait(wait) => self.begin_wait(task_index, wait, &context),
+                    other => self.start_by_kind(task_index, other, &context),
                 }
             }
         }
         changed |= self.progress_fan_outs();
         if self.state.job.status == JobStatus::Running
-            && self
-                .state
-                .tasks
-                .iter()
-                .filter(|task| matches!(task.kind, TaskKind::Step | TaskKind::FanOut))
-                .all(|task| task.status.is_done())
+            && (0..self.state.tasks.len()).all(|index| {
+                !matches!(
+                    self.state.tasks[index].kind,
+                    TaskKind::Step | TaskKind::FanOut
+                ) || self.lets_dependants_go_on(index)
+            })
         {
-            self.finish_job(JobStatus::Succeeded, EventKind::JobSucceeded, json!({}));
+            self.succeed_job();
             changed = true;
         }
         changed
@@ -1000,7 +1023,7 @@ impl Machine<'_> {
                 }
                 None => Ok(item),
             }
-            .and_then(|input| self.within_task_limit(input));
+            .and_then(|input| self.within_task_limit(input, "input"));
             let mut ctx = Ctx {
                 now,
                 ids: &mut *self.ids,
@@ -1099,12 +1122,33 @@ impl Machine<'_> {
                         json!({"items": items.len()}),
                     );
                 } else {
-                    task.status = if statuses.contains(&TaskStatus::Failed) {
+                    let failed_item = items
+                        .iter()
+                        .copied()
+                        .find(|&i| self.state.tasks[i].status == TaskStatus::Failed);
+                    let task = &mut self.state.tasks[parent];
+                    task.status = if failed_item.is_some() {
                         TaskStatus::Failed
                     } else {
                         TaskStatus::Cancelled
                     };
                     self.save_task(parent);
+                    if let Some(item) = failed_item
+                        && self.continues_on_failure(&step)
+                    {
+                        // Items fail a continuing fan-out only now that all have ended: its
+                        // output lists every item's, `null` for the failed ones.
+                        let item_error = self.state.tasks[item].error.clone();
+                        let position = self.state.tasks[item].item.unwrap_or(0);
+                        let task = &mut self.state.tasks[parent];
+                        task.output = Some(Value::Array(outputs));
+                        task.error = item_error.map(|mut error| {
+                            error.message = format!("item {position} failed: {}", error.message);
+                            error
+                        });
+                        let detail = json!({"items": items.len(), "continues": true});
+                        self.record(EventKind::TaskFailed, Some(parent), detail);
+                    }
                 }
                 changed = true;
             }
@@ -1154,7 +1198,7 @@ impl Machine<'_> {
                 match self
                     .compensation_input(next)
                     .map_err(|e| e.to_string())
-                    .and_then(|input| self.within_task_limit(input))
+                    .and_then(|input| self.within_task_limit(input, "input"))
                 {
                     Ok(input) => self.make_ready(next, input),
                     Err(error) => self.expression_failure(next, "compensate.input", error),
@@ -1290,6 +1334,7 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
+mod control;
 mod operator;
 mod waits;
 

@@ -133,6 +133,8 @@ string_enum!(
         CallbackTimeout => "callback_timeout",
         /// A person rejected an approval step.
         Rejected => "rejected",
+        /// A `fail` step failed the job.
+        FailStep => "fail_step",
     }
 );
 
@@ -170,6 +172,10 @@ pub enum WindDown {
     Cancelled {
         actor: String,
     },
+    /// Every step ended, but the workflow's `output` could not be rendered (or was too large).
+    Output {
+        message: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -197,6 +203,11 @@ pub struct Job {
     pub lock: Option<JobLock>,
     /// How many signals the job has received; numbers each signal in arrival order.
     pub signals_received: u32,
+    /// The workflow's `output`, rendered when the job succeeded.
+    pub output: Option<Value>,
+    /// The steps whose terminal failure the job went on past (`continue_on_failure`), in the
+    /// order they were created; set when the job succeeded.
+    pub failed_steps: Vec<String>,
 }
 
 /// A lock a job holds while it runs: at most `slots` jobs with the same key at once.

@@ -167,6 +167,8 @@ pub(crate) fn test_job(
         round: 0,
         lock: None,
         signals_received: 0,
+        output: None,
+        failed_steps: Vec::new(),
     }
 }
 

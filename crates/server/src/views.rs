@@ -49,7 +49,9 @@ pub(crate) fn job_summary_with(job: &Job, lock_held: Option<u32>) -> api::JobSum
             WindDown::StepFailed { step, message, .. } => format!("step {step} failed: {message}"),
             WindDown::TimedOut => "the job timeout passed".to_owned(),
             WindDown::Cancelled { actor } => format!("cancelled by {actor}"),
+            WindDown::Output { message } => format!("output: {message}"),
         }),
+        failed_steps: job.failed_steps.clone(),
         lock: job.lock.as_ref().map(|lock| lock.key.clone()),
         waiting_reason,
     }
@@ -192,7 +194,7 @@ fn pending_dependencies<'a>(
             state.tasks.iter().any(|t| {
                 t.step == *id
                     && matches!(t.kind, TaskKind::Step | TaskKind::FanOut)
-                    && !t.status.is_done()
+                    && !workflow.lets_dependants_go_on(&t.step, t.status)
             })
         })
         .collect()
@@ -203,6 +205,7 @@ pub(crate) fn job(state: &JobState, context: &JobContext<'_>) -> api::JobView {
     api::JobView {
         summary: job_summary_with(&state.job, context.lock_held),
         params: state.job.params.clone(),
+        output: state.job.output.clone(),
         tasks: state
             .tasks
             .iter()

@@ -226,6 +226,8 @@ impl Machine<'_> {
         job.wind_down = None;
         job.compensation_planned = false;
         job.ended_at = None;
+        job.output = None;
+        job.failed_steps.clear();
         if let Some(timeout) = self.workflow.timeout {
             job.deadline_at = Some(self.now.saturating_add(timeout));
         }

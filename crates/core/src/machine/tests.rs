@@ -1144,6 +1144,9 @@ struct DagSpec {
     dependencies: Vec<Vec<usize>>,
     compensated: Vec<bool>,
     max_attempts: Vec<u32>,
+    /// What each step is: 0-6 a worker's task, 7 one that continues on failure, 8 `set`,
+    /// 9 `fail`.
+    kinds: Vec<u8>,
 }
 
 fn dag_spec() -> impl Strategy<Value = DagSpec> {
@@ -1158,11 +1161,13 @@ fn dag_spec() -> impl Strategy<Value = DagSpec> {
             deps,
             proptest::collection::vec(any::<bool>(), n),
             proptest::collection::vec(1u32..3, n),
+            proptest::collection::vec(0u8..10, n),
         )
-            .prop_map(|(dependencies, compensated, max_attempts)| DagSpec {
+            .prop_map(|(dependencies, compensated, max_attempts, kinds)| DagSpec {
                 dependencies,
                 compensated,
                 max_attempts,
+                kinds,
             })
     })
 }
@@ -1173,15 +1178,28 @@ fn yaml_of(spec: &DagSpec) -> String {
         let mut deps: Vec<String> = deps.iter().map(|d| format!("s{d}")).collect();
         deps.sort();
         deps.dedup();
-        yaml.push_str(&format!(
-            "- {{id: s{i}, queue: q, command: c, timeout: 10s, depends_on: [{}], retry: {{max_attempts: {}, initial: 1s}}",
-            deps.join(", "),
-            spec.max_attempts[i]
-        ));
-        if spec.compensated[i] {
-            yaml.push_str(", compensate: {queue: q, command: undo}");
+        let deps = deps.join(", ");
+        match spec.kinds[i] {
+            8 => yaml.push_str(&format!(
+                "- {{id: s{i}, depends_on: [{deps}], set: {{n: '${{{{ params.n }}}}'}}}}\n"
+            )),
+            9 => yaml.push_str(&format!(
+                "- {{id: s{i}, depends_on: [{deps}], fail: {{message: stop}}}}\n"
+            )),
+            kind => {
+                yaml.push_str(&format!(
+                    "- {{id: s{i}, queue: q, command: c, timeout: 10s, depends_on: [{deps}], retry: {{max_attempts: {}, initial: 1s}}",
+                    spec.max_attempts[i]
+                ));
+                if spec.compensated[i] {
+                    yaml.push_str(", compensate: {queue: q, command: undo}");
+                }
+                if kind == 7 {
+                    yaml.push_str(", continue_on_failure: true");
+                }
+                yaml.push_str("}\n");
+            }
         }
-        yaml.push_str("}\n");
     }
     yaml
 }
@@ -1256,7 +1274,7 @@ proptest! {
     /// reverse order of completion.
     #[test]
     fn every_dag_reaches_a_terminal_state(spec in dag_spec(), moves in moves()) {
-        let mut sim = Sim::new(&yaml_of(&spec), json!({}));
+        let mut sim = Sim::new(&yaml_of(&spec), json!({"n": 1}));
         let mut held: Vec<Held> = Vec::new();
         for step in moves {
             match step {
@@ -1325,6 +1343,10 @@ proptest! {
                 continue;
             }
             for id in ready {
+                // A completion may end the job's going forward (a `fail` step it frees).
+                if !sim.ready().contains(&id) {
+                    continue;
+                }
                 let token = sim.claim_task(&id);
                 sim.apply(Input::Complete { task: id, lease_token: token, output: json!({}), logs: None }).unwrap();
             }
@@ -1351,8 +1373,17 @@ proptest! {
         prop_assert_eq!(undone, expected);
         if sim.state.job.status == JobStatus::Succeeded {
             prop_assert!(sim.state.tasks.iter().all(|t| t.kind != TaskKind::Compensation || t.round < sim.state.job.round));
+            // Every step ended in a way the job goes on from, and the failed ones are named.
+            let steps: Vec<&Task> = sim.state.tasks.iter().filter(|t| t.kind == TaskKind::Step).collect();
+            prop_assert!(steps.iter().all(|t| sim.workflow.lets_dependants_go_on(&t.step, t.status)));
+            let failed: Vec<String> = steps.iter().filter(|t| t.status == TaskStatus::Failed).map(|t| t.step.clone()).collect();
+            prop_assert_eq!(&sim.state.job.failed_steps, &failed);
+            prop_assert!(failed.iter().all(|step| sim.workflow.continues_on_failure(step)));
+        } else {
+            prop_assert!(sim.state.job.failed_steps.is_empty());
         }
     }
 }
 
+mod control;
 mod waits;

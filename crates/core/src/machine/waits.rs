@@ -70,21 +70,22 @@ impl Machine<'_> {
         self.deliver_signals();
     }
 
-    /// Starts a fan-out item: a worker's item becomes ready, a waiting step's item waits, with
-    /// `item` and `index` readable by its expressions.
+    /// Starts a fan-out item: a worker's item becomes ready, the other kinds start with `item`
+    /// and `index` readable by their expressions.
     pub(super) fn start_item(&mut self, index: usize) {
         let input = self.state.tasks[index].input.clone().unwrap_or(Value::Null);
         let step_index = self
             .workflow
             .step_index(&self.state.tasks[index].step)
             .expect("tasks are made from the workflow's steps");
-        match &self.workflow.steps[step_index].kind {
+        let kind = &self.workflow.steps[step_index].kind;
+        match kind {
             crate::definition::StepKind::Task(_) => self.make_ready(index, input),
-            crate::definition::StepKind::Wait(step) => {
+            other => {
                 let mut context = self.context();
                 context["item"] = input;
                 context["index"] = json!(self.state.tasks[index].item);
-                self.begin_wait(index, step, &context);
+                self.start_by_kind(index, other, &context);
             }
         }
     }

@@ -101,6 +101,8 @@ pub(crate) fn enqueue(
                 "previous_status": previous,
                 "created_at": job.created_at.0,
                 "ended_at": job.ended_at.map(|t| t.0),
+                "output": job.output,
+                "failed_steps": job.failed_steps,
             },
             "at": ctx.now.0,
         });

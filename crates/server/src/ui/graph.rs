@@ -149,6 +149,8 @@ fn step_detail(workflow: &Workflow, index: usize) -> String {
         StepKind::Wait(WaitStep::Sleep(SleepSpec::Until(_))) => "sleep until a time".to_owned(),
         StepKind::Wait(WaitStep::Signal(name)) => format!("signal {name}"),
         StepKind::Wait(WaitStep::Approval { .. }) => "approval".to_owned(),
+        StepKind::Set(_) => "set".to_owned(),
+        StepKind::Fail { .. } => "fail the job".to_owned(),
     };
     format!("{fan_out}{what}")
 }

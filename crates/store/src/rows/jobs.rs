@@ -17,7 +17,7 @@ use crate::{Error, JobFilter, Result};
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
      started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, lock_key, \
-     lock_slots, signals_received";
+     lock_slots, signals_received, output, failed_steps";
 
 fn job_from_row(row: &mut Row) -> Result<RawJob> {
     Ok(RawJob {
@@ -40,6 +40,8 @@ fn job_from_row(row: &mut Row) -> Result<RawJob> {
         lock_key: row.get(16)?,
         lock_slots: row.get(17)?,
         signals_received: row.get(18)?,
+        output: row.get(19)?,
+        failed_steps: row.get(20)?,
     })
 }
 
@@ -63,6 +65,8 @@ struct RawJob {
     lock_key: Option<String>,
     lock_slots: Option<u32>,
     signals_received: u32,
+    output: Option<String>,
+    failed_steps: Option<String>,
 }
 
 impl RawJob {
@@ -90,6 +94,8 @@ impl RawJob {
                 slots: self.lock_slots.unwrap_or(1),
             }),
             signals_received: self.signals_received,
+            output: parse_json(self.output)?,
+            failed_steps: parse_json(self.failed_steps)?.unwrap_or_default(),
         })
     }
 }
@@ -205,6 +211,8 @@ pub const JOB_WRITE: RowWrite = RowWrite {
         "lock_key",
         "lock_slots",
         "signals_received",
+        "output",
+        "failed_steps",
     ],
     upsert: Some((
         "id",
@@ -218,6 +226,8 @@ pub const JOB_WRITE: RowWrite = RowWrite {
             "completions",
             "round",
             "signals_received",
+            "output",
+            "failed_steps",
         ],
     )),
 };
@@ -245,6 +255,8 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
         job.lock.as_ref().map(|lock| lock.key.as_str()),
         job.lock.as_ref().map(|lock| lock.slots),
         job.signals_received,
+        opt_json_text(job.output.as_ref()),
+        opt_json_text((!job.failed_steps.is_empty()).then_some(&job.failed_steps)),
     ]
     .iter()
     .map(SqlValue::of)

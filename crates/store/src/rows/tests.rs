@@ -127,6 +127,8 @@ fn job(unique: &str, created_at: Timestamp) -> Job {
         round: 0,
         lock: None,
         signals_received: 0,
+        output: None,
+        failed_steps: Vec::new(),
     }
 }
 
