@@ -283,8 +283,7 @@ pub struct JobSummary {
     pub failed_steps: Vec<String>,
 }
 
-/// A job with its params, output and tasks: the fields of JobSummary plus `params`, `output`
-/// and `tasks`.
+/// A job with its params and tasks: the fields of JobSummary plus `params` and `tasks`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobView {
@@ -329,6 +328,9 @@ pub struct JobListQuery {
     /// `next_cursor` of the previous page; anything else is a 400.
     #[cfg_attr(feature = "openapi", param(pattern = "^job_[A-Za-z0-9-]{1,64}$"))]
     pub cursor: Option<String>,
+    /// Only the child jobs this job's sub-workflow steps started (every attempt's); a value
+    /// that is not a job id is a 422.
+    pub parent: Option<String>,
 }
 
 /// Which jobs a bulk action applies to, and why. The fields given combine; a field left out (or
@@ -1425,6 +1427,7 @@ mod tests {
             "expression",
             "callback_timeout",
             "rejected",
+            "fail_step",
         ]);
         pinned::<EventKind>(&[
             "job_created",

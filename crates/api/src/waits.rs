@@ -26,6 +26,14 @@ pub struct WaitingFor {
     /// attempt's callback token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callback: Option<CallbackWait>,
+    /// A sub-workflow step: the child job (`job_…`) it waits for; for a compensation, the
+    /// child it rolls back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<String>,
+    /// A sub-workflow step whose child did not succeed: the next child starts at this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
+    pub child_retry_at: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -307,7 +307,16 @@ pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
         if let Some(reason) = &summary.waiting_reason {
             println!("waiting   {reason}");
         }
+        if !summary.failed_steps.is_empty() {
+            println!(
+                "went on past failed steps: {}",
+                summary.failed_steps.join(", ")
+            );
+        }
         println!("params    {}", job.params);
+        if let Some(output) = &job.output {
+            println!("output    {output}");
+        }
         println!(
             "created   {}   took {}",
             time(Some(summary.created_at)),

@@ -245,6 +245,10 @@ pub(crate) struct LimitArgs {
     /// Most signals one job keeps that no step has taken yet; more are refused (409).
     #[arg(long, env = "STARBRIDGE_MAX_PENDING_SIGNALS", default_value_t = starbridge_core::limits::DEFAULT_MAX_PENDING_SIGNALS)]
     max_pending_signals: usize,
+    /// How deep sub-workflows may nest (a job's children are at depth 1); a child that would
+    /// go deeper fails its parent's step.
+    #[arg(long, env = "STARBRIDGE_MAX_WORKFLOW_DEPTH", default_value_t = starbridge_core::limits::DEFAULT_MAX_WORKFLOW_DEPTH)]
+    max_workflow_depth: u32,
 }
 
 impl LimitArgs {
@@ -261,6 +265,7 @@ impl LimitArgs {
                 fan_out: self.max_fan_out,
                 task_bytes: self.max_task_bytes,
                 pending_signals: self.max_pending_signals,
+                workflow_depth: self.max_workflow_depth,
             },
         };
         limits.validate()?;

@@ -44,10 +44,14 @@ impl utoipa::PartialSchema for WorkflowDefinition {
                 "A workflow definition (see docs/reference.md): `name`, `description`, `params` \
                  (a JSON Schema for job params), `timeout`, `priority`, `lock` (`key`, a template \
                  over `params` and `job`, and `slots`: at most that many jobs with the same \
-                 rendered key run at once, the others wait `queued`) and `steps`, each step with \
-                 `id`, `queue`, `command`, `depends_on`, `input`, `when`, `for_each`, \
-                 `concurrency`, `timeout`, `step_timeout`, `retry`, `priority` and `compensate`. \
-                 Validated when applied; a `name` must equal the name it is applied as.",
+                 rendered key run at once, the others wait `queued`), `output` (a template \
+                 rendered as the job's output when it succeeds) and `steps`, each step with `id`, \
+                 either `queue` and `command` or one of `workflow` (a sub-workflow, with an \
+                 optional `version`), `sleep`, `sleep_until`, `signal`, `approval`, `set` and \
+                 `fail`, and `depends_on`, `input`, `when`, `for_each`, \
+                 `concurrency`, `timeout`, `step_timeout`, `retry`, `priority`, `compensate` and \
+                 `continue_on_failure` as its kind allows. Validated when applied; a `name` must \
+                 equal the name it is applied as.",
             ))
             .additional_properties(Some(AdditionalProperties::FreeForm(true)))
             .required("steps")
@@ -128,6 +132,20 @@ pub enum StepKind {
     Set(Template),
     /// `fail`: fails the job with the rendered message (no retry); compensations run.
     Fail { message: Template },
+    /// `workflow`: each attempt starts a child job of another workflow and waits for it.
+    Workflow(ChildStep),
+}
+
+/// A sub-workflow step: which workflow its child jobs run, and how.
+#[derive(Debug, Clone)]
+pub struct ChildStep {
+    pub workflow: String,
+    /// A pinned version; `None` runs the latest when the parent job was created.
+    pub version: Option<u32>,
+    /// The child's params (default: the parent's params; in a fan-out, the item).
+    pub input: Option<Template>,
+    /// A child that ends `failed` or `timed_out` fails the attempt; a retry starts a new child.
+    pub retry: RetryPolicy,
 }
 
 /// What a waiting step waits for.
@@ -156,7 +174,36 @@ impl Step {
     pub fn handler(&self) -> Option<&Handler> {
         match &self.kind {
             StepKind::Task(handler) => Some(handler),
-            StepKind::Wait(_) | StepKind::Set(_) | StepKind::Fail { .. } => None,
+            StepKind::Wait(_)
+            | StepKind::Set(_)
+            | StepKind::Fail { .. }
+            | StepKind::Workflow(_) => None,
+        }
+    }
+
+    /// The template of the input a task of this step gets: a worker's input or a child's params.
+    pub fn input(&self) -> Option<&Template> {
+        match &self.kind {
+            StepKind::Task(handler) => handler.input.as_ref(),
+            StepKind::Workflow(child) => child.input.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The retry policy of the step's attempts (a worker's or a child's).
+    pub fn retry(&self) -> Option<RetryPolicy> {
+        match &self.kind {
+            StepKind::Task(handler) => Some(handler.retry),
+            StepKind::Workflow(child) => Some(child.retry),
+            _ => None,
+        }
+    }
+
+    /// The sub-workflow this step starts, if it is a `workflow` step.
+    pub fn child(&self) -> Option<&ChildStep> {
+        match &self.kind {
+            StepKind::Workflow(child) => Some(child),
+            _ => None,
         }
     }
 
@@ -414,7 +461,7 @@ struct RawWorkflow {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a step: a mapping with `id` and either `queue` and `command`, `sleep`, `sleep_until`, `signal`, `approval`, `set` or `fail`"
+    expecting = "a step: a mapping with `id` and either `queue` and `command`, `workflow`, `sleep`, `sleep_until`, `signal`, `approval`, `set` or `fail`"
 )]
 struct RawStep {
     id: String,
@@ -424,6 +471,8 @@ struct RawStep {
     approval: Option<Value>,
     set: Option<Value>,
     fail: Option<Value>,
+    workflow: Option<String>,
+    version: Option<u32>,
     queue: Option<String>,
     command: Option<String>,
     input: Option<Value>,
@@ -641,6 +690,7 @@ impl Checker {
             ("approval", raw.approval.is_some()),
             ("set", raw.set.is_some()),
             ("fail", raw.fail.is_some()),
+            ("workflow", raw.workflow.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
@@ -662,6 +712,7 @@ impl Checker {
             ("compensate", raw.compensate.is_some()),
             ("for_each", raw.for_each.is_some()),
             ("continue_on_failure", raw.continue_on_failure.is_some()),
+            ("version", raw.version.is_some()),
         ];
         for (field, set) in fields {
             if let Some(message) = set.then(|| refusal(kind, field)).flatten() {
@@ -682,6 +733,21 @@ impl Checker {
         }
         let placeholder = || StepKind::Wait(WaitStep::Signal(String::new()));
         match kind {
+            "workflow" => {
+                let workflow = raw.workflow.take().unwrap_or_default();
+                if let Err(message) = check_name(&workflow) {
+                    self.problem(format!("{label}.workflow"), message);
+                }
+                if raw.version == Some(0) {
+                    self.problem(format!("{label}.version"), "versions start at 1");
+                }
+                StepKind::Workflow(ChildStep {
+                    workflow,
+                    version: raw.version,
+                    input: self.template(&format!("{label}.input"), raw.input.as_ref()),
+                    retry: self.retry(&format!("{label}.retry"), raw.retry.as_ref()),
+                })
+            }
             "sleep" => {
                 let field = format!("{label}.sleep");
                 let value = raw.sleep.take();
@@ -1000,6 +1066,14 @@ impl Workflow {
                 for (index, (label, step)) in steps.iter().enumerate() {
                     check_references(&mut checker, label, step, &upstream[index], &index_of);
                 }
+                for (label, step) in &steps {
+                    if step.child().is_some_and(|child| child.workflow == name) {
+                        checker.problem(
+                            format!("{label}.workflow"),
+                            format!("workflow '{name}' cannot start itself: a job would nest without end"),
+                        );
+                    }
+                }
                 if let Some(output) = &output {
                     // The output is rendered once every step has ended: all of them are upstream.
                     let every_step: BTreeSet<usize> = (0..steps.len()).collect();
@@ -1072,10 +1146,11 @@ impl Workflow {
 fn refusal(kind: &str, field: &str) -> Option<String> {
     let waits = matches!(kind, "sleep" | "sleep_until" | "signal" | "approval");
     let refused = match field {
-        "queue" | "command" => kind != "task",
-        "input" | "timeout" | "retry" => kind != "task",
+        "queue" | "command" | "timeout" => kind != "task",
+        "input" | "retry" => !matches!(kind, "task" | "workflow"),
+        "version" => kind != "workflow",
         "step_timeout" => matches!(kind, "set" | "fail"),
-        "compensate" => !matches!(kind, "task" | "signal" | "approval"),
+        "compensate" => !matches!(kind, "task" | "workflow" | "signal" | "approval"),
         "for_each" | "continue_on_failure" => kind == "fail",
         _ => false,
     };
@@ -1083,6 +1158,16 @@ fn refusal(kind: &str, field: &str) -> Option<String> {
         return None;
     }
     Some(match (kind, field) {
+        (_, "version") => {
+            "only a sub-workflow step (`workflow`) takes a `version`: drop it".to_owned()
+        }
+        ("workflow", "timeout") => {
+            "a sub-workflow step holds no worker, so it has no per-attempt `timeout`: the child's own workflow `timeout` applies, and `step_timeout` bounds the step"
+                .to_owned()
+        }
+        ("workflow", _) => format!(
+            "a sub-workflow step starts a child job and runs no worker, so it takes no `{field}`: drop it"
+        ),
         (_, "compensate") if waits => "a sleep has nothing to undo: drop `compensate`".to_owned(),
         (_, _) if waits => format!(
             "a `{kind}` step waits on the server and runs no worker, so it takes no `{field}`: drop it (bound the wait with `step_timeout`)"
@@ -1108,7 +1193,8 @@ fn refusal(kind: &str, field: &str) -> Option<String> {
     })
 }
 
-fn step_label(position: usize, id: Option<&str>) -> String {
+/// How a step is named in a problem's field: `steps[2] (load)`.
+pub fn step_label(position: usize, id: Option<&str>) -> String {
     match id {
         Some(id) => format!("steps[{position}] ({id})"),
         None => format!("steps[{position}]"),
@@ -1255,6 +1341,11 @@ fn check_references(
             ));
         }
         StepKind::Set(set) => sites.push((format!("{label}.set"), set.references(), scope)),
+        StepKind::Workflow(child) => {
+            if let Some(input) = &child.input {
+                sites.push((format!("{label}.input"), input.references(), scope));
+            }
+        }
         StepKind::Fail { message } => {
             sites.push((format!("{label}.fail.message"), message.references(), scope));
         }
@@ -1542,6 +1633,49 @@ mod tests {
             "{id: s, queue: q, command: c, continue_on_failure: true, for_each: '${{ params.x }}'}",
         ] {
             parse(&format!("steps:\n- {yaml}\n")).unwrap_or_else(|e| panic!("{yaml}: {e}"));
+        }
+    }
+
+    #[test]
+    fn a_workflow_step_takes_a_child_workflow_and_refuses_what_a_child_cannot_use() {
+        let workflow = parse(
+            "steps:\n- {id: per_shard, workflow: migrate_shard, version: 3, for_each: '${{ params.shards }}', concurrency: 4, input: {shard: '${{ item }}'}, retry: {max_attempts: 2}, step_timeout: 1h, compensate: {queue: q, command: undo}, continue_on_failure: true}\n",
+        )
+        .unwrap();
+        let child = workflow.steps[0].child().unwrap();
+        assert_eq!(child.workflow, "migrate_shard");
+        assert_eq!(child.version, Some(3));
+        assert_eq!(child.retry.max_attempts, 2);
+        assert!(workflow.steps[0].input().is_some());
+        for (yaml, field, message_part) in [
+            (
+                "{id: s, workflow: w, timeout: 1m}",
+                "timeout",
+                "the child's own workflow `timeout` applies",
+            ),
+            (
+                "{id: s, workflow: w, queue: q}",
+                "queue",
+                "starts a child job",
+            ),
+            (
+                "{id: s, workflow: w, version: 0}",
+                "version",
+                "versions start at 1",
+            ),
+            (
+                "{id: s, queue: q, command: c, version: 2}",
+                "version",
+                "only a sub-workflow step",
+            ),
+            ("{id: s, workflow: 'Bad Name'}", "workflow", ""),
+            ("{id: s, workflow: demo}", "workflow", "cannot start itself"),
+        ] {
+            check_error(
+                &format!("steps:\n- {yaml}\n"),
+                &format!("steps[0] (s).{field}"),
+                message_part,
+            );
         }
     }
 

@@ -237,6 +237,13 @@ pub fn task_waiting_reason(
                 WaitFor::Callback { until, .. } => {
                     format!("waiting for a callback until {}", until.to_rfc3339())
                 }
+                WaitFor::Child { job } if task.kind == crate::model::TaskKind::Compensation => {
+                    format!("waiting for child job {job} to roll back")
+                }
+                WaitFor::Child { job } => format!("waiting for child job {job}"),
+                WaitFor::ChildRetry { at } => {
+                    format!("starting a new child job at {}", at.to_rfc3339())
+                }
             };
             match (&task.pending_outcome, task.held) {
                 (Some(_), _) => format!("{reason}: answered, taking effect when the job resumes"),
@@ -309,6 +316,7 @@ mod tests {
     fn ready_task(queue: &str) -> crate::model::Task {
         use crate::model::{Task, TaskKind, TaskStatus};
         Task {
+            child: None,
             id: TaskId::from_unique("t"),
             job_id: JobId::from_unique("j"),
             seq: 0,

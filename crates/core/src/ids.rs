@@ -58,6 +58,8 @@ typed_id!(
 /// counters, so every plan is reproducible.
 pub trait IdSource {
     fn task_id(&mut self) -> TaskId;
+    /// A child job's id (a sub-workflow step's attempt).
+    fn job_id(&mut self) -> JobId;
 }
 
 /// A deterministic id source for tests and simulations.
@@ -70,6 +72,11 @@ impl IdSource for SequentialIds {
     fn task_id(&mut self) -> TaskId {
         self.next += 1;
         TaskId::from_unique(&format!("{:08}", self.next))
+    }
+
+    fn job_id(&mut self) -> JobId {
+        self.next += 1;
+        JobId::from_unique(&format!("c{:08}", self.next))
     }
 }
 

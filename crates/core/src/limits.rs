@@ -21,6 +21,8 @@ pub const DEFAULT_MAX_FAN_OUT: usize = 10_000;
 pub const DEFAULT_MAX_TASK_BYTES: usize = 256 * 1024;
 /// Default for [`Limits::pending_signals`].
 pub const DEFAULT_MAX_PENDING_SIGNALS: usize = 100;
+/// Default for [`Limits::workflow_depth`].
+pub const DEFAULT_MAX_WORKFLOW_DEPTH: u32 = 10;
 
 /// Limits on what one job may make; [`Limits::default`] gives the documented defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +35,9 @@ pub struct Limits {
     /// Most signals one job keeps that no step has taken yet (server setting
     /// `--max-pending-signals`).
     pub pending_signals: usize,
+    /// How deep sub-workflows may nest: a job started by no step is at depth 0, its children
+    /// at 1 (server setting `--max-workflow-depth`).
+    pub workflow_depth: u32,
 }
 
 impl Default for Limits {
@@ -41,6 +46,7 @@ impl Default for Limits {
             fan_out: DEFAULT_MAX_FAN_OUT,
             task_bytes: DEFAULT_MAX_TASK_BYTES,
             pending_signals: DEFAULT_MAX_PENDING_SIGNALS,
+            workflow_depth: DEFAULT_MAX_WORKFLOW_DEPTH,
         }
     }
 }

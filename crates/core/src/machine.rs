@@ -17,8 +17,9 @@ use crate::expr::{self, EvalError};
 use crate::ids::{IdSource, JobId};
 use crate::limits::{Limits, json_exceeds};
 use crate::model::{
-    Action, CallbackGrant, ErrorKind, Event, EventKind, Input, Job, JobLock, JobState, JobStatus,
-    Rejection, Task, TaskError, TaskKind, TaskStatus, WaitFor, WindDown,
+    Action, CallbackGrant, ChildCommand, ErrorKind, Event, EventKind, Input, Job, JobLock,
+    JobState, JobStatus, ParentLink, Rejection, Task, TaskError, TaskKind, TaskStatus, Wait,
+    WaitFor, WindDown,
 };
 use crate::time::Timestamp;
 
@@ -41,6 +42,34 @@ pub struct NewJob {
     pub priority: Option<i32>,
     /// Who submitted the job (a token's name, a schedule), recorded in its `job_created` event.
     pub actor: Option<String>,
+    /// The parent's task that starts the job as a sub-workflow's child.
+    pub parent: Option<ParentLink>,
+    /// How deep the job nests (its parent's depth + 1; 0 for a job nobody started).
+    pub depth: u32,
+    /// The version of each sub-workflow its steps start without naming one (the latest now).
+    pub child_versions: BTreeMap<String, u32>,
+    /// Lock keys the job's ancestors hold: a lock with one of them takes no slot (it is the
+    /// ancestor's), so a parent holding the only slot does not wait for its own child.
+    pub held_by_ancestors: Vec<String>,
+}
+
+impl NewJob {
+    /// A job nobody started as a child, with no key, actor or priority of its own yet.
+    pub fn new(id: JobId, namespace: String, version: u32, params: Value) -> NewJob {
+        NewJob {
+            id,
+            namespace,
+            version,
+            params,
+            key: None,
+            priority: None,
+            actor: None,
+            parent: None,
+            depth: 0,
+            child_versions: BTreeMap::new(),
+            held_by_ancestors: Vec::new(),
+        }
+    }
 }
 
 /// Why a job could not be created.
@@ -110,9 +139,16 @@ pub fn create_job(
         signals_received: 0,
         output: None,
         failed_steps: Vec::new(),
+        parent: new.parent,
+        depth: new.depth,
+        child_versions: new.child_versions,
     };
     let context = json!({"params": job.params, "job": {"id": job.id, "namespace": job.namespace, "workflow": job.workflow, "version": job.version, "key": job.key, "priority": job.priority}});
     job.lock = lock_of(workflow, &context)?;
+    let held_by_ancestor = job
+        .lock
+        .take_if(|lock| new.held_by_ancestors.contains(&lock.key))
+        .map(|lock| lock.key);
     if job.lock.is_some() {
         job.status = JobStatus::Queued;
         job.started_at = None;
@@ -155,6 +191,12 @@ pub fn create_job(
     let mut created = json!({"workflow": workflow.name, "version": new.version});
     if let Some(actor) = new.actor {
         created["actor"] = Value::String(actor);
+    }
+    if let Some(parent) = &machine.state.job.parent {
+        created["parent"] = json!({"job": parent.job, "task": parent.task});
+    }
+    if let Some(key) = held_by_ancestor {
+        created["lock_held_by_ancestor"] = Value::String(key);
     }
     machine.record(EventKind::JobCreated, None, created);
     if let Some(lock) = &machine.state.job.lock {
@@ -210,6 +252,7 @@ fn new_task(
         wait: None,
         pending_outcome: None,
         callback: None,
+        child: None,
     }
 }
 
@@ -297,8 +340,15 @@ impl Machine<'_> {
     }
 
     fn retry_policy(&self, index: usize) -> RetryPolicy {
-        self.handler(index)
-            .map_or_else(RetryPolicy::default, |handler| handler.retry)
+        let task = &self.state.tasks[index];
+        let policy = if task.kind == TaskKind::Compensation {
+            self.handler(index).map(|handler| handler.retry)
+        } else {
+            self.workflow
+                .step_index(&task.step)
+                .and_then(|step| self.workflow.steps[step].retry())
+        };
+        policy.unwrap_or_default()
     }
 
     /// Finds a running task and checks its lease token.
@@ -468,6 +518,14 @@ impl Machine<'_> {
             } => self.decide(&task, approve, by, comment)?,
             Input::Tick => self.tick(),
             Input::Operator(command) => self.operate(command)?,
+            Input::ChildEnded {
+                child,
+                status,
+                output,
+                error,
+            } => self.child_ended(&child, status, output, error)?,
+            Input::ChildNotStarted { child, message } => self.child_not_started(&child, message)?,
+            Input::RollBack { by } => self.roll_back(by)?,
             Input::Start => {
                 if self.state.job.status != JobStatus::Queued {
                     return Err(Rejection::NotApplicable(format!(
@@ -578,10 +636,18 @@ impl Machine<'_> {
         let was_leased = task.lease_token.take().is_some();
         task.lease_expires_at = None;
         task.pending_outcome = None;
-        let awaited_callback = matches!(
-            task.wait.take().map(|wait| wait.on),
-            Some(WaitFor::Callback { .. })
-        );
+        let wait = task.wait.take().map(|wait| wait.on);
+        let awaited_callback = matches!(wait, Some(WaitFor::Callback { .. }));
+        if let Some(WaitFor::Child { job }) = wait
+            && task.kind != TaskKind::Compensation
+        {
+            // The step ends before its child did (its step timeout, a skip): the child is
+            // cancelled and undoes what it did.
+            self.actions.push(Action::ToChild {
+                child: job,
+                command: ChildCommand::Cancel { compensate: true },
+            });
+        }
         if was_leased || awaited_callback {
             // A task on a queue stopped: a serial or limited queue has a free slot again.
             self.wake(index);
@@ -637,10 +703,22 @@ impl Machine<'_> {
                 "attempts_left": policy.max_attempts - used,
             });
             self.record(EventKind::TaskFailed, Some(index), detail);
+            let task = &self.state.tasks[index];
+            let starts_a_child = self.workflow.task_handler(&task.step, false).is_none()
+                && task.kind != TaskKind::Compensation;
+            let now = self.now;
             let task = &mut self.state.tasks[index];
-            task.status = TaskStatus::Ready;
+            if starts_a_child {
+                // A sub-workflow step: the next child starts when the backoff has passed.
+                task.wait = Some(Box::new(Wait {
+                    since: now,
+                    on: WaitFor::ChildRetry { at: retry_at },
+                }));
+            } else {
+                task.status = TaskStatus::Ready;
+                task.available_at = Some(retry_at);
+            }
             task.checking = false;
-            task.available_at = Some(retry_at);
             task.held = paused && task.kind != TaskKind::Compensation;
             task.error = Some(error);
             self.save_task(index);
@@ -649,7 +727,9 @@ impl Machine<'_> {
                 Some(index),
                 json!({"retry_at": retry_at, "delay_ms": delay.as_millis()}),
             );
-            self.wake(index);
+            if !starts_a_child {
+                self.wake(index);
+            }
         } else {
             self.fail_terminally(index, error);
         }
@@ -733,13 +813,26 @@ impl Machine<'_> {
             None,
             serde_json::to_value(&reason).unwrap_or(Value::Null),
         );
-        self.cancel_unstarted_and_waiting("the job is winding down");
+        self.cancel_unstarted_and_waiting("the job is winding down", true);
     }
 
     /// Cancels the forward tasks that have not started (waiting, ready) and those waiting on
     /// the server (a sleep, a signal, an approval, a callback); tasks a worker holds go on.
-    fn cancel_unstarted_and_waiting(&mut self, reason: &str) {
+    /// Running children are cancelled too: with `compensate`, their tasks wait until they have
+    /// undone what they did; without, the tasks end now.
+    fn cancel_unstarted_and_waiting(&mut self, reason: &str, compensate: bool) {
         for index in 0..self.state.tasks.len() {
+            if let Some(child) = self.running_child(index) {
+                self.actions.push(Action::ToChild {
+                    child,
+                    command: ChildCommand::Cancel { compensate },
+                });
+                if !compensate {
+                    self.state.tasks[index].wait = None;
+                    self.cancel(index, reason);
+                }
+                continue;
+            }
             let task = &self.state.tasks[index];
             if task.kind != TaskKind::Compensation
                 && (matches!(task.status, TaskStatus::Waiting | TaskStatus::Ready)
@@ -963,12 +1056,16 @@ impl Machine<'_> {
                 self.expand(step_index, task_index, items, context);
             } else {
                 match &step.kind {
-                    StepKind::Task(handler) => {
-                        let input = match &handler.input {
+                    StepKind::Task(_) | StepKind::Workflow(_) => {
+                        let input = match step.input() {
                             Some(template) => template.render(&context).map_err(|e| e.to_string()),
                             None => Ok(self.state.job.params.clone()),
                         };
                         match input.and_then(|input| self.within_task_limit(input, "input")) {
+                            Ok(input) if step.child().is_some() => {
+                                self.state.tasks[task_index].input = Some(input);
+                                self.start_child_attempt(task_index);
+                            }
                             Ok(input) => self.make_ready(task_index, input),
                             Err(error) => self.expression_failure(task_index, "input", error),
                         }
@@ -1015,7 +1112,7 @@ impl Machine<'_> {
         let deadline = self.state.tasks[parent].deadline_at;
         for (position, item) in items.into_iter().enumerate() {
             let position_u32 = u32::try_from(position).unwrap_or(u32::MAX);
-            let input = match step.handler().and_then(|handler| handler.input.as_ref()) {
+            let input = match step.input() {
                 Some(template) => {
                     context["item"] = item;
                     context["index"] = Value::from(position);
@@ -1194,6 +1291,10 @@ impl Machine<'_> {
             .copied()
             .find(|&i| self.state.tasks[i].status == TaskStatus::Waiting)
         {
+            Some(next) if self.rolls_back_a_child(next) => {
+                self.begin_rollback(next);
+                true
+            }
             Some(next) => {
                 match self
                     .compensation_input(next)
@@ -1208,7 +1309,7 @@ impl Machine<'_> {
             None => {
                 let (status, kind) = match self.state.job.wind_down {
                     Some(WindDown::TimedOut) => (JobStatus::TimedOut, EventKind::JobFailed),
-                    Some(WindDown::Cancelled { .. }) => {
+                    Some(WindDown::Cancelled { .. } | WindDown::RolledBack { .. }) => {
                         (JobStatus::Cancelled, EventKind::JobCancelled)
                     }
                     _ => (JobStatus::Failed, EventKind::JobFailed),
@@ -1230,10 +1331,16 @@ impl Machine<'_> {
             Some(WindDown::StepFailed { task, .. }) => Some(task.clone()),
             _ => None,
         };
+        // A sub-workflow step that succeeded is undone by rolling its child back, unless it
+        // names its own `compensate`.
         let has_compensation = |task: &Task| {
-            self.workflow
-                .step_index(&task.step)
-                .is_some_and(|i| self.workflow.steps[i].compensate.is_some())
+            self.workflow.step_index(&task.step).is_some_and(|i| {
+                let step = &self.workflow.steps[i];
+                step.compensate.is_some()
+                    || (step.child().is_some()
+                        && task.status == TaskStatus::Succeeded
+                        && task.child.is_some())
+            })
         };
         let mut interrupted: Vec<&Task> = self
             .state
@@ -1266,10 +1373,14 @@ impl Machine<'_> {
         let planned: Vec<Value> = sources.iter().map(|(_, id, _)| json!(id)).collect();
         for (step, source, priority) in sources {
             let step_index = self.workflow.step_index(&step).unwrap_or(0);
-            let Some(handler) = self.workflow.steps[step_index].compensate.as_ref() else {
-                continue;
+            let handler = self.workflow.steps[step_index].compensate.as_ref();
+            let rolled_back_child = match handler {
+                Some(_) => None,
+                None => self.state.task(&source).and_then(|t| t.child.clone()),
             };
-            let handler = Some(handler);
+            if handler.is_none() && rolled_back_child.is_none() {
+                continue;
+            }
             let mut ctx = Ctx {
                 now: self.now,
                 ids: &mut *self.ids,
@@ -1287,6 +1398,7 @@ impl Machine<'_> {
             let source_item = self.state.task(&source).and_then(|t| t.item);
             task.item = source_item;
             task.compensates = Some(source);
+            task.child = rolled_back_child;
             self.state.tasks.push(task);
             self.save_task(self.state.tasks.len() - 1);
         }
@@ -1334,6 +1446,7 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
+mod children;
 mod control;
 mod operator;
 mod waits;

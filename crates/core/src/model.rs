@@ -135,6 +135,8 @@ string_enum!(
         Rejected => "rejected",
         /// A `fail` step failed the job.
         FailStep => "fail_step",
+        /// A sub-workflow's child job did not succeed (or could not start).
+        Child => "child",
     }
 );
 
@@ -159,6 +161,19 @@ pub struct TaskError {
     pub kind: ErrorKind,
 }
 
+impl WindDown {
+    /// Why the job wound down, in words: the job's `error`.
+    pub fn describe(&self) -> String {
+        match self {
+            WindDown::StepFailed { step, message, .. } => format!("step {step} failed: {message}"),
+            WindDown::TimedOut => "the job timeout passed".to_owned(),
+            WindDown::Cancelled { actor } => format!("cancelled by {actor}"),
+            WindDown::Output { message } => format!("output: {message}"),
+            WindDown::RolledBack { by } => format!("rolled back by {by}"),
+        }
+    }
+}
+
 /// Why a job stopped going forward and is winding down to compensation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
@@ -175,6 +190,10 @@ pub enum WindDown {
     /// Every step ended, but the workflow's `output` could not be rendered (or was too large).
     Output {
         message: String,
+    },
+    /// The job had succeeded as a sub-workflow's child, and its parent rolled it back.
+    RolledBack {
+        by: JobId,
     },
 }
 
@@ -208,6 +227,21 @@ pub struct Job {
     /// The steps whose terminal failure the job went on past (`continue_on_failure`), in the
     /// order they were created; set when the job succeeded.
     pub failed_steps: Vec<String>,
+    /// The parent's task (and its attempt) that started this job as a sub-workflow's child.
+    pub parent: Option<ParentLink>,
+    /// How deep the job nests: 0 for a job nobody started as a child.
+    pub depth: u32,
+    /// The version of each sub-workflow its steps start without naming one: the latest when
+    /// the job was created, so that retries and reruns start the same one.
+    pub child_versions: std::collections::BTreeMap<String, u32>,
+}
+
+/// Where a child job comes from: the parent job's task, and the attempt that started it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentLink {
+    pub job: JobId,
+    pub task: TaskId,
+    pub attempt: u32,
 }
 
 /// A lock a job holds while it runs: at most `slots` jobs with the same key at once.
@@ -270,6 +304,9 @@ pub struct Task {
     /// The callback credential of the current attempt (a hash; the token itself is shown once,
     /// in the poll answer).
     pub callback: Option<Box<CallbackGrant>>,
+    /// A sub-workflow step's child job of the latest attempt (kept after it ended, so that a
+    /// rollback finds it); for a compensation, the child it rolls back.
+    pub child: Option<Box<JobId>>,
 }
 
 /// A running task's wait on the server: since when, and for what.
@@ -294,14 +331,20 @@ pub enum WaitFor {
     /// token; the attempt fails (retryably) at `until`, which a callback heartbeat moves to
     /// now + `timeout`.
     Callback { until: Timestamp, timeout: Duration },
+    /// A sub-workflow step's child job runs (or, for a compensation, rolls back).
+    Child { job: JobId },
+    /// A sub-workflow step's attempt failed; the next child starts at `at`.
+    ChildRetry { at: Timestamp },
 }
 
 impl Wait {
     /// When the wait ends by itself, if it does (a sleep's end, a callback's timeout).
     pub fn wake_at(&self) -> Option<Timestamp> {
         match &self.on {
-            WaitFor::Sleep { until } | WaitFor::Callback { until, .. } => Some(*until),
-            WaitFor::Signal { .. } | WaitFor::Approval { .. } => None,
+            WaitFor::Sleep { until }
+            | WaitFor::Callback { until, .. }
+            | WaitFor::ChildRetry { at: until } => Some(*until),
+            WaitFor::Signal { .. } | WaitFor::Approval { .. } | WaitFor::Child { .. } => None,
         }
     }
 }
@@ -472,6 +515,21 @@ pub enum Input {
     Tick,
     /// An operator acts on the job.
     Operator(OperatorCommand),
+    /// A child job this job's task waits for ended (its parent link names the task); a job no
+    /// longer waiting for it refuses this, changing nothing.
+    ChildEnded {
+        child: JobId,
+        status: JobStatus,
+        output: Option<Value>,
+        /// Why it did not succeed, in words.
+        error: Option<String>,
+    },
+    /// The child job of `StartChild` could not be made (its workflow is gone, its params do
+    /// not fit, a limit): the step fails for good with this message.
+    ChildNotStarted { child: JobId, message: String },
+    /// This job succeeded as a child, and its parent rolls it back: its compensations run,
+    /// then it ends `cancelled`.
+    RollBack { by: JobId },
     /// A queued job got its lock slot (the engine keeps the slots): it starts now.
     Start,
 }
@@ -598,6 +656,7 @@ string_enum!(
         TaskRejected => "task_rejected",
         TaskAwaitingCallback => "task_awaiting_callback",
         CallbackReceived => "callback_received",
+        ChildEnded => "child_ended",
     }
 );
 
@@ -630,4 +689,31 @@ pub enum Action {
     InsertSignal(Signal),
     /// A task took the signal with this `seq`.
     ConsumeSignal { seq: u32, task: TaskId },
+    /// Create a child job for a sub-workflow step's attempt, in this transaction.
+    StartChild(ChildStart),
+    /// Act on a child job, in this transaction (parent first, then child).
+    ToChild { child: JobId, command: ChildCommand },
+}
+
+/// A child job to create: who it is, whose it is, and what it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChildStart {
+    pub child: JobId,
+    pub parent: ParentLink,
+    pub workflow: String,
+    pub version: u32,
+    pub params: Value,
+    pub priority: i32,
+}
+
+/// What a parent does to a child job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildCommand {
+    Pause,
+    Resume,
+    Cancel {
+        compensate: bool,
+    },
+    /// Undo a child that succeeded (the parent compensates).
+    RollBack,
 }

@@ -334,19 +334,12 @@ fn run_job(workflow: &Workflow, params: Value, outputs: &[Value], fail_every: us
         fan_out: 50,
         task_bytes: 64 << 10,
         pending_signals: 4,
+        workflow_depth: 2,
     };
     let mut now = Timestamp(1_000_000);
     let created = machine::create_job(
         workflow,
-        NewJob {
-            id: JobId::from_unique("1"),
-            namespace: "default".into(),
-            version: 1,
-            params,
-            key: None,
-            priority: None,
-            actor: None,
-        },
+        NewJob::new(JobId::from_unique("1"), "default".into(), 1, params),
         &mut Ctx {
             now,
             ids: &mut ids,

@@ -169,6 +169,9 @@ pub(crate) fn test_job(
         signals_received: 0,
         output: None,
         failed_steps: Vec::new(),
+        parent: None,
+        depth: 0,
+        child_versions: Default::default(),
     }
 }
 

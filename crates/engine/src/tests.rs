@@ -96,6 +96,7 @@ macro_rules! on_both_backends {
 }
 
 // After the macro, which it uses.
+mod children;
 mod waits;
 
 fn definition(yaml: &str) -> Value {

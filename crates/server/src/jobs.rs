@@ -261,6 +261,15 @@ async fn list_jobs(
             })
         })
         .transpose()?;
+    let parent = query
+        .parent
+        .as_deref()
+        .map(|parent| {
+            JobId::parse(parent).ok_or_else(|| {
+                ApiError::invalid("parent", "not a job id: pass a job's `id` (`job_…`)")
+            })
+        })
+        .transpose()?;
     // One more than the page tells whether another page follows.
     let mut jobs = state
         .engine
@@ -271,6 +280,7 @@ async fn list_jobs(
             before,
             created_after,
             created_before,
+            parent,
             limit: limit + 1,
         })
         .await?;

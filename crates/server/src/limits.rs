@@ -35,10 +35,11 @@ pub enum Limit {
     Name,
     Page,
     PendingSignals,
+    WorkflowDepth,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 10] = [
+    pub const ALL: [Limit; 11] = [
         Limit::Body,
         Limit::Definition,
         Limit::Steps,
@@ -49,6 +50,7 @@ impl Limit {
         Limit::Name,
         Limit::Page,
         Limit::PendingSignals,
+        Limit::WorkflowDepth,
     ];
 
     /// The setting's name without dashes, as in problem documents: `max_body_bytes`.
@@ -64,6 +66,7 @@ impl Limit {
             Limit::Name => "max_name_bytes",
             Limit::Page => "max_page_size",
             Limit::PendingSignals => "max_pending_signals",
+            Limit::WorkflowDepth => "max_workflow_depth",
         }
     }
 
@@ -159,6 +162,7 @@ impl Limits {
             Limit::Name => self.name_bytes,
             Limit::Page => self.page_size as usize,
             Limit::PendingSignals => self.run.pending_signals,
+            Limit::WorkflowDepth => self.run.workflow_depth as usize,
         };
         value as u64
     }

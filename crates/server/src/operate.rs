@@ -218,6 +218,7 @@ async fn bulk(
             .map(|text| parse_time("created_before", text))
             .transpose()?,
         before: None,
+        parent: None,
         limit,
     };
     let actor = actor(&headers)?;

@@ -45,12 +45,7 @@ pub(crate) fn job_summary_with(job: &Job, lock_held: Option<u32>) -> api::JobSum
         started_at: opt_time(job.started_at),
         ended_at: opt_time(job.ended_at),
         deadline_at: opt_time(job.deadline_at),
-        error: job.wind_down.as_ref().map(|reason| match reason {
-            WindDown::StepFailed { step, message, .. } => format!("step {step} failed: {message}"),
-            WindDown::TimedOut => "the job timeout passed".to_owned(),
-            WindDown::Cancelled { actor } => format!("cancelled by {actor}"),
-            WindDown::Output { message } => format!("output: {message}"),
-        }),
+        error: job.wind_down.as_ref().map(WindDown::describe),
         failed_steps: job.failed_steps.clone(),
         lock: job.lock.as_ref().map(|lock| lock.key.clone()),
         waiting_reason,
@@ -161,6 +156,8 @@ fn waiting_for(wait: &Wait) -> api::WaitingFor {
                 until: time(*until),
             });
         }
+        WaitFor::Child { job } => view.child = Some(job.to_string()),
+        WaitFor::ChildRetry { at } => view.child_retry_at = Some(time(*at)),
     }
     view
 }

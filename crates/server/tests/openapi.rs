@@ -514,6 +514,11 @@ const ALLOWED: &[(&str, &str)] = &[
          says what it waits for: the old text said running tasks had no reason",
     ),
     (
+        "description Some(\"A workflow definition (see docs/reference.md)",
+        "the definition format grew step kinds and fields (`output`, `set`, `fail`, \
+         `continue_on_failure`, `workflow`): the description lists them",
+    ),
+    (
         "items[]|1: description Some(\"The report was refused",
         "both batch answers are one type (`BatchItem`), whose refused item is described once \
          for both: \"The job was refused: …\" (a batch completion's items are reports)",

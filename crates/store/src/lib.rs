@@ -142,6 +142,8 @@ pub struct JobFilter {
     pub created_before: Option<Timestamp>,
     /// Only jobs with a smaller id (the cursor of the previous page).
     pub before: Option<JobId>,
+    /// Only the child jobs of this job (sub-workflows).
+    pub parent: Option<JobId>,
     pub limit: u32,
 }
 

@@ -57,6 +57,7 @@ impl Machine<'_> {
                 }
                 Err(error) => self.expression_failure(index, "fail.message", error),
             },
+            StepKind::Workflow(_) => self.start_child_attempt(index),
         }
     }
 

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use super::Machine;
 use crate::ids::TaskId;
 use crate::model::{
-    EventKind, JobStatus, OperatorAction, OperatorCommand, Rejection, TaskKind, TaskStatus,
+    ChildCommand, EventKind, JobStatus, OperatorAction, OperatorCommand, Rejection, TaskKind,
+    TaskStatus,
 };
 
 fn not_applicable(message: String) -> Rejection {
@@ -40,6 +41,7 @@ impl Machine<'_> {
                     self.save_task(index);
                 }
                 self.record(EventKind::JobPaused, None, who);
+                self.command_children(ChildCommand::Pause);
             }
             OperatorAction::Resume => {
                 if !status.can_resume() {
@@ -57,6 +59,7 @@ impl Machine<'_> {
                     }
                 }
                 self.record(EventKind::JobResumed, None, who);
+                self.command_children(ChildCommand::Resume);
                 // What arrived or fell due while paused takes effect now.
                 self.settle_waits();
             }
@@ -74,7 +77,7 @@ impl Machine<'_> {
                         actor: command.actor,
                     });
                 } else {
-                    self.cancel_unstarted_and_waiting("the job was cancelled");
+                    self.cancel_unstarted_and_waiting("the job was cancelled", false);
                     let job = &mut self.state.job;
                     job.status = JobStatus::Cancelled;
                     job.ended_at = Some(self.now);

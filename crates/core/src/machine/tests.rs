@@ -1,5 +1,7 @@
 //! State machine tests: scenarios as data, plus property tests over random DAGs.
 
+use std::collections::BTreeMap;
+
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -17,6 +19,8 @@ struct Sim {
     events: Vec<Event>,
     leases: u32,
     limits: Limits,
+    /// What the machine asked of child jobs (`StartChild`, `ToChild`), in order.
+    to_children: Vec<Action>,
 }
 
 impl Sim {
@@ -25,20 +29,20 @@ impl Sim {
     }
 
     fn with_limits(yaml: &str, params: Value, limits: Limits) -> Sim {
+        Sim::created(
+            yaml,
+            NewJob::new(JobId::from_unique("1"), "default".into(), 1, params),
+            limits,
+        )
+    }
+
+    fn created(yaml: &str, new: NewJob, limits: Limits) -> Sim {
         let workflow = Workflow::from_document("test", yaml).expect("valid definition");
         let mut ids = SequentialIds::default();
         let now = Timestamp(1_000_000);
         let (state, actions) = create_job(
             &workflow,
-            NewJob {
-                id: JobId::from_unique("1"),
-                namespace: "default".into(),
-                version: 1,
-                params,
-                key: None,
-                priority: None,
-                actor: None,
-            },
+            new,
             &mut Ctx {
                 now,
                 ids: &mut ids,
@@ -54,6 +58,7 @@ impl Sim {
             events: Vec::new(),
             leases: 0,
             limits,
+            to_children: Vec::new(),
         };
         sim.absorb(actions);
         sim
@@ -61,8 +66,12 @@ impl Sim {
 
     fn absorb(&mut self, actions: Vec<Action>) {
         for action in actions {
-            if let Action::Record(event) = action {
-                self.events.push(event);
+            match action {
+                Action::Record(event) => self.events.push(event),
+                action @ (Action::StartChild(_) | Action::ToChild { .. }) => {
+                    self.to_children.push(action);
+                }
+                _ => {}
             }
         }
     }
@@ -181,6 +190,19 @@ impl Sim {
             .tasks
             .iter()
             .map(|t| format!("{}/{}/{:?}={}", t.step, t.kind, t.item, t.status))
+            .collect()
+    }
+
+    /// The children running tasks wait for.
+    fn awaited_children(&self) -> Vec<JobId> {
+        self.state
+            .tasks
+            .iter()
+            .filter(|t| t.status == TaskStatus::Running)
+            .filter_map(|t| match t.wait.as_deref().map(|w| &w.on) {
+                Some(crate::model::WaitFor::Child { job }) => Some(job.clone()),
+                _ => None,
+            })
             .collect()
     }
 
@@ -1145,7 +1167,7 @@ struct DagSpec {
     compensated: Vec<bool>,
     max_attempts: Vec<u32>,
     /// What each step is: 0-6 a worker's task, 7 one that continues on failure, 8 `set`,
-    /// 9 `fail`.
+    /// 9 `fail`, 10 a sub-workflow.
     kinds: Vec<u8>,
 }
 
@@ -1161,7 +1183,7 @@ fn dag_spec() -> impl Strategy<Value = DagSpec> {
             deps,
             proptest::collection::vec(any::<bool>(), n),
             proptest::collection::vec(1u32..3, n),
-            proptest::collection::vec(0u8..10, n),
+            proptest::collection::vec(0u8..11, n),
         )
             .prop_map(|(dependencies, compensated, max_attempts, kinds)| DagSpec {
                 dependencies,
@@ -1185,6 +1207,10 @@ fn yaml_of(spec: &DagSpec) -> String {
             )),
             9 => yaml.push_str(&format!(
                 "- {{id: s{i}, depends_on: [{deps}], fail: {{message: stop}}}}\n"
+            )),
+            10 => yaml.push_str(&format!(
+                "- {{id: s{i}, depends_on: [{deps}], workflow: child, retry: {{max_attempts: {}, initial: 1s}}}}\n",
+                spec.max_attempts[i]
             )),
             kind => {
                 yaml.push_str(&format!(
@@ -1213,6 +1239,8 @@ enum Move {
     Heartbeat(u8),
     Advance(u16),
     Operate(u8, u8),
+    /// A child job a task waits for ends (the status chosen by the second number).
+    ChildEnds(u8, u8),
 }
 
 fn moves() -> impl Strategy<Value = Vec<Move>> {
@@ -1225,6 +1253,7 @@ fn moves() -> impl Strategy<Value = Vec<Move>> {
             1 => any::<u8>().prop_map(Move::Heartbeat),
             2 => (0u16..15_000).prop_map(Move::Advance),
             1 => (0u8..6, any::<u8>()).prop_map(|(a, i)| Move::Operate(a, i)),
+            2 => (any::<u8>(), 0u8..4).prop_map(|(i, s)| Move::ChildEnds(i, s)),
         ],
         0..120,
     )
@@ -1274,7 +1303,9 @@ proptest! {
     /// reverse order of completion.
     #[test]
     fn every_dag_reaches_a_terminal_state(spec in dag_spec(), moves in moves()) {
-        let mut sim = Sim::new(&yaml_of(&spec), json!({"n": 1}));
+        let mut new = NewJob::new(JobId::from_unique("1"), "default".into(), 1, json!({"n": 1}));
+        new.child_versions = BTreeMap::from([("child".to_owned(), 1)]);
+        let mut sim = Sim::created(&yaml_of(&spec), new, Limits::default());
         let mut held: Vec<Held> = Vec::new();
         for step in moves {
             match step {
@@ -1306,6 +1337,18 @@ proptest! {
                     }
                 }
                 Move::Advance(ms) => sim.advance(Duration::from_millis(u64::from(ms))),
+                Move::ChildEnds(i, status) => {
+                    let waited = sim.awaited_children();
+                    if !waited.is_empty() {
+                        let child = waited[i as usize % waited.len()].clone();
+                        let status = [JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled, JobStatus::CompensationFailed][status as usize];
+                        let before = sim.state.clone();
+                        let ended = sim.apply(Input::ChildEnded { child, status, output: Some(json!({})), error: None });
+                        if ended.is_err() {
+                            prop_assert_eq!(&before, &sim.state);
+                        }
+                    }
+                }
                 Move::Operate(action, i) => {
                     let task = sim.state.tasks[i as usize % sim.state.tasks.len()].id.clone();
                     let action = match action {
@@ -1336,6 +1379,15 @@ proptest! {
             }
             for Held { task, token } in held.drain(..) {
                 let _ = sim.apply(Input::Complete { task, lease_token: token, output: json!({}), logs: None });
+            }
+            // Children end as asked: a rollback (or a cancel) ends cancelled, the others succeed.
+            for child in sim.awaited_children() {
+                let status = if sim.state.job.status == JobStatus::Running || sim.state.job.status == JobStatus::Paused {
+                    JobStatus::Succeeded
+                } else {
+                    JobStatus::Cancelled
+                };
+                sim.apply(Input::ChildEnded { child, status, output: Some(json!({})), error: None }).unwrap();
             }
             let ready = sim.ready();
             if ready.is_empty() {
@@ -1385,5 +1437,6 @@ proptest! {
     }
 }
 
+mod children;
 mod control;
 mod waits;

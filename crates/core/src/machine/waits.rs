@@ -135,7 +135,8 @@ impl Machine<'_> {
                     },
                 );
             }
-            WaitFor::Signal { .. } | WaitFor::Approval { .. } => {}
+            WaitFor::ChildRetry { .. } => self.start_child_attempt(index),
+            WaitFor::Signal { .. } | WaitFor::Approval { .. } | WaitFor::Child { .. } => {}
         }
     }
 
@@ -156,7 +157,7 @@ impl Machine<'_> {
     }
 
     /// Ends a wait with what came from outside; while the job is paused, keeps it for resume.
-    fn resolve(&mut self, index: usize, outcome: Outcome) {
+    pub(super) fn resolve(&mut self, index: usize, outcome: Outcome) {
         let task = &mut self.state.tasks[index];
         if task.held {
             task.pending_outcome = Some(Box::new(outcome));
@@ -459,12 +460,14 @@ fn callback_end(now: Timestamp, timeout: Duration, deadline: Option<Timestamp>) 
 
 /// The history detail of a task that starts waiting: what it waits for (times in Unix
 /// milliseconds, as in every event's detail).
-fn waiting_detail(wait: Option<&Wait>) -> Value {
+pub(super) fn waiting_detail(wait: Option<&Wait>) -> Value {
     match wait.map(|wait| &wait.on) {
         Some(WaitFor::Sleep { until }) => json!({"sleep_until": until}),
         Some(WaitFor::Signal { name }) => json!({"signal": name}),
         Some(WaitFor::Approval { prompt }) => json!({"approval": {"prompt": prompt}}),
         Some(WaitFor::Callback { until, .. }) => json!({"callback": {"until": until}}),
+        Some(WaitFor::Child { job }) => json!({"child": job}),
+        Some(WaitFor::ChildRetry { at }) => json!({"child_retry_at": at}),
         None => Value::Null,
     }
 }

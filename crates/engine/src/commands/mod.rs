@@ -4,6 +4,7 @@
 //! the same transaction.
 
 mod callbacks;
+mod children;
 mod claim;
 mod locks;
 mod operate;
@@ -19,6 +20,7 @@ mod workflows;
 
 pub use callbacks::CallbackAccepted;
 pub(crate) use callbacks::{callback, callback_token};
+use children::{check_children, child_versions, deliver_endings, parent_of};
 pub(crate) use claim::{claim, open_queues};
 pub(crate) use operate::operate;
 pub(crate) use queues::configure_queue;
@@ -49,6 +51,10 @@ pub(crate) struct UuidIds;
 impl IdSource for UuidIds {
     fn task_id(&mut self) -> TaskId {
         TaskId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
+    }
+
+    fn job_id(&mut self) -> JobId {
+        new_job_id()
     }
 }
 
@@ -116,9 +122,29 @@ fn apply(
     };
     let before = state.job.status;
     let actions = machine::apply(workflow, state, input, &mut machine_ctx).map_err(refusal)?;
-    persist(ctx, state, actions)?;
+    let follow_ups = persist(ctx, state, actions)?;
     if state.job.status != before {
         crate::commands::outbox::enqueue(ctx, &state.job, Some(before))?;
+        if state.job.status.is_terminal()
+            && let Some(parent) = &state.job.parent
+        {
+            rows::children::note_ending(ctx.conn, &state.job.id, &parent.job, ctx.now)?;
+        }
+    }
+    carry_out(ctx, state, follow_ups)
+}
+
+/// Does what the state machine asked of child jobs (see `children`), after the job's own rows.
+fn carry_out(ctx: &mut WriteCtx<'_>, state: &mut JobState, follow_ups: Vec<Action>) -> Result<()> {
+    for action in follow_ups {
+        match action {
+            Action::StartChild(start) => children::start_child(ctx, state, start)?,
+            Action::ToChild { child, command } => {
+                let by = state.job.id.clone();
+                children::command_child(ctx, &by, &child, command)?;
+            }
+            _ => {}
+        }
     }
     Ok(())
 }
@@ -134,8 +160,10 @@ fn refusal(rejection: Rejection) -> Error {
     }
 }
 
-/// Writes what the state machine decided: job row, changed tasks, history, wake-ups.
-fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Result<()> {
+/// Writes what the state machine decided: job row, changed tasks, history, wake-ups; returns
+/// what it asked of child jobs, for `carry_out`.
+fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Result<Vec<Action>> {
+    let mut follow_ups = Vec::new();
     let mut saved_job = false;
     let mut saved_tasks: HashSet<TaskId> = HashSet::new();
     let mut released = Vec::new();
@@ -170,11 +198,12 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
             Action::ConsumeSignal { seq, task } => {
                 rows::consume_signal(ctx.conn, &state.job.id, seq, &task)?;
             }
+            action @ (Action::StartChild(_) | Action::ToChild { .. }) => follow_ups.push(action),
         }
     }
     for key in released {
         rows::release_lock(ctx.conn, &state.job.id)?;
         start_waiting_jobs(ctx, namespace, &key)?;
     }
-    Ok(())
+    Ok(follow_ups)
 }

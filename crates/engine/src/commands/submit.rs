@@ -11,8 +11,8 @@ use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
 use super::{
-    UuidIds, check_no_nul, invalid, load_job, new_job_id, persist, start_waiting_jobs,
-    store_workflow,
+    UuidIds, carry_out, check_no_nul, child_versions, invalid, load_job, new_job_id, persist,
+    start_waiting_jobs, store_workflow,
 };
 
 pub(crate) fn submit(
@@ -113,33 +113,27 @@ pub(crate) fn submit(
         return Err(invalid("params", "must be a JSON object"));
     }
     compiled.check_params(&params)?;
+    let mut new = NewJob::new(new_job_id(), namespace.to_owned(), version, params);
+    new.key = request.key;
+    new.priority = request.priority;
+    new.actor = request.actor;
+    new.child_versions = child_versions(ctx, namespace, &compiled.workflow)?;
     let mut ids = UuidIds;
     let mut machine_ctx = Ctx {
         now: ctx.now,
         ids: &mut ids,
         limits: ctx.limits,
     };
-    let (mut state, actions) = machine::create_job(
-        &compiled.workflow,
-        NewJob {
-            id: new_job_id(),
-            namespace: namespace.to_owned(),
-            version,
-            params,
-            key: request.key,
-            priority: request.priority,
-            actor: request.actor,
-        },
-        &mut machine_ctx,
-    )
-    .map_err(|error| match error {
-        machine::CreateError::LockKey(message) => invalid("lock.key", message),
-    })?;
+    let (mut state, actions) = machine::create_job(&compiled.workflow, new, &mut machine_ctx)
+        .map_err(|error| match error {
+            machine::CreateError::LockKey(message) => invalid("lock.key", message),
+        })?;
     if let Some(lock) = &state.job.lock {
         check_no_nul("lock.key", &lock.key)?;
     }
-    persist(ctx, &state, actions)?;
+    let follow_ups = persist(ctx, &state, actions)?;
     crate::commands::outbox::enqueue(ctx, &state.job, None)?;
+    carry_out(ctx, &mut state, follow_ups)?;
     ctx.jobs.keep(state.clone());
     if let Some(lock) = state.job.lock.clone() {
         start_waiting_jobs(ctx, namespace, &lock.key)?;

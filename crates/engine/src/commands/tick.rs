@@ -6,9 +6,10 @@ use starbridge_core::model::Input;
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
-use super::{apply, workflow_of};
+use super::{apply, deliver_endings, workflow_of};
 
-/// Handles every lapsed lease and passed deadline due at `ctx.now`; returns how many jobs moved.
+/// Handles every lapsed lease and passed deadline due at `ctx.now`, and hands ended children to
+/// their parents; returns how many jobs moved.
 pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
     crate::commands::schedules::fire_due(ctx)?;
     let due = rows::due_jobs(ctx.conn, ctx.now, u32::try_from(limit).unwrap_or(u32::MAX))?;
@@ -31,5 +32,6 @@ pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
         ctx.jobs.keep(state);
         applied?;
     }
-    Ok(due.len())
+    let delivered = deliver_endings(ctx, u32::try_from(limit).unwrap_or(u32::MAX))?;
+    Ok(due.len() + delivered)
 }

@@ -40,6 +40,7 @@ pub(super) fn store_workflow(
         check_no_nul("description", description)?;
     }
     let name = workflow.name.clone();
+    super::check_children(ctx, namespace, &workflow)?;
     let latest = rows::workflow(ctx.conn, namespace, &name, None)?;
     if let Some(latest) = &latest
         && latest.definition == workflow.source

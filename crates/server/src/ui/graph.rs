@@ -151,6 +151,7 @@ fn step_detail(workflow: &Workflow, index: usize) -> String {
         StepKind::Wait(WaitStep::Approval { .. }) => "approval".to_owned(),
         StepKind::Set(_) => "set".to_owned(),
         StepKind::Fail { .. } => "fail the job".to_owned(),
+        StepKind::Workflow(child) => format!("workflow {}", child.workflow),
     };
     format!("{fan_out}{what}")
 }

@@ -674,6 +674,13 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
             Esc(reason)
         );
     }
+    if !summary.failed_steps.is_empty() {
+        let _ = write!(
+            body,
+            r#"<p class="warning" id="failed-steps"><b>Went on past failed steps:</b> {}</p>"#,
+            Esc(&summary.failed_steps.join(", "))
+        );
+    }
     body.push_str("</section>");
     body.push_str(&actions(ns, view));
     let graph = job_graph(data);
@@ -717,6 +724,13 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
         r#"<section aria-labelledby="params-title"><h2 id="params-title">Params</h2><pre class="json" id="params">{}</pre></section>"#,
         esc(&json(&view.params))
     );
+    if let Some(output) = &view.output {
+        let _ = write!(
+            body,
+            r#"<section aria-labelledby="output-title"><h2 id="output-title">Output</h2><pre class="json" id="output">{}</pre></section>"#,
+            esc(&json(output))
+        );
+    }
     body.push_str(r#"<section aria-labelledby="events-title"><h2 id="events-title">History</h2><table class="list events"><thead><tr><th scope="col">#</th><th scope="col">At (UTC)</th><th scope="col">Event</th><th scope="col">Step</th><th scope="col">Attempt</th><th scope="col">Worker</th><th scope="col">Detail</th></tr></thead><tbody id="events" data-live>"#);
     for event in data.events {
         let detail = match &event.detail {

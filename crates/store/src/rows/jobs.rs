@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use serde_json::Value;
-use starbridge_core::ids::JobId;
-use starbridge_core::model::{Job, JobLock, JobState, JobStatus, Task, WindDown};
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::{Job, JobLock, JobState, JobStatus, ParentLink, Task, WindDown};
 use starbridge_core::time::Timestamp;
 
 use super::signals::pending_signals;
@@ -17,7 +17,8 @@ use crate::{Error, JobFilter, Result};
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
      started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, lock_key, \
-     lock_slots, signals_received, output, failed_steps";
+     lock_slots, signals_received, output, failed_steps, parent_job_id, parent_task_id, parent_attempt, \
+     depth, child_versions";
 
 fn job_from_row(row: &mut Row) -> Result<RawJob> {
     Ok(RawJob {
@@ -42,6 +43,11 @@ fn job_from_row(row: &mut Row) -> Result<RawJob> {
         signals_received: row.get(18)?,
         output: row.get(19)?,
         failed_steps: row.get(20)?,
+        parent_job_id: row.get(21)?,
+        parent_task_id: row.get(22)?,
+        parent_attempt: row.get(23)?,
+        depth: row.get(24)?,
+        child_versions: row.get(25)?,
     })
 }
 
@@ -67,6 +73,11 @@ struct RawJob {
     signals_received: u32,
     output: Option<String>,
     failed_steps: Option<String>,
+    parent_job_id: Option<String>,
+    parent_task_id: Option<String>,
+    parent_attempt: Option<u32>,
+    depth: u32,
+    child_versions: Option<String>,
 }
 
 impl RawJob {
@@ -96,6 +107,16 @@ impl RawJob {
             signals_received: self.signals_received,
             output: parse_json(self.output)?,
             failed_steps: parse_json(self.failed_steps)?.unwrap_or_default(),
+            parent: match (self.parent_job_id, self.parent_task_id) {
+                (Some(job), Some(task)) => Some(ParentLink {
+                    job: JobId::parse(&job).ok_or_else(|| Error::Corrupt(job.clone()))?,
+                    task: TaskId::parse(&task).ok_or_else(|| Error::Corrupt(task.clone()))?,
+                    attempt: self.parent_attempt.unwrap_or(0),
+                }),
+                _ => None,
+            },
+            depth: self.depth,
+            child_versions: parse_json(self.child_versions)?.unwrap_or_default(),
         })
     }
 }
@@ -213,6 +234,11 @@ pub const JOB_WRITE: RowWrite = RowWrite {
         "signals_received",
         "output",
         "failed_steps",
+        "parent_job_id",
+        "parent_task_id",
+        "parent_attempt",
+        "depth",
+        "child_versions",
     ],
     upsert: Some((
         "id",
@@ -257,6 +283,11 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
         job.signals_received,
         opt_json_text(job.output.as_ref()),
         opt_json_text((!job.failed_steps.is_empty()).then_some(&job.failed_steps)),
+        job.parent.as_ref().map(|parent| parent.job.as_str()),
+        job.parent.as_ref().map(|parent| parent.task.as_str()),
+        job.parent.as_ref().map(|parent| parent.attempt),
+        job.depth,
+        opt_json_text((!job.child_versions.is_empty()).then_some(&job.child_versions)),
     ]
     .iter()
     .map(SqlValue::of)
@@ -283,6 +314,9 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
     if let Some(before) = filter.created_before {
         condition(&mut sql, "created_at <", Arg::Int(before.0));
     }
+    if let Some(parent) = &filter.parent {
+        condition(&mut sql, "parent_job_id =", Arg::Text(parent.as_str()));
+    }
     if let Some(cursor) = &filter.before {
         condition(&mut sql, "id <", Arg::Text(cursor.as_str()));
     }
@@ -295,10 +329,12 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
 }
 
 /// Deletes up to `limit` jobs that finished before `ended_before`, with their tasks, history,
-/// lock rows and webhook deliveries; returns how many jobs went.
+/// lock rows and webhook deliveries; returns how many jobs went. A child job stays while its
+/// parent is kept (the parent may still roll it back).
 pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) -> Result<usize> {
     let ids = conn.query_map(
         "SELECT id FROM jobs INDEXED BY jobs_ended WHERE ended_at IS NOT NULL AND ended_at < ?1 \
+         AND (parent_job_id IS NULL OR NOT EXISTS (SELECT 1 FROM jobs AS parent WHERE parent.id = jobs.parent_job_id)) \
          ORDER BY ended_at LIMIT ?2 FOR UPDATE SKIP LOCKED",
         args![ended_before.0, limit],
         |row| row.get::<String>(0),
@@ -310,6 +346,7 @@ pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) 
             "DELETE FROM tasks WHERE job_id = ?1",
             "DELETE FROM lock_holders WHERE job_id = ?1",
             "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND next_attempt_at IS NULL",
+            "DELETE FROM child_endings WHERE child_job_id = ?1",
             "DELETE FROM jobs WHERE id = ?1",
         ] {
             conn.execute(sql, args![id])?;

@@ -2,7 +2,7 @@
 //! both backends (see `db`): jobs (`jobs`), tasks with the claim's candidates (`tasks`), history
 //! (`events`), queues with their rate buckets (`queues`), workflow versions (`workflows`), lock
 //! slots (`locks`), lease, deadline and wait timers (`timers`), signals sent to jobs
-//! (`signals`), namespaces (`namespaces`), the health
+//! (`signals`), the endings of child jobs for their parents (`children`), namespaces (`namespaces`), the health
 //! probe (`health`), schedules (`schedules`), webhook subscriptions (`webhooks`) and their
 //! outbox (`deliveries`), API tokens (`tokens`) and the audit log (`audit`). The rest of the
 //! store's SQL is in `stats`, `browse`, the backends and the migrations.
@@ -18,6 +18,7 @@ use starbridge_core::time::Timestamp;
 use crate::{Error, Result};
 
 pub mod audit;
+pub mod children;
 pub mod deliveries;
 mod events;
 mod health;

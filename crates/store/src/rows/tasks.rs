@@ -14,7 +14,7 @@ use crate::{Error, Result};
 pub(super) const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queue, command, status, \
      priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, worker_id, \
      input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq, \
-     held, round, attempt_base, wait, pending_outcome, callback";
+     held, round, attempt_base, wait, pending_outcome, callback, child_job_id";
 
 pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
     Ok(RawTask {
@@ -52,6 +52,7 @@ pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
         wait: row.get(31)?,
         pending_outcome: row.get(32)?,
         callback: row.get(33)?,
+        child_job_id: row.get(34)?,
     })
 }
 
@@ -90,6 +91,7 @@ pub(super) struct RawTask {
     wait: Option<String>,
     pending_outcome: Option<String>,
     callback: Option<String>,
+    child_job_id: Option<String>,
 }
 
 impl RawTask {
@@ -133,6 +135,10 @@ impl RawTask {
             wait: parse_json(self.wait)?,
             pending_outcome: parse_json(self.pending_outcome)?,
             callback: parse_json(self.callback)?,
+            child: self
+                .child_job_id
+                .map(|id| JobId::parse(&id).map(Box::new).ok_or_else(|| corrupt(&id)))
+                .transpose()?,
         })
     }
 }
@@ -150,7 +156,8 @@ pub fn pending_approvals(
     );
     conn.query_map(&sql, args![namespace, limit], |row| {
         let task = task_from_row(row)?;
-        Ok((task, row.get::<String>(34)?))
+        // The workflow comes right after the task's columns.
+        Ok((task, row.get::<String>(TASK_COLUMNS.split(',').count())?))
     })?
     .into_iter()
     .map(|(task, workflow)| Ok((task.into_task()?, workflow)))
@@ -228,6 +235,7 @@ pub const TASK_WRITE: RowWrite = RowWrite {
         "wake_at",
         "pending_outcome",
         "callback",
+        "child_job_id",
     ],
     upsert: Some((
         "id",
@@ -257,6 +265,7 @@ pub const TASK_WRITE: RowWrite = RowWrite {
             "wake_at",
             "pending_outcome",
             "callback",
+            "child_job_id",
         ],
     )),
 };
@@ -269,6 +278,8 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         WaitFor::Signal { .. } => "signal",
         WaitFor::Approval { .. } => "approval",
         WaitFor::Callback { .. } => "callback",
+        WaitFor::Child { .. } => "child",
+        WaitFor::ChildRetry { .. } => "child_retry",
     });
     args![
         task.id.as_str(),
@@ -308,6 +319,7 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         task.wait.as_deref().and_then(Wait::wake_at).map(|t| t.0),
         opt_json_text(task.pending_outcome.as_ref()),
         opt_json_text(task.callback.as_ref()),
+        task.child.as_deref().map(JobId::as_str),
     ]
     .iter()
     .map(SqlValue::of)

@@ -2,12 +2,13 @@
 //! SQLite file and on a PostgreSQL schema of its own (see `scratch`), so both backends map every
 //! table alike. What the rows mean is tested in the engine's behaviour suite.
 
-use serde_json::json;
+use serde_json::{Value, json};
 use starbridge_core::dispatch::{Bucket, QueueConfig, QueueMode, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{
     CallbackAnswer, CallbackCallKind, CallbackGrant, ErrorKind, Event, EventKind, Job, JobLock,
-    JobStatus, Outcome, Signal, Task, TaskError, TaskKind, TaskStatus, Wait, WaitFor, WindDown,
+    JobStatus, Outcome, ParentLink, Signal, Task, TaskError, TaskKind, TaskStatus, Wait, WaitFor,
+    WindDown,
 };
 use starbridge_core::schedule::{CatchUp, Overlap};
 use starbridge_core::time::{Duration, Timestamp};
@@ -96,6 +97,7 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    children_read_back_with_their_parent_and_their_endings_wait_for_it,
     waits_and_signals_read_back_and_waits_fall_due,
     a_job_reads_back_with_its_tasks_and_events,
     claim_candidates_come_in_dispatch_order,
@@ -129,6 +131,9 @@ fn job(unique: &str, created_at: Timestamp) -> Job {
         signals_received: 0,
         output: None,
         failed_steps: Vec::new(),
+        parent: None,
+        depth: 0,
+        child_versions: Default::default(),
     }
 }
 
@@ -169,6 +174,7 @@ fn task(job: &Job, seq: u32, queue: &str, priority: i32, available_at: Timestamp
         wait: None,
         pending_outcome: None,
         callback: None,
+        child: None,
     }
 }
 
@@ -185,6 +191,86 @@ fn event(at: Timestamp, kind: EventKind, task: Option<&Task>) -> Event {
 
 fn later(millis: i64) -> Timestamp {
     Timestamp(NOW.0 + millis)
+}
+
+fn children_read_back_with_their_parent_and_their_endings_wait_for_it(db: &mut Db) {
+    let parent = job("parent", NOW);
+    let mut step = task(&parent, 1, "", 0, NOW);
+    step.status = TaskStatus::Running;
+    step.attempt = 2;
+    let mut child = job("child", later(1));
+    child.parent = Some(ParentLink {
+        job: parent.id.clone(),
+        task: step.id.clone(),
+        attempt: 2,
+    });
+    child.depth = 1;
+    child.child_versions = [("grandchild".to_owned(), 4)].into_iter().collect();
+    step.child = Some(Box::new(child.id.clone()));
+    db.insert(&parent, std::slice::from_ref(&step), &[]);
+    db.insert(&child, &[], &[]);
+    let conn = &mut db.conn;
+    assert_eq!(load_job(conn, &child.id).unwrap(), Some(child.clone()));
+    let state = load_job_state(conn, &parent.id).unwrap().unwrap();
+    assert_eq!(state.tasks, [step.clone()]);
+    assert_eq!(
+        children::child_of(conn, &step.id, 2).unwrap(),
+        Some(child.id.clone())
+    );
+    assert_eq!(children::child_of(conn, &step.id, 1).unwrap(), None);
+    let of_parent = JobFilter {
+        namespace: "default".to_owned(),
+        parent: Some(parent.id.clone()),
+        limit: 10,
+        ..JobFilter::default()
+    };
+    assert_eq!(list_jobs(conn, &of_parent).unwrap(), [child.clone()]);
+
+    // One child per parent attempt: a second child of the same attempt is refused.
+    let mut twin = job("twin", later(2));
+    twin.parent = child.parent.clone();
+    db.conn.defer_job(&twin);
+    assert!(
+        db.conn.flush().is_err(),
+        "the parent attempt already has its child"
+    );
+    let conn = &mut db.conn;
+
+    // An ending waits for the parent's transaction, once per child.
+    assert_eq!(next_timer(conn).unwrap(), None);
+    children::note_ending(conn, &child.id, &parent.id, later(5)).unwrap();
+    children::note_ending(conn, &child.id, &parent.id, later(6)).unwrap();
+    assert_eq!(next_timer(conn).unwrap(), Some(later(5)));
+    assert_eq!(
+        children::due_endings(conn, 10).unwrap(),
+        [(child.id.clone(), parent.id.clone())]
+    );
+    children::forget_ending(conn, &child.id).unwrap();
+    assert!(children::due_endings(conn, 10).unwrap().is_empty());
+
+    // Retention keeps a finished child while its parent is kept.
+    let mut ended = child.clone();
+    ended.status = JobStatus::Succeeded;
+    ended.ended_at = Some(later(10));
+    db.insert(&ended, &[], &[]);
+    let conn = &mut db.conn;
+    assert_eq!(prune_finished(conn, later(1_000), 10).unwrap(), 0);
+    let mut parent_ended = parent.clone();
+    parent_ended.status = JobStatus::Failed;
+    parent_ended.ended_at = Some(later(20));
+    db.insert(&parent_ended, &[], &[]);
+    let conn = &mut db.conn;
+    assert_eq!(
+        prune_finished(conn, later(1_000), 10).unwrap(),
+        1,
+        "the parent first"
+    );
+    assert_eq!(
+        prune_finished(conn, later(1_000), 10).unwrap(),
+        1,
+        "then its child"
+    );
+    assert_eq!(load_job(conn, &child.id).unwrap(), None);
 }
 
 fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
@@ -292,13 +378,30 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
     };
     assert_eq!(
         list_jobs(conn, &filter(Some(JobStatus::Failed))).unwrap(),
-        [ended]
+        [ended.clone()]
     );
     assert!(
         list_jobs(conn, &filter(Some(JobStatus::Running)))
             .unwrap()
             .is_empty()
     );
+
+    // What a succeeded job produced: its output (null is an output too) and the steps it went
+    // on past; a rewrite takes them, and an operator's new round clears them.
+    for output in [json!({"hosts": ["h1"]}), Value::Null] {
+        let mut succeeded = ended.clone();
+        succeeded.status = JobStatus::Succeeded;
+        succeeded.wind_down = None;
+        succeeded.output = Some(output);
+        succeeded.failed_steps = vec!["notify".to_owned(), "page".to_owned()];
+        db.insert(&succeeded, &[], &[]);
+        assert_eq!(load_job(&mut db.conn, &job.id).unwrap(), Some(succeeded));
+    }
+    let mut again = ended.clone();
+    again.status = JobStatus::Running;
+    again.round = 2;
+    db.insert(&again, &[], &[]);
+    assert_eq!(load_job(&mut db.conn, &job.id).unwrap(), Some(again));
 }
 
 fn waits_and_signals_read_back_and_waits_fall_due(db: &mut Db) {
