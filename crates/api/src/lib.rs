@@ -239,6 +239,11 @@ pub struct TaskView {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub waiting_for: Option<WaitingFor>,
+    /// A sub-workflow step's child job (`job_…`) of its latest attempt; for a compensation, the
+    /// child it rolls back; `null` otherwise.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub child: Option<String>,
 }
 
 /// A job without its tasks.
@@ -281,6 +286,23 @@ pub struct JobSummary {
     /// order they were created: set when the job succeeded, empty otherwise.
     #[serde(default)]
     pub failed_steps: Vec<String>,
+    /// For a sub-workflow's child job: the parent's task (and attempt) that started it; null
+    /// otherwise.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub parent: Option<JobParent>,
+}
+
+/// Where a child job comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobParent {
+    /// The parent job (`job_…`).
+    pub job: String,
+    /// The parent's task (`tsk_…`) of the sub-workflow step.
+    pub task: String,
+    /// The task's attempt that started this child.
+    pub attempt: u32,
 }
 
 /// A job with its params and tasks: the fields of JobSummary plus `params` and `tasks`.
@@ -296,6 +318,10 @@ pub struct JobView {
     /// not succeed, or when its workflow has no `output`.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>, required = true))]
     pub output: Option<Value>,
+    /// The current child job (`job_…`) of each sub-workflow task, in task order (`GET
+    /// /api/v1/jobs?parent=` lists every attempt's).
+    #[serde(default)]
+    pub children: Vec<String>,
     /// In creation order.
     pub tasks: Vec<TaskView>,
 }
@@ -1428,6 +1454,7 @@ mod tests {
             "callback_timeout",
             "rejected",
             "fail_step",
+            "child",
         ]);
         pinned::<EventKind>(&[
             "job_created",
@@ -1462,6 +1489,7 @@ mod tests {
             "task_rejected",
             "task_awaiting_callback",
             "callback_received",
+            "child_ended",
         ]);
         pinned::<AttemptOutcome>(&[
             "running",

@@ -300,6 +300,12 @@ pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
         let summary = &job.summary;
         println!("job       {}", summary.id);
         println!("workflow  {} v{}", summary.workflow, summary.version);
+        if let Some(parent) = &summary.parent {
+            println!(
+                "parent    {} (task {}, attempt {})",
+                parent.job, parent.task, parent.attempt
+            );
+        }
         println!("status    {}", summary.status);
         if let Some(error) = &summary.error {
             println!("error     {error}");
@@ -316,6 +322,9 @@ pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
         println!("params    {}", job.params);
         if let Some(output) = &job.output {
             println!("output    {output}");
+        }
+        if !job.children.is_empty() {
+            println!("children  {}", job.children.join(", "));
         }
         println!(
             "created   {}   took {}",

@@ -47,6 +47,11 @@ pub(crate) fn job_summary_with(job: &Job, lock_held: Option<u32>) -> api::JobSum
         deadline_at: opt_time(job.deadline_at),
         error: job.wind_down.as_ref().map(WindDown::describe),
         failed_steps: job.failed_steps.clone(),
+        parent: job.parent.as_ref().map(|parent| api::JobParent {
+            job: parent.job.to_string(),
+            task: parent.task.to_string(),
+            attempt: parent.attempt,
+        }),
         lock: job.lock.as_ref().map(|lock| lock.key.clone()),
         waiting_reason,
     }
@@ -137,6 +142,7 @@ pub(crate) fn task(
         attempts,
         waiting_reason,
         waiting_for: task.wait.as_deref().map(waiting_for),
+        child: task.child.as_deref().map(ToString::to_string),
     }
 }
 
@@ -203,6 +209,12 @@ pub(crate) fn job(state: &JobState, context: &JobContext<'_>) -> api::JobView {
         summary: job_summary_with(&state.job, context.lock_held),
         params: state.job.params.clone(),
         output: state.job.output.clone(),
+        children: state
+            .tasks
+            .iter()
+            .filter(|t| t.kind != TaskKind::Compensation)
+            .filter_map(|t| t.child.as_deref().map(ToString::to_string))
+            .collect(),
         tasks: state
             .tasks
             .iter()

@@ -504,6 +504,11 @@ const ALLOWED: &[(&str, &str)] = &[
          not say so",
     ),
     (
+        "GET /api/v1/jobs: parameter (\"parent\", \"query\") added",
+        "the list filters a job's children (sub-workflows), which the hand-written document \
+         predates",
+    ),
+    (
         "GET /api/v1/jobs 400: description",
         "a query string that does not parse is answered with a problem document naming `query` \
          (`rejections.rs`), not the plain-text message the hand-written description promised",

@@ -642,7 +642,7 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
     };
     let mut body = format!(
         r#"<section id="summary" data-live data-status="{status_attr}"><h1>Job <span class="mono">{id}</span> {status}</h1>
-<dl class="facts"><dt>Workflow</dt><dd><a href="{wf_href}">{workflow}</a> v{version}</dd><dt>Key</dt><dd class="mono">{key}</dd><dt>Priority</dt><dd>{priority}</dd><dt>Created</dt><dd>{created}</dd><dt>Started</dt><dd>{started}</dd><dt>Ended</dt><dd>{ended_text}</dd><dt>Duration</dt><dd>{ran}</dd><dt>Deadline</dt><dd>{deadline}</dd>{lock}</dl>"#,
+<dl class="facts"><dt>Workflow</dt><dd><a href="{wf_href}">{workflow}</a> v{version}</dd>{parent}<dt>Key</dt><dd class="mono">{key}</dd><dt>Priority</dt><dd>{priority}</dd><dt>Created</dt><dd>{created}</dd><dt>Started</dt><dd>{started}</dd><dt>Ended</dt><dd>{ended_text}</dd><dt>Duration</dt><dd>{ran}</dd><dt>Deadline</dt><dd>{deadline}</dd>{lock}</dl>"#,
         status_attr = Esc(summary.status.as_str()),
         id = Esc(&summary.id),
         status = badge(summary.status.as_str()),
@@ -652,6 +652,15 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
         )),
         workflow = Esc(&summary.workflow),
         version = summary.version,
+        parent = summary
+            .parent
+            .as_ref()
+            .map(|parent| format!(
+                r#"<dt>Parent</dt><dd><a class="mono" id="parent-link" href="{}">{}</a></dd>"#,
+                Esc(&ns.href(&format!("/ui/jobs/{}", parent.job), &[])),
+                Esc(&parent.job)
+            ))
+            .unwrap_or_default(),
         key = Esc(summary.key.as_deref().unwrap_or("—")),
         priority = summary.priority,
         created = time(Timestamp(start)),
@@ -724,6 +733,27 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
         r#"<section aria-labelledby="params-title"><h2 id="params-title">Params</h2><pre class="json" id="params">{}</pre></section>"#,
         esc(&json(&view.params))
     );
+    if !view.children.is_empty() {
+        body.push_str(r#"<section aria-labelledby="children-title"><h2 id="children-title">Child jobs</h2><ul id="children">"#);
+        for task in view
+            .tasks
+            .iter()
+            .filter(|t| t.child.is_some() && t.kind.known() != Some(TaskKind::Compensation))
+        {
+            let child = task.child.as_deref().unwrap_or_default();
+            let item = task.item.map(|i| format!(" [{i}]")).unwrap_or_default();
+            let _ = write!(
+                body,
+                r#"<li><a class="mono" href="{}">{}</a> — {}{} · attempt {}</li>"#,
+                Esc(&ns.href(&format!("/ui/jobs/{child}"), &[])),
+                Esc(child),
+                Esc(&task.step),
+                Esc(&item),
+                task.attempt
+            );
+        }
+        body.push_str("</ul></section>");
+    }
     if let Some(output) = &view.output {
         let _ = write!(
             body,
