@@ -331,6 +331,79 @@ async fn three_nodes_run_1200_jobs_with_every_task_claimed_exactly_once() {
     );
 }
 
+/// A parent's cancel on one node races its child's completion on another: whichever commits
+/// first, the parent ends `cancelled`, and its child ends `cancelled` too (cancelled while it
+/// ran, or rolled back after it succeeded), with no deadlock between the nodes (parent rows are
+/// always locked before child rows) and each child's work run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parents_cancel_racing_its_childs_completion_on_two_nodes_ends_both_cancelled() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let Some(schema) = ScratchSchema::create("cluster_children") else {
+        return;
+    };
+    let mut cluster = Cluster::start(schema, 2).await;
+    cluster
+        .apply(
+            0,
+            "child",
+            "steps:\n- {id: work, queue: shell, command: 'echo \"$STARBRIDGE_IDEMPOTENCY_KEY\" >> \"$E2E_DIR/effects\"', compensate: {queue: shell, command: 'true'}}\n",
+        )
+        .await;
+    cluster
+        .apply(
+            0,
+            "parent",
+            "steps:\n- {id: run, workflow: child}\n- {id: after, queue: shell, command: 'sleep 1'}\n",
+        )
+        .await;
+    cluster.start_worker(0, "worker-0");
+    let parents = cluster.submit_many("parent", 60).await;
+    let mut cancels = tokio::task::JoinSet::new();
+    for id in &parents {
+        let url = format!("{}/api/v1/jobs/{id}/cancel", cluster.nodes[1].url);
+        let http = cluster.http.clone();
+        cancels.spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let response = http
+                    .post(&url)
+                    .json(&json!({"compensate": true}))
+                    .send()
+                    .await
+                    .unwrap();
+                match response.status().as_u16() {
+                    200 | 409 => return,
+                    503 => assert!(Instant::now() < deadline, "cancel kept failing"),
+                    other => panic!("cancel answered {other}"),
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        });
+    }
+    while let Some(done) = cancels.join_next().await {
+        done.unwrap();
+    }
+    let jobs = cluster.wait_all_ended(&parents).await;
+    let mut children = Vec::new();
+    for job in &jobs {
+        assert_eq!(job["status"], "cancelled", "{job:#}");
+        children.extend(
+            job["children"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap().to_owned()),
+        );
+    }
+    assert_eq!(children.len(), parents.len(), "one child each");
+    for child in cluster.wait_all_ended(&children).await {
+        assert_eq!(child["status"], "cancelled", "{child:#}");
+    }
+    let effects = cluster.effects();
+    let unique: HashSet<&String> = effects.iter().collect();
+    assert_eq!(unique.len(), effects.len(), "a child's attempt ran twice");
+}
+
 /// Runs `pg_ctlcluster <version> main <action>` on the test server's PostgreSQL cluster; false
 /// when that is not possible here (no cluster tools, not allowed).
 fn postgres_cluster(action: &str) -> bool {

@@ -126,3 +126,214 @@ async fn each_kind_refuses_the_fields_it_does_not_take_naming_them() {
         "{problem:#}"
     );
 }
+
+/// The shard child: its step fails (after its retries) for shard 3 and records what it does
+/// and undoes in the test's folder.
+const MIGRATE_SHARD: &str = r#"
+params: { type: object, required: [shard] }
+output: "${{ steps.work.output }}"
+steps:
+  - id: work
+    queue: shell
+    command: 'echo "do $INPUT_SHARD" >> "$E2E_DIR/log"; [ "$INPUT_SHARD" != 3 ] || exit 1; echo "{\"shard\": $INPUT_SHARD}"'
+    input: { shard: "${{ params.shard }}" }
+    retry: { max_attempts: 2, initial: 1s }
+    compensate:
+      queue: shell
+      command: 'echo "undo $INPUT_SHARD" >> "$E2E_DIR/log"'
+      input: { shard: "${{ params.shard }}" }
+"#;
+
+const CLUSTER: &str = r#"
+steps:
+  - id: prepare
+    queue: shell
+    command: 'echo prepare >> "$E2E_DIR/log"'
+    compensate: { queue: shell, command: 'echo unprepare >> "$E2E_DIR/log"' }
+  - id: per_shard
+    workflow: migrate_shard
+    for_each: "${{ params.shards }}"
+    concurrency: 1
+    input: { shard: "${{ item }}" }
+"#;
+
+fn log_lines(h: &Harness) -> Vec<String> {
+    std::fs::read_to_string(h.dir.path().join("log"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn children_of(h: &Harness, parent: &str) -> Vec<Value> {
+    let page = common::get_json(
+        &h.http,
+        &format!("{}/api/v1/jobs?parent={parent}&limit=1000", h.url),
+    )
+    .await;
+    page["items"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_failing_child_rolls_back_its_succeeded_siblings_in_reverse_then_the_parent() {
+    let mut h = Harness::start().await;
+    h.apply("migrate_shard", MIGRATE_SHARD).await;
+    h.apply("provision_cluster", CLUSTER).await;
+    h.start_worker("w1", "shell");
+    let parent = h
+        .submit("provision_cluster", json!({"shards": [1, 2, 3, 4, 5]}))
+        .await;
+    let job = h.wait_for_end(&parent).await;
+    assert_eq!(job["status"], "failed", "{job:#}");
+    assert!(
+        job["error"].as_str().unwrap().contains("ended failed"),
+        "{job:#}"
+    );
+    // Shards 1 and 2 succeeded, 3 failed after its two attempts (and undid its own partial
+    // work), 4 and 5 never started; then the succeeded children were rolled back, last first,
+    // and the parent's own step was undone last.
+    assert_eq!(
+        log_lines(&h),
+        [
+            "prepare",
+            "do 1",
+            "do 2",
+            "do 3",
+            "do 3",
+            "undo 3",
+            "undo 2",
+            "undo 1",
+            "unprepare"
+        ]
+    );
+    let children = children_of(&h, &parent).await;
+    assert_eq!(children.len(), 3, "{children:#?}");
+    let mut statuses: Vec<(i64, String, String)> = Vec::new();
+    for child in &children {
+        let id = child["id"].as_str().unwrap();
+        let view = common::get_json(&h.http, &format!("{}/api/v1/jobs/{id}", h.url)).await;
+        assert_eq!(view["parent"]["job"], parent.as_str());
+        statuses.push((
+            view["params"]["shard"].as_i64().unwrap(),
+            view["status"].as_str().unwrap().to_owned(),
+            view["error"].as_str().unwrap_or("").to_owned(),
+        ));
+    }
+    statuses.sort();
+    assert_eq!(statuses[0].1, "cancelled");
+    assert_eq!(statuses[0].2, format!("rolled back by {parent}"));
+    assert_eq!(statuses[1].1, "cancelled");
+    assert_eq!(statuses[2].1, "failed");
+    // A child is its parent's to retry while the parent is kept.
+    let retry = h
+        .http
+        .post(format!(
+            "{}/api/v1/jobs/{}/retry",
+            h.url,
+            children[0]["id"].as_str().unwrap()
+        ))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), 409);
+    let shown = text(&h.cli(&["job", &parent]));
+    assert!(shown.contains("children  job_"), "{shown}");
+}
+
+#[tokio::test]
+async fn cancelling_a_parent_cancels_its_children() {
+    let mut h = Harness::start().await;
+    h.apply(
+        "slow",
+        "steps:\n- {id: wait, queue: shell, command: 'sleep 30', timeout: 1m}\n",
+    )
+    .await;
+    h.apply(
+        "outer",
+        "steps:\n- {id: run, workflow: slow, for_each: '${{ params.n }}'}\n",
+    )
+    .await;
+    h.start_worker("w1", "shell");
+    let parent = h.submit("outer", json!({"n": [1, 2]})).await;
+    let children = children_of(&h, &parent).await;
+    assert_eq!(children.len(), 2);
+    let cancel = h.cli(&["cancel", &parent]);
+    assert!(cancel.status.success(), "{}", text(&cancel));
+    let job = h.wait_for_end(&parent).await;
+    assert_eq!(job["status"], "cancelled", "{job:#}");
+    for child in children {
+        let child = h.wait_for_end(child["id"].as_str().unwrap()).await;
+        assert_eq!(child["status"], "cancelled", "{child:#}");
+        assert!(
+            child["error"].is_null()
+                || child["error"]
+                    .as_str()
+                    .unwrap()
+                    .contains("cancelled by job"),
+            "{child:#}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn children_survive_a_kill_9_of_the_server_none_started_twice() {
+    let mut h = Harness::start().await;
+    h.apply(
+        "piece",
+        "steps:\n- {id: work, queue: shell, command: 'echo \"$INPUT_N\" >> \"$E2E_DIR/log\"; sleep 0.2', input: {n: '${{ params.n }}'}}\n",
+    )
+    .await;
+    let items: Vec<i64> = (0..20).collect();
+    h.apply(
+        "whole",
+        "steps:\n- {id: each, workflow: piece, for_each: '${{ params.items }}', concurrency: 4, input: {n: '${{ item }}'}}\n",
+    )
+    .await;
+    h.start_worker("w1", "shell");
+    let parent = h.submit("whole", json!({"items": items})).await;
+    let deadline = std::time::Instant::now() + common::STUCK;
+    while log_lines(&h).len() < 6 {
+        assert!(std::time::Instant::now() < deadline, "no child ran");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    h.kill_server();
+    h.start_server().await;
+    let job = h.wait_for_end(&parent).await;
+    assert_eq!(job["status"], "succeeded", "{job:#}");
+    let children = children_of(&h, &parent).await;
+    assert_eq!(children.len(), 20, "one child per item, none twice");
+    assert!(children.iter().all(|c| c["status"] == "succeeded"));
+    let mut ran: Vec<i64> = log_lines(&h).iter().map(|l| l.parse().unwrap()).collect();
+    ran.sort_unstable();
+    ran.dedup();
+    assert_eq!(ran, items, "every child's work ran");
+}
+
+#[tokio::test]
+async fn a_child_takes_no_slot_of_a_lock_its_parent_holds() {
+    let mut h = Harness::start().await;
+    let locked = "lock: {key: 'db-${{ params.db }}'}\n";
+    h.apply(
+        "inner",
+        &format!("{locked}steps:\n- {{id: work, queue: shell, command: 'echo ok'}}\n"),
+    )
+    .await;
+    h.apply(
+        "outer",
+        &format!("{locked}steps:\n- {{id: run, workflow: inner}}\n"),
+    )
+    .await;
+    h.start_worker("w1", "shell");
+    let parent = h.submit("outer", json!({"db": "orders"})).await;
+    let job = h.wait_for_end(&parent).await;
+    assert_eq!(
+        job["status"], "succeeded",
+        "the parent does not wait for itself: {job:#}"
+    );
+    let child = &children_of(&h, &parent).await[0];
+    assert_eq!(child["lock"], Value::Null, "it holds no slot of its own");
+    let history = h.events(child["id"].as_str().unwrap()).await;
+    assert_eq!(history[0]["detail"]["lock_held_by_ancestor"], "db-orders");
+}

@@ -699,6 +699,61 @@ async fn skipping_a_failed_task_with_an_edited_output_lets_the_job_go_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_job_page_links_to_its_children_and_each_child_back() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "shard",
+                json!({"steps": [{"id": "work", "queue": "ui", "command": "migrate"}]}),
+            )
+            .await;
+        setup
+            .apply(
+                "cluster",
+                json!({"steps": [{"id": "per_shard", "workflow": "shard", "for_each": "${{ [1, 2] }}"}]}),
+            )
+            .await;
+        let parent = setup.submit("cluster").await;
+        let view = setup
+            .call(reqwest::Method::GET, &format!("/api/v1/jobs/{parent}"), Value::Null)
+            .await;
+        let children: Vec<String> = view["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(children.len(), 2, "{view:#}");
+        browser.open(&format!("{}/ui/jobs/{parent}", setup.base)).await;
+        browser
+            .wait_for(
+                "the children listed",
+                "return [...document.querySelectorAll('#children a')].map(a => a.textContent)",
+                json!(children),
+            )
+            .await;
+        browser.screenshot("parent-children").await;
+        browser.click("#children li:first-child a").await;
+        browser
+            .wait_for(
+                "the child's page, linking back",
+                "return document.getElementById('parent-link') ? [location.pathname, document.getElementById('parent-link').textContent] : null",
+                json!([format!("/ui/jobs/{}", children[0]), parent]),
+            )
+            .await;
+        browser.click("#parent-link").await;
+        browser
+            .wait_for(
+                "back on the parent",
+                "return location.pathname",
+                json!(format!("/ui/jobs/{parent}")),
+            )
+            .await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_approves_a_waiting_step_from_the_approvals_page() {
     with_browser(|browser, setup| async move {
         setup
