@@ -1336,7 +1336,7 @@ mod tests {
                 "attempt": 1, "worker_id": "w", "started_at": "2026-01-01T00:00:00Z",
                 "ended_at": null, "outcome": "preempted", "error": null,
             }],
-            "waiting_reason": null, "waiting_for": null,
+            "waiting_reason": null, "waiting_for": null, "child": null,
         })
     }
 
