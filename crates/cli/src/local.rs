@@ -245,6 +245,9 @@ pub(crate) struct LimitArgs {
     /// Most signals one job keeps that no step has taken yet; more are refused (409).
     #[arg(long, env = "STARBRIDGE_MAX_PENDING_SIGNALS", default_value_t = starbridge_core::limits::DEFAULT_MAX_PENDING_SIGNALS)]
     max_pending_signals: usize,
+    /// Most labels one job carries (its workflow's and its submission's merged).
+    #[arg(long, env = "STARBRIDGE_MAX_LABELS", default_value_t = starbridge_core::limits::DEFAULT_MAX_LABELS)]
+    max_labels: usize,
 }
 
 impl LimitArgs {
@@ -261,6 +264,7 @@ impl LimitArgs {
                 fan_out: self.max_fan_out,
                 task_bytes: self.max_task_bytes,
                 pending_signals: self.max_pending_signals,
+                labels: self.max_labels,
             },
         };
         limits.validate()?;

@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::expr::{self, Expr, Template};
+use crate::labels::{self, Labels};
 use crate::limits::MAX_NAME_BYTES;
 use crate::time::Duration;
 
@@ -43,7 +44,9 @@ impl utoipa::PartialSchema for WorkflowDefinition {
                 "A workflow definition (see docs/reference.md): `name`, `description`, `params` \
                  (a JSON Schema for job params), `timeout`, `priority`, `lock` (`key`, a template \
                  over `params` and `job`, and `slots`: at most that many jobs with the same \
-                 rendered key run at once, the others wait `queued`) and `steps`, each step with \
+                 rendered key run at once, the others wait `queued`), `labels` (the default labels \
+                 of its jobs: keys of 1 to 63 characters of `a-z0-9_./-`, values of at most 255 \
+                 bytes) and `steps`, each step with \
                  `id`, `queue`, `command`, `depends_on`, `input`, `when`, `for_each`, \
                  `concurrency`, `timeout`, `step_timeout`, `retry`, `priority` and `compensate`. \
                  Validated when applied; a `name` must equal the name it is applied as.",
@@ -69,6 +72,8 @@ pub struct Workflow {
     pub priority: i32,
     /// At most `slots` jobs holding the same rendered key run at once.
     pub lock: Option<LockDefinition>,
+    /// The default labels of the workflow's jobs (a submission's are merged over them).
+    pub labels: Labels,
     pub steps: Vec<Step>,
     /// The normalized JSON form, stored and compared to decide whether an apply is a new version.
     pub source: Value,
@@ -398,6 +403,7 @@ struct RawWorkflow {
     timeout: Option<Value>,
     priority: Option<i32>,
     lock: Option<Value>,
+    labels: Option<Labels>,
     steps: Vec<Value>,
 }
 
@@ -817,6 +823,8 @@ impl Workflow {
             Some(_) => checker.problem("params", "must be a JSON Schema (an object)"),
         }
         let timeout = checker.duration("timeout".to_owned(), raw.timeout.as_ref());
+        let labels = raw.labels.unwrap_or_default();
+        checker.problems.extend(labels::check("labels", &labels));
         if raw.steps.is_empty() {
             checker.problem("steps", "a workflow needs at least one step");
         }
@@ -957,6 +965,7 @@ impl Workflow {
             timeout,
             priority: raw.priority.unwrap_or(0),
             lock,
+            labels,
             steps: steps.into_iter().map(|(_, step)| step).collect(),
             source: normalize(&value),
         })
@@ -1568,6 +1577,47 @@ steps:
             "name: other\nsteps:\n- {id: a, queue: q, command: c}\n",
             "name",
             "make them agree",
+        );
+    }
+
+    #[test]
+    fn labels_are_the_defaults_of_jobs_and_each_bad_one_is_named() {
+        let workflow =
+            parse("labels: {team: storage, tier: '1'}\nsteps:\n- {id: a, queue: q, command: c}\n")
+                .unwrap();
+        assert_eq!(workflow.labels.len(), 2);
+        assert_eq!(workflow.labels["team"], "storage");
+        assert!(
+            parse("steps:\n- {id: a, queue: q, command: c}\n")
+                .unwrap()
+                .labels
+                .is_empty()
+        );
+        let steps = "steps:\n- {id: a, queue: q, command: c}\n";
+        check_error(
+            &format!("labels: {{Team: x}}\n{steps}"),
+            "labels.Team",
+            "such as 'team'",
+        );
+        check_error(
+            &format!("labels: {{team: '{}'}}\n{steps}", "v".repeat(256)),
+            "labels.team",
+            "longer than the limit of 255",
+        );
+        check_error(
+            &format!("labels: {{team: \"a\\0b\"}}\n{steps}"),
+            "labels.team",
+            "NUL",
+        );
+        check_error(
+            &format!("labels: {{tier: 1}}\n{steps}"),
+            "labels.tier",
+            "expected a string",
+        );
+        check_error(
+            &format!("labels: [team]\n{steps}"),
+            "labels",
+            "expected a map",
         );
     }
 

@@ -21,6 +21,8 @@ pub const DEFAULT_MAX_FAN_OUT: usize = 10_000;
 pub const DEFAULT_MAX_TASK_BYTES: usize = 256 * 1024;
 /// Default for [`Limits::pending_signals`].
 pub const DEFAULT_MAX_PENDING_SIGNALS: usize = 100;
+/// Default for [`Limits::labels`].
+pub const DEFAULT_MAX_LABELS: usize = 32;
 
 /// Limits on what one job may make; [`Limits::default`] gives the documented defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +35,9 @@ pub struct Limits {
     /// Most signals one job keeps that no step has taken yet (server setting
     /// `--max-pending-signals`).
     pub pending_signals: usize,
+    /// Most labels one job carries, its workflow's and its submission's merged (server setting
+    /// `--max-labels`); a workflow or schedule may not give more either.
+    pub labels: usize,
 }
 
 impl Default for Limits {
@@ -41,6 +46,7 @@ impl Default for Limits {
             fan_out: DEFAULT_MAX_FAN_OUT,
             task_bytes: DEFAULT_MAX_TASK_BYTES,
             pending_signals: DEFAULT_MAX_PENDING_SIGNALS,
+            labels: DEFAULT_MAX_LABELS,
         }
     }
 }

@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 use crate::definition::{DEFAULT_ATTEMPT_TIMEOUT, Handler, RetryPolicy, StepKind, Workflow};
 use crate::expr::{self, EvalError};
 use crate::ids::{IdSource, JobId};
+use crate::labels::Labels;
 use crate::limits::{Limits, json_exceeds};
 use crate::model::{
     Action, CallbackGrant, ErrorKind, Event, EventKind, Input, Job, JobLock, JobState, JobStatus,
@@ -41,6 +42,8 @@ pub struct NewJob {
     pub priority: Option<i32>,
     /// Who submitted the job (a token's name, a schedule), recorded in its `job_created` event.
     pub actor: Option<String>,
+    /// The job's labels, as merged by the caller (`labels::merge`) and checked.
+    pub labels: Labels,
 }
 
 /// Why a job could not be created.
@@ -108,6 +111,7 @@ pub fn create_job(
         round: 0,
         lock: None,
         signals_received: 0,
+        labels: new.labels,
     };
     let context = json!({"params": job.params, "job": {"id": job.id, "namespace": job.namespace, "workflow": job.workflow, "version": job.version, "key": job.key, "priority": job.priority}});
     job.lock = lock_of(workflow, &context)?;

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::{JobId, TaskId};
+use crate::labels::Labels;
 use crate::time::{Duration, Timestamp};
 use crate::wire::string_enum;
 
@@ -197,6 +198,9 @@ pub struct Job {
     pub lock: Option<JobLock>,
     /// How many signals the job has received; numbers each signal in arrival order.
     pub signals_received: u32,
+    /// Its labels: its workflow's merged with its submission's, fixed at creation.
+    #[serde(default)]
+    pub labels: Labels,
 }
 
 /// A lock a job holds while it runs: at most `slots` jobs with the same key at once.

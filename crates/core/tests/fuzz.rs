@@ -334,6 +334,7 @@ fn run_job(workflow: &Workflow, params: Value, outputs: &[Value], fail_every: us
         fan_out: 50,
         task_bytes: 64 << 10,
         pending_signals: 4,
+        labels: 4,
     };
     let mut now = Timestamp(1_000_000);
     let created = machine::create_job(
@@ -346,6 +347,7 @@ fn run_job(workflow: &Workflow, params: Value, outputs: &[Value], fail_every: us
             key: None,
             priority: None,
             actor: None,
+            labels: workflow.labels.clone(),
         },
         &mut Ctx {
             now,

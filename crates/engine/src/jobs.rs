@@ -167,6 +167,7 @@ pub(crate) fn test_job(
         round: 0,
         lock: None,
         signals_received: 0,
+        labels: Default::default(),
     }
 }
 

@@ -1057,6 +1057,7 @@ fn schedule_spec(cron: &str, overlap: Overlap, catch_up: CatchUp) -> ScheduleSpe
         overlap,
         catch_up,
         paused: false,
+        labels: Default::default(),
     }
 }
 

@@ -35,10 +35,11 @@ pub enum Limit {
     Name,
     Page,
     PendingSignals,
+    Labels,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 10] = [
+    pub const ALL: [Limit; 11] = [
         Limit::Body,
         Limit::Definition,
         Limit::Steps,
@@ -49,6 +50,7 @@ impl Limit {
         Limit::Name,
         Limit::Page,
         Limit::PendingSignals,
+        Limit::Labels,
     ];
 
     /// The setting's name without dashes, as in problem documents: `max_body_bytes`.
@@ -64,6 +66,7 @@ impl Limit {
             Limit::Name => "max_name_bytes",
             Limit::Page => "max_page_size",
             Limit::PendingSignals => "max_pending_signals",
+            Limit::Labels => "max_labels",
         }
     }
 
@@ -96,7 +99,9 @@ pub struct Limits {
     /// Largest `limit` of a list request.
     pub page_size: u32,
     /// What the engine enforces while jobs run: fan-out width, task size (inputs are checked by
-    /// the engine; outputs, progress and error messages by the server) and signals kept per job.
+    /// the engine; outputs, progress and error messages by the server), signals kept per job and
+    /// labels per job (a request's own labels are checked by the server, merged ones by the
+    /// engine).
     pub run: starbridge_core::limits::Limits,
 }
 
@@ -159,6 +164,7 @@ impl Limits {
             Limit::Name => self.name_bytes,
             Limit::Page => self.page_size as usize,
             Limit::PendingSignals => self.run.pending_signals,
+            Limit::Labels => self.run.labels,
         };
         value as u64
     }
@@ -211,7 +217,8 @@ impl Limits {
         Ok(())
     }
 
-    /// Checks a parsed definition: its size (aliases may have expanded it) and step count.
+    /// Checks a parsed definition: its size (aliases may have expanded it), step count and label
+    /// count.
     pub(crate) fn definition(&self, field: &str, document: &Value) -> ApiResult<()> {
         self.json(Limit::Definition, field, document)?;
         if let Some(steps) = document.get("steps").and_then(Value::as_array) {
@@ -222,7 +229,16 @@ impl Limits {
                 "steps",
             )?;
         }
+        if let Some(labels) = document.get("labels").and_then(Value::as_object) {
+            self.labels(&format!("{field}.labels"), labels.len())?;
+        }
         Ok(())
+    }
+
+    /// Refuses more labels than `--max-labels` (a submission's or a schedule's own; the engine
+    /// holds the merged labels to the same limit).
+    pub(crate) fn labels(&self, field: &str, count: usize) -> ApiResult<()> {
+        self.count(Limit::Labels, field, count as u64, "labels")
     }
 
     /// A whole request body is too large: `413`.

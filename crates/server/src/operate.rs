@@ -19,7 +19,7 @@ use std::pin::Pin;
 use crate::auth::actor;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{
-    body, job_id, known, namespace, optional_body, parse_status, parse_time, task_id,
+    body, job_id, known, label_pairs, namespace, optional_body, parse_status, parse_time, task_id,
 };
 use crate::jobs::job_view;
 use crate::limits::Limit;
@@ -218,6 +218,7 @@ async fn bulk(
             .map(|text| parse_time("created_before", text))
             .transpose()?,
         before: None,
+        labels: label_pairs(&request.labels)?,
         limit,
     };
     let actor = actor(&headers)?;

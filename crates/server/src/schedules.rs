@@ -82,6 +82,7 @@ pub(crate) fn view(schedule: &StoredSchedule) -> api::ScheduleView {
         last_error: schedule.last_error.clone(),
         created_at: time(schedule.created_at),
         updated_at: time(schedule.updated_at),
+        labels: schedule.labels.clone(),
     }
 }
 
@@ -224,6 +225,7 @@ async fn put(
     if let Some(params) = &request.params {
         state.limits.json(Limit::Params, "params", params)?;
     }
+    state.limits.labels("labels", request.labels.len())?;
     let overlap = match &request.overlap {
         None => Overlap::Skip,
         Some(overlap) => known("overlap", overlap, |text| {
@@ -241,6 +243,7 @@ async fn put(
         overlap,
         catch_up: catch_up(request.catch_up.as_ref())?,
         paused: request.paused,
+        labels: request.labels,
     };
     let schedule = state.engine.put_schedule(&namespace, &name, spec).await?;
     let status = if existed {

@@ -11,7 +11,7 @@
 //! are in migration `0004_browse.sql` (PostgreSQL: `0003_browse.sql`). The SQL is portable:
 //! row values, plain comparisons, numbered placeholders.
 
-use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, bind};
+use crate::db::{Conn, Queries, Row, Value as SqlValue, args, bind};
 use starbridge_core::ids::JobId;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
@@ -30,6 +30,8 @@ pub struct JobSearch {
     pub created_before: Option<Timestamp>,
     /// Jobs whose id or key starts with this text.
     pub text: Option<String>,
+    /// Only jobs with every one of these labels (`key`, `value`).
+    pub labels: Vec<(String, String)>,
     /// Only jobs after this one in the list order (the last row of the previous page).
     pub after: Option<JobCursor>,
     pub limit: u32,
@@ -106,7 +108,23 @@ fn conditions(search: &JobSearch) -> (String, Vec<SqlValue>) {
     if let Some(before) = search.created_before {
         push(&mut sql, " AND created_at < #", before.0.into());
     }
+    push_labels(&mut sql, &mut values, &search.labels);
     (sql, values)
+}
+
+/// Adds to `sql` (whose `?1` is the namespace) a condition per label: the job has it, as the
+/// label filter's index (`job_labels_find`) tells.
+fn push_labels(sql: &mut String, values: &mut Vec<SqlValue>, labels: &[(String, String)]) {
+    for (key, value) in labels {
+        values.push(key.clone().into());
+        values.push(value.clone().into());
+        sql.push_str(&format!(
+            " AND id IN (SELECT job_id FROM job_labels WHERE namespace = ?1 AND key = ?{} \
+             AND value = ?{})",
+            values.len() - 1,
+            values.len()
+        ));
+    }
 }
 
 /// Jobs whose id or key starts with the text, most `SEARCH_SCAN` of each.
@@ -132,19 +150,17 @@ fn candidates(conn: &mut dyn Conn, search: &JobSearch, text: &str) -> Result<(Ve
     ids.dedup();
     let mut lines = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(500) {
-        let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("?{i}")).collect();
-        let query = format!(
-            "SELECT {LINE_COLUMNS}, namespace FROM jobs WHERE id IN ({})",
+        let mut values: Vec<SqlValue> = vec![search.namespace.clone().into()];
+        values.extend(chunk.iter().map(|id| SqlValue::from(id.clone())));
+        let marks: Vec<String> = (2..=values.len()).map(|i| format!("?{i}")).collect();
+        let mut query = format!(
+            "SELECT {LINE_COLUMNS} FROM jobs WHERE namespace = ?1 AND id IN ({})",
             marks.join(", ")
         );
-        let values: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id)).collect();
-        let rows = conn.query_map(&query, &values, |row| {
-            Ok((raw_line(row)?, row.get::<String>(9)?))
-        })?;
-        for (raw, namespace) in rows {
+        push_labels(&mut query, &mut values, &search.labels);
+        for raw in conn.query_map(&query, &bind(&values), raw_line)? {
             let line = raw.into_line()?;
-            let wanted = namespace == search.namespace
-                && search.workflow.as_ref().is_none_or(|w| *w == line.workflow)
+            let wanted = search.workflow.as_ref().is_none_or(|w| *w == line.workflow)
                 && search.created_after.is_none_or(|t| line.created_at >= t)
                 && search.created_before.is_none_or(|t| line.created_at < t);
             if wanted {

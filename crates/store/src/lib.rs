@@ -142,6 +142,8 @@ pub struct JobFilter {
     pub created_before: Option<Timestamp>,
     /// Only jobs with a smaller id (the cursor of the previous page).
     pub before: Option<JobId>,
+    /// Only jobs with every one of these labels (`key`, `value`).
+    pub labels: Vec<(String, String)>,
     pub limit: u32,
 }
 

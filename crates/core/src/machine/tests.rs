@@ -38,6 +38,7 @@ impl Sim {
                 key: None,
                 priority: None,
                 actor: None,
+                labels: workflow.labels.clone(),
             },
             &mut Ctx {
                 now,

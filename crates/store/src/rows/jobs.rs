@@ -11,13 +11,15 @@ use starbridge_core::time::Timestamp;
 
 use super::signals::pending_signals;
 use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
-use super::{RowLock, RowWrite, enum_column, json_text, opt_json_text, parse_json, ts};
+use super::{
+    RowLock, RowWrite, enum_column, json_text, labels_text, opt_json_text, parse_json, ts,
+};
 use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
 use crate::{Error, JobFilter, Result};
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
      started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, lock_key, \
-     lock_slots, signals_received";
+     lock_slots, signals_received, labels";
 
 fn job_from_row(row: &mut Row) -> Result<RawJob> {
     Ok(RawJob {
@@ -40,6 +42,7 @@ fn job_from_row(row: &mut Row) -> Result<RawJob> {
         lock_key: row.get(16)?,
         lock_slots: row.get(17)?,
         signals_received: row.get(18)?,
+        labels: row.get(19)?,
     })
 }
 
@@ -63,6 +66,7 @@ struct RawJob {
     lock_key: Option<String>,
     lock_slots: Option<u32>,
     signals_received: u32,
+    labels: Option<String>,
 }
 
 impl RawJob {
@@ -90,6 +94,7 @@ impl RawJob {
                 slots: self.lock_slots.unwrap_or(1),
             }),
             signals_received: self.signals_received,
+            labels: parse_json(self.labels)?.unwrap_or_default(),
         })
     }
 }
@@ -205,6 +210,7 @@ pub const JOB_WRITE: RowWrite = RowWrite {
         "lock_key",
         "lock_slots",
         "signals_received",
+        "labels",
     ],
     upsert: Some((
         "id",
@@ -245,19 +251,65 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
         job.lock.as_ref().map(|lock| lock.key.as_str()),
         job.lock.as_ref().map(|lock| lock.slots),
         job.signals_received,
+        labels_text(&job.labels),
     ]
     .iter()
     .map(SqlValue::of)
     .collect()
 }
 
-/// Jobs of a namespace, newest first, after the cursor (a job id).
+/// A job's labels, one row each, written once when the job is created (see `deferred`).
+pub const JOB_LABEL_WRITE: RowWrite = RowWrite {
+    table: "job_labels",
+    columns: &["job_id", "namespace", "key", "value"],
+    upsert: None,
+};
+
+/// The rows of a job's labels, in the columns of `JOB_LABEL_WRITE` (none for a job without).
+pub fn label_values(job: &Job) -> Vec<Vec<SqlValue>> {
+    job.labels
+        .iter()
+        .map(|(key, value)| {
+            args![job.id.as_str(), job.namespace, key, value]
+                .iter()
+                .map(SqlValue::of)
+                .collect()
+        })
+        .collect()
+}
+
+/// Jobs of a namespace, newest first, after the cursor (a job id). With labels, the rows of the
+/// first label (`job_labels_find`, in job id order) lead, so that a rare label reads only its
+/// jobs however many others the namespace holds; each further label is probed per job.
 pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<Job>> {
-    let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1");
     let mut values: Vec<Arg<'a>> = vec![Arg::Text(&filter.namespace)];
+    let mut sql = match filter.labels.split_first() {
+        None => format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1"),
+        Some(((key, value), others)) => {
+            let columns: Vec<String> = JOB_COLUMNS.split(", ").map(|c| format!("j.{c}")).collect();
+            values.extend([Arg::Text(key), Arg::Text(value)]);
+            let mut sql = format!(
+                "SELECT {} FROM job_labels l JOIN jobs j ON j.id = l.job_id \
+                 WHERE l.namespace = ?1 AND l.key = ?2 AND l.value = ?3",
+                columns.join(", ")
+            );
+            for (key, value) in others {
+                values.extend([Arg::Text(key), Arg::Text(value)]);
+                sql.push_str(&format!(
+                    " AND EXISTS (SELECT 1 FROM job_labels m WHERE m.job_id = l.job_id \
+                     AND m.key = ?{} AND m.value = ?{})",
+                    values.len() - 1,
+                    values.len()
+                ));
+            }
+            sql
+        }
+    };
+    // Columns of `jobs`, qualified when `job_labels` is joined (both have `namespace`, `key`).
+    let jobs = if filter.labels.is_empty() { "" } else { "j." };
     let mut condition = |sql: &mut String, clause: &str, value: Arg<'a>| {
         values.push(value);
-        sql.push_str(&format!(" AND {clause} ?{}", values.len()));
+        sql.push_str(&format!(" AND {jobs}{clause} ?{}", values.len()));
     };
     if let Some(status) = filter.status {
         condition(&mut sql, "status =", Arg::Text(status.as_str()));
@@ -271,11 +323,18 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
     if let Some(before) = filter.created_before {
         condition(&mut sql, "created_at <", Arg::Int(before.0));
     }
+    // The order (and the cursor) follows the leading index: `l.job_id` is the job's id.
+    let id = if filter.labels.is_empty() {
+        "id"
+    } else {
+        "l.job_id"
+    };
     if let Some(cursor) = &filter.before {
-        condition(&mut sql, "id <", Arg::Text(cursor.as_str()));
+        values.push(Arg::Text(cursor.as_str()));
+        sql.push_str(&format!(" AND {id} < ?{}", values.len()));
     }
     values.push(Arg::Int(i64::from(filter.limit)));
-    sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", values.len()));
+    sql.push_str(&format!(" ORDER BY {id} DESC LIMIT ?{}", values.len()));
     conn.query_map(&sql, &values, job_from_row)?
         .into_iter()
         .map(RawJob::into_job)
@@ -283,7 +342,7 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
 }
 
 /// Deletes up to `limit` jobs that finished before `ended_before`, with their tasks, history,
-/// lock rows and webhook deliveries; returns how many jobs went.
+/// labels, lock rows and webhook deliveries; returns how many jobs went.
 pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) -> Result<usize> {
     let ids = conn.query_map(
         "SELECT id FROM jobs INDEXED BY jobs_ended WHERE ended_at IS NOT NULL AND ended_at < ?1 \
@@ -295,6 +354,7 @@ pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) 
         for sql in [
             "DELETE FROM events WHERE job_id = ?1",
             "DELETE FROM signals WHERE job_id = ?1",
+            "DELETE FROM job_labels WHERE job_id = ?1",
             "DELETE FROM tasks WHERE job_id = ?1",
             "DELETE FROM lock_holders WHERE job_id = ?1",
             "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND next_attempt_at IS NULL",

@@ -39,8 +39,8 @@ mod tests;
 pub use events::{EVENT_WRITE, event_values, events};
 pub use health::{ping, write_health_probe};
 pub use jobs::{
-    JOB_WRITE, job_by_key, job_values, list_jobs, load_job, load_job_state, lock_job_state,
-    lock_job_states, prune_finished,
+    JOB_LABEL_WRITE, JOB_WRITE, job_by_key, job_values, label_values, list_jobs, load_job,
+    load_job_state, lock_job_state, lock_job_states, prune_finished,
 };
 pub use locks::{first_queued, hold_lock, lock_holders, release_lock};
 pub use namespaces::ensure_namespace;
@@ -62,6 +62,11 @@ fn json_text(value: &Value) -> String {
 /// A JSON column's text: a value, or one of the structured fields the core keeps as JSON.
 fn opt_json_text<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
     value.map(|value| serde_json::to_string(value).unwrap_or_default())
+}
+
+/// A labels column's text: `NULL` for no labels.
+fn labels_text(labels: &starbridge_core::labels::Labels) -> Option<String> {
+    opt_json_text(Some(labels).filter(|labels| !labels.is_empty()))
 }
 
 /// A JSON column read back as `T`.
