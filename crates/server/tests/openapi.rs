@@ -518,6 +518,15 @@ const ALLOWED: &[(&str, &str)] = &[
         "both batch answers are one type (`BatchItem`), whose refused item is described once \
          for both: \"The job was refused: …\" (a batch completion's items are reports)",
     ),
+    (
+        "GET /api/v1/jobs: parameter (\"label\", \"query\") added",
+        "jobs have labels now, and the list filters on them (`label=key=value`, repeatable)",
+    ),
+    (
+        "description Some(\"A workflow definition (see docs/reference.md)",
+        "a definition has a `labels` field now (the default labels of its jobs), which the \
+         description names",
+    ),
 ];
 
 /// Text with its white space folded: a description wrapped over lines says the same.
