@@ -258,26 +258,6 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
     .collect()
 }
 
-/// A job's labels, one row each, written once when the job is created (see `deferred`).
-pub const JOB_LABEL_WRITE: RowWrite = RowWrite {
-    table: "job_labels",
-    columns: &["job_id", "namespace", "key", "value"],
-    upsert: None,
-};
-
-/// The rows of a job's labels, in the columns of `JOB_LABEL_WRITE` (none for a job without).
-pub fn label_values(job: &Job) -> Vec<Vec<SqlValue>> {
-    job.labels
-        .iter()
-        .map(|(key, value)| {
-            args![job.id.as_str(), job.namespace, key, value]
-                .iter()
-                .map(SqlValue::of)
-                .collect()
-        })
-        .collect()
-}
-
 /// Jobs of a namespace, newest first, after the cursor (a job id). With labels, the rows of the
 /// first label (`job_labels_find`, in job id order) lead, so that a rare label reads only its
 /// jobs however many others the namespace holds; each further label is probed per job.

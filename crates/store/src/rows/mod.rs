@@ -1,5 +1,5 @@
 //! Mapping between core types and table rows, one file per table or concern, written once for
-//! both backends (see `db`): jobs (`jobs`), tasks with the claim's candidates (`tasks`), history
+//! both backends (see `db`): jobs (`jobs`), their labels (`labels`), tasks with the claim's candidates (`tasks`), history
 //! (`events`), queues with their rate buckets (`queues`), workflow versions (`workflows`), lock
 //! slots (`locks`), lease, deadline and wait timers (`timers`), signals sent to jobs
 //! (`signals`), namespaces (`namespaces`), the health
@@ -22,6 +22,7 @@ pub mod deliveries;
 mod events;
 mod health;
 mod jobs;
+mod labels;
 mod locks;
 mod namespaces;
 mod queues;
@@ -39,9 +40,10 @@ mod tests;
 pub use events::{EVENT_WRITE, event_values, events};
 pub use health::{ping, write_health_probe};
 pub use jobs::{
-    JOB_LABEL_WRITE, JOB_WRITE, job_by_key, job_values, label_values, list_jobs, load_job,
-    load_job_state, lock_job_state, lock_job_states, prune_finished,
+    JOB_WRITE, job_by_key, job_values, list_jobs, load_job, load_job_state, lock_job_state,
+    lock_job_states, prune_finished,
 };
+pub use labels::{JOB_LABEL_WRITE, label_values};
 pub use locks::{first_queued, hold_lock, lock_holders, release_lock};
 pub use namespaces::ensure_namespace;
 pub use queues::{ensure_queue, list_queues, queue, save_bucket, save_queue};

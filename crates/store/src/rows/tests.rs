@@ -368,7 +368,7 @@ fn labels_read_back_filter_jobs_and_go_with_their_job(db: &mut Db) {
             conn,
             &select(&[("team", "storage"), ("env", "prod")], None, None)
         ),
-        [both.id.clone()]
+        vec![both.id.clone()]
     );
     assert_eq!(
         ids(
@@ -393,7 +393,7 @@ fn labels_read_back_filter_jobs_and_go_with_their_job(db: &mut Db) {
                 Some(&storage[0])
             )
         ),
-        [storage[1].clone()]
+        vec![storage[1].clone()]
     );
     let search = crate::browse::JobSearch {
         namespace: "default".to_owned(),
