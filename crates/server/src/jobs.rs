@@ -131,8 +131,11 @@ async fn job_view_with(
             status = 422,
             description = "Neither `workflow` nor `definition`, a malformed `workflow` name or \
                            `key`, `params` not an object or not matching the workflow's schema, an \
-                           invalid inline definition, or a workflow `lock.key` that does not render \
-                           to a string (the field is `lock.key`).",
+                           invalid inline definition, a workflow `lock.key` that does not render \
+                           to a string (the field is `lock.key`), a label that breaks the rules of \
+                           labels (`labels.<key>`), or more labels than `--max-labels`, the \
+                           submission's own (a limit-exceeded problem) or merged with the \
+                           workflow's (`labels`).",
             body = api::Problem, content_type = PROBLEM,
         ),
         Guarded, Body, Failures,

@@ -203,8 +203,10 @@ fn catch_up(policy: Option<&api::CatchUpPolicy>) -> ApiResult<CatchUp> {
             status = 422,
             description = "A malformed schedule name (`name`), a `cron` that is not a cron \
                            expression, an unknown `timezone`, a `workflow` not applied in this \
-                           namespace, `params` that are not an object, or a `catch_up.limit` of 0 \
-                           (`catch_up.limit`). The first field at fault is named; nothing changed.",
+                           namespace, `params` that are not an object, a `catch_up.limit` of 0 \
+                           (`catch_up.limit`), a label that breaks the rules of labels \
+                           (`labels.<key>`) or more labels than `--max-labels` (`labels`). The \
+                           first field at fault is named; nothing changed.",
             body = api::Problem, content_type = PROBLEM,
         ),
         Guarded, Body, Failures,

@@ -519,6 +519,18 @@ const ALLOWED: &[(&str, &str)] = &[
          for both: \"The job was refused: …\" (a batch completion's items are reports)",
     ),
     (
+        "POST /api/v1/jobs 422: description",
+        "a submission may be refused for its labels, which the description names",
+    ),
+    (
+        "POST /api/v1/jobs/bulk/{action} 400: description",
+        "a bulk action's labels may be refused, which the description names",
+    ),
+    (
+        "PUT /api/v1/schedules/{name} 422: description",
+        "a schedule may be refused for its labels, which the description names",
+    ),
+    (
         "GET /api/v1/jobs: parameter (\"label\", \"query\") added",
         "jobs have labels now, and the list filters on them (`label=key=value`, repeatable)",
     ),

@@ -12,6 +12,7 @@
 //! row values, plain comparisons, numbered placeholders.
 
 use crate::db::{Conn, Queries, Row, Value as SqlValue, args, bind};
+use crate::rows::labels::{RARE_LABEL, capped_count};
 use starbridge_core::ids::JobId;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
@@ -92,7 +93,7 @@ pub struct WorkerLoad {
 }
 
 /// The `WHERE` clause and its values for everything in `search` but status and cursor.
-fn conditions(search: &JobSearch) -> (String, Vec<SqlValue>) {
+fn conditions(conn: &mut dyn Conn, search: &JobSearch) -> Result<(String, Vec<SqlValue>)> {
     let mut sql = String::from("namespace = ?1");
     let mut values: Vec<SqlValue> = vec![search.namespace.clone().into()];
     let mut push = |sql: &mut String, clause: &str, value: SqlValue| {
@@ -108,23 +109,37 @@ fn conditions(search: &JobSearch) -> (String, Vec<SqlValue>) {
     if let Some(before) = search.created_before {
         push(&mut sql, " AND created_at < #", before.0.into());
     }
-    push_labels(&mut sql, &mut values, &search.labels);
-    (sql, values)
+    for label in &search.labels {
+        let rare = capped_count(conn, &search.namespace, label)? < RARE_LABEL;
+        push_label(&mut sql, &mut values, label, rare);
+    }
+    Ok((sql, values))
 }
 
-/// Adds to `sql` (whose `?1` is the namespace) a condition per label: the job has it, as the
-/// label filter's index (`job_labels_find`) tells.
-fn push_labels(sql: &mut String, values: &mut Vec<SqlValue>, labels: &[(String, String)]) {
-    for (key, value) in labels {
-        values.push(key.clone().into());
-        values.push(value.clone().into());
-        sql.push_str(&format!(
-            " AND id IN (SELECT job_id FROM job_labels WHERE namespace = ?1 AND key = ?{} \
-             AND value = ?{})",
-            values.len() - 1,
-            values.len()
-        ));
-    }
+/// Adds to `sql` (whose `?1` is the namespace) the condition that a job has the label: among
+/// the few jobs of a rare label, read from the label index (`job_labels_find`); else checked
+/// job by job (the primary key of `job_labels`), so that a list that stops after a page, or a
+/// count at its cap, reads no more labels than jobs.
+fn push_label(
+    sql: &mut String,
+    values: &mut Vec<SqlValue>,
+    (key, value): &(String, String),
+    rare: bool,
+) {
+    values.push(key.clone().into());
+    values.push(value.clone().into());
+    let (key, value) = (values.len() - 1, values.len());
+    sql.push_str(&if rare {
+        format!(
+            " AND id IN (SELECT job_id FROM job_labels WHERE namespace = ?1 AND key = ?{key} \
+             AND value = ?{value})"
+        )
+    } else {
+        format!(
+            " AND EXISTS (SELECT 1 FROM job_labels l WHERE l.job_id = jobs.id AND l.key = ?{key} \
+             AND l.value = ?{value})"
+        )
+    });
 }
 
 /// Jobs whose id or key starts with the text, most `SEARCH_SCAN` of each.
@@ -157,7 +172,9 @@ fn candidates(conn: &mut dyn Conn, search: &JobSearch, text: &str) -> Result<(Ve
             "SELECT {LINE_COLUMNS} FROM jobs WHERE namespace = ?1 AND id IN ({})",
             marks.join(", ")
         );
-        push_labels(&mut query, &mut values, &search.labels);
+        for label in &search.labels {
+            push_label(&mut query, &mut values, label, false);
+        }
         for raw in conn.query_map(&query, &bind(&values), raw_line)? {
             let line = raw.into_line()?;
             let wanted = search.workflow.as_ref().is_none_or(|w| *w == line.workflow)
@@ -249,7 +266,7 @@ pub fn jobs(conn: &mut dyn Conn, search: &JobSearch) -> Result<Vec<JobLine>> {
             .take(search.limit as usize)
             .collect());
     }
-    let (mut sql, mut values) = conditions(search);
+    let (mut sql, mut values) = conditions(conn, search)?;
     if let Some(status) = search.status {
         values.push(status.as_str().to_owned().into());
         sql.push_str(&format!(" AND status = ?{}", values.len()));
@@ -296,7 +313,7 @@ pub fn status_counts(
             })
             .collect());
     }
-    let (sql, mut values) = conditions(search);
+    let (sql, mut values) = conditions(conn, search)?;
     values.push(SqlValue::Text(String::new()));
     let status_slot = values.len();
     values.push(

@@ -9,6 +9,7 @@ use starbridge_core::ids::JobId;
 use starbridge_core::model::{Job, JobLock, JobState, JobStatus, Task, WindDown};
 use starbridge_core::time::Timestamp;
 
+use super::labels::capped_count;
 use super::signals::pending_signals;
 use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
 use super::{
@@ -258,12 +259,32 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
     .collect()
 }
 
+/// A filter's labels, the rarest first (each counted up to `RARE_LABEL` in the label index).
+fn rarest_first<'a>(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    labels: &'a [(String, String)],
+) -> Result<Vec<&'a (String, String)>> {
+    let mut counted = Vec::with_capacity(labels.len());
+    for label in labels {
+        let count = if labels.len() == 1 {
+            0
+        } else {
+            capped_count(conn, namespace, label)?
+        };
+        counted.push((count, label));
+    }
+    counted.sort_by_key(|(count, _)| *count);
+    Ok(counted.into_iter().map(|(_, label)| label).collect())
+}
+
 /// Jobs of a namespace, newest first, after the cursor (a job id). With labels, the rows of the
-/// first label (`job_labels_find`, in job id order) lead, so that a rare label reads only its
+/// rarest label (`job_labels_find`, in job id order) lead, so that a rare label reads only its
 /// jobs however many others the namespace holds; each further label is probed per job.
 pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<Job>> {
+    let labels = rarest_first(conn, &filter.namespace, &filter.labels)?;
     let mut values: Vec<Arg<'a>> = vec![Arg::Text(&filter.namespace)];
-    let mut sql = match filter.labels.split_first() {
+    let mut sql = match labels.split_first() {
         None => format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1"),
         Some(((key, value), others)) => {
             let columns: Vec<String> = JOB_COLUMNS.split(", ").map(|c| format!("j.{c}")).collect();

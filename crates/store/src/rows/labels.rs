@@ -5,7 +5,26 @@
 use starbridge_core::model::Job;
 
 use super::RowWrite;
-use crate::db::{Value as SqlValue, args};
+use crate::Result;
+use crate::db::{Conn, Queries, Value as SqlValue, args};
+
+/// A label counts as rare below this many jobs: a filter reads its jobs from the label index;
+/// a more common one is checked job by job instead.
+pub(crate) const RARE_LABEL: i64 = 1000;
+
+/// How many jobs of `namespace` carry the label, counted up to `RARE_LABEL` (an index range
+/// that stops there).
+pub(crate) fn capped_count(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    (key, value): &(String, String),
+) -> Result<i64> {
+    conn.query_value(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM job_labels WHERE namespace = ?1 AND key = ?2 \
+         AND value = ?3 LIMIT ?4) AS capped",
+        args![namespace, key, value, RARE_LABEL],
+    )
+}
 
 /// A job's labels, one row each, written once when the job is created (see `deferred`).
 pub const JOB_LABEL_WRITE: RowWrite = RowWrite {

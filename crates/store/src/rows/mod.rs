@@ -22,7 +22,7 @@ pub mod deliveries;
 mod events;
 mod health;
 mod jobs;
-mod labels;
+pub(crate) mod labels;
 mod locks;
 mod namespaces;
 mod queues;
