@@ -319,13 +319,19 @@ impl Client {
         self.get(&paths::job(id)).await
     }
 
-    /// `GET` [`paths::JOBS`]: a page of jobs (the client's namespace unless `query` names one).
+    /// `GET` [`paths::JOBS`]: a page of jobs (the client's namespace unless `query` names one),
+    /// with one `label` parameter per label selector.
     pub async fn jobs(&self, query: &JobListQuery) -> Result<JobList, Error> {
         let query = JobListQuery {
             namespace: query.namespace.clone().or_else(|| self.namespace.clone()),
             ..query.clone()
         };
-        let builder = self.request(Method::GET, paths::JOBS).query(&query);
+        let labels: Vec<(&str, &str)> =
+            query.labels.iter().map(|l| ("label", l.as_str())).collect();
+        let builder = self
+            .request(Method::GET, paths::JOBS)
+            .query(&query)
+            .query(&labels);
         self.send(builder).await
     }
 

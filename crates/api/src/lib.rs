@@ -28,6 +28,7 @@ pub use jiff::Timestamp;
 #[cfg(feature = "openapi")]
 pub use starbridge_core::definition::WorkflowDefinition;
 pub use starbridge_core::dispatch::QueueMode;
+pub use starbridge_core::labels::Labels;
 pub use starbridge_core::model::{
     AttemptOutcome, BulkAction, ErrorKind, EventKind, JobStatus, TaskKind, TaskStatus,
 };
@@ -130,6 +131,11 @@ pub struct SubmitJob {
     pub key: Option<String>,
     /// Job priority (higher runs first); the workflow's when absent.
     pub priority: Option<i32>,
+    /// The job's labels, merged over its workflow's `labels` (a key in both takes this value):
+    /// keys of 1 to 63 characters of `a-z0-9_./-`, values of at most 255 bytes without NUL, at
+    /// most the server's `--max-labels` (default 32) once merged; else 422 naming the label.
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 /// Why a task failed.
@@ -282,6 +288,9 @@ pub struct JobSummary {
     /// null otherwise (see each task's `waiting_reason`).
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub waiting_reason: Option<String>,
+    /// The job's labels: its workflow's merged with its submission's; `{}` when none.
+    #[serde(default)]
+    pub labels: Labels,
     /// The steps whose terminal failure the job went on past (`continue_on_failure`), in the
     /// order they were created: set when the job succeeded, empty otherwise.
     #[serde(default)]
@@ -357,6 +366,11 @@ pub struct JobListQuery {
     /// Only the child jobs this job's sub-workflow steps started (every attempt's); a value
     /// that is not a job id is a 422.
     pub parent: Option<String>,
+    /// Only jobs with every one of these labels, each `key=value`: sent as repeated `label`
+    /// parameters, which the query string's form cannot carry in this struct (the client adds
+    /// them; the server reads them from the raw query).
+    #[serde(skip)]
+    pub labels: Vec<String>,
 }
 
 /// Which jobs a bulk action applies to, and why. The fields given combine; a field left out (or
@@ -376,6 +390,10 @@ pub struct BulkRequest {
     /// Only jobs created strictly before this time (RFC 3339; else 400).
     #[cfg_attr(feature = "openapi", schema(format = DateTime))]
     pub created_before: Option<String>,
+    /// Only jobs with every one of these labels (a key of 1 to 63 characters of `a-z0-9_./-`, a
+    /// value of at most 255 bytes without NUL; else 400 naming the label).
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
     /// Why, recorded in each job's history; at most 1024 bytes.
     #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub reason: Option<String>,
@@ -815,6 +833,10 @@ pub struct ScheduleRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(default = false))]
     pub paused: bool,
+    /// The labels of each fire's job, merged over its workflow's as a submission's are (the same
+    /// rules; else 422 naming the label).
+    #[serde(default, skip_serializing_if = "Labels::is_empty")]
+    pub labels: Labels,
 }
 
 /// A schedule with its next fire times and what its last fire did.
@@ -862,6 +884,9 @@ pub struct ScheduleView {
     /// When the schedule was last put, paused or resumed.
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub updated_at: Timestamp,
+    /// The labels of each fire's job (merged over its workflow's); `{}` when none.
+    #[serde(default)]
+    pub labels: Labels,
 }
 
 /// The schedules of the namespace, by name.

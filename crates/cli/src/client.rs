@@ -169,9 +169,24 @@ pub(crate) struct SubmitArgs {
     /// A specific version of the workflow (default: the latest).
     #[arg(long)]
     version: Option<u32>,
+    /// A label `key=value` of the job, merged over its workflow's. Repeatable.
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE")]
+    labels: Vec<String>,
     /// Follow the job until it ends.
     #[arg(long)]
     watch: bool,
+}
+
+/// Builds a labels object from `--label` pairs (split at the first `=`; the server checks keys
+/// and values).
+fn labels(pairs: &[String]) -> Result<api::Labels> {
+    pairs
+        .iter()
+        .map(|pair| match pair.split_once('=') {
+            Some((key, value)) => Ok((key.to_owned(), value.to_owned())),
+            None => bail!("--label {pair}: expected KEY=VALUE"),
+        })
+        .collect()
 }
 
 /// Builds the params object from `--params` and `--param` pairs.
@@ -204,6 +219,7 @@ pub(crate) async fn submit(context: &Context, args: SubmitArgs) -> Result<ExitCo
         params: Some(params(&args.params, args.params_json.as_deref())?),
         key: args.key,
         priority: args.priority,
+        labels: labels(&args.labels)?,
     };
     let job = context.client.submit(&request).await?;
     if context.json() && !args.watch {
@@ -232,6 +248,9 @@ pub(crate) struct JobsArgs {
     /// `next_cursor` of the previous page.
     #[arg(long)]
     cursor: Option<String>,
+    /// Only jobs with this label, `key=value`; repeat it for jobs with every one of several.
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE")]
+    labels: Vec<String>,
 }
 
 pub(crate) async fn jobs(context: &Context, args: JobsArgs) -> Result<ExitCode> {
@@ -240,6 +259,7 @@ pub(crate) async fn jobs(context: &Context, args: JobsArgs) -> Result<ExitCode> 
         workflow: args.workflow,
         limit: Some(args.limit),
         cursor: args.cursor,
+        labels: args.labels,
         ..api::JobListQuery::default()
     };
     let list = context.client.jobs(&query).await?;
@@ -325,6 +345,14 @@ pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
         }
         if !job.children.is_empty() {
             println!("children  {}", job.children.join(", "));
+        }
+        if !summary.labels.is_empty() {
+            let labels: Vec<String> = summary
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            println!("labels    {}", labels.join(" "));
         }
         println!(
             "created   {}   took {}",
@@ -641,6 +669,9 @@ pub(crate) enum ScheduleCommand {
         /// Create it paused.
         #[arg(long)]
         paused: bool,
+        /// A label `key=value` of each fire's job (repeatable; merged over the workflow's).
+        #[arg(long = "label", short = 'l', value_name = "KEY=VALUE")]
+        labels: Vec<String>,
     },
     /// Show a schedule and its next fire times.
     Show {
@@ -705,6 +736,7 @@ pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Re
             catch_up,
             catch_up_limit,
             paused,
+            labels: label_pairs,
         } => {
             let request = api::ScheduleRequest {
                 workflow: workflow.clone(),
@@ -717,6 +749,7 @@ pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Re
                     limit: *catch_up_limit,
                 }),
                 paused: *paused,
+                labels: labels(label_pairs)?,
             };
             context.client.set_schedule(name, &request).await?
         }
@@ -759,6 +792,9 @@ pub(crate) struct BulkArgs {
     /// Most jobs to act on.
     #[arg(long)]
     limit: Option<u32>,
+    /// Only jobs with this label, `key=value`; repeat it for jobs with every one of several.
+    #[arg(long = "label", short = 'l', value_name = "KEY=VALUE")]
+    labels: Vec<String>,
 }
 
 pub(crate) async fn bulk(context: &Context, args: &BulkArgs) -> Result<ExitCode> {
@@ -770,6 +806,7 @@ pub(crate) async fn bulk(context: &Context, args: &BulkArgs) -> Result<ExitCode>
         reason: args.reason.clone(),
         compensate: args.compensate,
         limit: args.limit,
+        labels: labels(&args.labels)?,
     };
     let result = context.client.bulk(&args.action, &request).await?;
     show(context, &result, |result| {

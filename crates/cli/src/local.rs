@@ -249,6 +249,9 @@ pub(crate) struct LimitArgs {
     /// go deeper fails its parent's step.
     #[arg(long, env = "STARBRIDGE_MAX_WORKFLOW_DEPTH", default_value_t = starbridge_core::limits::DEFAULT_MAX_WORKFLOW_DEPTH)]
     max_workflow_depth: u32,
+    /// Most labels one job carries (its workflow's and its submission's merged).
+    #[arg(long, env = "STARBRIDGE_MAX_LABELS", default_value_t = starbridge_core::limits::DEFAULT_MAX_LABELS)]
+    max_labels: usize,
 }
 
 impl LimitArgs {
@@ -266,6 +269,7 @@ impl LimitArgs {
                 task_bytes: self.max_task_bytes,
                 pending_signals: self.max_pending_signals,
                 workflow_depth: self.max_workflow_depth,
+                labels: self.max_labels,
             },
         };
         limits.validate()?;

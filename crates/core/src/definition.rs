@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::expr::{self, Expr, Template};
+use crate::labels::{self, Labels};
 use crate::limits::MAX_NAME_BYTES;
 use crate::model::TaskStatus;
 use crate::time::Duration;
@@ -44,11 +45,12 @@ impl utoipa::PartialSchema for WorkflowDefinition {
                 "A workflow definition (see docs/reference.md): `name`, `description`, `params` \
                  (a JSON Schema for job params), `timeout`, `priority`, `lock` (`key`, a template \
                  over `params` and `job`, and `slots`: at most that many jobs with the same \
-                 rendered key run at once, the others wait `queued`), `output` (a template \
-                 rendered as the job's output when it succeeds) and `steps`, each step with `id`, \
-                 either `queue` and `command` or one of `workflow` (a sub-workflow, with an \
-                 optional `version`), `sleep`, `sleep_until`, `signal`, `approval`, `set` and \
-                 `fail`, and `depends_on`, `input`, `when`, `for_each`, \
+                 rendered key run at once, the others wait `queued`), `labels` (the default labels \
+                 of its jobs: keys of 1 to 63 characters of `a-z0-9_./-`, values of at most 255 \
+                 bytes), `output` (a template rendered as the job's output when it succeeds) and \
+                 `steps`, each step with `id`, either `queue` and `command` or one of `workflow` \
+                 (a sub-workflow, with an optional `version`), `sleep`, `sleep_until`, `signal`, \
+                 `approval`, `set` and `fail`, and `depends_on`, `input`, `when`, `for_each`, \
                  `concurrency`, `timeout`, `step_timeout`, `retry`, `priority`, `compensate` and \
                  `continue_on_failure` as its kind allows. Validated when applied; a `name` must \
                  equal the name it is applied as.",
@@ -74,6 +76,8 @@ pub struct Workflow {
     pub priority: i32,
     /// At most `slots` jobs holding the same rendered key run at once.
     pub lock: Option<LockDefinition>,
+    /// The default labels of the workflow's jobs (a submission's are merged over them).
+    pub labels: Labels,
     pub steps: Vec<Step>,
     /// The job's output, rendered when it succeeds (over `params`, `job` and `steps`).
     pub output: Option<Template>,
@@ -454,6 +458,7 @@ struct RawWorkflow {
     timeout: Option<Value>,
     priority: Option<i32>,
     lock: Option<Value>,
+    labels: Option<Labels>,
     steps: Vec<Value>,
     output: Option<Value>,
 }
@@ -940,6 +945,8 @@ impl Workflow {
         }
         let timeout = checker.duration("timeout".to_owned(), raw.timeout.as_ref());
         let output = checker.template("output", raw.output.as_ref());
+        let labels = raw.labels.unwrap_or_default();
+        checker.problems.extend(labels::check("labels", &labels));
         if raw.steps.is_empty() {
             checker.problem("steps", "a workflow needs at least one step");
         }
@@ -1101,6 +1108,7 @@ impl Workflow {
             timeout,
             priority: raw.priority.unwrap_or(0),
             lock,
+            labels,
             steps: steps.into_iter().map(|(_, step)| step).collect(),
             output,
             source: normalize(&value),
@@ -2002,6 +2010,47 @@ steps:
             "name: other\nsteps:\n- {id: a, queue: q, command: c}\n",
             "name",
             "make them agree",
+        );
+    }
+
+    #[test]
+    fn labels_are_the_defaults_of_jobs_and_each_bad_one_is_named() {
+        let workflow =
+            parse("labels: {team: storage, tier: '1'}\nsteps:\n- {id: a, queue: q, command: c}\n")
+                .unwrap();
+        assert_eq!(workflow.labels.len(), 2);
+        assert_eq!(workflow.labels["team"], "storage");
+        assert!(
+            parse("steps:\n- {id: a, queue: q, command: c}\n")
+                .unwrap()
+                .labels
+                .is_empty()
+        );
+        let steps = "steps:\n- {id: a, queue: q, command: c}\n";
+        check_error(
+            &format!("labels: {{Team: x}}\n{steps}"),
+            "labels.Team",
+            "such as 'team'",
+        );
+        check_error(
+            &format!("labels: {{team: '{}'}}\n{steps}", "v".repeat(256)),
+            "labels.team",
+            "longer than the limit of 255",
+        );
+        check_error(
+            &format!("labels: {{team: \"a\\0b\"}}\n{steps}"),
+            "labels.team",
+            "NUL",
+        );
+        check_error(
+            &format!("labels: {{tier: 1}}\n{steps}"),
+            "labels.tier",
+            "expected a string",
+        );
+        check_error(
+            &format!("labels: [team]\n{steps}"),
+            "labels",
+            "expected a map",
         );
     }
 

@@ -1,5 +1,5 @@
 //! The pure domain of Starbridge: workflow definitions and their validation, the expression
-//! language, the job and task state machines, and retry arithmetic; API token scopes (`scope`);
+//! language, job labels, the job and task state machines, and retry arithmetic; API token scopes (`scope`);
 //! and every closed set of values the HTTP API carries as strings, with the open form in which
 //! clients read them (`wire`).
 //!
@@ -11,6 +11,7 @@ pub mod destination;
 pub mod dispatch;
 pub mod expr;
 pub mod ids;
+pub mod labels;
 pub mod limits;
 pub mod machine;
 pub mod model;

@@ -23,6 +23,8 @@ pub const DEFAULT_MAX_TASK_BYTES: usize = 256 * 1024;
 pub const DEFAULT_MAX_PENDING_SIGNALS: usize = 100;
 /// Default for [`Limits::workflow_depth`].
 pub const DEFAULT_MAX_WORKFLOW_DEPTH: u32 = 10;
+/// Default for [`Limits::labels`].
+pub const DEFAULT_MAX_LABELS: usize = 32;
 
 /// Limits on what one job may make; [`Limits::default`] gives the documented defaults.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +40,9 @@ pub struct Limits {
     /// How deep sub-workflows may nest: a job started by no step is at depth 0, its children
     /// at 1 (server setting `--max-workflow-depth`).
     pub workflow_depth: u32,
+    /// Most labels one job carries, its workflow's and its submission's merged (server setting
+    /// `--max-labels`); a workflow or schedule may not give more either.
+    pub labels: usize,
 }
 
 impl Default for Limits {
@@ -47,6 +52,7 @@ impl Default for Limits {
             task_bytes: DEFAULT_MAX_TASK_BYTES,
             pending_signals: DEFAULT_MAX_PENDING_SIGNALS,
             workflow_depth: DEFAULT_MAX_WORKFLOW_DEPTH,
+            labels: DEFAULT_MAX_LABELS,
         }
     }
 }

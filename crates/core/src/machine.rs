@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 use crate::definition::{DEFAULT_ATTEMPT_TIMEOUT, Handler, RetryPolicy, StepKind, Workflow};
 use crate::expr::{self, EvalError};
 use crate::ids::{IdSource, JobId};
+use crate::labels::Labels;
 use crate::limits::{Limits, json_exceeds};
 use crate::model::{
     Action, CallbackGrant, ChildCommand, ErrorKind, Event, EventKind, Input, Job, JobLock,
@@ -42,6 +43,8 @@ pub struct NewJob {
     pub priority: Option<i32>,
     /// Who submitted the job (a token's name, a schedule), recorded in its `job_created` event.
     pub actor: Option<String>,
+    /// The job's labels, as merged by the caller (`labels::merge`) and checked.
+    pub labels: Labels,
     /// The parent's task that starts the job as a sub-workflow's child.
     pub parent: Option<ParentLink>,
     /// How deep the job nests (its parent's depth + 1; 0 for a job nobody started).
@@ -68,6 +71,7 @@ impl NewJob {
             depth: 0,
             child_versions: BTreeMap::new(),
             held_by_ancestors: Vec::new(),
+            labels: Labels::default(),
         }
     }
 }
@@ -142,6 +146,7 @@ pub fn create_job(
         parent: new.parent,
         depth: new.depth,
         child_versions: new.child_versions,
+        labels: new.labels,
     };
     let context = json!({"params": job.params, "job": {"id": job.id, "namespace": job.namespace, "workflow": job.workflow, "version": job.version, "key": job.key, "priority": job.priority}});
     job.lock = lock_of(workflow, &context)?;

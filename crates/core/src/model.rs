@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::{JobId, TaskId};
+use crate::labels::Labels;
 use crate::time::{Duration, Timestamp};
 use crate::wire::string_enum;
 
@@ -222,6 +223,9 @@ pub struct Job {
     pub lock: Option<JobLock>,
     /// How many signals the job has received; numbers each signal in arrival order.
     pub signals_received: u32,
+    /// Its labels: its workflow's merged with its submission's, fixed at creation.
+    #[serde(default)]
+    pub labels: Labels,
     /// The workflow's `output`, rendered when the job succeeded.
     pub output: Option<Value>,
     /// The steps whose terminal failure the job went on past (`continue_on_failure`), in the

@@ -335,6 +335,7 @@ fn run_job(workflow: &Workflow, params: Value, outputs: &[Value], fail_every: us
         task_bytes: 64 << 10,
         pending_signals: 4,
         workflow_depth: 2,
+        labels: 4,
     };
     let mut now = Timestamp(1_000_000);
     let created = machine::create_job(

@@ -172,6 +172,7 @@ pub(crate) fn test_job(
         parent: None,
         depth: 0,
         child_versions: Default::default(),
+        labels: Default::default(),
     }
 }
 

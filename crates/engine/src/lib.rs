@@ -32,6 +32,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use starbridge_core::dispatch::{QueueMode, QueueState, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::labels::Labels;
 use starbridge_core::model::{
     CallbackCall, Input, Job, JobState, JobStatus, OperatorCommand, Task,
 };
@@ -97,6 +98,8 @@ pub struct Submit {
     pub priority: Option<i32>,
     /// Who submits (a token's name, a schedule): recorded in the job's `job_created` event.
     pub actor: Option<String>,
+    /// The job's labels, merged over its workflow's (a key in both takes this value).
+    pub labels: Labels,
     /// Whether an inline `definition` equal to none of the workflow's versions may become its
     /// new latest version (the `operate` scope); without it only an existing version runs.
     pub may_add_version: bool,

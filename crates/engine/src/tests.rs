@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use starbridge_core::dispatch::QueueMode;
+use starbridge_core::labels::Labels;
 use starbridge_core::model::{
     EventKind, Input, JobStatus, OperatorAction, OperatorCommand, ReportedError, TaskStatus,
 };
@@ -1058,6 +1059,7 @@ fn schedule_spec(cron: &str, overlap: Overlap, catch_up: CatchUp) -> ScheduleSpe
         overlap,
         catch_up,
         paused: false,
+        labels: Default::default(),
     }
 }
 
@@ -1073,6 +1075,154 @@ async fn all_jobs(store: &Store) -> Vec<starbridge_core::model::Job> {
         })
         .await
         .unwrap()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+async fn labels_merge_over_the_workflows_and_are_checked_at_apply_and_submit(f: Fixture) {
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition(
+                "labels: {team: storage, tier: '1'}\nsteps:\n- {id: a, queue: q, command: c}\n",
+            ),
+        )
+        .await
+        .unwrap();
+    let submitted = f
+        .store
+        .submit(
+            "default",
+            Submit {
+                workflow: Some("wf".into()),
+                labels: labels(&[("tier", "2"), ("env", "prod")]),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap();
+    let expected = labels(&[("env", "prod"), ("team", "storage"), ("tier", "2")]);
+    assert_eq!(submitted.state.job.labels, expected, "the submission's win");
+    let read = f
+        .store
+        .job("default", &submitted.state.job.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.job.labels, expected);
+    let plain = submit(&f.store, "wf", json!({})).await;
+    assert_eq!(
+        plain.state.job.labels,
+        labels(&[("team", "storage"), ("tier", "1")])
+    );
+    let found = f
+        .store
+        .jobs(JobFilter {
+            namespace: "default".into(),
+            labels: vec![
+                ("team".into(), "storage".into()),
+                ("tier".into(), "2".into()),
+            ],
+            limit: 10,
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].id, submitted.state.job.id);
+
+    let refused = |labels: Labels| {
+        let store = f.store.clone();
+        async move {
+            let request = Submit {
+                workflow: Some("wf".into()),
+                labels,
+                ..Submit::default()
+            };
+            let Err(Error::Invalid(problems)) = store.submit("default", request).await else {
+                panic!("expected a validation error");
+            };
+            problems
+        }
+    };
+    let problems = refused(labels(&[("Team", "x")])).await;
+    assert_eq!(problems[0].field, "labels.Team");
+    let problems = refused(labels(&[("team", "a\0b")])).await;
+    assert_eq!(problems[0].field, "labels.team");
+    // 30 distinct labels with the workflow's two are 32, the default limit; one more is over.
+    let many: Labels = (0..31).map(|i| (format!("k{i}"), "v".to_owned())).collect();
+    let problems = refused(many).await;
+    assert_eq!(problems[0].field, "labels");
+    assert!(
+        problems[0].message.contains("33 labels"),
+        "{}",
+        problems[0].message
+    );
+
+    let over: String = (0..33).map(|i| format!("k{i}: v\n  ")).collect();
+    let Err(Error::Invalid(problems)) = f
+        .store
+        .apply_workflow(
+            "default",
+            "wide",
+            definition(&format!(
+                "labels:\n  {over}\nsteps:\n- {{id: a, queue: q, command: c}}\n"
+            )),
+        )
+        .await
+    else {
+        panic!("expected a validation error");
+    };
+    assert_eq!(problems[0].field, "labels");
+    assert_eq!(
+        all_jobs(&f.store).await.len(),
+        2,
+        "nothing refused was stored"
+    );
+}
+
+async fn a_schedule_gives_its_labels_to_the_jobs_it_starts(f: Fixture) {
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("labels: {team: storage}\nsteps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    let spec = ScheduleSpec {
+        labels: labels(&[("origin", "cron")]),
+        ..schedule_spec("*/10 * * * * *", Overlap::Allow, CatchUp::Skip)
+    };
+    let schedule = f
+        .store
+        .put_schedule("default", "nightly", spec)
+        .await
+        .unwrap();
+    assert_eq!(schedule.labels, labels(&[("origin", "cron")]));
+    f.clock
+        .advance(schedule.next_fire_at.unwrap().since(f.store.now()));
+    f.store.tick().await.unwrap();
+    let jobs = all_jobs(&f.store).await;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(
+        jobs[0].labels,
+        labels(&[("origin", "cron"), ("team", "storage")])
+    );
+    let bad = ScheduleSpec {
+        labels: labels(&[("Origin", "cron")]),
+        ..schedule_spec("*/10 * * * * *", Overlap::Allow, CatchUp::Skip)
+    };
+    let Err(Error::Invalid(problems)) = f.store.put_schedule("default", "bad", bad).await else {
+        panic!("expected a validation error");
+    };
+    assert_eq!(problems[0].field, "labels.Origin");
 }
 
 async fn a_schedule_fires_one_job_per_fire_time_with_its_params(f: Fixture) {
@@ -1375,6 +1525,8 @@ async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(
 }
 
 on_both_backends!(
+    labels_merge_over_the_workflows_and_are_checked_at_apply_and_submit,
+    a_schedule_gives_its_labels_to_the_jobs_it_starts,
     a_token_authenticates_until_revoked_and_only_its_hash_is_kept,
     the_audit_log_lists_entries_newest_first_per_namespace,
     finished_jobs_are_pruned_after_their_retention_and_running_ones_stay,

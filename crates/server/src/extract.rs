@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use starbridge_api as api;
 use starbridge_core::definition::check_name;
 use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::labels;
 use starbridge_core::model::JobStatus;
 use starbridge_core::wire::{Open, WireEnum};
 
@@ -119,4 +120,29 @@ pub(crate) fn job_id(text: &str) -> ApiResult<JobId> {
 
 pub(crate) fn task_id(text: &str) -> ApiResult<TaskId> {
     TaskId::parse(text).ok_or_else(|| ApiError::not_found(format!("task {text} not found")))
+}
+
+/// The label filter of a job list: its `label` parameters, each a `key=value` selector; a
+/// malformed one is a 400 naming `label`. A repeated selector counts once.
+pub(crate) fn label_filter<'a>(
+    selectors: impl Iterator<Item = &'a str>,
+) -> ApiResult<Vec<(String, String)>> {
+    let mut labels = Vec::new();
+    for selector in selectors {
+        let label = labels::parse_selector(selector)
+            .map_err(|message| ApiError::invalid("label", message))?;
+        if !labels.contains(&label) {
+            labels.push(label);
+        }
+    }
+    Ok(labels)
+}
+
+/// The label filter of a bulk action, its `labels` object: a label that breaks the rules of
+/// labels is a 400 naming it (`labels.<key>`).
+pub(crate) fn label_pairs(labels: &api::Labels) -> ApiResult<Vec<(String, String)>> {
+    if let Some(problem) = labels::check("labels", labels).into_iter().next() {
+        return Err(ApiError::invalid(&problem.field, problem.message));
+    }
+    Ok(labels.clone().into_iter().collect())
 }

@@ -15,7 +15,9 @@ use utoipa::IntoParams;
 
 use crate::auth::{Caller, actor, audit_added_version};
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{body, job_id, namespace, namespace_name, parse_status, parse_time};
+use crate::extract::{
+    body, job_id, label_filter, namespace, namespace_name, parse_status, parse_time,
+};
 use crate::limits::{Limit, Limits};
 use crate::openapi::{
     ActorHeader, BadRequest, Body, Failures, Guarded, JobPath, NotFound, OtherNamespace, PROBLEM,
@@ -129,8 +131,11 @@ async fn job_view_with(
             status = 422,
             description = "Neither `workflow` nor `definition`, a malformed `workflow` name or \
                            `key`, `params` not an object or not matching the workflow's schema, an \
-                           invalid inline definition, or a workflow `lock.key` that does not render \
-                           to a string (the field is `lock.key`).",
+                           invalid inline definition, a workflow `lock.key` that does not render \
+                           to a string (the field is `lock.key`), a label that breaks the rules of \
+                           labels (`labels.<key>`), or more labels than `--max-labels`, the \
+                           submission's own (a limit-exceeded problem) or merged with the \
+                           workflow's (`labels`).",
             body = api::Problem, content_type = PROBLEM,
         ),
         Guarded, Body, Failures,
@@ -176,12 +181,14 @@ pub(crate) fn submission(request: api::SubmitJob, actor: String, caller: &Caller
         key: request.key,
         priority: request.priority,
         actor: Some(actor),
+        labels: request.labels,
         may_add_version: caller.may_operate(),
     }
 }
 
-/// Holds a job submission to the limits on names, keys, params and inline definitions.
+/// Holds a job submission to the limits on names, keys, params, labels and inline definitions.
 pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResult<()> {
+    limits.labels("labels", request.labels.len())?;
     if let Some(workflow) = &request.workflow {
         limits.text(Limit::Name, "workflow", workflow)?;
     }
@@ -205,13 +212,23 @@ pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResu
     path = paths::JOBS,
     operation_id = "listJobs",
     tag = "jobs",
-    params(api::NamespaceQuery, api::JobListQuery),
+    params(
+        api::NamespaceQuery,
+        api::JobListQuery,
+        (
+            "label" = Option<Vec<String>>, Query, style = Form, explode,
+            description = "Only jobs with this label, `key=value` (split at the first `=`, so a \
+                           value may hold `=`); repeat it for the jobs with every one of several \
+                           labels. A selector without `=`, a key other than 1 to 63 characters of \
+                           `a-z0-9_./-` or a value over 255 bytes is a 400.",
+        ),
+    ),
     responses(
         (status = 200, description = "A page of jobs.", body = api::JobList),
         (
             status = 400,
             description = "An unknown `status`, a `limit` out of range, a malformed \
-                           `created_after`, `created_before` or `cursor`, or a malformed namespace: \
+                           `created_after`, `created_before`, `cursor` or `label`, or a malformed namespace: \
                            the problem names the parameter. A query string that cannot be parsed at \
                            all (e.g. `limit=abc`) is refused before the handler, with a problem naming \
                            `query`.",
@@ -225,8 +242,16 @@ pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResu
 async fn list_jobs(
     State(state): State<AppState>,
     Query(query): Query<api::JobListQuery>,
+    Query(pairs): Query<Vec<(String, String)>>,
 ) -> ApiResult<Json<api::JobList>> {
     let namespace = namespace_name(query.namespace.as_deref())?;
+    // `label` repeats, which the query's struct cannot hold: read from every pair.
+    let labels = label_filter(
+        pairs
+            .iter()
+            .filter(|(name, _)| name == "label")
+            .map(|(_, selector)| selector.as_str()),
+    )?;
     let status = query
         .status
         .as_ref()
@@ -281,6 +306,7 @@ async fn list_jobs(
             created_after,
             created_before,
             parent,
+            labels,
             limit: limit + 1,
         })
         .await?;

@@ -36,10 +36,11 @@ pub enum Limit {
     Page,
     PendingSignals,
     WorkflowDepth,
+    Labels,
 }
 
 impl Limit {
-    pub const ALL: [Limit; 11] = [
+    pub const ALL: [Limit; 12] = [
         Limit::Body,
         Limit::Definition,
         Limit::Steps,
@@ -51,6 +52,7 @@ impl Limit {
         Limit::Page,
         Limit::PendingSignals,
         Limit::WorkflowDepth,
+        Limit::Labels,
     ];
 
     /// The setting's name without dashes, as in problem documents: `max_body_bytes`.
@@ -67,6 +69,7 @@ impl Limit {
             Limit::Page => "max_page_size",
             Limit::PendingSignals => "max_pending_signals",
             Limit::WorkflowDepth => "max_workflow_depth",
+            Limit::Labels => "max_labels",
         }
     }
 
@@ -99,7 +102,9 @@ pub struct Limits {
     /// Largest `limit` of a list request.
     pub page_size: u32,
     /// What the engine enforces while jobs run: fan-out width, task size (inputs are checked by
-    /// the engine; outputs, progress and error messages by the server) and signals kept per job.
+    /// the engine; outputs, progress and error messages by the server), signals kept per job and
+    /// labels per job (a request's own labels are checked by the server, merged ones by the
+    /// engine).
     pub run: starbridge_core::limits::Limits,
 }
 
@@ -163,6 +168,7 @@ impl Limits {
             Limit::Page => self.page_size as usize,
             Limit::PendingSignals => self.run.pending_signals,
             Limit::WorkflowDepth => self.run.workflow_depth as usize,
+            Limit::Labels => self.run.labels,
         };
         value as u64
     }
@@ -215,7 +221,8 @@ impl Limits {
         Ok(())
     }
 
-    /// Checks a parsed definition: its size (aliases may have expanded it) and step count.
+    /// Checks a parsed definition: its size (aliases may have expanded it), step count and label
+    /// count.
     pub(crate) fn definition(&self, field: &str, document: &Value) -> ApiResult<()> {
         self.json(Limit::Definition, field, document)?;
         if let Some(steps) = document.get("steps").and_then(Value::as_array) {
@@ -226,7 +233,16 @@ impl Limits {
                 "steps",
             )?;
         }
+        if let Some(labels) = document.get("labels").and_then(Value::as_object) {
+            self.labels(&format!("{field}.labels"), labels.len())?;
+        }
         Ok(())
+    }
+
+    /// Refuses more labels than `--max-labels` (a submission's or a schedule's own; the engine
+    /// holds the merged labels to the same limit).
+    pub(crate) fn labels(&self, field: &str, count: usize) -> ApiResult<()> {
+        self.count(Limit::Labels, field, count as u64, "labels")
     }
 
     /// A whole request body is too large: `413`.

@@ -19,7 +19,7 @@ use std::pin::Pin;
 use crate::auth::actor;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{
-    body, job_id, known, namespace, optional_body, parse_status, parse_time, task_id,
+    body, job_id, known, label_pairs, namespace, optional_body, parse_status, parse_time, task_id,
 };
 use crate::jobs::job_view;
 use crate::limits::Limit;
@@ -149,7 +149,8 @@ const MAX_REFUSALS_LISTED: usize = 100;
             description = "An unknown action (`action`); the body is not a BulkRequest object \
                            (empty, malformed JSON, an unknown field, a wrong type; the field is \
                            `body`); an unknown `status`, a malformed `created_after` or \
-                           `created_before`, a `limit` of 0 or over 10000, a `reason` over 1024 \
+                           `created_before`, a label of `labels` that breaks the rules of labels \
+                           (`labels.<key>`), a `limit` of 0 or over 10000, a `reason` over 1024 \
                            bytes; or a malformed namespace or `Starbridge-Actor` header. Nothing \
                            changed.",
             body = api::Problem, content_type = PROBLEM,
@@ -219,6 +220,7 @@ async fn bulk(
             .transpose()?,
         before: None,
         parent: None,
+        labels: label_pairs(&request.labels)?,
         limit,
     };
     let actor = actor(&headers)?;

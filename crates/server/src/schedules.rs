@@ -82,6 +82,7 @@ pub(crate) fn view(schedule: &StoredSchedule) -> api::ScheduleView {
         last_error: schedule.last_error.clone(),
         created_at: time(schedule.created_at),
         updated_at: time(schedule.updated_at),
+        labels: schedule.labels.clone(),
     }
 }
 
@@ -202,8 +203,10 @@ fn catch_up(policy: Option<&api::CatchUpPolicy>) -> ApiResult<CatchUp> {
             status = 422,
             description = "A malformed schedule name (`name`), a `cron` that is not a cron \
                            expression, an unknown `timezone`, a `workflow` not applied in this \
-                           namespace, `params` that are not an object, or a `catch_up.limit` of 0 \
-                           (`catch_up.limit`). The first field at fault is named; nothing changed.",
+                           namespace, `params` that are not an object, a `catch_up.limit` of 0 \
+                           (`catch_up.limit`), a label that breaks the rules of labels \
+                           (`labels.<key>`) or more labels than `--max-labels` (`labels`). The \
+                           first field at fault is named; nothing changed.",
             body = api::Problem, content_type = PROBLEM,
         ),
         Guarded, Body, Failures,
@@ -224,6 +227,7 @@ async fn put(
     if let Some(params) = &request.params {
         state.limits.json(Limit::Params, "params", params)?;
     }
+    state.limits.labels("labels", request.labels.len())?;
     let overlap = match &request.overlap {
         None => Overlap::Skip,
         Some(overlap) => known("overlap", overlap, |text| {
@@ -241,6 +245,7 @@ async fn put(
         overlap,
         catch_up: catch_up(request.catch_up.as_ref())?,
         paused: request.paused,
+        labels: request.labels,
     };
     let schedule = state.engine.put_schedule(&namespace, &name, spec).await?;
     let status = if existed {

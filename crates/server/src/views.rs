@@ -54,6 +54,7 @@ pub(crate) fn job_summary_with(job: &Job, lock_held: Option<u32>) -> api::JobSum
         }),
         lock: job.lock.as_ref().map(|lock| lock.key.clone()),
         waiting_reason,
+        labels: job.labels.clone(),
     }
 }
 

@@ -339,6 +339,77 @@ async fn params_over_the_params_limit_are_refused_at_submit_and_in_schedules() {
 }
 
 #[tokio::test]
+async fn labels_over_the_label_limit_are_refused_in_definitions_submits_and_schedules() {
+    let api = api(Limits {
+        run: starbridge_core::limits::Limits {
+            labels: 2,
+            ..starbridge_core::limits::Limits::default()
+        },
+        ..Limits::default()
+    });
+    let answer = api
+        .call(
+            "PUT",
+            "/api/v1/workflows/wide",
+            "labels: {a: '1', b: '2', c: '3'}\nsteps: [{id: a, queue: q, command: c}]",
+        )
+        .await;
+    assert_limit(
+        &answer,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Limit::Labels,
+        2,
+        "body.labels",
+    );
+    api.ok(
+        "PUT",
+        "/api/v1/workflows/wf",
+        "labels: {team: storage}\nsteps: [{id: a, queue: q, command: c}]",
+    )
+    .await;
+    let body = json!({"workflow": "wf", "labels": {"a": "1", "b": "2", "c": "3"}});
+    let answer = api.call("POST", "/api/v1/jobs", &body.to_string()).await;
+    assert_limit(
+        &answer,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Limit::Labels,
+        2,
+        "labels",
+    );
+    // Two of its own are within the limit, but not with the workflow's: the engine refuses
+    // the merged labels, naming the setting.
+    let body = json!({"workflow": "wf", "labels": {"a": "1", "b": "2"}});
+    let answer = api.call("POST", "/api/v1/jobs", &body.to_string()).await;
+    assert_eq!(
+        answer.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        answer.body
+    );
+    assert_eq!(answer.body["errors"][0]["field"], "labels");
+    let detail = answer.body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("3 labels") && detail.contains("--max-labels"),
+        "{detail}"
+    );
+    let body = json!({"workflow": "wf", "labels": {"team": "infra", "b": "2"}});
+    let job = api.ok("POST", "/api/v1/jobs", &body.to_string()).await;
+    assert_eq!(job["labels"], json!({"b": "2", "team": "infra"}));
+    let body =
+        json!({"workflow": "wf", "cron": "@daily", "labels": {"a": "1", "b": "2", "c": "3"}});
+    let answer = api
+        .call("PUT", "/api/v1/schedules/nightly", &body.to_string())
+        .await;
+    assert_limit(
+        &answer,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        Limit::Labels,
+        2,
+        "labels",
+    );
+}
+
+#[tokio::test]
 async fn keys_and_names_over_their_limits_are_refused() {
     let api = api(Limits {
         key_bytes: 10,

@@ -528,6 +528,27 @@ const ALLOWED: &[(&str, &str)] = &[
         "both batch answers are one type (`BatchItem`), whose refused item is described once \
          for both: \"The job was refused: …\" (a batch completion's items are reports)",
     ),
+    (
+        "POST /api/v1/jobs 422: description",
+        "a submission may be refused for its labels, which the description names",
+    ),
+    (
+        "POST /api/v1/jobs/bulk/{action} 400: description",
+        "a bulk action's labels may be refused, which the description names",
+    ),
+    (
+        "PUT /api/v1/schedules/{name} 422: description",
+        "a schedule may be refused for its labels, which the description names",
+    ),
+    (
+        "GET /api/v1/jobs: parameter (\"label\", \"query\") added",
+        "jobs have labels now, and the list filters on them (`label=key=value`, repeatable)",
+    ),
+    (
+        "description Some(\"A workflow definition (see docs/reference.md)",
+        "a definition has a `labels` field now (the default labels of its jobs), which the \
+         description names",
+    ),
 ];
 
 /// Text with its white space folded: a description wrapped over lines says the same.

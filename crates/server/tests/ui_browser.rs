@@ -936,3 +936,76 @@ async fn the_jobs_list_counts_filters_and_pages_through_many_jobs() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jobs_list_filters_by_labels_and_a_job_page_links_its_labels() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "nightly",
+                json!({"labels": {"team": "storage"}, "steps": [{"id": "backup", "queue": "batch", "command": "backup"}]}),
+            )
+            .await;
+        let mut prod = String::new();
+        for (key, env) in [("a", "prod"), ("b", "dev"), ("c", "")] {
+            let labels = [("env".to_owned(), env.to_owned())]
+                .into_iter()
+                .filter(|(_, value)| !value.is_empty())
+                .collect();
+            let submitted = setup
+                .store
+                .submit(
+                    "default",
+                    starbridge_engine::Submit {
+                        workflow: Some("nightly".to_owned()),
+                        key: Some(key.to_owned()),
+                        labels,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .unwrap();
+            if env == "prod" {
+                prod = submitted.state.job.id.to_string();
+            }
+        }
+        browser.open(&format!("{}/", setup.base)).await;
+        let count = "return document.querySelector('#counts a').textContent";
+        browser.wait_for("all counted", count, json!("all 3")).await;
+        // Labels typed into the filter: one, then two that a job must both carry.
+        browser.type_into("#f-label", "env=prod").await;
+        browser.press("\u{E007}").await;
+        browser.wait_for("prod counted", count, json!("all 1")).await;
+        let first = "return document.querySelector('#jobs td.mono').textContent";
+        assert_eq!(browser.eval(first).await, "a");
+        browser.type_into("#f-label", "team=storage, env=dev").await;
+        browser.press("\u{E007}").await;
+        browser.wait_for("dev counted", count, json!("all 1")).await;
+        assert_eq!(browser.eval(first).await, "b");
+        browser.screenshot("jobs-label-filter").await;
+        browser.type_into("#f-label", "Env=dev").await;
+        browser.press("\u{E007}").await;
+        browser
+            .wait_for(
+                "the refusal shown",
+                "const e = document.querySelector('.filters + .error, p.error'); return e ? e.textContent.startsWith('label: ') : false",
+                json!(true),
+            )
+            .await;
+        // A job page shows its labels, each a link to the jobs that carry it.
+        browser
+            .open(&format!("{}/ui/jobs/{prod}", setup.base))
+            .await;
+        let labels = "return [...document.querySelectorAll('#labels a')].map(a => a.textContent).join(' ')";
+        assert_eq!(browser.eval(labels).await, "env=prod team=storage");
+        browser.click("#labels a:last-child").await;
+        browser
+            .wait_for("storage counted", count, json!("all 3"))
+            .await;
+        assert_eq!(
+            browser.eval("return document.querySelector('#f-label').value").await,
+            "team=storage"
+        );
+    })
+    .await;
+}

@@ -6,8 +6,8 @@
 //! ```
 //!
 //! It prints the server time of each jobs-list query (the median of several requests handled
-//! in-process). It checks what the pages show, not how fast they are: timings depend on the
-//! machine.
+//! in-process), and of the API's label filter (`GET /api/v1/jobs?label=…`, p50 and p99). It
+//! checks what the pages show, not how fast they are: timings depend on the machine.
 
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,8 @@ const SPACING_MS: i64 = 1000;
 const RUNS: usize = 7;
 
 /// Fills `jobs` directly: workflows `nightly` (80%), `backup` (10%) and `adhoc` (10%); most
-/// jobs succeeded, some failed, the newest still running.
+/// jobs succeeded, some failed, the newest still running. Labels: every other job `tier=1`, one
+/// in 10,000 `team=storage` (100 jobs), half of those also `env=prod`.
 fn fill(path: &std::path::Path, now: i64) {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;")
@@ -45,6 +46,17 @@ fn fill(path: &std::path::Path, now: i64) {
         rusqlite::params![JOBS, now, SPACING_MS],
     )
     .unwrap();
+    conn.execute_batch(
+        "INSERT INTO job_labels (job_id, namespace, key, value) \
+             SELECT id, 'default', 'tier', '1' FROM jobs WHERE CAST(substr(id, 5) AS INTEGER) % 2 = 0; \
+         INSERT INTO job_labels (job_id, namespace, key, value) \
+             SELECT id, 'default', 'team', 'storage' FROM jobs WHERE CAST(substr(id, 5) AS INTEGER) % 10000 = 7; \
+         INSERT INTO job_labels (job_id, namespace, key, value) \
+             SELECT id, 'default', 'env', 'prod' FROM jobs WHERE CAST(substr(id, 5) AS INTEGER) % 20000 = 7; \
+         UPDATE jobs SET labels = (SELECT json_group_object(key, value) FROM job_labels WHERE job_id = jobs.id) \
+             WHERE id IN (SELECT job_id FROM job_labels);",
+    )
+    .unwrap();
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -52,9 +64,16 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fills a store with a million jobs: run with --ignored --nocapture"]
-async fn jobs_list_pages_with_a_million_jobs() {
+/// A store of `JOBS` jobs (see `fill`) behind the whole HTTP surface.
+struct Filled {
+    router: axum::Router,
+    /// When the newest job was created.
+    now: i64,
+    _closing: tokio::sync::watch::Sender<bool>,
+    _dir: tempfile::TempDir,
+}
+
+async fn filled() -> Filled {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("scale.db");
     let store = Engine::open(&format!("sqlite://{}", path.display())).unwrap();
@@ -72,8 +91,20 @@ async fn jobs_list_pages_with_a_million_jobs() {
     let filled = Instant::now();
     fill(&path, now);
     println!("filled {JOBS} jobs in {:.1?}", filled.elapsed());
-    let (_closing, closing_seen) = tokio::sync::watch::channel(false);
-    let router = app(AppState::new(store), closing_seen);
+    let (closing, closing_seen) = tokio::sync::watch::channel(false);
+    Filled {
+        router: app(AppState::new(store), closing_seen),
+        now,
+        _closing: closing,
+        _dir: dir,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fills a store with a million jobs: run with --ignored --nocapture"]
+async fn jobs_list_pages_with_a_million_jobs() {
+    let store = filled().await;
+    let (router, now) = (&store.router, store.now);
     let old_from = starbridge_api::timestamp_from_millis(now - 400_000 * SPACING_MS)
         .strftime("%Y-%m-%dT%H:%M")
         .to_string();
@@ -116,6 +147,21 @@ async fn jobs_list_pages_with_a_million_jobs() {
         ("key prefix", "/?q=order-12345".into(), "all <b>11</b>"),
         ("id prefix", "/?q=job_00000012345".into(), "all <b>10</b>"),
         (
+            "label team=storage",
+            "/?label=team%3Dstorage".into(),
+            "all <b>100</b>",
+        ),
+        (
+            "labels team=storage, env=prod",
+            "/?label=team%3Dstorage%2C+env%3Dprod".into(),
+            "all <b>50</b>",
+        ),
+        (
+            "label tier=1 (half the jobs)",
+            "/?label=tier%3D1".into(),
+            "all <b title=\"more than",
+        ),
+        (
             "a key prefix every job has",
             "/?q=order-".into(),
             "all <b title=\"more than 2,000",
@@ -151,5 +197,61 @@ async fn jobs_list_pages_with_a_million_jobs() {
         samples.remove(0);
         let max = *samples.iter().max().unwrap();
         println!("{name:<36} {:>10.1?} {:>10.1?}", median(samples), max);
+    }
+}
+
+/// Requests per label filter case: enough for a 99th percentile.
+const API_RUNS: usize = 200;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fills a store with a million jobs: run with --ignored --nocapture"]
+async fn the_api_label_filter_with_a_million_jobs() {
+    let store = filled().await;
+    let router = &store.router;
+    let cases: [(&str, &str, usize); 6] = [
+        ("team=storage (100 jobs)", "label=team%3Dstorage", 50),
+        (
+            "team=storage and env=prod",
+            "label=team%3Dstorage&label=env%3Dprod",
+            50,
+        ),
+        (
+            "team=storage, status failed",
+            "label=team%3Dstorage&status=failed",
+            0,
+        ),
+        ("tier=1 (500,000 jobs)", "label=tier%3D1", 50),
+        ("tier=1, status failed", "label=tier%3D1&status=failed", 50),
+        (
+            "tier=1 and team=storage (none)",
+            "label=tier%3D1&label=team%3Dstorage",
+            0,
+        ),
+    ];
+    println!("{:<36} {:>10} {:>10}", "GET /api/v1/jobs?…", "p50", "p99");
+    for (name, query, at_least) in cases {
+        let uri = format!("/api/v1/jobs?{query}");
+        let mut samples = Vec::with_capacity(API_RUNS);
+        for _ in 0..API_RUNS + 1 {
+            let request = Request::builder().uri(&uri).body(Body::empty()).unwrap();
+            let started = Instant::now();
+            let response = router.clone().oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            samples.push(started.elapsed());
+            assert_eq!(status, StatusCode::OK, "{uri}");
+            let list: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            assert!(list["items"].as_array().unwrap().len() >= at_least, "{uri}");
+        }
+        samples.remove(0);
+        samples.sort();
+        let p99 = samples[samples.len() * 99 / 100];
+        println!(
+            "{name:<36} {:>10.1?} {:>10.1?}",
+            samples[samples.len() / 2],
+            p99
+        );
     }
 }

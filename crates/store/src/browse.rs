@@ -11,7 +11,8 @@
 //! are in migration `0004_browse.sql` (PostgreSQL: `0003_browse.sql`). The SQL is portable:
 //! row values, plain comparisons, numbered placeholders.
 
-use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, bind};
+use crate::db::{Conn, Queries, Row, Value as SqlValue, args, bind};
+use crate::rows::labels::{RARE_LABEL, capped_count};
 use starbridge_core::ids::JobId;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
@@ -30,6 +31,8 @@ pub struct JobSearch {
     pub created_before: Option<Timestamp>,
     /// Jobs whose id or key starts with this text.
     pub text: Option<String>,
+    /// Only jobs with every one of these labels (`key`, `value`).
+    pub labels: Vec<(String, String)>,
     /// Only jobs after this one in the list order (the last row of the previous page).
     pub after: Option<JobCursor>,
     pub limit: u32,
@@ -90,7 +93,7 @@ pub struct WorkerLoad {
 }
 
 /// The `WHERE` clause and its values for everything in `search` but status and cursor.
-fn conditions(search: &JobSearch) -> (String, Vec<SqlValue>) {
+fn conditions(conn: &mut dyn Conn, search: &JobSearch) -> Result<(String, Vec<SqlValue>)> {
     let mut sql = String::from("namespace = ?1");
     let mut values: Vec<SqlValue> = vec![search.namespace.clone().into()];
     let mut push = |sql: &mut String, clause: &str, value: SqlValue| {
@@ -106,7 +109,37 @@ fn conditions(search: &JobSearch) -> (String, Vec<SqlValue>) {
     if let Some(before) = search.created_before {
         push(&mut sql, " AND created_at < #", before.0.into());
     }
-    (sql, values)
+    for label in &search.labels {
+        let rare = capped_count(conn, &search.namespace, label)? < RARE_LABEL;
+        push_label(&mut sql, &mut values, label, rare);
+    }
+    Ok((sql, values))
+}
+
+/// Adds to `sql` (whose `?1` is the namespace) the condition that a job has the label: among
+/// the few jobs of a rare label, read from the label index (`job_labels_find`); else checked
+/// job by job (the primary key of `job_labels`), so that a list that stops after a page, or a
+/// count at its cap, reads no more labels than jobs.
+fn push_label(
+    sql: &mut String,
+    values: &mut Vec<SqlValue>,
+    (key, value): &(String, String),
+    rare: bool,
+) {
+    values.push(key.clone().into());
+    values.push(value.clone().into());
+    let (key, value) = (values.len() - 1, values.len());
+    sql.push_str(&if rare {
+        format!(
+            " AND id IN (SELECT job_id FROM job_labels WHERE namespace = ?1 AND key = ?{key} \
+             AND value = ?{value})"
+        )
+    } else {
+        format!(
+            " AND EXISTS (SELECT 1 FROM job_labels l WHERE l.job_id = jobs.id AND l.key = ?{key} \
+             AND l.value = ?{value})"
+        )
+    });
 }
 
 /// Jobs whose id or key starts with the text, most `SEARCH_SCAN` of each.
@@ -132,19 +165,19 @@ fn candidates(conn: &mut dyn Conn, search: &JobSearch, text: &str) -> Result<(Ve
     ids.dedup();
     let mut lines = Vec::with_capacity(ids.len());
     for chunk in ids.chunks(500) {
-        let marks: Vec<String> = (1..=chunk.len()).map(|i| format!("?{i}")).collect();
-        let query = format!(
-            "SELECT {LINE_COLUMNS}, namespace FROM jobs WHERE id IN ({})",
+        let mut values: Vec<SqlValue> = vec![search.namespace.clone().into()];
+        values.extend(chunk.iter().map(|id| SqlValue::from(id.clone())));
+        let marks: Vec<String> = (2..=values.len()).map(|i| format!("?{i}")).collect();
+        let mut query = format!(
+            "SELECT {LINE_COLUMNS} FROM jobs WHERE namespace = ?1 AND id IN ({})",
             marks.join(", ")
         );
-        let values: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id)).collect();
-        let rows = conn.query_map(&query, &values, |row| {
-            Ok((raw_line(row)?, row.get::<String>(9)?))
-        })?;
-        for (raw, namespace) in rows {
+        for label in &search.labels {
+            push_label(&mut query, &mut values, label, false);
+        }
+        for raw in conn.query_map(&query, &bind(&values), raw_line)? {
             let line = raw.into_line()?;
-            let wanted = namespace == search.namespace
-                && search.workflow.as_ref().is_none_or(|w| *w == line.workflow)
+            let wanted = search.workflow.as_ref().is_none_or(|w| *w == line.workflow)
                 && search.created_after.is_none_or(|t| line.created_at >= t)
                 && search.created_before.is_none_or(|t| line.created_at < t);
             if wanted {
@@ -233,7 +266,7 @@ pub fn jobs(conn: &mut dyn Conn, search: &JobSearch) -> Result<Vec<JobLine>> {
             .take(search.limit as usize)
             .collect());
     }
-    let (mut sql, mut values) = conditions(search);
+    let (mut sql, mut values) = conditions(conn, search)?;
     if let Some(status) = search.status {
         values.push(status.as_str().to_owned().into());
         sql.push_str(&format!(" AND status = ?{}", values.len()));
@@ -280,7 +313,7 @@ pub fn status_counts(
             })
             .collect());
     }
-    let (sql, mut values) = conditions(search);
+    let (sql, mut values) = conditions(conn, search)?;
     values.push(SqlValue::Text(String::new()));
     let status_slot = values.len();
     values.push(

@@ -9,15 +9,16 @@
 //! could notice they are missing:
 //!
 //! - before any statement that names a table they belong to or depend on (`jobs`, `tasks`,
-//!   `events`, and `lock_holders` and `signals`, which reference jobs), so that every query of the transaction
-//!   reads its own writes, and foreign keys find their parents;
+//!   `job_labels`, `events`, and `lock_holders` and `signals`, which reference jobs), so that
+//!   every query of the transaction reads its own writes, and foreign keys find their parents;
 //! - before any transaction control a command runs itself (a savepoint and its rollback then
 //!   cover exactly what they would cover without deferral);
 //! - before the writer commits.
 //!
 //! Events are never read inside a transaction, so they wait for the commit (or a statement that
-//! names them); jobs and tasks go out together, jobs first (tasks reference them). A row
-//! rewritten several times before it is written goes out once, as last written.
+//! names them); jobs, tasks and the labels of new jobs go out together, jobs first (the others
+//! reference them). A row rewritten several times before it is written goes out once, as last
+//! written; label rows are written once, when their job is created.
 //!
 //! A request that is refused before anything of it was written leaves nothing behind: the
 //! writer drops what it held back since the request began (`discard_since`). `writes` counts
@@ -31,13 +32,14 @@ use starbridge_core::model::{Event, Job, Task};
 
 use crate::Result;
 use crate::db::{Arg, Backend, Conn, Row, ToArg, Value, chunks};
-use crate::rows::{self, EVENT_WRITE, JOB_WRITE, RowWrite, TASK_WRITE};
+use crate::rows::{self, EVENT_WRITE, JOB_LABEL_WRITE, JOB_WRITE, RowWrite, TASK_WRITE};
 
 /// Where the rows held back stood when a request began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mark {
     jobs: usize,
     tasks: usize,
+    labels: usize,
     events: usize,
 }
 
@@ -55,6 +57,7 @@ impl Needs {
             Needs::Everything
         } else if sql.contains("jobs")
             || sql.contains("tasks")
+            || sql.contains("job_labels")
             || sql.contains("lock_holders")
             || sql.contains("signals")
         {
@@ -70,6 +73,7 @@ pub struct WriteConn {
     conn: Box<dyn Conn>,
     jobs: Vec<(JobId, Vec<Value>)>,
     tasks: Vec<(TaskId, Vec<Value>)>,
+    labels: Vec<Vec<Value>>,
     events: Vec<Vec<Value>>,
     /// Statement texts by table and rows per statement.
     texts: HashMap<(&'static str, usize), String>,
@@ -82,6 +86,7 @@ impl WriteConn {
             conn,
             jobs: Vec::new(),
             tasks: Vec::new(),
+            labels: Vec::new(),
             events: Vec::new(),
             texts: HashMap::new(),
             writes: 0,
@@ -99,6 +104,11 @@ impl WriteConn {
             .push((task.id.clone(), rows::task_values(namespace, task)));
     }
 
+    /// Holds back the label rows of a job just created (none when it has no labels).
+    pub fn defer_labels(&mut self, job: &Job) {
+        self.labels.extend(rows::label_values(job));
+    }
+
     /// Holds back a history event of a job (`step`: the step of its task, if any).
     pub fn defer_event(&mut self, job: &JobId, step: Option<&str>, event: &Event) {
         self.events.push(rows::event_values(job, step, event));
@@ -108,6 +118,7 @@ impl WriteConn {
         Mark {
             jobs: self.jobs.len(),
             tasks: self.tasks.len(),
+            labels: self.labels.len(),
             events: self.events.len(),
         }
     }
@@ -117,6 +128,7 @@ impl WriteConn {
     pub fn discard_since(&mut self, mark: Mark) {
         self.jobs.truncate(mark.jobs);
         self.tasks.truncate(mark.tasks);
+        self.labels.truncate(mark.labels);
         self.events.truncate(mark.events);
     }
 
@@ -125,6 +137,7 @@ impl WriteConn {
         self.discard_since(Mark {
             jobs: 0,
             tasks: 0,
+            labels: 0,
             events: 0,
         });
     }
@@ -152,6 +165,8 @@ impl WriteConn {
         let tasks = latest(std::mem::take(&mut self.tasks));
         self.insert(&JOB_WRITE, &jobs)?;
         self.insert(&TASK_WRITE, &tasks)?;
+        let labels = std::mem::take(&mut self.labels);
+        self.insert(&JOB_LABEL_WRITE, &labels)?;
         if needs == Needs::Everything {
             let events = std::mem::take(&mut self.events);
             self.insert(&EVENT_WRITE, &events)?;
@@ -236,6 +251,10 @@ mod tests {
         );
         assert_eq!(
             Needs::of("INSERT INTO lock_holders (job_id) VALUES (?1)"),
+            Needs::JobsAndTasks
+        );
+        assert_eq!(
+            Needs::of("DELETE FROM job_labels WHERE job_id = ?1"),
             Needs::JobsAndTasks
         );
         assert_eq!(

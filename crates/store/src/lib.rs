@@ -144,6 +144,8 @@ pub struct JobFilter {
     pub before: Option<JobId>,
     /// Only the child jobs of this job (sub-workflows).
     pub parent: Option<JobId>,
+    /// Only jobs with every one of these labels (`key`, `value`).
+    pub labels: Vec<(String, String)>,
     pub limit: u32,
 }
 

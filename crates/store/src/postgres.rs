@@ -32,6 +32,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("../migrations/postgres/0003_browse.sql")),
     (4, include_str!("../migrations/postgres/0004_health.sql")),
     (5, include_str!("../migrations/postgres/0005_waits.sql")),
+    (6, include_str!("../migrations/postgres/0006_labels.sql")),
     (
         7,
         include_str!("../migrations/postgres/0007_composition.sql"),

@@ -33,6 +33,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("../migrations/sqlite/0004_browse.sql")),
     (5, include_str!("../migrations/sqlite/0005_health.sql")),
     (6, include_str!("../migrations/sqlite/0006_waits.sql")),
+    (7, include_str!("../migrations/sqlite/0007_labels.sql")),
     (8, include_str!("../migrations/sqlite/0008_composition.sql")),
 ];
 

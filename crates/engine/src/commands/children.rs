@@ -12,14 +12,16 @@
 //!   loop hands it to the parent (`deliver_endings`), taking the parent's lock first.
 
 use starbridge_core::ids::JobId;
-use starbridge_core::machine::{self, Ctx, NewJob};
+use starbridge_core::labels;
+use starbridge_core::machine::NewJob;
 use starbridge_core::model::{
     ChildCommand, ChildStart, Input, JobState, OperatorAction, OperatorCommand,
 };
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
-use super::{UuidIds, apply, load_job, persist, start_waiting_jobs, workflow_of};
+use super::submit::create_job;
+use super::{apply, check_labels, load_job, workflow_of};
 use crate::ctx::WriteCtx;
 use crate::{Error, Result};
 
@@ -57,32 +59,18 @@ fn create_child(ctx: &mut WriteCtx<'_>, parent: &JobState, start: ChildStart) ->
     let namespace = parent.job.namespace.clone();
     let compiled = ctx.workflow(&namespace, &start.workflow, start.version)?;
     compiled.check_params(&start.params)?;
+    // A child carries its parent's labels over its own workflow's.
+    let labels = labels::merge(&compiled.workflow.labels, &parent.job.labels);
+    check_labels(ctx, &labels)?;
     let mut new = NewJob::new(start.child, namespace.clone(), start.version, start.params);
     new.priority = Some(start.priority);
     new.actor = Some(format!("job {}", parent.job.id));
+    new.labels = labels;
     new.depth = parent.job.depth + 1;
     new.child_versions = child_versions(ctx, &namespace, &compiled.workflow)?;
     new.held_by_ancestors = ancestors_locks(ctx, parent)?;
     new.parent = Some(start.parent);
-    let mut ids = UuidIds;
-    let mut machine_ctx = Ctx {
-        now: ctx.now,
-        ids: &mut ids,
-        limits: ctx.limits,
-    };
-    let (mut state, actions) = machine::create_job(&compiled.workflow, new, &mut machine_ctx)
-        .map_err(|error| match error {
-            machine::CreateError::LockKey(message) => super::invalid("lock.key", message),
-        })?;
-    let follow_ups = persist(ctx, &state, actions)?;
-    crate::commands::outbox::enqueue(ctx, &state.job, None)?;
-    super::carry_out(ctx, &mut state, follow_ups)?;
-    let lock = state.job.lock.clone();
-    ctx.jobs.keep(state);
-    if let Some(lock) = lock {
-        start_waiting_jobs(ctx, &namespace, &lock.key)?;
-    }
-    Ok(())
+    create_job(ctx, &compiled.workflow, new).map(|_| ())
 }
 
 /// The version of each sub-workflow `workflow`'s steps start without naming one: the latest

@@ -41,6 +41,7 @@ use crate::{Error, Result};
 use starbridge_core::Workflow;
 use starbridge_core::definition::Problem;
 use starbridge_core::ids::{IdSource, JobId, TaskId};
+use starbridge_core::labels::{self, Labels};
 use starbridge_core::machine::{self, Ctx};
 use starbridge_core::model::{Action, Input, JobState, Rejection};
 use starbridge_store::rows;
@@ -67,6 +68,18 @@ pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Error {
         field: field.to_owned(),
         message: message.into(),
     }])
+}
+
+/// Refuses labels that break the rules of labels (each named `labels.<key>`), or more of them
+/// than `--max-labels`.
+pub(crate) fn check_labels(ctx: &WriteCtx<'_>, labels: &Labels) -> Result<()> {
+    let mut problems = labels::check("labels", labels);
+    problems.extend(labels::check_count("labels", labels.len(), ctx.limits.labels).err());
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(problems))
+    }
 }
 
 /// A job with its tasks for a command to change: from the writer's job cache when it holds the

@@ -5,6 +5,7 @@
 
 use serde_json::Value;
 use starbridge_core::ids::JobId;
+use starbridge_core::labels::Labels;
 use starbridge_core::schedule::{self, CatchUp, CronSpec, FireDecision, Overlap};
 use starbridge_core::time::Timestamp;
 use starbridge_store::db::Conn;
@@ -24,6 +25,8 @@ pub struct ScheduleSpec {
     pub overlap: Overlap,
     pub catch_up: CatchUp,
     pub paused: bool,
+    /// The labels of the jobs it starts, merged over their workflow's.
+    pub labels: Labels,
 }
 
 /// Resolves a time zone name (reads the system's tz database).
@@ -58,6 +61,7 @@ pub(crate) fn put(
     if !spec.params.is_object() {
         return Err(invalid("params", "must be a JSON object"));
     }
+    commands::check_labels(ctx, &spec.labels)?;
     if let CatchUp::All { limit } = spec.catch_up
         && limit == 0
     {
@@ -75,6 +79,7 @@ pub(crate) fn put(
         overlap: spec.overlap,
         catch_up: spec.catch_up,
         paused: spec.paused,
+        labels: spec.labels,
         pending_fire_at: None,
         last_fire_at: existing.as_ref().and_then(|s| s.last_fire_at),
         last_job_id: existing.as_ref().and_then(|s| s.last_job_id.clone()),
@@ -187,6 +192,7 @@ fn start(ctx: &mut WriteCtx<'_>, schedule: &StoredSchedule, fire: Timestamp) -> 
         params: Some(schedule.params.clone()),
         key: Some(format!("schedule:{}:{}", schedule.name, fire.0)),
         actor: Some(format!("schedule {}", schedule.name)),
+        labels: schedule.labels.clone(),
         ..Submit::default()
     };
     let wakes = ctx.wakes.len();

@@ -5,14 +5,16 @@ use crate::{Error, Result, Submit, Submitted};
 use serde_json::Value;
 use starbridge_core::Workflow;
 use starbridge_core::definition::check_name;
+use starbridge_core::labels;
 use starbridge_core::limits::MAX_KEY_BYTES;
 use starbridge_core::machine::{self, Ctx, NewJob};
+use starbridge_core::model::JobState;
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
 use super::{
-    UuidIds, carry_out, check_no_nul, child_versions, invalid, load_job, new_job_id, persist,
-    start_waiting_jobs, store_workflow,
+    UuidIds, carry_out, check_labels, check_no_nul, child_versions, invalid, load_job, new_job_id,
+    persist, start_waiting_jobs, store_workflow,
 };
 
 pub(crate) fn submit(
@@ -113,38 +115,57 @@ pub(crate) fn submit(
         return Err(invalid("params", "must be a JSON object"));
     }
     compiled.check_params(&params)?;
+    // The workflow's labels were checked when it was applied: this checks the submission's
+    // and, merged, their number.
+    let labels = labels::merge(&compiled.workflow.labels, &request.labels);
+    check_labels(ctx, &labels)?;
     let mut new = NewJob::new(new_job_id(), namespace.to_owned(), version, params);
     new.key = request.key;
     new.priority = request.priority;
     new.actor = request.actor;
+    new.labels = labels;
     new.child_versions = child_versions(ctx, namespace, &compiled.workflow)?;
+    let state = create_job(ctx, &compiled.workflow, new)?;
+    Ok(Submitted {
+        state,
+        created: true,
+        added_version,
+    })
+}
+
+/// Creates a job of `workflow` as `new` says (its labels already merged and checked) and
+/// persists it with its label rows, then starts the children its first steps ask for; a job of
+/// a workflow with a lock starts if a slot is free.
+pub(crate) fn create_job(
+    ctx: &mut WriteCtx<'_>,
+    workflow: &Workflow,
+    new: NewJob,
+) -> Result<JobState> {
+    let namespace = new.namespace.clone();
     let mut ids = UuidIds;
     let mut machine_ctx = Ctx {
         now: ctx.now,
         ids: &mut ids,
         limits: ctx.limits,
     };
-    let (mut state, actions) = machine::create_job(&compiled.workflow, new, &mut machine_ctx)
-        .map_err(|error| match error {
+    let (mut state, actions) =
+        machine::create_job(workflow, new, &mut machine_ctx).map_err(|error| match error {
             machine::CreateError::LockKey(message) => invalid("lock.key", message),
         })?;
     if let Some(lock) = &state.job.lock {
         check_no_nul("lock.key", &lock.key)?;
     }
     let follow_ups = persist(ctx, &state, actions)?;
+    ctx.conn.defer_labels(&state.job);
     crate::commands::outbox::enqueue(ctx, &state.job, None)?;
     carry_out(ctx, &mut state, follow_ups)?;
     ctx.jobs.keep(state.clone());
     if let Some(lock) = state.job.lock.clone() {
-        start_waiting_jobs(ctx, namespace, &lock.key)?;
+        start_waiting_jobs(ctx, &namespace, &lock.key)?;
         if let Some(started) = load_job(ctx, &state.job.id, RowLock::None)? {
             ctx.jobs.keep(started.clone());
             state = started;
         }
     }
-    Ok(Submitted {
-        state,
-        created: true,
-        added_version,
-    })
+    Ok(state)
 }

@@ -8,7 +8,7 @@ use starbridge_core::Workflow;
 use starbridge_store::rows;
 use std::collections::HashSet;
 
-use super::invalid;
+use super::{check_labels, invalid};
 
 pub(crate) fn apply_workflow(
     ctx: &mut WriteCtx<'_>,
@@ -39,6 +39,7 @@ pub(super) fn store_workflow(
     if let Some(description) = &workflow.description {
         check_no_nul("description", description)?;
     }
+    check_labels(ctx, &workflow.labels)?;
     let name = workflow.name.clone();
     super::check_children(ctx, namespace, &workflow)?;
     let latest = rows::workflow(ctx.conn, namespace, &name, None)?;

@@ -197,6 +197,8 @@ struct JobsParams {
     #[serde(default)]
     q: String,
     #[serde(default)]
+    label: String,
+    #[serde(default)]
     cursor: String,
 }
 
@@ -214,6 +216,19 @@ fn local_time(field: &str, text: &str) -> Result<Option<Timestamp>> {
         .to_zoned(jiff::tz::TimeZone::UTC)
         .map_err(|error| Error::BadRequest(format!("{field}: {error}")))?;
     Ok(Some(Timestamp(zoned.timestamp().as_millisecond())))
+}
+
+/// The label filter of the jobs page: `key=value` selectors separated by commas (so a value
+/// with a comma cannot be looked for here; the API's repeated `label` parameter can).
+fn label_selectors(text: &str) -> Result<Vec<(String, String)>> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|selector| !selector.is_empty())
+        .map(|selector| {
+            starbridge_core::labels::parse_selector(selector)
+                .map_err(|message| Error::BadRequest(format!("label: {message}")))
+        })
+        .collect()
 }
 
 /// The store search a jobs page query asks for.
@@ -253,6 +268,7 @@ fn search(params: &JobsParams, namespace: &Ns, now: Timestamp) -> Result<JobSear
         created_after,
         created_before: local_time("to", &params.to)?,
         text: Some(text.to_owned()).filter(|t| !t.is_empty()),
+        labels: label_selectors(&params.label)?,
         after,
         limit: PAGE_SIZE + 1,
     })
@@ -271,6 +287,7 @@ async fn jobs_page(
         from: params.from.clone(),
         to: params.to.clone(),
         q: params.q.clone(),
+        label: params.label.clone(),
         cursor: params.cursor.clone(),
     };
     let workflows: Vec<String> = store

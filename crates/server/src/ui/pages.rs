@@ -136,6 +136,8 @@ pub(crate) struct JobsQuery {
     pub(crate) from: String,
     pub(crate) to: String,
     pub(crate) q: String,
+    /// Label selectors, `key=value`, separated by commas.
+    pub(crate) label: String,
     pub(crate) cursor: String,
 }
 
@@ -148,6 +150,7 @@ impl JobsQuery {
             ("from", &self.from),
             ("to", &self.to),
             ("q", &self.q),
+            ("label", &self.label),
         ]
     }
 }
@@ -227,6 +230,7 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
     let _ = write!(
         body,
         r#"<div class="field"><label for="f-q">Search id or key (prefix)</label><input id="f-q" name="q" type="search" value="{q}" placeholder="job_… or key"></div>
+<div class="field"><label for="f-label">Labels</label><input id="f-label" name="label" type="search" value="{label}" placeholder="team=storage, env=prod"></div>
 <div class="field"><label for="f-status">Status</label>{status}</div>
 <div class="field"><label for="f-workflow">Workflow</label>{workflow}</div>
 <div class="field"><label for="f-range">Created</label>{range}</div>
@@ -234,6 +238,7 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
 <div class="field"><label for="f-to">Until (UTC)</label><input id="f-to" name="to" type="datetime-local" value="{to}"></div>
 <div class="buttons"><button type="submit" class="primary">Filter</button><a href="{clear}">Clear</a></div></form>"#,
         q = Esc(&query.q),
+        label = Esc(&query.label),
         status = select("f-status", "status", &statuses, &query.status),
         workflow = select("f-workflow", "workflow", &workflows, &query.workflow),
         range = select("f-range", "range", &RANGES, &query.range),
@@ -630,6 +635,25 @@ fn task_details(job: &str, task: &TaskView, open: bool) -> String {
     out
 }
 
+/// A job's labels as facts, each a link to the jobs that carry it; nothing when it has none.
+fn labels(ns: &Ns, labels: &api::Labels) -> String {
+    if labels.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(r#"<dt>Labels</dt><dd id="labels" class="labels">"#);
+    for (key, value) in labels {
+        let selector = format!("{key}={value}");
+        let _ = write!(
+            out,
+            r#"<a class="label mono" href="{}">{}</a> "#,
+            Esc(&ns.href("/", &[("label", &selector)])),
+            Esc(&selector)
+        );
+    }
+    out.push_str("</dd>");
+    out
+}
+
 pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
     let view = data.view;
     let summary = &view.summary;
@@ -642,7 +666,7 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
     };
     let mut body = format!(
         r#"<section id="summary" data-live data-status="{status_attr}"><h1>Job <span class="mono">{id}</span> {status}</h1>
-<dl class="facts"><dt>Workflow</dt><dd><a href="{wf_href}">{workflow}</a> v{version}</dd>{parent}<dt>Key</dt><dd class="mono">{key}</dd><dt>Priority</dt><dd>{priority}</dd><dt>Created</dt><dd>{created}</dd><dt>Started</dt><dd>{started}</dd><dt>Ended</dt><dd>{ended_text}</dd><dt>Duration</dt><dd>{ran}</dd><dt>Deadline</dt><dd>{deadline}</dd>{lock}</dl>"#,
+<dl class="facts"><dt>Workflow</dt><dd><a href="{wf_href}">{workflow}</a> v{version}</dd>{parent}<dt>Key</dt><dd class="mono">{key}</dd><dt>Priority</dt><dd>{priority}</dd><dt>Created</dt><dd>{created}</dd><dt>Started</dt><dd>{started}</dd><dt>Ended</dt><dd>{ended_text}</dd><dt>Duration</dt><dd>{ran}</dd><dt>Deadline</dt><dd>{deadline}</dd>{lock}{labels}</dl>"#,
         status_attr = Esc(summary.status.as_str()),
         id = Esc(&summary.id),
         status = badge(summary.status.as_str()),
@@ -672,6 +696,7 @@ pub(crate) fn job(ns: &Ns, data: &JobPage<'_>) -> String {
             .as_ref()
             .map(|l| format!("<dt>Lock</dt><dd>{}</dd>", Esc(l)))
             .unwrap_or_default(),
+        labels = labels(ns, &summary.labels),
     );
     if let Some(error) = &summary.error {
         let _ = write!(body, r#"<p class="error"><b>Why:</b> {}</p>"#, Esc(error));

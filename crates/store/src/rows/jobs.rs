@@ -9,16 +9,19 @@ use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Job, JobLock, JobState, JobStatus, ParentLink, Task, WindDown};
 use starbridge_core::time::Timestamp;
 
+use super::labels::capped_count;
 use super::signals::pending_signals;
 use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
-use super::{RowLock, RowWrite, enum_column, json_text, opt_json_text, parse_json, ts};
+use super::{
+    RowLock, RowWrite, enum_column, json_text, labels_text, opt_json_text, parse_json, ts,
+};
 use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
 use crate::{Error, JobFilter, Result};
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
      started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, lock_key, \
      lock_slots, signals_received, output, failed_steps, parent_job_id, parent_task_id, parent_attempt, \
-     depth, child_versions";
+     depth, child_versions, labels";
 
 fn job_from_row(row: &mut Row) -> Result<RawJob> {
     Ok(RawJob {
@@ -48,6 +51,7 @@ fn job_from_row(row: &mut Row) -> Result<RawJob> {
         parent_attempt: row.get(23)?,
         depth: row.get(24)?,
         child_versions: row.get(25)?,
+        labels: row.get(26)?,
     })
 }
 
@@ -78,6 +82,7 @@ struct RawJob {
     parent_attempt: Option<u32>,
     depth: u32,
     child_versions: Option<String>,
+    labels: Option<String>,
 }
 
 impl RawJob {
@@ -117,6 +122,7 @@ impl RawJob {
             },
             depth: self.depth,
             child_versions: parse_json(self.child_versions)?.unwrap_or_default(),
+            labels: parse_json(self.labels)?.unwrap_or_default(),
         })
     }
 }
@@ -239,6 +245,7 @@ pub const JOB_WRITE: RowWrite = RowWrite {
         "parent_attempt",
         "depth",
         "child_versions",
+        "labels",
     ],
     upsert: Some((
         "id",
@@ -288,19 +295,65 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
         job.parent.as_ref().map(|parent| parent.attempt),
         job.depth,
         opt_json_text((!job.child_versions.is_empty()).then_some(&job.child_versions)),
+        labels_text(&job.labels),
     ]
     .iter()
     .map(SqlValue::of)
     .collect()
 }
 
-/// Jobs of a namespace, newest first, after the cursor (a job id).
+/// A filter's labels, the rarest first (each counted up to `RARE_LABEL` in the label index).
+fn rarest_first<'a>(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    labels: &'a [(String, String)],
+) -> Result<Vec<&'a (String, String)>> {
+    let mut counted = Vec::with_capacity(labels.len());
+    for label in labels {
+        let count = if labels.len() == 1 {
+            0
+        } else {
+            capped_count(conn, namespace, label)?
+        };
+        counted.push((count, label));
+    }
+    counted.sort_by_key(|(count, _)| *count);
+    Ok(counted.into_iter().map(|(_, label)| label).collect())
+}
+
+/// Jobs of a namespace, newest first, after the cursor (a job id). With labels, the rows of the
+/// rarest label (`job_labels_find`, in job id order) lead, so that a rare label reads only its
+/// jobs however many others the namespace holds; each further label is probed per job.
 pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<Job>> {
-    let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1");
+    let labels = rarest_first(conn, &filter.namespace, &filter.labels)?;
     let mut values: Vec<Arg<'a>> = vec![Arg::Text(&filter.namespace)];
+    let mut sql = match labels.split_first() {
+        None => format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1"),
+        Some(((key, value), others)) => {
+            let columns: Vec<String> = JOB_COLUMNS.split(", ").map(|c| format!("j.{c}")).collect();
+            values.extend([Arg::Text(key), Arg::Text(value)]);
+            let mut sql = format!(
+                "SELECT {} FROM job_labels l JOIN jobs j ON j.id = l.job_id \
+                 WHERE l.namespace = ?1 AND l.key = ?2 AND l.value = ?3",
+                columns.join(", ")
+            );
+            for (key, value) in others {
+                values.extend([Arg::Text(key), Arg::Text(value)]);
+                sql.push_str(&format!(
+                    " AND EXISTS (SELECT 1 FROM job_labels m WHERE m.job_id = l.job_id \
+                     AND m.key = ?{} AND m.value = ?{})",
+                    values.len() - 1,
+                    values.len()
+                ));
+            }
+            sql
+        }
+    };
+    // Columns of `jobs`, qualified when `job_labels` is joined (both have `namespace`, `key`).
+    let jobs = if filter.labels.is_empty() { "" } else { "j." };
     let mut condition = |sql: &mut String, clause: &str, value: Arg<'a>| {
         values.push(value);
-        sql.push_str(&format!(" AND {clause} ?{}", values.len()));
+        sql.push_str(&format!(" AND {jobs}{clause} ?{}", values.len()));
     };
     if let Some(status) = filter.status {
         condition(&mut sql, "status =", Arg::Text(status.as_str()));
@@ -317,11 +370,18 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
     if let Some(parent) = &filter.parent {
         condition(&mut sql, "parent_job_id =", Arg::Text(parent.as_str()));
     }
+    // The order (and the cursor) follows the leading index: `l.job_id` is the job's id.
+    let id = if filter.labels.is_empty() {
+        "id"
+    } else {
+        "l.job_id"
+    };
     if let Some(cursor) = &filter.before {
-        condition(&mut sql, "id <", Arg::Text(cursor.as_str()));
+        values.push(Arg::Text(cursor.as_str()));
+        sql.push_str(&format!(" AND {id} < ?{}", values.len()));
     }
     values.push(Arg::Int(i64::from(filter.limit)));
-    sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", values.len()));
+    sql.push_str(&format!(" ORDER BY {id} DESC LIMIT ?{}", values.len()));
     conn.query_map(&sql, &values, job_from_row)?
         .into_iter()
         .map(RawJob::into_job)
@@ -329,8 +389,8 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
 }
 
 /// Deletes up to `limit` jobs that finished before `ended_before`, with their tasks, history,
-/// lock rows and webhook deliveries; returns how many jobs went. A child job stays while its
-/// parent is kept (the parent may still roll it back).
+/// labels, lock rows and webhook deliveries; returns how many jobs went. A child job stays
+/// while its parent is kept (the parent may still roll it back).
 pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) -> Result<usize> {
     let ids = conn.query_map(
         "SELECT id FROM jobs INDEXED BY jobs_ended WHERE ended_at IS NOT NULL AND ended_at < ?1 \
@@ -343,6 +403,7 @@ pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) 
         for sql in [
             "DELETE FROM events WHERE job_id = ?1",
             "DELETE FROM signals WHERE job_id = ?1",
+            "DELETE FROM job_labels WHERE job_id = ?1",
             "DELETE FROM tasks WHERE job_id = ?1",
             "DELETE FROM lock_holders WHERE job_id = ?1",
             "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND next_attempt_at IS NULL",

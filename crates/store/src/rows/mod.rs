@@ -1,5 +1,5 @@
 //! Mapping between core types and table rows, one file per table or concern, written once for
-//! both backends (see `db`): jobs (`jobs`), tasks with the claim's candidates (`tasks`), history
+//! both backends (see `db`): jobs (`jobs`), their labels (`labels`), tasks with the claim's candidates (`tasks`), history
 //! (`events`), queues with their rate buckets (`queues`), workflow versions (`workflows`), lock
 //! slots (`locks`), lease, deadline and wait timers (`timers`), signals sent to jobs
 //! (`signals`), the endings of child jobs for their parents (`children`), namespaces (`namespaces`), the health
@@ -23,6 +23,7 @@ pub mod deliveries;
 mod events;
 mod health;
 mod jobs;
+pub(crate) mod labels;
 mod locks;
 mod namespaces;
 mod queues;
@@ -43,6 +44,7 @@ pub use jobs::{
     JOB_WRITE, job_by_key, job_values, list_jobs, load_job, load_job_state, lock_job_state,
     lock_job_states, prune_finished,
 };
+pub use labels::{JOB_LABEL_WRITE, label_values};
 pub use locks::{first_queued, hold_lock, lock_holders, release_lock};
 pub use namespaces::ensure_namespace;
 pub use queues::{ensure_queue, list_queues, queue, save_bucket, save_queue};
@@ -63,6 +65,11 @@ fn json_text(value: &Value) -> String {
 /// A JSON column's text: a value, or one of the structured fields the core keeps as JSON.
 fn opt_json_text<T: serde::Serialize>(value: Option<&T>) -> Option<String> {
     value.map(|value| serde_json::to_string(value).unwrap_or_default())
+}
+
+/// A labels column's text: `NULL` for no labels.
+fn labels_text(labels: &starbridge_core::labels::Labels) -> Option<String> {
+    opt_json_text(Some(labels).filter(|labels| !labels.is_empty()))
 }
 
 /// A JSON column read back as `T`.

@@ -4,10 +4,11 @@
 
 use serde_json::Value;
 use starbridge_core::ids::JobId;
+use starbridge_core::labels::Labels;
 use starbridge_core::schedule::{CatchUp, Overlap};
 use starbridge_core::time::Timestamp;
 
-use super::RowLock;
+use super::{RowLock, labels_text, parse_json};
 use crate::db::{Conn, Queries, Row, args};
 use crate::{Error, Result};
 
@@ -30,10 +31,12 @@ pub struct StoredSchedule {
     pub last_error: Option<String>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
+    /// The labels of the jobs it starts (merged over their workflow's).
+    pub labels: Labels,
 }
 
 const COLUMNS: &str = "namespace, name, workflow, params, cron, timezone, overlap, catch_up, paused, \
-     next_fire_at, pending_fire_at, last_fire_at, last_job_id, last_error, created_at, updated_at";
+     next_fire_at, pending_fire_at, last_fire_at, last_job_id, last_error, created_at, updated_at, labels";
 
 fn corrupt(what: &str) -> Error {
     Error::Corrupt(format!("stored schedule has a bad {what}"))
@@ -61,6 +64,7 @@ fn from_row(row: &mut Row) -> Result<StoredSchedule> {
         last_error: row.get(13)?,
         created_at: Timestamp(row.get(14)?),
         updated_at: Timestamp(row.get(15)?),
+        labels: parse_json(row.get(16)?)?.unwrap_or_default(),
     })
 }
 
@@ -109,13 +113,15 @@ pub fn save(conn: &mut dyn Conn, schedule: &StoredSchedule) -> Result<()> {
     conn.execute(
         "INSERT INTO schedules (namespace, name, workflow, params, cron, timezone, overlap, catch_up, \
          paused, next_fire_at, pending_fire_at, last_fire_at, last_job_id, last_error, created_at, \
-         updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16) \
+         updated_at, labels) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
          ON CONFLICT (namespace, name) DO UPDATE SET workflow = excluded.workflow, \
          params = excluded.params, cron = excluded.cron, timezone = excluded.timezone, \
          overlap = excluded.overlap, catch_up = excluded.catch_up, paused = excluded.paused, \
          next_fire_at = excluded.next_fire_at, pending_fire_at = excluded.pending_fire_at, \
          last_fire_at = excluded.last_fire_at, last_job_id = excluded.last_job_id, \
-         last_error = excluded.last_error, updated_at = excluded.updated_at",
+         last_error = excluded.last_error, updated_at = excluded.updated_at, \
+         labels = excluded.labels",
         args![
             schedule.namespace,
             schedule.name,
@@ -133,6 +139,7 @@ pub fn save(conn: &mut dyn Conn, schedule: &StoredSchedule) -> Result<()> {
             schedule.last_error,
             schedule.created_at.0,
             schedule.updated_at.0,
+            labels_text(&schedule.labels),
         ],
     )?;
     Ok(())

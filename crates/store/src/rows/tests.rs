@@ -18,6 +18,7 @@ use super::schedules::StoredSchedule;
 use super::tokens::{Scope, Token};
 use super::webhooks::Webhook;
 use super::*;
+use crate::db::{Queries, args};
 use crate::deferred::WriteConn;
 use crate::scratch::ScratchSchema;
 use crate::{JobFilter, StoreOptions, StoredQueue, StoredWorkflow};
@@ -98,6 +99,7 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     children_read_back_with_their_parent_and_their_endings_wait_for_it,
+    labels_read_back_filter_jobs_and_go_with_their_job,
     waits_and_signals_read_back_and_waits_fall_due,
     a_job_reads_back_with_its_tasks_and_events,
     claim_candidates_come_in_dispatch_order,
@@ -134,6 +136,7 @@ fn job(unique: &str, created_at: Timestamp) -> Job {
         parent: None,
         depth: 0,
         child_versions: Default::default(),
+        labels: Default::default(),
     }
 }
 
@@ -404,6 +407,131 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
     assert_eq!(load_job(&mut db.conn, &job.id).unwrap(), Some(again));
 }
 
+fn labels_read_back_filter_jobs_and_go_with_their_job(db: &mut Db) {
+    let labelled = |unique: &str, namespace: &str, labels: &[(&str, &str)]| {
+        let mut job = job(unique, NOW);
+        job.namespace = namespace.to_owned();
+        job.labels = labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        job
+    };
+    let both = labelled("both", "default", &[("team", "storage"), ("env", "prod")]);
+    let team = labelled("team", "default", &[("team", "storage")]);
+    let bare = labelled("bare", "default", &[]);
+    let elsewhere = labelled("elsewhere", "other", &[("team", "storage")]);
+    for job in [&both, &team, &bare, &elsewhere] {
+        db.conn.defer_job(job);
+        db.conn.defer_labels(job);
+    }
+    db.conn.flush().unwrap();
+    let conn = &mut db.conn;
+    let label_rows = |conn: &mut WriteConn, job: &Job| -> u64 {
+        conn.query_value(
+            "SELECT COUNT(*) FROM job_labels WHERE job_id = ?1",
+            args![job.id.as_str()],
+        )
+        .unwrap()
+    };
+    assert_eq!(load_job(conn, &both.id).unwrap(), Some(both.clone()));
+    assert_eq!(load_job(conn, &bare.id).unwrap(), Some(bare.clone()));
+    assert_eq!(label_rows(conn, &both), 2);
+    assert_eq!(
+        label_rows(conn, &bare),
+        0,
+        "a job without labels writes no label row"
+    );
+
+    let select =
+        |labels: &[(&str, &str)], status: Option<JobStatus>, before: Option<&JobId>| JobFilter {
+            namespace: "default".to_owned(),
+            status,
+            before: before.cloned(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            limit: 10,
+            ..JobFilter::default()
+        };
+    let ids = |conn: &mut WriteConn, filter: &JobFilter| -> Vec<JobId> {
+        list_jobs(conn, filter)
+            .unwrap()
+            .into_iter()
+            .map(|job| job.id)
+            .collect()
+    };
+    let mut storage = vec![both.id.clone(), team.id.clone()];
+    storage.sort_by(|a, b| b.cmp(a));
+    assert_eq!(
+        ids(conn, &select(&[("team", "storage")], None, None)),
+        storage
+    );
+    assert_eq!(
+        ids(
+            conn,
+            &select(&[("team", "storage"), ("env", "prod")], None, None)
+        ),
+        vec![both.id.clone()]
+    );
+    assert_eq!(
+        ids(
+            conn,
+            &select(&[("env", "prod"), ("team", "other")], None, None)
+        ),
+        []
+    );
+    assert_eq!(
+        ids(
+            conn,
+            &select(&[("team", "storage")], Some(JobStatus::Failed), None)
+        ),
+        []
+    );
+    assert_eq!(
+        ids(
+            conn,
+            &select(
+                &[("team", "storage")],
+                Some(JobStatus::Running),
+                Some(&storage[0])
+            )
+        ),
+        vec![storage[1].clone()]
+    );
+    let search = crate::browse::JobSearch {
+        namespace: "default".to_owned(),
+        labels: vec![("env".to_owned(), "prod".to_owned())],
+        limit: 10,
+        ..Default::default()
+    };
+    let lines = crate::browse::jobs(conn, &search).unwrap();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0].id, both.id);
+    let counts = crate::browse::status_counts(conn, &search, 100).unwrap();
+    let running = counts
+        .iter()
+        .find(|c| c.status == JobStatus::Running)
+        .unwrap();
+    assert_eq!(running.count, 1);
+    let by_text = crate::browse::JobSearch {
+        text: Some("job_".to_owned()),
+        ..search
+    };
+    assert_eq!(crate::browse::jobs(conn, &by_text).unwrap(), lines);
+
+    // Pruning a finished job takes its labels with it.
+    let mut ended = both.clone();
+    ended.status = JobStatus::Succeeded;
+    ended.ended_at = Some(later(10));
+    db.insert(&ended, &[], &[]);
+    let conn = &mut db.conn;
+    assert_eq!(prune_finished(conn, later(20), 10).unwrap(), 1);
+    assert_eq!(label_rows(conn, &both), 0);
+    assert_eq!(label_rows(conn, &team), 1);
+}
+
 fn waits_and_signals_read_back_and_waits_fall_due(db: &mut Db) {
     let mut job = job("waits", NOW);
     job.signals_received = 2;
@@ -656,6 +784,7 @@ fn schedules_read_back_and_fall_due(db: &mut Db) {
         last_error: Some("refused".to_owned()),
         created_at: NOW,
         updated_at: NOW,
+        labels: [("team".to_owned(), "storage".to_owned())].into(),
     };
     let mut later_one = nightly.clone();
     later_one.name = "hourly".to_owned();
