@@ -520,7 +520,7 @@ const ALLOWED: &[(&str, &str)] = &[
     ),
     (
         "description Some(\"A workflow definition (see docs/reference.md)",
-        "the definition format grew step kinds and fields (`output`, `set`, `fail`, \
+        "the definition format grew step kinds and fields (`labels`, `output`, `set`, `fail`, \
          `continue_on_failure`, `workflow`): the description lists them",
     ),
     (
@@ -543,11 +543,6 @@ const ALLOWED: &[(&str, &str)] = &[
     (
         "GET /api/v1/jobs: parameter (\"label\", \"query\") added",
         "jobs have labels now, and the list filters on them (`label=key=value`, repeatable)",
-    ),
-    (
-        "description Some(\"A workflow definition (see docs/reference.md)",
-        "a definition has a `labels` field now (the default labels of its jobs), which the \
-         description names",
     ),
 ];
 

@@ -117,6 +117,43 @@ async fn a_child_starts_in_its_parents_transaction_and_its_end_reaches_the_paren
     );
 }
 
+async fn a_child_carries_its_parents_labels_over_its_workflows(f: Fixture) {
+    apply(
+        &f.store,
+        "child",
+        "labels: {team: shards, tier: '2'}\nsteps:\n- {id: work, queue: q, command: c}\n",
+    )
+    .await
+    .unwrap();
+    apply(&f.store, "parent", PARENT).await.unwrap();
+    let parent = f
+        .store
+        .submit(
+            "default",
+            crate::Submit {
+                workflow: Some("parent".into()),
+                params: Some(json!({"n": 1})),
+                labels: [("team".to_owned(), "storage".to_owned())]
+                    .into_iter()
+                    .collect(),
+                ..crate::Submit::default()
+            },
+        )
+        .await
+        .unwrap()
+        .state
+        .job
+        .id;
+    let child = job(&f.store, &children(&f.store, &parent).await[0]).await;
+    assert_eq!(
+        child.job.labels,
+        [("team", "storage"), ("tier", "2")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    );
+}
+
 async fn a_parent_rolls_its_succeeded_child_back_when_it_fails(f: Fixture) {
     apply(&f.store, "child", CHILD).await.unwrap();
     apply(&f.store, "parent", PARENT).await.unwrap();
@@ -273,6 +310,7 @@ async fn a_child_whose_params_do_not_fit_fails_the_parent_step(f: Fixture) {
 }
 
 on_both_backends!(
+    a_child_carries_its_parents_labels_over_its_workflows,
     a_child_starts_in_its_parents_transaction_and_its_end_reaches_the_parent,
     a_parent_rolls_its_succeeded_child_back_when_it_fails,
     cancelling_a_parent_cancels_its_running_child,
