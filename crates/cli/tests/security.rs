@@ -549,12 +549,13 @@ fn idle_and_half_sent_connections_are_closed_and_their_memory_given_back() {
     });
 
     // Memory the sockets held is given back or reused: after each wave the server is within
-    // 32 MiB of where it started, and two more waves of the same sockets raise the peak by less
-    // than the first wave cost (memory kept per socket would raise it by twice that). The
-    // allocator keeps freed pages per thread for a while, so a later wave may still land a few
-    // MiB above the first.
+    // 32 MiB of where it started, and four more waves of the same sockets raise the peak by less
+    // than twice what the first wave cost (memory kept per socket would raise it by four times
+    // that). The allocator keeps freed pages per thread for a while, so one later wave may land
+    // as much as the first wave's cost above it (seen: +16 MiB on a first wave of +13 MiB): a
+    // leak shows as growth that does not stop, which only several waves tell from that.
     let mut first_peak = 0;
-    for wave in 1..=3 {
+    for wave in 1..=5 {
         let sockets = idle_and_half_sent(server.port, SOCKETS);
         // Within the header timeout (1s) for the silent half, the idle timeout (2s) for the
         // stalled bodies; the bound here only keeps a broken server from hanging the test.
@@ -574,7 +575,7 @@ fn idle_and_half_sent_connections_are_closed_and_their_memory_given_back() {
         }
         let first_cost = first_peak - baseline;
         assert!(
-            peak < first_peak + first_cost,
+            peak < first_peak + 2 * first_cost,
             "wave {wave} raised the peak from {first_peak} KiB to {peak} KiB (baseline {baseline} KiB)"
         );
     }
