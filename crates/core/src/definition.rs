@@ -794,26 +794,14 @@ impl Checker {
                 }
             }
             "fail" => {
-                let field = format!("{label}.fail");
-                let value = raw.fail.take().unwrap_or(Value::Null);
-                let raw_fail = if value.is_null() {
-                    Some(RawFail { message: None })
-                } else {
-                    self.read::<RawFail>(&field, value)
-                };
-                let message = match raw_fail.and_then(|raw| raw.message) {
-                    None => Value::String(format!("step {} failed the job", raw.id)),
-                    Some(message @ Value::String(_)) => message,
-                    Some(_) => {
-                        self.problem(
-                            format!("{field}.message"),
-                            "must be a string (it may contain ${{ … }} expressions)",
-                        );
-                        return placeholder();
-                    }
-                };
-                self.template(&format!("{field}.message"), Some(&message))
-                    .map_or_else(placeholder, |message| StepKind::Fail { message })
+                let default = format!("step {} failed the job", raw.id);
+                self.text_in_mapping::<RawFail>(
+                    &format!("{label}.fail"),
+                    raw.fail.take(),
+                    ("message", |raw| raw.message),
+                    default,
+                )
+                .map_or_else(placeholder, |message| StepKind::Fail { message })
             }
             "signal" => {
                 let name = raw.signal.take().unwrap_or_default();
@@ -823,30 +811,47 @@ impl Checker {
                 StepKind::Wait(WaitStep::Signal(name))
             }
             _ => {
-                let field = format!("{label}.approval");
-                let value = raw.approval.take().unwrap_or(Value::Null);
-                let raw_approval = if value.is_null() {
-                    Some(RawApproval { prompt: None })
-                } else {
-                    self.read::<RawApproval>(&field, value)
-                };
-                let prompt = match raw_approval.and_then(|raw| raw.prompt) {
-                    None => Value::String(format!("Approve step {}?", raw.id)),
-                    Some(prompt @ Value::String(_)) => prompt,
-                    Some(_) => {
-                        self.problem(
-                            format!("{field}.prompt"),
-                            "must be a string (it may contain ${{ … }} expressions)",
-                        );
-                        return placeholder();
-                    }
-                };
-                self.template(&format!("{field}.prompt"), Some(&prompt))
-                    .map_or_else(placeholder, |prompt| {
-                        StepKind::Wait(WaitStep::Approval { prompt })
-                    })
+                let default = format!("Approve step {}?", raw.id);
+                self.text_in_mapping::<RawApproval>(
+                    &format!("{label}.approval"),
+                    raw.approval.take(),
+                    ("prompt", |raw| raw.prompt),
+                    default,
+                )
+                .map_or_else(placeholder, |prompt| {
+                    StepKind::Wait(WaitStep::Approval { prompt })
+                })
             }
         }
+    }
+
+    /// The string template `inner` of a step field that is a mapping around it, such as
+    /// `approval: {prompt}` or `fail: {message}`: `default` when the mapping (or `inner`) is
+    /// left out or empty; `None`, with the problem noted, when it does not fit.
+    fn text_in_mapping<T: DeserializeOwned>(
+        &mut self,
+        field: &str,
+        value: Option<Value>,
+        (inner, text_of): (&str, fn(T) -> Option<Value>),
+        default: String,
+    ) -> Option<Template> {
+        let text = match value {
+            None | Some(Value::Null) => None,
+            Some(value) => text_of(self.read::<T>(field, value)?),
+        };
+        let field = format!("{field}.{inner}");
+        let text = match text {
+            None => Value::String(default),
+            Some(text @ Value::String(_)) => text,
+            Some(_) => {
+                self.problem(
+                    field,
+                    "must be a string (it may contain ${{ … }} expressions)",
+                );
+                return None;
+            }
+        };
+        self.template(&field, Some(&text))
     }
 
     fn handler(&mut self, field: &str, raw: RawHandler) -> Handler {

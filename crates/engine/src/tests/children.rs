@@ -154,15 +154,17 @@ async fn a_child_carries_its_parents_labels_over_its_workflows(f: Fixture) {
     );
 }
 
+/// A job of `PARENT` and the child its first step started.
+async fn parent_with_child(store: &Store) -> (JobId, JobId) {
+    apply(store, "child", CHILD).await.unwrap();
+    apply(store, "parent", PARENT).await.unwrap();
+    let parent = submit(store, "parent", json!({"n": 1})).await.state.job.id;
+    let child = children(store, &parent).await.remove(0);
+    (parent, child)
+}
+
 async fn a_parent_rolls_its_succeeded_child_back_when_it_fails(f: Fixture) {
-    apply(&f.store, "child", CHILD).await.unwrap();
-    apply(&f.store, "parent", PARENT).await.unwrap();
-    let parent = submit(&f.store, "parent", json!({"n": 1}))
-        .await
-        .state
-        .job
-        .id;
-    let child = children(&f.store, &parent).await.remove(0);
+    let (parent, child) = parent_with_child(&f.store).await;
     let work = claim_one(&f.store).await;
     complete(&f.store, &work, json!({})).await.unwrap();
     f.store.tick().await.unwrap();
@@ -211,14 +213,7 @@ async fn a_parent_rolls_its_succeeded_child_back_when_it_fails(f: Fixture) {
 }
 
 async fn cancelling_a_parent_cancels_its_running_child(f: Fixture) {
-    apply(&f.store, "child", CHILD).await.unwrap();
-    apply(&f.store, "parent", PARENT).await.unwrap();
-    let parent = submit(&f.store, "parent", json!({"n": 1}))
-        .await
-        .state
-        .job
-        .id;
-    let child = children(&f.store, &parent).await.remove(0);
+    let (parent, child) = parent_with_child(&f.store).await;
     f.store
         .operate("default", &parent, operator(OperatorAction::Pause))
         .await
