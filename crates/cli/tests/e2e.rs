@@ -616,7 +616,7 @@ async fn a_webhook_reaches_a_local_listener_signed_and_is_retried_after_an_error
     h.start_worker("w1", "shell");
     h.apply(
         "hello",
-        "steps:\n- {id: a, queue: shell, command: echo hi}\n",
+        "output: {greeting: '${{ steps.a.output.said }}'}\nsteps:\n- {id: a, queue: shell, command: 'echo \"{\\\"said\\\": \\\"hi\\\"}\"'}\n- {id: optional, queue: shell, command: 'exit 1', continue_on_failure: true}\n",
     )
     .await;
     let (url, mut received) = webhook_receiver().await;
@@ -660,6 +660,8 @@ async fn a_webhook_reaches_a_local_listener_signed_and_is_retried_after_an_error
     assert_eq!(payload["job"]["id"], id);
     assert_eq!(payload["job"]["status"], "succeeded");
     assert_eq!(payload["job"]["previous_status"], "running");
+    assert_eq!(payload["job"]["output"], json!({"greeting": "hi"}));
+    assert_eq!(payload["job"]["failed_steps"], json!(["optional"]));
 
     let deadline = Instant::now() + STUCK;
     loop {
