@@ -584,14 +584,15 @@ impl Machine<'_> {
                     Some(index),
                     json!({"message": message}),
                 );
-                self.fail_terminally(
-                    index,
-                    TaskError {
-                        message,
-                        retryable: false,
-                        kind: ErrorKind::StepTimeout,
-                    },
-                );
+                let error = TaskError {
+                    message,
+                    retryable: false,
+                    kind: ErrorKind::StepTimeout,
+                };
+                match self.running_child(index) {
+                    Some(child) => self.time_out_child(index, child, error),
+                    None => self.fail_terminally(index, error),
+                }
                 continue;
             }
             if self.wait_is_due(index) {

@@ -136,6 +136,16 @@ impl Machine<'_> {
                 _ => Outcome::Failed(failure(false)),
             }
         } else {
+            let timed_out = self.state.tasks[index]
+                .error
+                .clone()
+                .filter(|error| error.kind == ErrorKind::StepTimeout);
+            if let Some(error) = timed_out {
+                // Its step timeout passed meanwhile (`time_out_child`): it fails now.
+                self.state.tasks[index].wait = None;
+                self.fail_terminally(index, error);
+                return Ok(());
+            }
             if status == JobStatus::Cancelled && self.winding_down_past(index) {
                 // Cancelled (with its compensations) because this job winds down.
                 self.state.tasks[index].wait = None;
@@ -156,6 +166,32 @@ impl Machine<'_> {
         }
         self.resolve(index, outcome);
         Ok(())
+    }
+
+    /// A sub-workflow step's `step_timeout` passed while its child runs: the child is cancelled
+    /// with compensation and the job winds down now (unless the step continues on failure),
+    /// but the step fails only once the child has ended, so the job compensates after the
+    /// child has undone its work.
+    pub(super) fn time_out_child(&mut self, index: usize, child: JobId, error: TaskError) {
+        let message = error.message.clone();
+        let task = &mut self.state.tasks[index];
+        task.deadline_at = None;
+        task.error = Some(error);
+        let (id, step) = (task.id.clone(), task.step.clone());
+        self.save_task(index);
+        if self.continues_on_failure(&step) {
+            self.actions.push(Action::ToChild {
+                child,
+                command: ChildCommand::Cancel { compensate: true },
+            });
+        } else {
+            // Winding down cancels every running child with compensation, this one included.
+            self.wind_down(WindDown::StepFailed {
+                task: id,
+                step,
+                message,
+            });
+        }
     }
 
     /// The child of `StartChild` could not be made: the step fails for good.

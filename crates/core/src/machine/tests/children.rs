@@ -200,20 +200,52 @@ fn a_cancel_without_compensation_cancels_children_at_once() {
 }
 
 #[test]
-fn a_step_timeout_cancels_the_child_with_compensation_and_fails_the_step() {
+fn a_step_timeout_cancels_the_child_and_the_parent_compensates_once_the_child_has() {
     let mut sim = parent(
-        "steps:\n- {id: per_shard, workflow: migrate, step_timeout: 1m}\n",
+        "steps:\n- {id: prepare, queue: q, command: c, compensate: {queue: q, command: undo}}\n- {id: per_shard, workflow: migrate, step_timeout: 1m}\n",
         json!({}),
     );
+    sim.complete("prepare", json!({}));
     let child = sim.started()[0].child.clone();
     sim.advance(Duration::from_secs(61));
     assert_eq!(
         sim.commands(),
-        [(child, ChildCommand::Cancel { compensate: true })]
+        [(child.clone(), ChildCommand::Cancel { compensate: true })]
     );
+    assert_eq!(sim.state.job.status, JobStatus::Compensating);
+    assert_eq!(
+        sim.status("per_shard"),
+        TaskStatus::Running,
+        "the step waits for its child to undo its work"
+    );
+    assert!(sim.ready().is_empty(), "no compensation before the child's");
+    sim.advance(Duration::from_secs(60));
+    assert_eq!(sim.commands().len(), 1, "the timeout fires once");
+    sim.child_ends(&child, JobStatus::Cancelled, Value::Null)
+        .unwrap();
     let task = sim.find("per_shard", TaskKind::Step);
     assert_eq!(task.status, TaskStatus::Failed);
     assert_eq!(task.error.as_ref().unwrap().kind, ErrorKind::StepTimeout);
+    sim.complete("prepare", json!({}));
+    assert_eq!(sim.compensation_order(), ["prepare"]);
+    assert_eq!(sim.state.job.status, JobStatus::Failed);
+}
+
+#[test]
+fn a_continued_sub_workflow_step_that_times_out_lets_the_job_go_on_once_its_child_ended() {
+    let mut sim = parent(
+        "steps:\n- {id: per_shard, workflow: migrate, step_timeout: 1m, continue_on_failure: true}\n- {id: after, queue: q, command: c}\n",
+        json!({}),
+    );
+    let child = sim.started()[0].child.clone();
+    sim.advance(Duration::from_secs(61));
+    assert_eq!(sim.state.job.status, JobStatus::Running);
+    sim.child_ends(&child, JobStatus::Cancelled, Value::Null)
+        .unwrap();
+    assert_eq!(sim.status("per_shard"), TaskStatus::Failed);
+    sim.complete("after", json!({}));
+    assert_eq!(sim.state.job.status, JobStatus::Succeeded);
+    assert_eq!(sim.state.job.failed_steps, ["per_shard"]);
 }
 
 #[test]
