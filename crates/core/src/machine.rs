@@ -710,8 +710,11 @@ impl Machine<'_> {
             });
             self.record(EventKind::TaskFailed, Some(index), detail);
             let task = &self.state.tasks[index];
-            let starts_a_child = self.workflow.task_handler(&task.step, false).is_none()
-                && task.kind != TaskKind::Compensation;
+            let starts_a_child = task.kind != TaskKind::Compensation
+                && self
+                    .workflow
+                    .step_index(&task.step)
+                    .is_some_and(|step| self.workflow.steps[step].child().is_some());
             let now = self.now;
             let task = &mut self.state.tasks[index];
             if starts_a_child {

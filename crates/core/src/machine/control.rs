@@ -17,8 +17,8 @@ use crate::model::{ErrorKind, EventKind, JobStatus, TaskError, TaskKind, TaskSta
 
 impl Machine<'_> {
     /// Starts a task of a step whose kind decides how, its expressions reading `context`: a
-    /// worker's task becomes ready with the input it holds, a waiting step waits, `set` and
-    /// `fail` end at once.
+    /// worker's task becomes ready with the input it holds, a sub-workflow step starts a child
+    /// with it, a waiting step waits, `set` and `fail` end at once.
     pub(super) fn start_by_kind(&mut self, index: usize, kind: &StepKind, context: &Value) {
         match kind {
             StepKind::Task(_) => {

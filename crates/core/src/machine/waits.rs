@@ -11,7 +11,7 @@
 use serde_json::{Value, json};
 
 use super::{Machine, type_name};
-use crate::definition::{SleepSpec, WaitStep};
+use crate::definition::{SleepSpec, StepKind, WaitStep};
 use crate::ids::TaskId;
 use crate::limits::MAX_CALLBACK_TIMEOUT;
 use crate::model::{
@@ -73,21 +73,23 @@ impl Machine<'_> {
     /// Starts a fan-out item: a worker's item becomes ready, the other kinds start with `item`
     /// and `index` readable by their expressions.
     pub(super) fn start_item(&mut self, index: usize) {
-        let input = self.state.tasks[index].input.clone().unwrap_or(Value::Null);
-        let step_index = self
-            .workflow
+        let workflow = self.workflow;
+        let step_index = workflow
             .step_index(&self.state.tasks[index].step)
             .expect("tasks are made from the workflow's steps");
-        let kind = &self.workflow.steps[step_index].kind;
-        match kind {
-            crate::definition::StepKind::Task(_) => self.make_ready(index, input),
-            other => {
+        let kind = &workflow.steps[step_index].kind;
+        // A worker's item and a child's hold their input already; the kinds the server renders
+        // read `item` and `index`.
+        let context = match kind {
+            StepKind::Task(_) | StepKind::Workflow(_) => Value::Null,
+            _ => {
                 let mut context = self.context();
-                context["item"] = input;
+                context["item"] = self.state.tasks[index].input.clone().unwrap_or(Value::Null);
                 context["index"] = json!(self.state.tasks[index].item);
-                self.start_by_kind(index, other, &context);
+                context
             }
-        }
+        };
+        self.start_by_kind(index, kind, &context);
     }
 
     /// A sleep, signal or approval being waited for (not a callback, whose work runs elsewhere).
