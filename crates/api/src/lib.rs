@@ -364,7 +364,7 @@ pub struct JobListQuery {
     #[cfg_attr(feature = "openapi", param(pattern = "^job_[A-Za-z0-9-]{1,64}$"))]
     pub cursor: Option<String>,
     /// Only the child jobs this job's sub-workflow steps started (every attempt's); a value
-    /// that is not a job id is a 422.
+    /// that is not a job id is a 400.
     pub parent: Option<String>,
     /// Only jobs with every one of these labels, each `key=value`: sent as repeated `label`
     /// parameters, which the query string's form cannot carry in this struct (the client adds

@@ -125,6 +125,15 @@ async fn each_kind_refuses_the_fields_it_does_not_take_naming_them() {
         ["steps[0] (stop).continue_on_failure", "steps[1] (s).retry"],
         "{problem:#}"
     );
+    let listed = h
+        .http
+        .get(format!("{}/api/v1/jobs?parent=nope", h.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 400);
+    let problem: Value = listed.json().await.unwrap();
+    assert_eq!(problem["errors"][0]["field"], "parent", "{problem:#}");
 }
 
 /// The shard child: its step fails (after its retries) for shard 3 and records what it does

@@ -228,7 +228,7 @@ pub(crate) fn check_submit(limits: &Limits, request: &api::SubmitJob) -> ApiResu
         (
             status = 400,
             description = "An unknown `status`, a `limit` out of range, a malformed \
-                           `created_after`, `created_before`, `cursor` or `label`, or a malformed namespace: \
+                           `created_after`, `created_before`, `cursor`, `label` or `parent`, or a malformed namespace: \
                            the problem names the parameter. A query string that cannot be parsed at \
                            all (e.g. `limit=abc`) is refused before the handler, with a problem naming \
                            `query`.",
