@@ -541,6 +541,10 @@ pub struct LeasedTask {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PollResponse {
     pub tasks: Vec<LeasedTask>,
+    /// The largest task output the server takes, as compact JSON bytes (its `--max-task-bytes`):
+    /// a worker fails a larger output for good rather than report it.
+    #[serde(default)]
+    pub max_output_bytes: u64,
 }
 
 /// Extends the lease of a running task.
@@ -586,6 +590,11 @@ pub struct ReportedError {
     #[serde(default = "default_true")]
     #[cfg_attr(feature = "openapi", schema(default = true))]
     pub retryable: bool,
+    /// The least delay before the retry (a called service's `Retry-After`): the step's backoff
+    /// applies when it is longer. At most 7 days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(maximum = 604800000))]
+    pub retry_after_ms: Option<u64>,
 }
 
 fn default_true() -> bool {

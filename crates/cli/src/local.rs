@@ -8,10 +8,12 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use starbridge_api::JobStatus;
+use starbridge_core::definition::HTTP_COMMAND;
 use starbridge_core::destination::DestinationPolicy;
 use starbridge_engine::{Engine, NewToken, Scope, StoreOptions, SystemClock};
 use starbridge_server::{Limits, Server};
-use starbridge_worker::{Client, Worker, shell};
+use starbridge_worker::http::HttpExecutor;
+use starbridge_worker::{Client, Secrets, Worker, shell};
 
 use crate::Format;
 use crate::client::{self, Context};
@@ -433,17 +435,69 @@ pub(crate) struct WorkerArgs {
     /// Name shown on the tasks this worker runs (default: host and process id).
     #[arg(long)]
     worker_id: Option<String>,
+    #[command(flatten)]
+    executors: ExecutorArgs,
+}
+
+/// How the built-in executors run: the HTTP executor's secrets and destinations.
+#[derive(Args)]
+pub(crate) struct ExecutorArgs {
+    /// Secrets the HTTP executor may put into requests: a YAML file mapping each name to the
+    /// environment variable holding its value and the hosts it may be sent to
+    /// (`CMDB_TOKEN: {env: CMDB_TOKEN, hosts: [cmdb.internal]}`).
+    #[arg(long, value_name = "FILE", env = "STARBRIDGE_SECRETS")]
+    secrets: Option<PathBuf>,
+    /// Let http steps reach a destination refused by default (loopback, link-local, metadata
+    /// and other host-local addresses, and localhost; private ranges are allowed): a CIDR
+    /// block, an address or a host name (*.internal for the names under it). Repeatable; the
+    /// variable takes a comma-separated list.
+    #[arg(
+        long = "http-allow",
+        value_name = "CIDR_OR_HOST",
+        env = "STARBRIDGE_HTTP_ALLOW",
+        value_delimiter = ','
+    )]
+    http_allow: Vec<String>,
+}
+
+impl ExecutorArgs {
+    /// The HTTP executor these settings describe, trusting `ca_cert` too.
+    fn http_executor(&self, ca_cert: Option<&std::path::Path>) -> Result<HttpExecutor> {
+        let policy = DestinationPolicy::allowing(
+            self.http_allow
+                .iter()
+                .filter(|entry| !entry.trim().is_empty()),
+        )
+        .map_err(|error| anyhow::anyhow!("invalid --http-allow entry: {error}"))?
+        .private_network();
+        let secrets = match &self.secrets {
+            Some(path) => {
+                Secrets::load(path).with_context(|| format!("--secrets {}", path.display()))?
+            }
+            None => Secrets::default(),
+        };
+        let pem = match ca_cert {
+            Some(path) => Some(
+                std::fs::read(path)
+                    .with_context(|| format!("--ca-cert {}: cannot read it", path.display()))?,
+            ),
+            None => None,
+        };
+        Ok(HttpExecutor::new(policy, secrets, pem.as_deref())?)
+    }
 }
 
 #[derive(Args)]
 pub(crate) struct DevArgs {
     #[command(flatten)]
     server: ServerArgs,
-    /// Queues the built-in shell worker serves (repeatable).
+    /// Queues the built-in worker serves (repeatable).
     #[arg(long = "queue", short = 'q', default_values_t = vec!["shell".to_owned()])]
     queues: Vec<String>,
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    #[command(flatten)]
+    executors: ExecutorArgs,
 }
 
 #[derive(Args)]
@@ -487,18 +541,22 @@ fn default_worker_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-fn shell_worker(
+/// The built-in worker: `http` steps' tasks go to the HTTP executor, every other task to the
+/// shell executor.
+fn builtin_worker(
     client: Client,
     namespace: &str,
     queues: &[String],
     concurrency: usize,
     worker_id: String,
+    http: HttpExecutor,
 ) -> Result<Worker> {
     let mut builder = Worker::builder(client)
         .worker_id(worker_id)
         .namespace(namespace)
         .queues(queues.iter().cloned())
-        .concurrency(concurrency);
+        .concurrency(concurrency)
+        .command(HTTP_COMMAND, http);
     for queue in queues {
         builder = builder.fallback(queue, shell::ShellExecutor::default());
     }
@@ -528,18 +586,24 @@ pub(crate) async fn server(args: ServerArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) async fn worker(context: &Context, args: WorkerArgs) -> Result<ExitCode> {
+pub(crate) async fn worker(
+    context: &Context,
+    args: WorkerArgs,
+    ca_cert: Option<&std::path::Path>,
+) -> Result<ExitCode> {
+    let http = args.executors.http_executor(ca_cert)?;
     let worker_id = args.worker_id.unwrap_or_else(default_worker_id);
     tracing::warn!(
         queues = ?args.queues,
         "the shell executor runs commands from workflow definitions on this machine with this process's privileges: serve only queues whose workflows you trust"
     );
-    let worker = shell_worker(
+    let worker = builtin_worker(
         context.client.clone(),
         &context.namespace,
         &args.queues,
         args.concurrency,
         worker_id,
+        http,
     )?;
     worker.run(shutdown_signal()).await;
     Ok(ExitCode::SUCCESS)
@@ -551,19 +615,21 @@ pub(crate) async fn dev(
     namespace: &str,
     ca_cert: Option<&std::path::Path>,
 ) -> Result<ExitCode> {
+    let http = args.executors.http_executor(ca_cert)?;
     let (server, url) = args.server.start().await?;
-    tracing::info!(%url, database = %args.server.database.url(), queues = ?args.queues, "starbridge dev: server and shell worker (web UI at {url}/)");
+    tracing::info!(%url, database = %args.server.database.url(), queues = ?args.queues, "starbridge dev: server and built-in worker (web UI at {url}/)");
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut server_stopped = stopped.clone();
     let server = tokio::spawn(server.run(async move {
         let _ = server_stopped.wait_for(|stop| *stop).await;
     }));
-    let worker = shell_worker(
+    let worker = builtin_worker(
         client::connect(&url, ca_cert)?,
         namespace,
         &args.queues,
         args.concurrency,
         default_worker_id(),
+        http,
     )?;
     worker.run(shutdown_signal()).await;
     let _ = stop.send(true);
@@ -585,12 +651,18 @@ pub(crate) async fn demo(args: DemoArgs) -> Result<ExitCode> {
     let server = tokio::spawn(server.run(async move {
         let _ = server_stop.wait_for(|stop| *stop).await;
     }));
-    let worker = shell_worker(
+    let http = HttpExecutor::new(
+        DestinationPolicy::default().private_network(),
+        Secrets::default(),
+        None,
+    )?;
+    let worker = builtin_worker(
         Client::new(url.clone())?,
         starbridge_api::DEFAULT_NAMESPACE,
         &["shell".to_owned()],
         4,
         "demo-worker".to_owned(),
+        http,
     )?;
     let worker = tokio::spawn(worker.run(async move {
         let _ = stopped.wait_for(|stop| *stop).await;

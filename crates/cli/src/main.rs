@@ -37,7 +37,7 @@ struct Cli {
     )]
     namespace: String,
     /// Also trust this PEM CA certificate for an https --server (a private CA or a self-signed
-    /// certificate).
+    /// certificate), and, in `worker` and `dev`, for http steps' requests.
     #[arg(long, global = true, env = "STARBRIDGE_CA_CERT")]
     ca_cert: Option<std::path::PathBuf>,
     /// Output format of read commands (`-o json`). The long form is `--format`: `--output` is
@@ -168,7 +168,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Db(ref command) => local::db(command),
         Command::Token(ref command) => client::token(context, command).await,
         Command::Audit(ref args) => client::audit(&context()?, args).await,
-        Command::Worker(args) => local::worker(&context()?, args).await,
+        Command::Worker(args) => local::worker(&context()?, args, ca_cert).await,
         Command::Dev(args) => local::dev(args, &cli.namespace, ca_cert).await,
         Command::Demo(args) => local::demo(args).await,
         Command::Apply(args) => client::apply(&context()?, args).await,

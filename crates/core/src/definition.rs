@@ -13,6 +13,13 @@ use crate::limits::MAX_NAME_BYTES;
 use crate::model::TaskStatus;
 use crate::time::Duration;
 
+mod http;
+
+pub use http::{
+    DEFAULT_HTTP_TIMEOUT, DEFAULT_POLL_INTERVAL, HTTP_COMMAND, MAX_POLLING, METHODS,
+    is_secret_name, secret_names,
+};
+
 /// Per-attempt timeout (and lease) of a handler that names none.
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(300);
 /// First retry delay of a policy that names none.
@@ -48,10 +55,12 @@ impl utoipa::PartialSchema for WorkflowDefinition {
                  rendered key run at once, the others wait `queued`), `labels` (the default labels \
                  of its jobs: keys of 1 to 63 characters of `a-z0-9_./-`, values of at most 255 \
                  bytes), `output` (a template rendered as the job's output when it succeeds) and \
-                 `steps`, each step with `id`, either `queue` and `command` or one of `workflow` \
-                 (a sub-workflow, with an optional `version`), `sleep`, `sleep_until`, `signal`, \
-                 `approval`, `set` and `fail`, and `depends_on`, `input`, `when`, `for_each`, \
-                 `concurrency`, `timeout`, `step_timeout`, `retry`, `priority`, `compensate` and \
+                 `steps`, each step with `id`, either `queue` and `command`, `queue` and `http` \
+                 (a request the built-in HTTP executor sends: `method`, `url`, `headers`, `body`, \
+                 `timeout`, `success`) or one of `workflow` (a sub-workflow, with an optional \
+                 `version`), `sleep`, `sleep_until`, `signal`, `approval`, `set` and `fail`, and \
+                 `depends_on`, `input`, `when`, `for_each`, `concurrency`, `timeout`, \
+                 `step_timeout`, `retry`, `priority`, `compensate`, `poll_interval` and \
                  `continue_on_failure` as its kind allows. Validated when applied; a `name` must \
                  equal the name it is applied as.",
             ))
@@ -220,7 +229,8 @@ impl Step {
     }
 }
 
-/// What executes a task: a queue, a command, and how to run it.
+/// What executes a task: a queue, a command, and how to run it. An `http` handler's command is
+/// [`HTTP_COMMAND`] and its input the request.
 #[derive(Debug, Clone)]
 pub struct Handler {
     pub queue: String,
@@ -229,6 +239,17 @@ pub struct Handler {
     /// Per attempt: the lease a worker holds and extends by heartbeats.
     pub timeout: Duration,
     pub retry: RetryPolicy,
+}
+
+impl Handler {
+    /// Where its input is written in the definition: `http` for an http request, else `input`.
+    pub fn input_field(&self) -> &'static str {
+        if self.command == HTTP_COMMAND {
+            "http"
+        } else {
+            "input"
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -466,10 +487,12 @@ struct RawWorkflow {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a step: a mapping with `id` and either `queue` and `command`, `workflow`, `sleep`, `sleep_until`, `signal`, `approval`, `set` or `fail`"
+    expecting = "a step: a mapping with `id` and either `queue` and `command`, `queue` and `http`, `workflow`, `sleep`, `sleep_until`, `signal`, `approval`, `set` or `fail`"
 )]
 struct RawStep {
     id: String,
+    http: Option<Value>,
+    poll_interval: Option<Value>,
     sleep: Option<Value>,
     sleep_until: Option<Value>,
     signal: Option<String>,
@@ -496,11 +519,13 @@ struct RawStep {
 #[derive(Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "a handler: a mapping with `queue` and `command`"
+    expecting = "a handler: a mapping with `queue` and `command` (or `http`)"
 )]
 struct RawHandler {
     queue: Option<String>,
     command: Option<String>,
+    http: Option<Value>,
+    poll_interval: Option<Value>,
     input: Option<Value>,
     timeout: Option<Value>,
     retry: Option<Value>,
@@ -696,6 +721,7 @@ impl Checker {
             ("set", raw.set.is_some()),
             ("fail", raw.fail.is_some()),
             ("workflow", raw.workflow.is_some()),
+            ("http", raw.http.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
@@ -718,22 +744,27 @@ impl Checker {
             ("for_each", raw.for_each.is_some()),
             ("continue_on_failure", raw.continue_on_failure.is_some()),
             ("version", raw.version.is_some()),
+            ("poll_interval", raw.poll_interval.is_some()),
         ];
         for (field, set) in fields {
             if let Some(message) = set.then(|| refusal(kind, field)).flatten() {
                 self.problem(format!("{label}.{field}"), message);
             }
         }
-        if kind == "task" {
+        if matches!(kind, "task" | "http") {
+            let bounded = raw.step_timeout.is_some();
             return StepKind::Task(self.handler(
                 label,
                 RawHandler {
                     queue: raw.queue.take(),
                     command: raw.command.take(),
+                    http: raw.http.take(),
+                    poll_interval: raw.poll_interval.take(),
                     input: raw.input.take(),
                     timeout: raw.timeout.take(),
                     retry: raw.retry.take(),
                 },
+                bounded,
             ));
         }
         let placeholder = || StepKind::Wait(WaitStep::Signal(String::new()));
@@ -854,27 +885,62 @@ impl Checker {
         self.template(&field, Some(&text))
     }
 
-    fn handler(&mut self, field: &str, raw: RawHandler) -> Handler {
+    /// The handler at `field`: a `queue` and a `command` with its `input`, or a `queue` and an
+    /// `http` request (`bounded`: the step has a `step_timeout`, which bounds its polling).
+    fn handler(&mut self, field: &str, raw: RawHandler, bounded: bool) -> Handler {
         let queue = self.required(
             &format!("{field}.queue"),
             raw.queue,
             "queue",
             check_queue_name,
         );
-        let command = self.required(
-            &format!("{field}.command"),
-            raw.command,
-            "command",
-            check_command,
-        );
+        let timeout = self
+            .duration(format!("{field}.timeout"), raw.timeout.as_ref())
+            .unwrap_or(DEFAULT_ATTEMPT_TIMEOUT);
+        let retry = self.retry(&format!("{field}.retry"), raw.retry.as_ref());
+        let Some(request) = raw.http else {
+            if raw.poll_interval.is_some() {
+                self.problem(format!("{field}.poll_interval"), POLL_INTERVAL_ONLY_HTTP);
+            }
+            let command = self.required(
+                &format!("{field}.command"),
+                raw.command,
+                "command",
+                check_command,
+            );
+            if command == HTTP_COMMAND {
+                self.problem(
+                    format!("{field}.command"),
+                    "`http` is the command of http steps' tasks: write the request under `http:` (with `url`, `method`, …), or name the command otherwise",
+                );
+            }
+            return Handler {
+                queue,
+                command,
+                input: self.template(&format!("{field}.input"), raw.input.as_ref()),
+                timeout,
+                retry,
+            };
+        };
+        for (name, set) in [
+            ("command", raw.command.is_some()),
+            ("input", raw.input.is_some()),
+        ] {
+            if set {
+                self.problem(format!("{field}.{name}"), http_refusal(name));
+            }
+        }
+        let options = http::HttpOptions {
+            attempt_timeout: timeout,
+            poll_interval: raw.poll_interval.as_ref(),
+            bounded,
+        };
         Handler {
             queue,
-            command,
-            input: self.template(&format!("{field}.input"), raw.input.as_ref()),
-            timeout: self
-                .duration(format!("{field}.timeout"), raw.timeout.as_ref())
-                .unwrap_or(DEFAULT_ATTEMPT_TIMEOUT),
-            retry: self.retry(&format!("{field}.retry"), raw.retry.as_ref()),
+            command: HTTP_COMMAND.to_owned(),
+            input: self.http_request(&format!("{field}.http"), request, options),
+            timeout,
+            retry,
         }
     }
 
@@ -1043,7 +1109,7 @@ impl Workflow {
             let compensate = raw_step.compensate.and_then(|value| {
                 let field = format!("{label}.compensate");
                 let raw = checker.read::<RawHandler>(&field, value)?;
-                Some(checker.handler(&field, raw))
+                Some(checker.handler(&field, raw, false))
             });
             steps.push((
                 label,
@@ -1159,11 +1225,14 @@ impl Workflow {
 fn refusal(kind: &str, field: &str) -> Option<String> {
     let waits = matches!(kind, "sleep" | "sleep_until" | "signal" | "approval");
     let refused = match field {
-        "queue" | "command" | "timeout" => kind != "task",
-        "input" | "retry" => !matches!(kind, "task" | "workflow"),
+        "queue" | "timeout" => !matches!(kind, "task" | "http"),
+        "command" => kind != "task",
+        "input" => !matches!(kind, "task" | "workflow"),
+        "retry" => !matches!(kind, "task" | "workflow" | "http"),
         "version" => kind != "workflow",
+        "poll_interval" => kind != "http",
         "step_timeout" => matches!(kind, "set" | "fail"),
-        "compensate" => !matches!(kind, "task" | "workflow" | "signal" | "approval"),
+        "compensate" => !matches!(kind, "task" | "http" | "workflow" | "signal" | "approval"),
         "for_each" | "continue_on_failure" => kind == "fail",
         _ => false,
     };
@@ -1174,6 +1243,8 @@ fn refusal(kind: &str, field: &str) -> Option<String> {
         (_, "version") => {
             "only a sub-workflow step (`workflow`) takes a `version`: drop it".to_owned()
         }
+        (_, "poll_interval") => POLL_INTERVAL_ONLY_HTTP.to_owned(),
+        ("http", _) => http_refusal(field).to_owned(),
         ("workflow", "timeout") => {
             "a sub-workflow step holds no worker, so it has no per-attempt `timeout`: the child's own workflow `timeout` applies, and `step_timeout` bounds the step"
                 .to_owned()
@@ -1204,6 +1275,22 @@ fn refusal(kind: &str, field: &str) -> Option<String> {
             "a `fail` step ends the job at once and runs no worker, so it takes no `{field}`: drop it"
         ),
     })
+}
+
+/// Why a `poll_interval` is refused where there is no `http` request.
+const POLL_INTERVAL_ONLY_HTTP: &str =
+    "only an http step polls (the `Location` of a `202 Accepted` answer): drop `poll_interval`";
+
+/// Why an `http` handler refuses `field`.
+fn http_refusal(field: &str) -> &'static str {
+    match field {
+        "command" => {
+            "an http step's tasks run the built-in HTTP executor (command `http`): drop `command`"
+        }
+        _ => {
+            "an http step's input is its request: put the data in `http.body` or `http.url`, and drop `input`"
+        }
+    }
 }
 
 /// How a step is named in a problem's field: `steps[2] (load)`.
@@ -1340,7 +1427,8 @@ fn check_references(
     match &step.kind {
         StepKind::Task(handler) => {
             if let Some(input) = &handler.input {
-                sites.push((format!("{label}.input"), input.references(), scope));
+                let field = handler.input_field();
+                sites.push((format!("{label}.{field}"), input.references(), scope));
             }
         }
         StepKind::Wait(WaitStep::Sleep(SleepSpec::Until(until))) => {
@@ -1364,9 +1452,11 @@ fn check_references(
         }
         StepKind::Wait(WaitStep::Sleep(SleepSpec::For(_)) | WaitStep::Signal(_)) => {}
     }
-    if let Some(input) = step.compensate.as_ref().and_then(|c| c.input.as_ref()) {
+    if let Some(compensate) = &step.compensate
+        && let Some(input) = &compensate.input
+    {
         sites.push((
-            format!("{label}.compensate.input"),
+            format!("{label}.compensate.{}", compensate.input_field()),
             input.references(),
             Scope::Compensation,
         ));
@@ -1387,6 +1477,10 @@ fn check_sites(
     for (field, references, scope) in sites {
         for path in references {
             let Some(root) = path.first() else { continue };
+            if root == "secrets" {
+                checker.problem(&field, http::SECRETS_PLACE);
+                continue;
+            }
             if !scope.roots().contains(&root.as_str()) {
                 checker.problem(
                     &field,

@@ -1,5 +1,5 @@
 //! Destination policy: which hosts and addresses Starbridge may send a request to on a user's
-//! behalf (webhook deliveries; the HTTP executor is to reuse it).
+//! behalf: the server's webhook deliveries and the worker's HTTP executor.
 //!
 //! A URL given through the API must not turn the server into a way into its own network
 //! (server-side request forgery) or into a scanner of it. So by default a destination is
@@ -13,12 +13,20 @@
 //! - multicast (`224.0.0.0/4`, `ff00::/8`), the broadcast address or reserved (`240.0.0.0/4`),
 //! - a local-use NAT64 address (`64:ff9b:1::/48`, whose IPv4 mapping only its network knows),
 //!
+//! - a cloud metadata service's address (`169.254.169.254`, `fd00:ec2::254`, `100.100.100.200`:
+//!   they hand out the host's cloud credentials),
+//!
 //! or an IPv6 address that carries one of those IPv4 addresses: IPv4-mapped (`::ffff:a.b.c.d`),
 //! IPv4-translated (`::ffff:0:a.b.c.d`), IPv4-compatible (`::a.b.c.d`), 6to4 (`2002:AABB:CCDD::/48`)
 //! and NAT64 (`64:ff9b::a.b.c.d`); and when its host is `localhost` or a name under `.localhost`,
 //! which are refused without asking DNS.
 //!
-//! The operator opens chosen destinations with [`Allow`] entries (the server's `--webhook-allow`):
+//! The HTTP executor calls a team's internal services, so its policy
+//! ([`DestinationPolicy::private_network`]) also permits the private, shared, unique local and
+//! site-local ranges; everything else above stays refused.
+//!
+//! The operator opens chosen destinations with [`Allow`] entries (the server's `--webhook-allow`,
+//! the worker's `--http-allow`):
 //! a CIDR block, an address, or a host name (`*.example.com` for the names under it). A host name
 //! allowed this way may resolve to any address; any other name is checked address by address.
 //!
@@ -61,6 +69,8 @@ pub enum Reason {
     LocalNat64,
     /// `localhost` or a name under `.localhost`.
     LocalName,
+    /// A cloud metadata service: `169.254.169.254`, `fd00:ec2::254`, `100.100.100.200`.
+    Metadata,
 }
 
 impl Reason {
@@ -79,6 +89,7 @@ impl Reason {
             Reason::Reserved => "a reserved address",
             Reason::LocalNat64 => "a local-use NAT64 address",
             Reason::LocalName => "a name of this host",
+            Reason::Metadata => "a cloud metadata service's address",
         }
     }
 }
@@ -335,6 +346,7 @@ fn normal_name(name: &str) -> String {
 /// Why an IPv4 address is refused by default, if it is.
 fn v4_reason(ip: Ipv4Addr) -> Option<Reason> {
     Some(match ip.octets() {
+        [169, 254, 169, 254] | [100, 100, 100, 200] => Reason::Metadata,
         [0, ..] => Reason::Unspecified,
         [127, ..] => Reason::Loopback,
         [10, ..] | [172, 16..=31, ..] | [192, 168, ..] => Reason::Private,
@@ -350,7 +362,9 @@ fn v4_reason(ip: Ipv4Addr) -> Option<Reason> {
 /// Why an IPv6 address is refused by default for itself (not for an IPv4 address it carries).
 fn v6_reason(ip: Ipv6Addr) -> Option<Reason> {
     let first = ip.segments()[0];
-    Some(if ip.is_unspecified() {
+    Some(if ip.segments() == [0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254] {
+        Reason::Metadata
+    } else if ip.is_unspecified() {
         Reason::Unspecified
     } else if ip.is_loopback() {
         Reason::Loopback
@@ -394,6 +408,8 @@ fn embedded_v4(ip: Ipv6Addr) -> Option<(Embedding, Ipv4Addr)> {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DestinationPolicy {
     allowed: Vec<Allow>,
+    /// The private, shared, unique local and site-local ranges are permitted.
+    private_network: bool,
 }
 
 impl DestinationPolicy {
@@ -401,7 +417,25 @@ impl DestinationPolicy {
     pub fn new(allowed: impl IntoIterator<Item = Allow>) -> DestinationPolicy {
         DestinationPolicy {
             allowed: allowed.into_iter().collect(),
+            private_network: false,
         }
+    }
+
+    /// This policy, also permitting the private network's ranges (private, shared, unique local,
+    /// site-local): the HTTP executor's, which calls a team's internal services. Loopback,
+    /// unspecified, link-local, metadata and the other refused ranges stay refused.
+    pub fn private_network(mut self) -> DestinationPolicy {
+        self.private_network = true;
+        self
+    }
+
+    /// Whether this policy refuses addresses for `reason` (unless an entry opens them).
+    fn refuses(&self, reason: Reason) -> bool {
+        !(self.private_network
+            && matches!(
+                reason,
+                Reason::Private | Reason::Shared | Reason::UniqueLocal | Reason::SiteLocal
+            ))
     }
 
     /// The default policy, opened by these entries written as text.
@@ -412,7 +446,7 @@ impl DestinationPolicy {
             .into_iter()
             .map(|entry| entry.as_ref().parse())
             .collect::<Result<Vec<Allow>, _>>()?;
-        Ok(DestinationPolicy { allowed })
+        Ok(DestinationPolicy::new(allowed))
     }
 
     /// The entries that open destinations, in the order given.
@@ -448,11 +482,11 @@ impl DestinationPolicy {
             IpAddr::V4(v4) => v4_reason(v4),
             IpAddr::V6(v6) => v6_reason(v6),
         };
-        if let Some(reason) = own {
+        if let Some(reason) = own.filter(|reason| self.refuses(*reason)) {
             return Err(refusal(reason, None));
         }
         if let Some((form, v4)) = embedded
-            && let Some(reason) = v4_reason(v4)
+            && let Some(reason) = v4_reason(v4).filter(|reason| self.refuses(*reason))
         {
             return Err(refusal(reason, Some((form, v4))));
         }
@@ -558,7 +592,9 @@ mod tests {
             ("192.168.1.1", Reason::Private),
             ("100.64.0.1", Reason::Shared),
             ("100.127.255.255", Reason::Shared),
-            ("169.254.169.254", Reason::LinkLocal),
+            ("169.254.169.254", Reason::Metadata),
+            ("169.254.1.1", Reason::LinkLocal),
+            ("100.100.100.200", Reason::Metadata),
             ("224.0.0.1", Reason::Multicast),
             ("239.255.255.255", Reason::Multicast),
             ("255.255.255.255", Reason::Broadcast),
@@ -642,7 +678,7 @@ mod tests {
                 "::ffff:169.254.169.254",
                 Embedding::Mapped,
                 "169.254.169.254",
-                Reason::LinkLocal,
+                Reason::Metadata,
             ),
             (
                 "::ffff:0.0.0.0",
@@ -684,7 +720,7 @@ mod tests {
                 "2002:a9fe:a9fe:1::1",
                 Embedding::SixToFour,
                 "169.254.169.254",
-                Reason::LinkLocal,
+                Reason::Metadata,
             ),
             (
                 "2002:c0a8:101::",
@@ -702,7 +738,7 @@ mod tests {
                 "64:ff9b::a9fe:a9fe",
                 Embedding::Nat64,
                 "169.254.169.254",
-                Reason::LinkLocal,
+                Reason::Metadata,
             ),
             (
                 "64:ff9b::6440:1",
@@ -731,6 +767,43 @@ mod tests {
                 "{address}"
             );
         }
+    }
+
+    #[test]
+    fn the_private_network_policy_permits_internal_ranges_but_not_this_host_or_metadata() {
+        let policy = DestinationPolicy::default().private_network();
+        for permitted in [
+            "10.1.2.3",
+            "172.20.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "fd12::1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert_eq!(reason(&policy, permitted), None, "{permitted}");
+        }
+        for (address, expected) in [
+            ("127.0.0.1", Reason::Loopback),
+            ("0.0.0.0", Reason::Unspecified),
+            ("169.254.169.254", Reason::Metadata),
+            ("169.254.10.1", Reason::LinkLocal),
+            ("100.100.100.200", Reason::Metadata),
+            ("fd00:ec2::254", Reason::Metadata),
+            ("::1", Reason::Loopback),
+            ("::ffff:127.0.0.1", Reason::Loopback),
+            ("fe80::1", Reason::LinkLocal),
+            ("224.0.0.1", Reason::Multicast),
+        ] {
+            assert_eq!(reason(&policy, address), Some(expected), "{address}");
+        }
+        assert!(matches!(
+            policy.check_name("localhost"),
+            Verdict::Refused(_)
+        ));
+        let opened = DestinationPolicy::allowing(["127.0.0.1"])
+            .unwrap()
+            .private_network();
+        assert_eq!(reason(&opened, "127.0.0.1"), None);
     }
 
     #[test]

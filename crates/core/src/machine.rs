@@ -22,7 +22,7 @@ use crate::model::{
     JobState, JobStatus, ParentLink, Rejection, Task, TaskError, TaskKind, TaskStatus, Wait,
     WaitFor, WindDown,
 };
-use crate::time::Timestamp;
+use crate::time::{Duration, Timestamp};
 
 /// What the engine passes in with every input.
 pub struct Ctx<'a> {
@@ -455,13 +455,14 @@ impl Machine<'_> {
             } => {
                 let index = self.leased(&task, &lease_token)?;
                 self.state.tasks[index].logs = logs;
-                self.attempt_failed(
+                self.attempt_failed_after(
                     index,
                     TaskError {
                         message: error.message,
                         retryable: error.retryable,
                         kind: ErrorKind::Handler,
                     },
+                    error.retry_after,
                 );
             }
             Input::CheckLater {
@@ -688,6 +689,12 @@ impl Machine<'_> {
 
     /// An attempt failed: retry after backoff if allowed, else fail the task for good.
     fn attempt_failed(&mut self, index: usize, error: TaskError) {
+        self.attempt_failed_after(index, error, None);
+    }
+
+    /// An attempt failed: retry after the backoff, or after `at_least` when that is longer (a
+    /// service's `Retry-After`), if allowed; else fail the task for good.
+    fn attempt_failed_after(&mut self, index: usize, error: TaskError, at_least: Option<Duration>) {
         self.release(index);
         let policy = self.retry_policy(index);
         let task = &self.state.tasks[index];
@@ -700,7 +707,9 @@ impl Machine<'_> {
         if error.retryable && used < policy.max_attempts && moving_on {
             let mut hasher = DefaultHasher::new();
             (task.id.as_str(), task.attempt).hash(&mut hasher);
-            let delay = policy.delay(task.attempt, hasher.finish());
+            let delay = policy
+                .delay(task.attempt, hasher.finish())
+                .max(at_least.unwrap_or_default());
             let retry_at = self.now.saturating_add(delay);
             let detail = json!({
                 "message": error.message,

@@ -447,6 +447,9 @@ impl JobState {
 pub struct ReportedError {
     pub message: String,
     pub retryable: bool,
+    /// The least delay before a retry (a service's `Retry-After`); the backoff applies when it
+    /// is longer.
+    pub retry_after: Option<crate::time::Duration>,
 }
 
 /// Something that happened to a job, given to the state machine.

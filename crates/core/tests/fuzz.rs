@@ -396,6 +396,7 @@ fn run_job(workflow: &Workflow, params: Value, outputs: &[Value], fail_every: us
                     error: starbridge_core::model::ReportedError {
                         message: "boom".into(),
                         retryable: true,
+                        retry_after: None,
                     },
                     logs: None,
                 }

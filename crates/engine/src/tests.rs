@@ -592,6 +592,7 @@ async fn the_next_timer_and_next_available_time_are_reported(f: Fixture) {
                 error: ReportedError {
                     message: "boom".into(),
                     retryable: true,
+                    retry_after: None,
                 },
                 logs: None,
             },
@@ -976,6 +977,7 @@ async fn a_lock_lets_its_slots_run_and_queues_the_rest_first_come_first_served(f
                 error: ReportedError {
                     message: "broken".into(),
                     retryable: false,
+                    retry_after: None,
                 },
                 logs: None,
             },

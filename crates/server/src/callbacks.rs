@@ -140,9 +140,16 @@ async fn fail(
             "say what went wrong: the message is shown to operators",
         ));
     }
+    if request.error.retry_after_ms.is_some() {
+        return Err(ApiError::invalid(
+            "error.retry_after_ms",
+            "a failure reported through a callback is retried after the step's backoff: drop retry_after_ms",
+        ));
+    }
     let error = ReportedError {
         message: request.error.message,
         retryable: request.error.retryable,
+        retry_after: None,
     };
     call(&state, &token, CallbackCall::Fail { error }, "failed").await
 }

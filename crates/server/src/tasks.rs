@@ -132,6 +132,7 @@ async fn poll(
         .await?;
     Ok(Json(api::PollResponse {
         tasks: claimed.iter().map(views::leased).collect(),
+        max_output_bytes: state.limits.value(Limit::Task),
     }))
 }
 
@@ -270,7 +271,7 @@ async fn complete(
         ),
         (
             status = 400,
-            description = "A malformed body or a blank `error.message`.",
+            description = "A malformed body, a blank `error.message` or `error.retry_after_ms` over 7 days.",
             body = api::Problem, content_type = PROBLEM,
         ),
         (status = 422, response = Unprocessable),
@@ -297,6 +298,17 @@ async fn fail(
             "say what went wrong: the message is shown to operators",
         ));
     }
+    let retry_after = request.error.retry_after_ms.map(Duration::from_millis);
+    if request
+        .error
+        .retry_after_ms
+        .is_some_and(|ms| ms > MAX_CHECK_LATER_MS)
+    {
+        return Err(ApiError::invalid(
+            "error.retry_after_ms",
+            format!("at most {MAX_CHECK_LATER_MS} (7 days)"),
+        ));
+    }
     let reported = state
         .engine
         .report(
@@ -307,6 +319,7 @@ async fn fail(
                 error: ReportedError {
                     message: request.error.message,
                     retryable: request.error.retryable,
+                    retry_after,
                 },
                 logs: request.logs,
             },

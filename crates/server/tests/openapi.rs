@@ -514,6 +514,11 @@ const ALLOWED: &[(&str, &str)] = &[
          (`rejections.rs`), not the plain-text message the hand-written description promised",
     ),
     (
+        "POST /api/v1/tasks/{id}/fail 400: description",
+        "a failure may carry `error.retry_after_ms` (a called service's `Retry-After`), refused \
+         over 7 days like a check-later's `after_ms`",
+    ),
+    (
         "waiting_reason: description",
         "a task waiting on the server (a sleep, signal, approval or callback) is running, and \
          says what it waits for: the old text said running tasks had no reason",

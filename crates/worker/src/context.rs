@@ -58,15 +58,27 @@ struct Inner {
     shutdown: Signal,
     /// Progress to send with the next heartbeats.
     progress: Mutex<Option<Value>>,
+    /// The largest output the server takes, when its poll answer said.
+    max_output_bytes: Option<u64>,
 }
 
 impl TaskContext {
     /// A context for `task`, not attached to any worker: for testing handlers.
     pub fn new(task: LeasedTask) -> Self {
-        TaskContext::attached(task, Signal::new(), Signal::new())
+        TaskContext::attached(task, Signal::new(), Signal::new(), None)
     }
 
-    pub(crate) fn attached(task: LeasedTask, abandoned: Signal, shutdown: Signal) -> Self {
+    /// Like [`TaskContext::new`], with the server's output size limit: for testing handlers.
+    pub fn with_max_output_bytes(task: LeasedTask, max_output_bytes: u64) -> Self {
+        TaskContext::attached(task, Signal::new(), Signal::new(), Some(max_output_bytes))
+    }
+
+    pub(crate) fn attached(
+        task: LeasedTask,
+        abandoned: Signal,
+        shutdown: Signal,
+        max_output_bytes: Option<u64>,
+    ) -> Self {
         TaskContext {
             inner: Arc::new(Inner {
                 task,
@@ -74,8 +86,15 @@ impl TaskContext {
                 abandoned,
                 shutdown,
                 progress: Mutex::new(None),
+                max_output_bytes,
             }),
         }
+    }
+
+    /// The largest output the server takes, as compact JSON bytes (from its poll answer): the
+    /// worker fails a larger output for good rather than report it.
+    pub fn max_output_bytes(&self) -> Option<u64> {
+        self.inner.max_output_bytes
     }
 
     /// The leased task as the server sent it.

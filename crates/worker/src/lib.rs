@@ -5,6 +5,8 @@
 //! - [`Worker`]: polls queues for tasks, runs them with registered handlers under a concurrency
 //!   bound, heartbeats their leases, reports outcomes reliably and shuts down gracefully.
 //! - [`shell`]: the built-in shell executor, a handler running the task's command with `sh -c`.
+//! - [`http`]: the built-in HTTP executor, running `http` steps' requests, with [`Secrets`]
+//!   resolved on the worker.
 //!
 //! ```no_run
 //! use starbridge_worker::{Client, Outcome, TaskContext, Worker, shell::ShellExecutor};
@@ -28,12 +30,15 @@
 
 mod completions;
 mod context;
+pub mod http;
 mod outcome;
+mod secrets;
 pub mod shell;
 mod worker;
 
 pub use context::TaskContext;
 pub use outcome::{BoxFuture, Handler, HandlerResult, Outcome};
+pub use secrets::{SecretError, Secrets, SecretsFileError};
 pub use starbridge_api::client::{Client, DEFAULT_REQUEST_TIMEOUT, Error};
 pub use worker::{
     BuildError, DEFAULT_CONCURRENCY, DEFAULT_POLL_WAIT, DEFAULT_RETRY_INITIAL, DEFAULT_RETRY_MAX,

@@ -19,8 +19,13 @@ pub enum Outcome {
     /// The task succeeded with this output (`POST /tasks/{id}/complete`).
     Complete(Value),
     /// The attempt failed (`POST /tasks/{id}/fail`). A retryable failure is tried again while
-    /// the step has attempts left; a non-retryable one fails the step at once.
-    Fail { message: String, retryable: bool },
+    /// the step has attempts left, after the step's backoff or `retry_after` when that is longer
+    /// (a called service's `Retry-After`); a non-retryable one fails the step at once.
+    Fail {
+        message: String,
+        retryable: bool,
+        retry_after: Option<Duration>,
+    },
     /// Not done yet: the server hands the task out again `after` this long, with `progress`
     /// available as [`TaskContext::progress`] (`POST /tasks/{id}/check-later`).
     CheckLater {
@@ -45,6 +50,7 @@ impl Outcome {
         Outcome::Fail {
             message: message.into(),
             retryable: true,
+            retry_after: None,
         }
     }
 
@@ -53,6 +59,7 @@ impl Outcome {
         Outcome::Fail {
             message: message.into(),
             retryable: false,
+            retry_after: None,
         }
     }
 

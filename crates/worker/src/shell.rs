@@ -9,6 +9,9 @@
 //! Register it only for queues whose definitions you trust, and run the worker as an unprivileged
 //! user.
 //!
+//! It never runs an `http` step's task (command `http`): that fails for good, pointing at the
+//! HTTP executor.
+//!
 //! # Protocol between the worker and the command
 //!
 //! - The task input is written as JSON (one line) to the command's stdin and is also in the
@@ -49,6 +52,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use starbridge_api::client::shorten;
+use starbridge_core::definition::HTTP_COMMAND;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tracing::warn;
@@ -152,6 +156,12 @@ impl ShellExecutor {
 
     /// Runs the task's command to its end (or until the task is cancelled).
     pub async fn run(&self, task: TaskContext) -> HandlerResult {
+        if task.command() == HTTP_COMMAND {
+            return Outcome::fail_permanently(
+                "an http step's task: the shell executor does not run it (the built-in HTTP executor of `starbridge worker` does)",
+            )
+            .into();
+        }
         let input = serde_json::to_string(task.input()).unwrap_or_else(|_| "null".to_owned());
         let mut command = Command::new(&self.shell);
         command
@@ -450,7 +460,11 @@ fn interpret(
                 object.as_ref().and_then(|object| object.get("retryable")),
                 Some(Value::Bool(false))
             );
-            Outcome::Fail { message, retryable }
+            Outcome::Fail {
+                message,
+                retryable,
+                retry_after: None,
+            }
         }
         (None, Some(signal)) => Outcome::fail(format!(
             "command was killed by signal {signal}{}",

@@ -16,6 +16,7 @@ use starbridge_api::{
     AwaitCallbackRequest, CheckLaterRequest, CompleteRequest, FailRequest, HeartbeatRequest,
     LeasedTask, PollRequest, ReportedError,
 };
+use starbridge_core::limits::json_exceeds;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -57,7 +58,7 @@ pub enum BuildError {
     QueueNotPolled(String),
 }
 
-/// The handlers of one queue.
+/// The handlers of one queue (or of every queue, for commands such as `http`).
 #[derive(Default)]
 struct QueueHandlers {
     commands: HashMap<String, Arc<dyn Handler>>,
@@ -77,6 +78,8 @@ pub struct WorkerBuilder {
     retry_max: Duration,
     batch_completions: bool,
     handlers: HashMap<String, QueueHandlers>,
+    /// Handlers by command, on every queue polled.
+    everywhere: HashMap<String, Arc<dyn Handler>>,
 }
 
 impl WorkerBuilder {
@@ -153,6 +156,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// Runs tasks of `command` on every queue polled with `handler`, unless the queue has a
+    /// handler of its own for the command; before any queue's fallback. The built-in worker
+    /// runs `http` steps' tasks this way ([`crate::http::HttpExecutor`]), picking the executor
+    /// from the task rather than from the queue's name.
+    pub fn command(mut self, command: impl Into<String>, handler: impl Handler) -> Self {
+        self.everywhere.insert(command.into(), Arc::new(handler));
+        self
+    }
+
     /// Runs tasks of `queue` whose command has no handler of its own with `handler` (e.g. a
     /// [`crate::shell::ShellExecutor`]).
     pub fn fallback(mut self, queue: impl Into<String>, handler: impl Handler) -> Self {
@@ -193,6 +205,7 @@ impl WorkerBuilder {
                 client: self.client,
                 worker_id,
                 handlers: self.handlers,
+                everywhere: self.everywhere,
                 retry_initial: self.retry_initial,
                 retry_max: self.retry_max,
                 abandoned: Signal::new(),
@@ -225,6 +238,7 @@ struct Shared {
     completions: Option<Arc<Completions>>,
     worker_id: String,
     handlers: HashMap<String, QueueHandlers>,
+    everywhere: HashMap<String, Arc<dyn Handler>>,
     retry_initial: Duration,
     retry_max: Duration,
     /// Set when running tasks are abandoned at the end of the grace period.
@@ -235,11 +249,11 @@ struct Shared {
 
 impl Shared {
     fn handler_for(&self, queue: &str, command: &str) -> Option<Arc<dyn Handler>> {
-        let handlers = self.handlers.get(queue)?;
+        let handlers = self.handlers.get(queue);
         handlers
-            .commands
-            .get(command)
-            .or(handlers.fallback.as_ref())
+            .and_then(|handlers| handlers.commands.get(command))
+            .or_else(|| self.everywhere.get(command))
+            .or_else(|| handlers.and_then(|handlers| handlers.fallback.as_ref()))
             .cloned()
     }
 
@@ -297,6 +311,7 @@ impl Worker {
             retry_max: DEFAULT_RETRY_MAX,
             batch_completions: false,
             handlers: HashMap::new(),
+            everywhere: HashMap::new(),
         }
     }
 
@@ -367,6 +382,8 @@ impl Worker {
                     if !response.tasks.is_empty() {
                         debug!(tasks = response.tasks.len(), "polled");
                     }
+                    let max_output_bytes =
+                        Some(response.max_output_bytes).filter(|bytes| *bytes > 0);
                     for task in response.tasks {
                         let Some(permit) = permits.pop() else {
                             warn!(
@@ -376,7 +393,12 @@ impl Worker {
                             );
                             continue;
                         };
-                        running.spawn(run_task(Arc::clone(shared), task, received, permit));
+                        let leased = Leased {
+                            task,
+                            received,
+                            max_output_bytes,
+                        };
+                        running.spawn(run_task(Arc::clone(shared), leased, permit));
                     }
                 }
                 Err(error) => {
@@ -455,13 +477,18 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Runs one leased task to its report; holds a concurrency slot (`_permit`) throughout.
-async fn run_task(
-    shared: Arc<Shared>,
+/// A task as the poll answer handed it out.
+struct Leased {
     task: LeasedTask,
+    /// When the poll answer came (the lease lasts at most `lease_ms` from then).
     received: Instant,
-    _permit: OwnedSemaphorePermit,
-) {
+    /// The server's output size limit, from the poll answer.
+    max_output_bytes: Option<u64>,
+}
+
+/// Runs one leased task to its report; holds a concurrency slot (`_permit`) throughout.
+async fn run_task(shared: Arc<Shared>, leased: Leased, _permit: OwnedSemaphorePermit) {
+    let task = &leased.task;
     let span = info_span!(
         "task",
         task_id = %task.id,
@@ -470,15 +497,20 @@ async fn run_task(
         command = %task.command,
         attempt = task.attempt,
     );
-    supervise(&shared, task, received).instrument(span).await;
+    supervise(&shared, leased).instrument(span).await;
 }
 
-async fn supervise(shared: &Shared, task: LeasedTask, received: Instant) {
-    let lease = Duration::from_millis(task.lease_ms);
+async fn supervise(shared: &Shared, leased: Leased) {
+    let lease = Duration::from_millis(leased.task.lease_ms);
     // The latest instant the lease may last to: the server set (or extended) it to at most
     // "when we got its answer + lease".
-    let lease_end = Mutex::new(received + lease);
-    let context = TaskContext::attached(task, shared.abandoned.clone(), shared.shutdown.clone());
+    let lease_end = Mutex::new(leased.received + lease);
+    let context = TaskContext::attached(
+        leased.task,
+        shared.abandoned.clone(),
+        shared.shutdown.clone(),
+        leased.max_output_bytes,
+    );
     let result = match shared.handler_for(context.queue(), context.command()) {
         None => {
             let message = format!(
@@ -508,7 +540,29 @@ async fn supervise(shared: &Shared, task: LeasedTask, received: Instant) {
         info!("the lease was lost while running; the outcome is not reported");
         return;
     }
+    let result = within_output_limit(result, context.max_output_bytes());
     report(shared, &context, result, &lease_end).await;
+}
+
+/// The result, or a non-retryable failure when its output is larger than the server takes
+/// (reported, it would be refused, and the task would lapse and run again to no end).
+fn within_output_limit(result: HandlerResult, limit: Option<u64>) -> HandlerResult {
+    let Some(limit) = limit.and_then(|limit| usize::try_from(limit).ok()) else {
+        return result;
+    };
+    match &result.outcome {
+        Outcome::Complete(output) if json_exceeds(output, limit) => {
+            let message = format!(
+                "the output is larger than the server's task size limit of {limit} bytes (max_task_bytes): return less, or keep large results elsewhere and return a reference"
+            );
+            warn!("{message}");
+            HandlerResult {
+                outcome: Outcome::fail_permanently(message),
+                logs: result.logs,
+            }
+        }
+        _ => result,
+    }
 }
 
 /// The handler's result, or a retryable failure when it panicked.
@@ -595,9 +649,18 @@ impl Report {
                 output,
                 logs,
             }),
-            Outcome::Fail { message, retryable } => Report::Fail(FailRequest {
+            Outcome::Fail {
+                message,
+                retryable,
+                retry_after,
+            } => Report::Fail(FailRequest {
                 lease_token,
-                error: ReportedError { message, retryable },
+                error: ReportedError {
+                    message,
+                    retryable,
+                    retry_after_ms: retry_after
+                        .map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
+                },
                 logs,
             }),
             Outcome::CheckLater { after, progress } => Report::CheckLater(CheckLaterRequest {
@@ -750,6 +813,51 @@ mod tests {
         }
         backoff.reset();
         assert!(backoff.next_delay() <= Duration::from_millis(100));
+    }
+
+    #[test]
+    fn an_output_larger_than_the_server_takes_fails_for_good_keeping_the_logs() {
+        let big = Outcome::complete(serde_json::json!({"data": "x".repeat(100)}))
+            .with_logs(serde_json::json!({"stdout": "ran"}));
+        let judged = within_output_limit(big.clone(), Some(50));
+        assert!(
+            matches!(&judged.outcome, Outcome::Fail { retryable: false, message, .. } if message.contains("max_task_bytes")),
+            "{judged:?}"
+        );
+        assert_eq!(judged.logs, big.logs);
+        assert_eq!(within_output_limit(big.clone(), Some(10_000)), big);
+        assert_eq!(
+            within_output_limit(big.clone(), None),
+            big,
+            "no limit known"
+        );
+    }
+
+    #[test]
+    fn a_command_handler_serves_every_queue_before_its_fallback_but_after_its_own() {
+        let client = Client::new("http://127.0.0.1:1").expect("valid url");
+        let noop = |_task: TaskContext| async { Outcome::complete(serde_json::json!({})) };
+        let worker = Worker::builder(client)
+            .queues(["a", "b"])
+            .handler("a", "http", noop)
+            .command("http", noop)
+            .fallback("a", noop)
+            .fallback("b", noop)
+            .build()
+            .expect("valid worker");
+        let shared = &worker.shared;
+        let own = shared.handlers["a"].commands["http"].clone();
+        let everywhere = shared.everywhere["http"].clone();
+        let fallback_b = shared.handlers["b"].fallback.clone().unwrap();
+        let same = |a: &Arc<dyn Handler>, b: &Arc<dyn Handler>| Arc::ptr_eq(a, b);
+        assert!(same(&shared.handler_for("a", "http").unwrap(), &own));
+        assert!(same(&shared.handler_for("b", "http").unwrap(), &everywhere));
+        assert!(same(
+            &shared.handler_for("b", "other").unwrap(),
+            &fallback_b
+        ));
+        assert!(shared.handler_for("c", "other").is_none());
+        assert!(same(&shared.handler_for("c", "http").unwrap(), &everywhere));
     }
 
     #[test]

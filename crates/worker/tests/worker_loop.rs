@@ -179,6 +179,7 @@ async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -
     .await;
     Json(PollResponse {
         tasks: waited.unwrap_or_default(),
+        max_output_bytes: 256 * 1024,
     })
     .into_response()
 }

@@ -124,10 +124,17 @@ pub(crate) struct Harness {
     pub(crate) server: Option<Child>,
     pub(crate) workers: Vec<Child>,
     pub(crate) http: reqwest::Client,
+    /// More flags for every server start.
+    pub(crate) server_flags: Vec<String>,
 }
 
 impl Harness {
     pub(crate) async fn start() -> Harness {
+        Harness::start_with(&[]).await
+    }
+
+    /// A harness whose server also takes `server_flags`.
+    pub(crate) async fn start_with(server_flags: &[&str]) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         // reqwest is built without a default crypto provider: the process chooses `ring`.
@@ -139,6 +146,7 @@ impl Harness {
             server: None,
             workers: Vec::new(),
             http: reqwest::Client::new(),
+            server_flags: server_flags.iter().map(|flag| (*flag).to_owned()).collect(),
         };
         harness.start_server().await;
         harness
@@ -156,6 +164,7 @@ impl Harness {
             .args(["--webhook-allow", "127.0.0.1"])
             .arg("--database")
             .arg(format!("sqlite://{}", self.database().display()))
+            .args(&self.server_flags)
             .env("STARBRIDGE_LOG", "warn")
             .stdin(Stdio::null())
             .spawn()
@@ -181,6 +190,17 @@ impl Harness {
     }
 
     pub(crate) fn start_worker(&mut self, name: &str, queue: &str) -> usize {
+        self.start_worker_with(name, queue, &[], &[])
+    }
+
+    /// A worker process with more flags and environment variables.
+    pub(crate) fn start_worker_with(
+        &mut self,
+        name: &str,
+        queue: &str,
+        flags: &[&str],
+        env: &[(&str, &str)],
+    ) -> usize {
         let child = Command::new(BIN)
             .args([
                 "worker",
@@ -191,8 +211,10 @@ impl Harness {
                 "--server",
                 &self.url,
             ])
+            .args(flags)
             .env("STARBRIDGE_LOG", "warn")
             .env("E2E_DIR", self.dir.path())
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .spawn()
             .unwrap();

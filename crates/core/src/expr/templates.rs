@@ -25,9 +25,19 @@ impl Template {
     /// Compiles every string in `value` (recursively through arrays and
     /// objects; object keys are literal, not templated).
     pub fn compile(value: &Value) -> Result<Template, Error> {
+        Template::compile_keeping(value, &|_| false)
+    }
+
+    /// Compiles like [`Template::compile`], but keeps every string for which `literal` holds as
+    /// plain text, its `${{ … }}` rendered as written (an HTTP step's secret references, which
+    /// the worker resolves, not the server).
+    pub fn compile_keeping(
+        value: &Value,
+        literal: &dyn Fn(&str) -> bool,
+    ) -> Result<Template, Error> {
         let mut path = Vec::new();
         Ok(Template {
-            root: compile_node(value, &mut path)?,
+            root: compile_node(value, &mut path, literal)?,
         })
     }
 
@@ -208,8 +218,13 @@ fn find_close(chars: &[(usize, char)], open: usize) -> Result<usize, Error> {
     })
 }
 
-fn compile_node<'v>(value: &'v Value, path: &mut Vec<PathSeg<'v>>) -> Result<TNode, Error> {
+fn compile_node<'v>(
+    value: &'v Value,
+    path: &mut Vec<PathSeg<'v>>,
+    literal: &dyn Fn(&str) -> bool,
+) -> Result<TNode, Error> {
     let node = match value {
+        Value::String(s) if literal(s) => TNode::Value(value.clone()),
         Value::String(s) => {
             let mut parts = scan_template(s).map_err(|mut e| {
                 e.path = format_path(path);
@@ -230,7 +245,7 @@ fn compile_node<'v>(value: &'v Value, path: &mut Vec<PathSeg<'v>>) -> Result<TNo
             let mut nodes = Vec::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 path.push(PathSeg::Index(i));
-                let node = compile_node(item, path);
+                let node = compile_node(item, path, literal);
                 path.pop();
                 nodes.push(node?);
             }
@@ -244,7 +259,7 @@ fn compile_node<'v>(value: &'v Value, path: &mut Vec<PathSeg<'v>>) -> Result<TNo
             let mut entries = Vec::with_capacity(map.len());
             for (key, item) in map {
                 path.push(PathSeg::Key(key));
-                let node = compile_node(item, path);
+                let node = compile_node(item, path, literal);
                 path.pop();
                 entries.push((key.clone(), node?));
             }

@@ -171,6 +171,7 @@ impl Sim {
             error: ReportedError {
                 message: format!("{step} broke"),
                 retryable,
+                retry_after: None,
             },
             logs: None,
         })
@@ -655,6 +656,7 @@ fn compensations_have_their_own_retries_and_a_failing_one_ends_compensation_fail
             error: ReportedError {
                 message: "undo broke".into(),
                 retryable: true,
+                retry_after: None,
             },
             logs: None,
         })
@@ -816,6 +818,7 @@ fn a_paused_job_holds_its_ready_tasks_and_retries() {
         error: ReportedError {
             message: "x".into(),
             retryable: true,
+            retry_after: None,
         },
         logs: None,
     })
@@ -896,6 +899,7 @@ fn retry_continues_from_the_failed_task_with_fresh_attempts_keeping_finished_wor
         error: ReportedError {
             message: "again".into(),
             retryable: true,
+            retry_after: None,
         },
         logs: None,
     })
@@ -972,6 +976,7 @@ fn retry_after_compensation_failed_keeps_what_was_not_undone() {
         error: ReportedError {
             message: "x".into(),
             retryable: false,
+            retry_after: None,
         },
         logs: None,
     })
@@ -1058,6 +1063,7 @@ fn retry_of_a_fan_out_reruns_only_its_failed_item() {
                 error: ReportedError {
                     message: "x".into(),
                     retryable: false,
+                    retry_after: None,
                 },
                 logs: None,
             }
@@ -1326,7 +1332,7 @@ proptest! {
                     };
                     let input = match step {
                         Move::Succeed(_) => Input::Complete { task, lease_token: token, output: json!({}), logs: None },
-                        Move::Fail(_, retryable) => Input::Fail { task, lease_token: token, error: ReportedError { message: "x".into(), retryable }, logs: None },
+                        Move::Fail(_, retryable) => Input::Fail { task, lease_token: token, error: ReportedError { message: "x".into(), retryable, retry_after: None }, logs: None },
                         Move::CheckLater(_) => Input::CheckLater { task, lease_token: token, after: Duration::from_secs(2), progress: None },
                         _ => Input::Heartbeat { task, lease_token: token, progress: None },
                     };

@@ -180,6 +180,7 @@ async fn a_parent_rolls_its_succeeded_child_back_when_it_fails(f: Fixture) {
                 error: starbridge_core::model::ReportedError {
                     message: "broke".into(),
                     retryable: false,
+                    retry_after: None,
                 },
                 logs: None,
             },

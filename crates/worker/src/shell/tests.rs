@@ -66,6 +66,7 @@ async fn nonzero_exit_is_a_retryable_failure_quoting_the_last_stderr_line() {
         Outcome::Fail {
             message: "command exited with status 3: disk full".to_owned(),
             retryable: true,
+            retry_after: None,
         }
     );
     assert_eq!(logs(&result)["exit_code"], 3);
@@ -190,7 +191,7 @@ async fn a_json_output_line_longer_than_the_bound_is_a_permanent_failure() {
         ))
         .await;
     assert!(
-        matches!(&result.outcome, Outcome::Fail { message, retryable: false } if message.contains("16-byte")),
+        matches!(&result.outcome, Outcome::Fail { message, retryable: false, .. } if message.contains("16-byte")),
         "{:?}",
         result.outcome
     );
@@ -214,7 +215,7 @@ async fn a_missing_shell_is_a_retryable_failure() {
         .run(task("true", json!({})))
         .await;
     assert!(
-        matches!(&result.outcome, Outcome::Fail { message, retryable: true } if message.starts_with("could not start /nonexistent/shell")),
+        matches!(&result.outcome, Outcome::Fail { message, retryable: true, .. } if message.starts_with("could not start /nonexistent/shell")),
         "{:?}",
         result.outcome
     );
@@ -313,4 +314,14 @@ async fn dropping_the_run_kills_the_command_and_the_processes_it_started() {
     running.abort();
     assert!(running.await.is_err_and(|error| error.is_cancelled()));
     assert_writer_killed(reader).await;
+}
+
+#[tokio::test]
+async fn an_http_steps_task_is_never_run_as_a_shell_command() {
+    let result = run("http").await;
+    assert!(
+        matches!(&result.outcome, Outcome::Fail { retryable: false, message, .. } if message.contains("HTTP executor")),
+        "{result:?}"
+    );
+    assert_eq!(result.logs, None, "no command ran");
 }

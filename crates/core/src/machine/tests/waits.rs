@@ -393,6 +393,7 @@ fn a_callback_finishes_an_awaiting_task_once_and_a_repeat_changes_nothing() {
             error: ReportedError {
                 message: "x".into(),
                 retryable: false,
+                retry_after: None,
             },
         },
         CallbackCall::Heartbeat,
@@ -648,6 +649,7 @@ impl Sim {
                 error: ReportedError {
                     message: "the other system failed".into(),
                     retryable: true,
+                    retry_after: None,
                 },
             }
         };
@@ -703,7 +705,7 @@ proptest::proptest! {
                     let (task, lease_token) = held.swap_remove(i as usize % held.len());
                     sim.apply(match step {
                         WaitMove::Succeed(_) => Input::Complete { task, lease_token, output: json!({}), logs: None },
-                        WaitMove::Fail(_, retryable) => Input::Fail { task, lease_token, error: ReportedError { message: "x".into(), retryable }, logs: None },
+                        WaitMove::Fail(_, retryable) => Input::Fail { task, lease_token, error: ReportedError { message: "x".into(), retryable, retry_after: None }, logs: None },
                         _ => Input::AwaitCallback { task, lease_token, timeout: Some(Duration::from_secs(20)) },
                     })
                 }
