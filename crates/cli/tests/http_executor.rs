@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
@@ -100,6 +100,27 @@ async fn service(seen: Shared) -> String {
                     axum::Json(json!({"done": true})).into_response()
                 }
             }),
+        )
+        .route(
+            "/handoff",
+            post(
+                |State(seen): State<Shared>, Query(to): Query<HashMap<String, String>>| async move {
+                    count(&seen, "handoff");
+                    (StatusCode::ACCEPTED, [("location", to["to"].clone())], "")
+                },
+            ),
+        )
+        .route(
+            "/status",
+            get(
+                |State(seen): State<Shared>, headers: HeaderMap| async move {
+                    count(&seen, "status");
+                    seen.lock().unwrap().authorization = headers
+                        .get("authorization")
+                        .map(|v| v.to_str().unwrap().to_owned());
+                    axum::Json(json!({"ok": true}))
+                },
+            ),
         )
         .route("/big", get(|| async { "x".repeat(20_000) }))
         .with_state(seen);
@@ -297,6 +318,27 @@ steps:
     );
     assert!(!job.to_string().contains("other-s3cr3t"));
     assert_eq!(calls(&seen, "hosts"), before, "nothing was sent");
+
+    // A Location on another origin (another port of the same host) is polled without the
+    // headers that hold a secret.
+    let elsewhere = Shared::default();
+    let other = service(elsewhere.clone()).await;
+    let job = run(
+        &h,
+        "handoff",
+        &format!(
+            "steps:\n  - id: handoff\n    queue: http\n    http: {{ method: POST, url: \"{base}/handoff?to={other}/status\", headers: {{ Authorization: \"Bearer ${{{{ secrets.CMDB_TOKEN }}}}\", X-Trace: t-1 }} }}\n    poll_interval: 50ms\n"
+        ),
+    )
+    .await;
+    assert_eq!(job["status"], "succeeded", "{job:#}");
+    assert_eq!(task(&job, "handoff")["output"]["body"], json!({"ok": true}));
+    assert_eq!(calls(&elsewhere, "status"), 1);
+    assert_eq!(
+        elsewhere.lock().unwrap().authorization,
+        None,
+        "the secret header stayed on its origin"
+    );
 }
 
 #[tokio::test]
