@@ -14,7 +14,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Generator, Iterator
 
 import httpx
 import pytest
@@ -69,7 +69,10 @@ def start_server(directory: Path, *flags: str) -> Server:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keeps each phase's report on the test, for fixtures to print logs of failed tests."""
     report = yield
     setattr(item, f"report_{report.when}", report)
     return report
@@ -82,7 +85,8 @@ def _failed(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture
 def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
-    running = start_server(tmp_path)
+    """A server whose webhooks may reach loopback receivers of the test (and nothing else)."""
+    running = start_server(tmp_path, "--webhook-allow", "127.0.0.1")
     yield running
     running.process.kill()
     running.process.wait()
