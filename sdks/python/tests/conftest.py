@@ -33,10 +33,39 @@ def free_port() -> int:
 
 @dataclass
 class Server:
+    """A `starbridge server` process on a loopback port and a SQLite file of `directory`."""
+
     url: str
     directory: Path
-    process: subprocess.Popen[bytes]
+    command: list[str]
     log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        """Starts the server (again, after `kill`: same port, same database) and waits until
+        it is healthy."""
+        env = dict(os.environ, STARBRIDGE_LOG="info", NO_COLOR="1")
+        env.pop("STARBRIDGE_TOKEN", None)
+        process = subprocess.Popen(
+            self.command, stdin=subprocess.DEVNULL, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=env
+        )
+        self.process = process
+
+        def healthy() -> bool:
+            if process.poll() is not None:
+                pytest.fail(f"the server exited with {process.returncode}:\n{self.log.read_text()}")
+            try:
+                return httpx.get(f"{self.url}/healthz", timeout=5).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        eventually(healthy, "the server to answer /healthz")
+
+    def kill(self) -> None:
+        """kill -9."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
 
 
 def start_server(directory: Path, *flags: str) -> Server:
@@ -44,27 +73,10 @@ def start_server(directory: Path, *flags: str) -> Server:
     if not BIN.is_file():
         pytest.fail(f"no starbridge binary at {BIN}: run `cargo build` or set STARBRIDGE_BIN")
     port = free_port()
-    log = directory / "server.log"
-    env = dict(os.environ, STARBRIDGE_LOG="info", NO_COLOR="1")
-    env.pop("STARBRIDGE_TOKEN", None)
-    process = subprocess.Popen(
-        [str(BIN), "server", "--listen", f"127.0.0.1:{port}", "--database", f"sqlite://{directory}/starbridge.db", *flags],
-        stdin=subprocess.DEVNULL,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
-    server = Server(f"http://127.0.0.1:{port}", directory, process, log)
-
-    def healthy() -> bool:
-        if process.poll() is not None:
-            pytest.fail(f"the server exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            return httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    eventually(healthy, "the server to answer /healthz")
+    database = f"sqlite://{directory}/starbridge.db"
+    command = [str(BIN), "server", "--listen", f"127.0.0.1:{port}", "--database", database, *flags]
+    server = Server(f"http://127.0.0.1:{port}", directory, command, directory / "server.log")
+    server.start()
     return server
 
 
@@ -88,8 +100,7 @@ def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
     """A server whose webhooks may reach loopback receivers of the test (and nothing else)."""
     running = start_server(tmp_path, "--webhook-allow", "127.0.0.1")
     yield running
-    running.process.kill()
-    running.process.wait()
+    running.kill()
     if _failed(request):
         print(f"--- server log ({running.log})\n{running.log.read_text()[-20000:]}")
 

@@ -132,6 +132,24 @@ def test_a_task_of_a_killed_worker_is_retried_by_another_once_its_lease_lapses(c
     assert [(run.worker_id, run.outcome) for run in task.attempts] == [("first", "lease_expired"), ("second", "succeeded")]
 
 
+def test_reports_are_retried_while_the_server_is_down(client: Client, workers: Workers, server: Server) -> None:
+    one_step(client, "outage", "hold")
+    worker = workers.start("behaviours.py", "w1")
+    job = client.submit("outage")
+    task_id = job.tasks[0].id
+    started(workers, task_id, 1)
+    server.kill()
+    release(workers, task_id)
+    eventually(lambda: "complete report failed" in worker.output(), "the report to fail while the server is down")
+    server.start()
+    job = client.wait(job.id, timeout=STUCK)
+    # The report got through after the restart: the attempt was not lost, nor run again.
+    assert (job.status, job.tasks[0].attempt, job.tasks[0].output) == ("succeeded", 1, {"attempt": 1, "by": "w1"})
+    # The worker polls the restarted server too.
+    one_step(client, "after", "sync_echo")
+    assert client.wait(client.submit("after").id, timeout=STUCK).status == "succeeded"
+
+
 def test_sigterm_lets_a_running_handler_finish_and_be_reported(client: Client, workers: Workers) -> None:
     one_step(client, "graceful", "until_shutdown")
     worker = workers.start("behaviours.py", "w1")
@@ -205,5 +223,4 @@ def test_tokens_bind_the_client_and_the_worker(tmp_path: Path, monkeypatch: pyte
         assert (job.status, job.tasks[0].worker_id) == ("succeeded", "w1")
     finally:
         workers.end_all()
-        server.process.kill()
-        server.process.wait()
+        server.kill()
