@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from starbridge import AwaitCallback, CheckLater, NonRetryable, ProblemError, View
+from starbridge import AwaitCallback, CheckLater, NonRetryable, ProblemError, View, Worker
 from starbridge._definitions import name_in_text
 from starbridge._http import milliseconds, problem_from_answer
 from starbridge._task import MAX_LOG_BYTES, Flag, Task
-from starbridge._worker import output_refusal, report_for
+from starbridge._worker import is_coroutine_function, output_refusal, report_for
 
 
 @pytest.mark.parametrize(
@@ -112,3 +112,26 @@ def test_logs_keep_their_end() -> None:
     logs = task.logs()
     assert logs is not None and len(logs["log"].encode()) <= MAX_LOG_BYTES
     assert logs["log"].endswith('line 1999 {"padding": "' + "x" * 40 + '"}') and logs["dropped_lines"] > 0
+
+
+def test_progress_must_be_json() -> None:
+    with pytest.raises(TypeError):
+        leased_task().progress({"at": object()})
+
+
+def test_a_worker_refuses_handlers_it_would_never_poll_for() -> None:
+    worker = Worker("http://127.0.0.1:1", queues=["mysql"])
+    with pytest.raises(ValueError, match="not among the queues polled"):
+        worker.handler("resource", "deduct_resource")
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker("http://127.0.0.1:1", concurrency=0)
+
+
+class AsyncCallable:
+    async def __call__(self, task: Task) -> None:
+        return None
+
+
+def test_async_callables_run_on_the_event_loop() -> None:
+    assert is_coroutine_function(AsyncCallable())
+    assert not is_coroutine_function(lambda task: None)

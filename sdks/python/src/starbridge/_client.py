@@ -20,8 +20,9 @@ from starbridge._views import View
 FINAL_JOB_STATUSES = frozenset({"succeeded", "failed", "compensation_failed", "cancelled", "timed_out"})
 #: How long a request may take unless the client is told otherwise (seconds).
 DEFAULT_TIMEOUT = 30.0
-# The page size `Client.events` asks for (the server's default and most useful size).
+# The page size `Client.events` asks for by default (the server's), and the most it serves.
 _EVENTS_PAGE = 1000
+_MAX_EVENTS_PAGE = 10_000
 # How often `Client.wait` reads the job: from the first interval, doubling up to the last.
 _WAIT_FIRST_INTERVAL = 0.05
 _WAIT_MAX_INTERVAL = 1.0
@@ -220,6 +221,7 @@ class Client:
     def events(self, job_id: str, *, after: int = 0, page_size: int = _EVENTS_PAGE) -> Iterator[View]:
         """`GET /api/v1/jobs/{id}/events`: the job's history from after event `after`, oldest
         first, page after page."""
+        page_size = min(max(page_size, 1), _MAX_EVENTS_PAGE)  # as the server clamps it
         while True:
             query = [("after", str(after)), ("limit", str(page_size))]
             page = self._list(Call("GET", f"/api/v1/jobs/{segment(job_id)}/events", query))

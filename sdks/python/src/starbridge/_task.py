@@ -12,6 +12,7 @@ from collections import deque
 from datetime import datetime, timezone
 from typing import Any
 
+from starbridge._http import dumps
 from starbridge._views import View
 
 #: The most log text kept per attempt (its end); older lines are dropped and the logs say so.
@@ -86,8 +87,10 @@ class Task:
                 self._dropped_lines += 1
 
     def progress(self, value: Any) -> None:
-        """Records the attempt's progress (any JSON): sent with the following heartbeats, shown
-        with the task, and kept by a `CheckLater` that gives none of its own."""
+        """Records the attempt's progress (any JSON; anything else raises `TypeError` or
+        `ValueError` here): sent with the following heartbeats, shown with the task, and kept
+        by a `CheckLater` that gives none of its own."""
+        dumps(value)
         with self._lock:
             self._progress = value
             self._progress_set = True

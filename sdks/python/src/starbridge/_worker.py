@@ -240,6 +240,11 @@ class _Slots:
             self._freed.set()
 
 
+def is_coroutine_function(handler: Handler) -> bool:
+    """True for an async function, and for an object whose `__call__` is one."""
+    return inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+
+
 def _in_thread(handler: Handler, task: Task) -> asyncio.Future[Any]:
     """Runs a sync handler in a daemon thread of its own (so that an abandoned one does not keep
     the process alive); the future resolves with what it returned or raised."""
@@ -347,6 +352,9 @@ class Worker:
         `queue`. It returns the output (any JSON), a `CheckLater` or an `AwaitCallback`, or
         raises: `NonRetryable` fails the step at once, any other exception is a retryable
         failure."""
+
+        if self._queues is not None and queue not in self._queues:
+            raise ValueError(f"a handler for queue {queue!r}, which is not among the queues polled {self._queues}")
 
         def register(function: H) -> H:
             self._handlers[(queue, command)] = function
@@ -550,7 +558,7 @@ class _Run:
             report = _failure(task, message, retryable=False)
         else:
             log.debug("running %r", task)
-            is_async = inspect.iscoroutinefunction(handler)
+            is_async = is_coroutine_function(handler)
             run: asyncio.Future[Any] = asyncio.ensure_future(handler(task)) if is_async else _in_thread(handler, task)
             beat = asyncio.ensure_future(self.heartbeat(task, lease, lease_end, run if is_async else None))
             try:
