@@ -150,12 +150,15 @@ def test_reports_are_retried_while_the_server_is_down(client: Client, workers: W
     assert client.wait(client.submit("after").id, timeout=STUCK).status == "succeeded"
 
 
-def test_sigterm_lets_a_running_handler_finish_and_be_reported(client: Client, workers: Workers) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_lets_a_running_handler_finish_and_be_reported(
+    client: Client, workers: Workers, stop: signal.Signals
+) -> None:
     one_step(client, "graceful", "until_shutdown")
     worker = workers.start("behaviours.py", "w1")
     job = client.submit("graceful")
     started(workers, job.tasks[0].id, 1)
-    worker.process.send_signal(signal.SIGTERM)
+    worker.process.send_signal(stop)
     assert workers.wait_exit(worker) == 0
     # The report went out before the worker exited.
     job = client.job(job.id)
@@ -164,14 +167,19 @@ def test_sigterm_lets_a_running_handler_finish_and_be_reported(client: Client, w
     assert "worker exited cleanly" in worker.output()
 
 
+@pytest.mark.parametrize("hurry", [False, True], ids=["grace-over", "second-signal"])
 def test_a_handler_still_running_after_the_grace_period_is_abandoned_and_retried(
-    client: Client, workers: Workers
+    client: Client, workers: Workers, hurry: bool
 ) -> None:
     one_step(client, "abandoned", "hold", timeout="1s", retry={"max_attempts": 2, "initial": "50ms"})
-    impatient = workers.start("behaviours.py", "impatient", GRACE="0.2")
+    # A second signal ends a grace period longer than the test would wait.
+    impatient = workers.start("behaviours.py", "impatient", GRACE="3600" if hurry else "0.2")
     job = client.submit("abandoned")
     started(workers, job.tasks[0].id, 1)
     impatient.process.send_signal(signal.SIGTERM)
+    if hurry:
+        eventually(lambda: "stopping: no more polls" in impatient.output(), "the worker to start stopping")
+        impatient.process.send_signal(signal.SIGINT)
     # The sync handler's thread never returns: the worker exits without it, reporting nothing.
     assert workers.wait_exit(impatient) == 0
     assert "abandoning 1 running tasks" in impatient.output()

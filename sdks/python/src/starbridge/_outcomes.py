@@ -12,8 +12,9 @@ from typing import Any
 class CheckLater:
     """Return it when the work is not done yet: the server hands the task out again `after`
     (seconds or a `timedelta`) **without using an attempt**; the next run of the attempt gets
-    `progress` back as `Task.previous_progress` (when `None`, the last `Task.progress(...)` set
-    during the run is kept). Bounded only by the step's `step_timeout`."""
+    `progress` back as `Task.previous_progress` (when `None`: the last `Task.progress(...)` of
+    this run, else what the server recorded before). Bounded only by the step's
+    `step_timeout`."""
 
     after: float | timedelta
     progress: Any = None
