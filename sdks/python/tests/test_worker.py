@@ -92,8 +92,8 @@ def test_a_command_without_a_handler_fails_for_good(client: Client, workers: Wor
 def test_heartbeats_keep_the_lease_and_carry_progress_while_logs_go_with_the_report(
     client: Client, workers: Workers
 ) -> None:
-    # A 1 s lease and a single attempt: without heartbeats the lease would lapse and the job fail.
-    one_step(client, "long", "report_progress", timeout="1s")
+    # A 2 s lease and a single attempt: without heartbeats the lease would lapse and the job fail.
+    one_step(client, "long", "report_progress", timeout="2s")
     workers.start("behaviours.py", "w1")
     job_id = client.submit("long").id
     task_id = client.job(job_id).tasks[0].id
@@ -106,7 +106,7 @@ def test_heartbeats_keep_the_lease_and_carry_progress_while_logs_go_with_the_rep
         leases.add(task.lease_expires_at)
         return task.progress == {"copied": 10} and len(leases) >= 5
 
-    eventually(lease_extended_four_times, "heartbeats with progress to extend the lease past its first second")
+    eventually(lease_extended_four_times, "heartbeats with progress to extend the lease past its first two seconds")
     release(workers, task_id)
     job = client.wait(job_id, timeout=STUCK)
     [task] = job.tasks
@@ -117,7 +117,7 @@ def test_heartbeats_keep_the_lease_and_carry_progress_while_logs_go_with_the_rep
 
 
 def test_a_task_of_a_killed_worker_is_retried_by_another_once_its_lease_lapses(client: Client, workers: Workers) -> None:
-    one_step(client, "killed", "hold", timeout="1s", retry={"max_attempts": 2, "initial": "50ms"})
+    one_step(client, "killed", "hold", timeout="2s", retry={"max_attempts": 2, "initial": "50ms"})
     first = workers.start("behaviours.py", "first")
     job = client.submit("killed")
     task_id = job.tasks[0].id
@@ -171,7 +171,7 @@ def test_a_stop_signal_lets_a_running_handler_finish_and_be_reported(
 def test_a_handler_still_running_after_the_grace_period_is_abandoned_and_retried(
     client: Client, workers: Workers, hurry: bool
 ) -> None:
-    one_step(client, "abandoned", "hold", timeout="1s", retry={"max_attempts": 2, "initial": "50ms"})
+    one_step(client, "abandoned", "hold", timeout="2s", retry={"max_attempts": 2, "initial": "50ms"})
     # A second signal ends a grace period longer than the test would wait.
     impatient = workers.start("behaviours.py", "impatient", GRACE="3600" if hurry else "0.2")
     job = client.submit("abandoned")

@@ -391,9 +391,6 @@ class Worker:
         queues = self.queues
         if not queues:
             raise ValueError("the worker polls no queue: name them with queues=[...] or register handlers")
-        unpolled = sorted({queue for queue, _ in self._handlers} - set(queues))
-        if unpolled:
-            raise ValueError(f"handlers are registered for queues {unpolled}, which are not among the queues polled {queues}")
         limits = httpx.Limits(max_connections=self.concurrency + 8, max_keepalive_connections=self.concurrency + 8)
         async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT, limits=limits) as http:
             run = _Run(self, queues, _Transport(self.connection, http))

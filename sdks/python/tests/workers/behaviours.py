@@ -34,8 +34,16 @@ worker = Worker(
 )
 
 
+def tell(name: str, text: str) -> None:
+    """Writes a file of the state folder whole (renamed into place): a test that sees it
+    exists reads all of it."""
+    draft = state / f".{name}.draft"
+    draft.write_text(text)
+    os.replace(draft, state / name)
+
+
 def started(task: Task) -> None:
-    (state / f"started-{task.id}-{task.attempt}").write_text(worker_id)
+    tell(f"started-{task.id}-{task.attempt}", worker_id)
 
 
 def released(task: Task) -> bool:
@@ -110,7 +118,7 @@ async def flaky(task: Task) -> dict[str, Any]:
 
 @worker.handler("py", "callback")
 def callback(task: Task) -> AwaitCallback:
-    (state / f"callback-{task.id}").write_text(task.callback_token)
+    tell(f"callback-{task.id}", task.callback_token)
     return AwaitCallback(timeout=PATIENCE)
 
 
