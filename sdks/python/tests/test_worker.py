@@ -206,6 +206,28 @@ def test_await_callback_lets_another_system_finish_the_attempt(client: Client, w
     assert refused.value.status == 410
 
 
+def test_an_output_over_the_servers_task_size_limit_fails_for_good(tmp_path: Path) -> None:
+    # The poll answer carries the server's --max-task-bytes; the worker fails a larger output
+    # for good instead of sending a report the server would refuse.
+    server: Server = start_server(tmp_path, "--max-task-bytes", "4096")
+    state = tmp_path / "state"
+    state.mkdir()
+    workers = Workers(server, state)
+    try:
+        client = Client(server.url)
+        one_step(client, "big", "large_output", retry={"max_attempts": 3})
+        workers.start("behaviours.py", "w1")
+        small = client.wait(client.submit("big", {"bytes": 100}).id, timeout=STUCK)
+        assert small.status == "succeeded"
+        job = client.wait(client.submit("big", {"bytes": 10_000}).id, timeout=STUCK)
+        [task] = job.tasks
+        assert (job.status, task.attempt, task.error.retryable) == ("failed", 1, False)
+        assert "4096" in task.error.message
+    finally:
+        workers.end_all()
+        server.kill()
+
+
 def test_tokens_bind_the_client_and_the_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     database = f"sqlite://{tmp_path}/starbridge.db"
     admin_token = subprocess.run(

@@ -116,6 +116,11 @@ async def flaky(task: Task) -> dict[str, Any]:
     return {"attempt": task.attempt}
 
 
+@worker.handler("py", "large_output")
+def large_output(task: Task) -> dict[str, Any]:
+    return {"data": "x" * int(task.input["bytes"])}
+
+
 @worker.handler("py", "callback")
 def callback(task: Task) -> AwaitCallback:
     tell(f"callback-{task.id}", task.callback_token)
