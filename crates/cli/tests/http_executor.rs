@@ -145,6 +145,13 @@ async fn run(h: &Harness, name: &str, yaml: &str) -> Value {
     h.wait_for_end(&id).await
 }
 
+/// Runs a workflow whose job must end `failed`; the job.
+async fn run_to_failure(h: &Harness, name: &str, yaml: &str) -> Value {
+    let job = run(h, name, yaml).await;
+    assert_eq!(job["status"], "failed", "{job:#}");
+    job
+}
+
 #[tokio::test]
 async fn http_steps_succeed_retry_after_retry_after_fail_for_good_and_poll_a_202() {
     let mut h = Harness::start().await;
@@ -197,7 +204,7 @@ steps:
         "Retry-After: 1 is longer than the 10ms backoff, so it sets the delay: {scheduled:#}"
     );
 
-    let job = run(
+    let job = run_to_failure(
         &h,
         "missing",
         &format!(
@@ -205,7 +212,6 @@ steps:
         ),
     )
     .await;
-    assert_eq!(job["status"], "failed", "{job:#}");
     let look = task(&job, "look");
     assert_eq!(look["attempt"], 1, "a 404 is not retried");
     let message = look["error"]["message"].as_str().unwrap();
@@ -302,7 +308,7 @@ steps:
     }
 
     let before = calls(&seen, "hosts");
-    let job = run(
+    let job = run_to_failure(
         &h,
         "wrong-host",
         &format!(
@@ -310,7 +316,6 @@ steps:
         ),
     )
     .await;
-    assert_eq!(job["status"], "failed", "{job:#}");
     let message = task(&job, "leak")["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("secret OTHER_TOKEN may not be sent to 127.0.0.1"),
@@ -349,13 +354,12 @@ async fn refused_destinations_and_oversized_answers_fail_for_good_without_retrie
     h.start_worker_with("open", "http", &["--http-allow", "127.0.0.1"], &[]);
     h.start_worker("strict", "strict");
 
-    let job = run(
+    let job = run_to_failure(
         &h,
         "metadata",
         "steps:\n  - id: steal\n    queue: http\n    http: { url: \"http://169.254.169.254/latest/meta-data/\" }\n    retry: { max_attempts: 3 }\n",
     )
     .await;
-    assert_eq!(job["status"], "failed", "{job:#}");
     let steal = task(&job, "steal");
     assert_eq!(steal["attempt"], 1);
     let message = steal["error"]["message"].as_str().unwrap();
@@ -364,7 +368,7 @@ async fn refused_destinations_and_oversized_answers_fail_for_good_without_retrie
         "{message}"
     );
 
-    let job = run(
+    let job = run_to_failure(
         &h,
         "loopback",
         &format!(
@@ -372,7 +376,6 @@ async fn refused_destinations_and_oversized_answers_fail_for_good_without_retrie
         ),
     )
     .await;
-    assert_eq!(job["status"], "failed", "{job:#}");
     let message = task(&job, "local")["error"]["message"].as_str().unwrap();
     assert!(
         message.contains("loopback") && message.contains("--http-allow"),
@@ -380,13 +383,12 @@ async fn refused_destinations_and_oversized_answers_fail_for_good_without_retrie
     );
     assert_eq!(calls(&seen, "missing"), 0, "a refused request is not sent");
 
-    let job = run(
+    let job = run_to_failure(
         &h,
         "big",
         &format!("steps:\n  - id: big\n    queue: http\n    http: {{ url: \"{base}/big\" }}\n"),
     )
     .await;
-    assert_eq!(job["status"], "failed", "{job:#}");
     let big = task(&job, "big");
     assert_eq!(big["attempt"], 1);
     let message = big["error"]["message"].as_str().unwrap();
