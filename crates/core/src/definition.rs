@@ -11,6 +11,7 @@ use crate::expr::{self, Expr, Template};
 use crate::labels::{self, Labels};
 use crate::limits::MAX_NAME_BYTES;
 use crate::model::TaskStatus;
+use crate::routing::QueueRoute;
 use crate::time::Duration;
 
 /// Per-attempt timeout (and lease) of a handler that names none.
@@ -223,7 +224,8 @@ impl Step {
 /// What executes a task: a queue, a command, and how to run it.
 #[derive(Debug, Clone)]
 pub struct Handler {
-    pub queue: String,
+    /// A queue name, or a template rendered when the task becomes ready.
+    pub queue: QueueRoute,
     pub command: String,
     pub input: Option<Template>,
     /// Per attempt: the lease a worker holds and extends by heartbeats.
@@ -542,9 +544,9 @@ struct RawRetry {
 enum Scope {
     /// A step's `when` and `for_each`.
     Step,
-    /// A fan-out step's `input`: `item` and `index` too.
+    /// A fan-out step's `input` and `queue`: `item` and `index` too.
     FanOutInput,
-    /// A compensation's `input`: `task` (the undone task) too.
+    /// A compensation's `input` and `queue`: `task` (the undone task) too.
     Compensation,
 }
 
@@ -855,12 +857,9 @@ impl Checker {
     }
 
     fn handler(&mut self, field: &str, raw: RawHandler) -> Handler {
-        let queue = self.required(
-            &format!("{field}.queue"),
-            raw.queue,
-            "queue",
-            check_queue_name,
-        );
+        let queue = self.required(&format!("{field}.queue"), raw.queue, "queue", |text| {
+            QueueRoute::parse(text).map(drop)
+        });
         let command = self.required(
             &format!("{field}.command"),
             raw.command,
@@ -868,7 +867,7 @@ impl Checker {
             check_command,
         );
         Handler {
-            queue,
+            queue: QueueRoute::parse(&queue).unwrap_or_default(),
             command,
             input: self.template(&format!("{field}.input"), raw.input.as_ref()),
             timeout: self
@@ -1342,6 +1341,7 @@ fn check_references(
             if let Some(input) = &handler.input {
                 sites.push((format!("{label}.input"), input.references(), scope));
             }
+            sites.push((format!("{label}.queue"), handler.queue.references(), scope));
         }
         StepKind::Wait(WaitStep::Sleep(SleepSpec::Until(until))) => {
             sites.push((format!("{label}.sleep_until"), until.references(), scope));
@@ -1364,10 +1364,17 @@ fn check_references(
         }
         StepKind::Wait(WaitStep::Sleep(SleepSpec::For(_)) | WaitStep::Signal(_)) => {}
     }
-    if let Some(input) = step.compensate.as_ref().and_then(|c| c.input.as_ref()) {
+    if let Some(compensate) = &step.compensate {
+        if let Some(input) = &compensate.input {
+            sites.push((
+                format!("{label}.compensate.input"),
+                input.references(),
+                Scope::Compensation,
+            ));
+        }
         sites.push((
-            format!("{label}.compensate.input"),
-            input.references(),
+            format!("{label}.compensate.queue"),
+            compensate.queue.references(),
             Scope::Compensation,
         ));
     }

@@ -15,6 +15,7 @@ pub mod labels;
 pub mod limits;
 pub mod machine;
 pub mod model;
+pub mod routing;
 pub mod schedule;
 pub mod scope;
 pub mod time;
