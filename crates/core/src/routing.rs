@@ -159,31 +159,24 @@ pub fn any_matches(patterns: &[String], queue: &str) -> bool {
         .any(|pattern| pattern_matches(pattern, queue))
 }
 
-/// Settings given to every queue whose name starts with `prefix` (the pattern `prefix*`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PrefixSettings {
-    pub prefix: String,
-    /// Its `paused` is not used: a queue's pause is always its own.
-    pub config: QueueConfig,
-}
-
 /// The settings a queue dispatches with: its own once an operator gave it some (`own`); else
-/// those of the longest prefix its name starts with, which the answer names; else the defaults.
-/// Its pause (`paused`) is always its own.
+/// those of the longest of `prefixes` (each a prefix with the settings given to it, the pattern
+/// `prefix*`) its name starts with, whose prefix the answer names; else the defaults. Its pause
+/// (`paused`) is always its own.
 pub fn effective_config<'a>(
     queue: &str,
     own: Option<&QueueConfig>,
     paused: bool,
-    prefixes: &'a [PrefixSettings],
-) -> (QueueConfig, Option<&'a PrefixSettings>) {
+    prefixes: impl IntoIterator<Item = (&'a str, &'a QueueConfig)>,
+) -> (QueueConfig, Option<&'a str>) {
     let (config, from) = match own {
         Some(own) => (own.clone(), None),
         None => match prefixes
-            .iter()
-            .filter(|settings| queue.starts_with(&settings.prefix))
-            .max_by_key(|settings| settings.prefix.len())
+            .into_iter()
+            .filter(|(prefix, _)| queue.starts_with(prefix))
+            .max_by_key(|(prefix, _)| prefix.len())
         {
-            Some(settings) => (settings.config.clone(), Some(settings)),
+            Some((prefix, config)) => (config.clone(), Some(prefix)),
             None => (QueueConfig::default(), None),
         },
     };
@@ -346,23 +339,27 @@ mod tests {
         assert!(!any_matches(&token, "cache"));
     }
 
-    fn prefix(prefix: &str, priority: i32) -> PrefixSettings {
-        PrefixSettings {
-            prefix: prefix.to_owned(),
-            config: QueueConfig {
-                priority,
-                paused: true,
-                ..QueueConfig::default()
-            },
-        }
+    fn prefix(prefix: &str, priority: i32) -> (String, QueueConfig) {
+        let config = QueueConfig {
+            priority,
+            paused: true,
+            ..QueueConfig::default()
+        };
+        (prefix.to_owned(), config)
+    }
+
+    fn pairs(prefixes: &[(String, QueueConfig)]) -> impl Iterator<Item = (&str, &QueueConfig)> {
+        prefixes
+            .iter()
+            .map(|(prefix, config)| (prefix.as_str(), config))
     }
 
     #[test]
     fn own_settings_beat_the_longest_prefix_which_beats_shorter_ones() {
-        let prefixes = vec![prefix("", 1), prefix("agent-", 2), prefix("agent-eu-", 3)];
+        let prefixes = vec![prefix("agent-", 2), prefix("", 1), prefix("agent-eu-", 3)];
         let pick = |queue: &str, own: Option<&QueueConfig>| {
-            let (config, from) = effective_config(queue, own, false, &prefixes);
-            (config.priority, from.map(|p| p.prefix.as_str()))
+            let (config, from) = effective_config(queue, own, false, pairs(&prefixes));
+            (config.priority, from)
         };
         assert_eq!(pick("agent-eu-1", None), (3, Some("agent-eu-")));
         assert_eq!(pick("agent-us-1", None), (2, Some("agent-")));
@@ -371,13 +368,13 @@ mod tests {
             mode: QueueMode::Serial,
             ..QueueConfig::default()
         };
-        let (config, from) = effective_config("agent-eu-1", Some(&own), false, &prefixes);
+        let (config, from) = effective_config("agent-eu-1", Some(&own), false, pairs(&prefixes));
         assert_eq!(
             (config.mode, config.priority, from),
             (QueueMode::Serial, 0, None)
         );
         assert_eq!(
-            effective_config("x", None, false, &[]).0,
+            effective_config("x", None, false, []).0,
             QueueConfig::default()
         );
     }
@@ -385,13 +382,16 @@ mod tests {
     #[test]
     fn a_queue_keeps_its_own_pause_whatever_settings_it_follows() {
         let prefixes = vec![prefix("agent-", 2)];
-        assert!(!effective_config("agent-1", None, false, &prefixes).0.paused);
-        assert!(effective_config("agent-1", None, true, &prefixes).0.paused);
-        let own = QueueConfig::default();
-        assert!(
-            effective_config("agent-1", Some(&own), true, &prefixes)
+        let paused = |own: Option<&QueueConfig>, paused: bool| {
+            effective_config("agent-1", own, paused, pairs(&prefixes))
                 .0
                 .paused
+        };
+        assert!(!paused(None, false));
+        assert!(
+            paused(None, true),
+            "a prefix's settings never pause a queue"
         );
+        assert!(paused(Some(&QueueConfig::default()), true));
     }
 }

@@ -23,7 +23,7 @@ pub(crate) use callbacks::{callback, callback_token};
 use children::{check_children, child_versions, deliver_endings, parent_of};
 pub(crate) use claim::{claim, open_queues};
 pub(crate) use operate::operate;
-pub(crate) use queues::configure_queue;
+pub(crate) use queues::{configure_prefix, configure_queue, drop_settings, settings_of};
 pub(crate) use report::{prefetch, report};
 pub use signals::SignalAccepted;
 pub(crate) use signals::{decide, signal};
