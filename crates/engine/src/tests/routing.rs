@@ -331,6 +331,15 @@ async fn prefix_settings_reach_existing_and_future_queues_unless_a_queue_has_its
         .await
         .unwrap();
     assert_eq!(settings(&f.store, "agent-a").await, (0, None));
+    f.store
+        .configure_queue_prefix("default", "*", priority(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        settings(&f.store, "agent-a").await,
+        (1, Some(String::new())),
+        "`*` names every queue"
+    );
     let gone = f.store.drop_queue_settings("default", "agent-*").await;
     assert!(matches!(gone, Err(Error::NotFound(_))), "{gone:?}");
     let unknown = f.store.drop_queue_settings("default", "nope").await;
