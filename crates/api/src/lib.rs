@@ -1325,7 +1325,8 @@ pub struct TokenView {
     pub namespace: Option<String>,
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<Scope>, min_items = 1))]
     pub scopes: Vec<Open<Scope>>,
-    /// The queues a `work` token may poll and report on; null: every queue.
+    /// The queues a `work` token may poll and report on (names, or patterns such as `agent-*`);
+    /// null: every queue.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub queues: Option<Vec<String>>,
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
@@ -1356,8 +1357,9 @@ pub struct CreateTokenRequest {
     /// 400; an `admin` token cannot be bound (422).
     #[serde(default)]
     pub namespace: Option<String>,
-    /// The only queues it may poll and report on; every queue when absent or null. Only for a token
-    /// with the `work` scope (else 422).
+    /// The only queues it may poll and report on, each a queue name or a pattern (`agent-*`: every
+    /// queue whose name starts with `agent-`); every queue when absent or null. Only for a token
+    /// with the `work` scope (else 422); a malformed name or pattern is a 422.
     #[serde(default)]
     pub queues: Option<Vec<String>>,
     /// Why, recorded in the audit log.

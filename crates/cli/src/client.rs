@@ -1146,7 +1146,8 @@ pub(crate) enum TokenCommand {
         /// The only namespace it may act in (default: every namespace; admins span all).
         #[arg(long = "for-namespace")]
         for_namespace: Option<String>,
-        /// For work tokens: a queue it may serve (repeatable; default: every queue).
+        /// For work tokens: a queue it may serve, or a pattern such as 'agent-*' (repeatable;
+        /// default: every queue).
         #[arg(long = "queue")]
         queues: Vec<String>,
         /// Why, for the audit log.

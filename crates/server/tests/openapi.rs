@@ -578,6 +578,14 @@ const ALLOWED: &[(&str, &str)] = &[
          namespace holds at most 100 patterns (a 409); settings given to a queue become its own",
     ),
     (
+        "POST /api/v1/tokens 422: description",
+        "a token's queues may be patterns (`agent-*`), checked when it is made",
+    ),
+    (
+        ".queues: description",
+        "a token's queues may be patterns (`agent-*`), checked when it is made",
+    ),
+    (
         "POST /api/v1/queues/{name}/pause",
         "a queue's pause is its own: a pattern is refused",
     ),
