@@ -20,10 +20,11 @@ use crate::{
     BulkRequest, BulkResult, CallbackAnswer, CancelRequest, CheckLaterRequest, CompleteRequest,
     CompleteTasks, CompleteTasksResponse, CreateTokenRequest, CreatedToken, DecisionRequest,
     DeliveryList, EventList, FailRequest, Health, HeartbeatRequest, HeartbeatResponse, JobList,
-    JobListQuery, JobView, Open, PollRequest, PollResponse, Problem, QueueList, QueueSettings,
-    QueueView, ReportResponse, RerunRequest, ScheduleList, ScheduleRequest, ScheduleView,
-    SignalAccepted, SignalRequest, SkipRequest, SubmitJob, SubmitJobs, SubmitJobsResponse,
-    TokenList, WebhookList, WebhookRequest, WebhookView, WorkflowDetail, WorkflowList,
+    JobListQuery, JobView, Open, PollRequest, PollResponse, Problem, QueueList, QueueListQuery,
+    QueuePrefixView, QueueSettings, QueueView, ReportResponse, RerunRequest, ScheduleList,
+    ScheduleRequest, ScheduleView, SignalAccepted, SignalRequest, SkipRequest, SubmitJob,
+    SubmitJobs, SubmitJobsResponse, TokenList, WebhookList, WebhookRequest, WebhookView,
+    WorkflowDetail, WorkflowList,
 };
 
 /// How long a request may take unless the call says otherwise.
@@ -434,18 +435,40 @@ impl Client {
         self.post(&paths::jobs_bulk(action), request).await
     }
 
-    /// `GET` [`paths::QUEUES`].
-    pub async fn queues(&self) -> Result<QueueList, Error> {
-        self.get(paths::QUEUES).await
+    /// `GET` [`paths::QUEUES`]: a page of queues (the client's namespace unless `query` names
+    /// one) and every prefix setting.
+    pub async fn queues(&self, query: &QueueListQuery) -> Result<QueueList, Error> {
+        let query = QueueListQuery {
+            namespace: query.namespace.clone().or_else(|| self.namespace.clone()),
+            ..query.clone()
+        };
+        let builder = self.request(Method::GET, paths::QUEUES).query(&query);
+        self.send(builder).await
     }
 
-    /// `PUT` [`paths::QUEUE`]: changes the settings given.
+    /// `PUT` [`paths::QUEUE`] of a queue's name: changes the settings given, which become the
+    /// queue's own.
     pub async fn set_queue(
         &self,
         name: &str,
         settings: &QueueSettings,
     ) -> Result<QueueView, Error> {
         self.put(&paths::queue(name), settings).await
+    }
+
+    /// `PUT` [`paths::QUEUE`] of a pattern (`agent-*`): changes the settings given to the
+    /// queues whose names start with its prefix.
+    pub async fn set_queue_prefix(
+        &self,
+        pattern: &str,
+        settings: &QueueSettings,
+    ) -> Result<QueuePrefixView, Error> {
+        self.put(&paths::queue(pattern), settings).await
+    }
+
+    /// `DELETE` [`paths::QUEUE`]: drops the settings of a pattern, or a queue's own settings.
+    pub async fn drop_queue_settings(&self, name: &str) -> Result<(), Error> {
+        self.delete(&paths::queue(name)).await
     }
 
     /// `POST` [`paths::QUEUE_PAUSE`]: the queue keeps its tasks but hands none out.

@@ -715,6 +715,48 @@ pub struct QueueView {
     /// When the settings were last changed (PUT, pause or resume); null when never.
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime, required = true))]
     pub updated_at: Option<Timestamp>,
+    /// Whether the queue has settings of its own, given with `PUT` on its name: then no prefix
+    /// settings apply to it (`DELETE` on its name drops them).
+    #[serde(default)]
+    pub own_settings: bool,
+    /// The pattern (`agent-*`) whose settings the queue follows: the longest prefix of its name
+    /// that has settings; null when it has settings of its own or follows the defaults.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub settings_from: Option<String>,
+}
+
+/// Settings given to a name prefix: every queue of the namespace whose name starts with it and
+/// has no settings of its own follows them, each queue on its own (its own serial lane,
+/// concurrency limit and rate bucket); among several matching prefixes, the longest wins.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct QueuePrefixView {
+    pub namespace: String,
+    /// The prefix followed by `*` (`agent-*`; `*` alone names every queue).
+    pub pattern: String,
+    /// As [`QueueView::mode`], for each queue.
+    #[cfg_attr(feature = "openapi", schema(value_type = QueueMode))]
+    pub mode: Open<QueueMode>,
+    /// Higher is served first among the queues a worker polls.
+    pub priority: i32,
+    /// Most running tasks at once on each queue; null: no limit.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(required = true, minimum = 1, maximum = 4294967295u64)
+    )]
+    pub concurrency: Option<u32>,
+    /// A ready task that has waited longer than this goes ahead of priority order.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub max_wait_ms: u64,
+    /// At most `tokens` task starts per `per_ms` on each queue; null: no rate limit.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub rate: Option<RateView>,
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub created_at: Timestamp,
+    /// When the settings were last changed.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub updated_at: Timestamp,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -739,11 +781,50 @@ pub struct RateSettings {
     pub per: Value,
 }
 
-/// The queues of the namespace, by name.
+/// A page of the namespace's queues, by name, and every prefix setting of the namespace.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QueueList {
     pub items: Vec<QueueView>,
+    /// Every prefix setting of the namespace, by pattern (at most 100).
+    #[serde(default)]
+    pub prefixes: Vec<QueuePrefixView>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub next_cursor: Option<String>,
+}
+
+/// The query of `GET /api/v1/queues`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct QueueListQuery {
+    /// As [`NamespaceQuery`], which documents it.
+    #[cfg_attr(feature = "openapi", param(ignore))]
+    pub namespace: Option<String>,
+    /// Only queues whose name starts with this text (as it is written: `agent-`); at most 128
+    /// bytes, else a 400.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(max_length = 128))]
+    pub prefix: Option<String>,
+    /// Only queues whose name holds this text, in any case; at most 128 bytes, else a 400.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(max_length = 128))]
+    pub q: Option<String>,
+    /// Page size, at least 1 (else 400) and at most the server's page limit (`--max-page-size`;
+    /// the 1000 shown is its default, and the default page size; over it is a 422).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        param(minimum = 1, maximum = 1000, default = 1000)
+    )]
+    pub limit: Option<u32>,
+    /// `next_cursor` of the previous page (the last queue name it holds); anything else is a
+    /// 400.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(max_length = 128))]
+    pub cursor: Option<String>,
 }
 
 /// Changes to a queue's settings. An absent field stays as it is, and so does one sent as `null`,
@@ -1253,7 +1334,8 @@ pub struct TokenView {
     pub namespace: Option<String>,
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<Scope>, min_items = 1))]
     pub scopes: Vec<Open<Scope>>,
-    /// The queues a `work` token may poll and report on; null: every queue.
+    /// The queues a `work` token may poll and report on (names, or patterns such as `agent-*`);
+    /// null: every queue.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub queues: Option<Vec<String>>,
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
@@ -1284,8 +1366,9 @@ pub struct CreateTokenRequest {
     /// 400; an `admin` token cannot be bound (422).
     #[serde(default)]
     pub namespace: Option<String>,
-    /// The only queues it may poll and report on; every queue when absent or null. Only for a token
-    /// with the `work` scope (else 422).
+    /// The only queues it may poll and report on, each a queue name or a pattern (`agent-*`: every
+    /// queue whose name starts with `agent-`); every queue when absent or null. Only for a token
+    /// with the `work` scope (else 422); a malformed name or pattern is a 422.
     #[serde(default)]
     pub queues: Option<Vec<String>>,
     /// Why, recorded in the audit log.

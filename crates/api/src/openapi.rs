@@ -1,7 +1,8 @@
 //! The OpenAPI schemas (feature `openapi`) that a wire type's `#[derive(utoipa::ToSchema)]`
-//! cannot say by itself: a field whose JSON takes two forms, the items of a list of names, and
-//! the answer to creating a webhook (a [`WebhookView`] that also carries its secret). The server
-//! assembles them with the derived ones into its document.
+//! cannot say by itself: a field whose JSON takes two forms, the items of a list of names, the
+//! answer to creating a webhook (a [`WebhookView`] that also carries its secret) and the answer
+//! about a queue or a pattern ([`QueueAnswer`]). The server assembles them with the derived ones
+//! into its document.
 
 use std::borrow::Cow;
 
@@ -9,10 +10,10 @@ use utoipa::openapi::schema::{
     AdditionalProperties, AllOfBuilder, AnyOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder,
     Schema, Type,
 };
-use utoipa::openapi::{RefOr, schema::SchemaType};
+use utoipa::openapi::{Ref, RefOr, schema::SchemaType};
 use utoipa::{PartialSchema, ToSchema};
 
-use crate::WebhookView;
+use crate::{QueuePrefixView, QueueView, WebhookView};
 
 fn string() -> ObjectBuilder {
     ObjectBuilder::new().schema_type(Type::String)
@@ -96,6 +97,40 @@ impl ToSchema for CreatedWebhook {
 
     fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
         WebhookView::schemas(schemas);
+    }
+}
+
+/// What `GET` and `PUT /api/v1/queues/{name}` answer: a [`QueueView`] when the name is a
+/// queue's, the [`QueuePrefixView`] of a pattern (`agent-*`).
+pub struct QueueAnswer;
+
+impl PartialSchema for QueueAnswer {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(Ref::from_schema_name(QueueView::name()))
+            .item(Ref::from_schema_name(QueuePrefixView::name()))
+            .description(Some(
+                "A QueueView for a queue's name; a QueuePrefixView for a pattern (a name \
+                 followed by `*`).",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for QueueAnswer {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("QueueAnswer")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        for (name, schema) in [
+            (QueueView::name(), QueueView::schema()),
+            (QueuePrefixView::name(), QueuePrefixView::schema()),
+        ] {
+            schemas.push((name.into_owned(), schema));
+        }
+        QueueView::schemas(schemas);
+        QueuePrefixView::schemas(schemas);
     }
 }
 

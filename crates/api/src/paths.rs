@@ -65,7 +65,8 @@ pub const CALLBACK_HEARTBEAT: &str = "/api/v1/callbacks/{token}/heartbeat";
 
 /// `GET`: queues with their settings and depth.
 pub const QUEUES: &str = "/api/v1/queues";
-/// `GET` and `PUT` (change the settings of) one queue.
+/// `GET` and `PUT` (change the settings of) one queue, or of a pattern (`agent-*`); `DELETE`
+/// drops the pattern's settings, or the queue's own.
 pub const QUEUE: &str = "/api/v1/queues/{name}";
 /// `POST`: stop or start handing out a queue's tasks.
 pub const QUEUE_PAUSE: &str = "/api/v1/queues/{name}/pause";

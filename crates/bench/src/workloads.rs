@@ -799,12 +799,10 @@ mod tests {
             let workflow = starbridge_core::Workflow::from_value(name, document)
                 .unwrap_or_else(|error| panic!("{name}: {error}\n{text}"));
             assert_eq!(workflow.steps.len(), steps, "{name}");
-            assert!(
-                workflow
-                    .steps
-                    .iter()
-                    .all(|step| step.handler().is_some_and(|handler| handler.queue == QUEUE))
-            );
+            assert!(workflow.steps.iter().all(|step| {
+                step.handler()
+                    .is_some_and(|handler| handler.queue.name() == Some(QUEUE))
+            }));
         }
     }
 }

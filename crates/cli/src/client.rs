@@ -522,8 +522,10 @@ pub(crate) async fn rerun(context: &Context, args: &RerunArgs) -> Result<ExitCod
 
 #[derive(clap::Subcommand)]
 pub(crate) enum QueueCommand {
-    /// Change settings; those not given stay as they are.
+    /// Change settings; those not given stay as they are. A queue's settings become its own; a
+    /// pattern's (`agent-*`) apply to every queue starting with its prefix that has none.
     Set {
+        /// A queue, or a pattern: a name followed by `*`.
         name: String,
         /// `parallel` or `serial` (one running task at a time).
         #[arg(long)]
@@ -547,10 +549,58 @@ pub(crate) enum QueueCommand {
         #[arg(long)]
         no_rate: bool,
     },
+    /// Drop a pattern's settings, or a queue's own (it follows its pattern again).
+    Unset {
+        /// A queue, or a pattern: a name followed by `*`.
+        name: String,
+    },
     /// Stop handing out the queue's tasks (they stay queued).
     Pause { name: String },
     /// Hand out the queue's tasks again.
     Resume { name: String },
+}
+
+#[derive(Args)]
+pub(crate) struct QueuesArgs {
+    /// Only queues whose name starts with this text.
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Only queues whose name holds this text, in any case.
+    #[arg(long)]
+    search: Option<String>,
+    /// One page of at most this many queues (default: every queue, page after page).
+    #[arg(long)]
+    limit: Option<u32>,
+    /// The page after this one (`next_cursor` of the previous page; with `--limit`).
+    #[arg(long, requires = "limit")]
+    cursor: Option<String>,
+}
+
+/// A rate as `tokens/duration`, or `-`.
+fn rate_text(rate: Option<&api::RateView>) -> String {
+    rate.map_or("-".to_owned(), |rate| {
+        format!(
+            "{}/{}",
+            rate.tokens,
+            starbridge_core::time::Duration::from_millis(rate.per_ms)
+        )
+    })
+}
+
+fn print_prefixes(prefixes: &[api::QueuePrefixView]) {
+    let rows: Vec<Vec<String>> = prefixes
+        .iter()
+        .map(|p| {
+            vec![
+                p.pattern.clone(),
+                p.mode.to_string(),
+                p.priority.to_string(),
+                p.concurrency.map_or("-".to_owned(), |c| c.to_string()),
+                rate_text(p.rate.as_ref()),
+            ]
+        })
+        .collect();
+    table(&["PATTERN", "MODE", "PRIORITY", "LIMIT", "RATE"], &rows);
 }
 
 fn print_queues(queues: &[api::QueueView]) {
@@ -562,13 +612,12 @@ fn print_queues(queues: &[api::QueueView]) {
                 q.mode.to_string(),
                 q.priority.to_string(),
                 q.concurrency.map_or("-".to_owned(), |c| c.to_string()),
-                q.rate.as_ref().map_or("-".to_owned(), |rate| {
-                    format!(
-                        "{}/{}",
-                        rate.tokens,
-                        starbridge_core::time::Duration::from_millis(rate.per_ms)
-                    )
-                }),
+                rate_text(q.rate.as_ref()),
+                match (&q.settings_from, q.own_settings) {
+                    (Some(pattern), _) => pattern.clone(),
+                    (None, true) => "own".to_owned(),
+                    (None, false) => "defaults".to_owned(),
+                },
                 if q.paused { "paused" } else { "active" }.to_owned(),
                 q.ready.to_string(),
                 q.running.to_string(),
@@ -578,15 +627,41 @@ fn print_queues(queues: &[api::QueueView]) {
         .collect();
     table(
         &[
-            "QUEUE", "MODE", "PRIORITY", "LIMIT", "RATE", "STATE", "READY", "RUNNING", "OLDEST",
+            "QUEUE", "MODE", "PRIORITY", "LIMIT", "RATE", "SETTINGS", "STATE", "READY", "RUNNING",
+            "OLDEST",
         ],
         &rows,
     );
 }
 
-pub(crate) async fn queues(context: &Context) -> Result<ExitCode> {
-    let list = context.client.queues().await?;
-    show(context, &list, |list| print_queues(&list.items))
+/// Lists queues: one page with `--limit`, else every page, one after the other.
+pub(crate) async fn queues(context: &Context, args: &QueuesArgs) -> Result<ExitCode> {
+    let mut query = api::QueueListQuery {
+        prefix: args.prefix.clone(),
+        q: args.search.clone(),
+        limit: args.limit,
+        cursor: args.cursor.clone(),
+        ..api::QueueListQuery::default()
+    };
+    let mut list = context.client.queues(&query).await?;
+    while args.limit.is_none()
+        && let Some(cursor) = list.next_cursor.take()
+    {
+        query.cursor = Some(cursor);
+        let next = context.client.queues(&query).await?;
+        list.items.extend(next.items);
+        list.next_cursor = next.next_cursor;
+    }
+    show(context, &list, |list| {
+        print_queues(&list.items);
+        if !list.prefixes.is_empty() {
+            println!();
+            print_prefixes(&list.prefixes);
+        }
+        if let Some(cursor) = &list.next_cursor {
+            eprintln!("more: --cursor {cursor}");
+        }
+    })
 }
 
 pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<ExitCode> {
@@ -629,7 +704,18 @@ pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<E
                 max_wait: max_wait.clone().map(Value::String),
                 rate,
             };
+            if name.ends_with('*') {
+                let prefix = context.client.set_queue_prefix(name, &settings).await?;
+                return show(context, &prefix, |prefix| {
+                    print_prefixes(std::slice::from_ref(prefix));
+                });
+            }
             context.client.set_queue(name, &settings).await?
+        }
+        QueueCommand::Unset { name } => {
+            context.client.drop_queue_settings(name).await?;
+            eprintln!("settings of {name} dropped");
+            return Ok(ExitCode::SUCCESS);
         }
         QueueCommand::Pause { name } => context.client.pause_queue(name).await?,
         QueueCommand::Resume { name } => context.client.resume_queue(name).await?,
@@ -1060,7 +1146,8 @@ pub(crate) enum TokenCommand {
         /// The only namespace it may act in (default: every namespace; admins span all).
         #[arg(long = "for-namespace")]
         for_namespace: Option<String>,
-        /// For work tokens: a queue it may serve (repeatable; default: every queue).
+        /// For work tokens: a queue it may serve, or a pattern such as 'agent-*' (repeatable;
+        /// default: every queue).
         #[arg(long = "queue")]
         queues: Vec<String>,
         /// Why, for the audit log.

@@ -115,9 +115,10 @@ enum Command {
     Reject(waits::DecisionArgs),
     /// Send a signal to a job: a step waiting for it takes it, or the job keeps it.
     Signal(waits::SignalArgs),
-    /// List queues with their settings, depth and oldest wait.
-    Queues,
-    /// Change a queue's settings, or pause or resume it.
+    /// List queues with their settings, depth and oldest wait, and the prefix settings.
+    Queues(client::QueuesArgs),
+    /// Change the settings of a queue or a pattern (`agent-*`), drop them, or pause or resume
+    /// a queue.
     #[command(subcommand)]
     Queue(client::QueueCommand),
     /// List schedules with their next fire times.
@@ -189,7 +190,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Approve(ref args) => waits::decide(&context()?, args, true).await,
         Command::Reject(ref args) => waits::decide(&context()?, args, false).await,
         Command::Signal(ref args) => waits::signal(&context()?, args).await,
-        Command::Queues => client::queues(&context()?).await,
+        Command::Queues(ref args) => client::queues(&context()?, args).await,
         Command::Queue(ref command) => client::queue(&context()?, command).await,
         Command::Schedules => client::schedules(&context()?).await,
         Command::Schedule(ref command) => client::schedule(&context()?, command).await,

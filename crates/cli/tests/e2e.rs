@@ -754,6 +754,91 @@ async fn a_serial_queue_is_observed_to_run_one_task_at_a_time() {
     );
 }
 
+fn str_of(value: &Value) -> String {
+    value.as_str().unwrap_or_default().to_owned()
+}
+
+/// A fan-out whose queue is `agent-${{ item }}`: each host's worker (a real process serving only
+/// its own queue) runs exactly its items; settings given to `agent-*` reach both queues, and the
+/// CLI lists, filters and drops them.
+#[tokio::test]
+async fn a_fan_out_routed_to_hosts_runs_each_item_on_its_hosts_worker() {
+    let mut h = Harness::start().await;
+    h.start_worker("host-a", "agent-a");
+    h.start_worker("host-b", "agent-b");
+    let set = h.cli(&["queue", "set", "agent-*", "--mode", "serial"]);
+    assert!(
+        set.status.success(),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+    h.apply(
+        "per_host",
+        "steps:\n  - id: each\n    for_each: \"${{ params.hosts }}\"\n    queue: \"agent-${{ item }}\"\n    command: echo done\n",
+    )
+    .await;
+    let id = h
+        .submit("per_host", json!({"hosts": ["a", "b", "a"]}))
+        .await;
+    let job = h.wait_for_end(&id).await;
+    assert_eq!(job["status"], "succeeded", "{job:#}");
+    let items: Vec<(String, String)> = job["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|task| task["kind"] == "item")
+        .map(|task| (str_of(&task["queue"]), str_of(&task["worker_id"])))
+        .collect();
+    assert_eq!(
+        items,
+        [
+            ("agent-a".to_owned(), "host-a".to_owned()),
+            ("agent-b".to_owned(), "host-b".to_owned()),
+            ("agent-a".to_owned(), "host-a".to_owned()),
+        ]
+    );
+    let listed = h.cli(&["queues", "--prefix", "agent-", "-o", "json"]);
+    assert!(listed.status.success());
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let queues: Vec<(String, String, String)> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            (
+                str_of(&q["name"]),
+                str_of(&q["mode"]),
+                str_of(&q["settings_from"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        queues,
+        [
+            ("agent-a".into(), "serial".into(), "agent-*".into()),
+            ("agent-b".into(), "serial".into(), "agent-*".into()),
+        ]
+    );
+    let unset = h.cli(&["queue", "unset", "agent-*"]);
+    assert!(
+        unset.status.success(),
+        "{}",
+        String::from_utf8_lossy(&unset.stderr)
+    );
+    let table = h.cli(&["queues", "--search", "AGENT-B"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|line| line.starts_with("agent-b")
+                && line.contains("parallel")
+                && line.contains("defaults")),
+        "{table}"
+    );
+    assert_eq!(table.lines().count(), 2, "the header and agent-b: {table}");
+}
+
 #[tokio::test]
 async fn a_lock_with_two_slots_is_observed_to_run_at_most_two_jobs() {
     let mut h = Harness::start().await;

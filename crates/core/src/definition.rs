@@ -11,6 +11,7 @@ use crate::expr::{self, Expr, Template};
 use crate::labels::{self, Labels};
 use crate::limits::MAX_NAME_BYTES;
 use crate::model::TaskStatus;
+use crate::routing::QueueRoute;
 use crate::time::Duration;
 
 mod http;
@@ -233,7 +234,8 @@ impl Step {
 /// [`HTTP_COMMAND`] and its input the request.
 #[derive(Debug, Clone)]
 pub struct Handler {
-    pub queue: String,
+    /// A queue name, or a template rendered when the task becomes ready.
+    pub queue: QueueRoute,
     pub command: String,
     pub input: Option<Template>,
     /// Per attempt: the lease a worker holds and extends by heartbeats.
@@ -567,9 +569,9 @@ struct RawRetry {
 enum Scope {
     /// A step's `when` and `for_each`.
     Step,
-    /// A fan-out step's `input`: `item` and `index` too.
+    /// A fan-out step's `input` and `queue`: `item` and `index` too.
     FanOutInput,
-    /// A compensation's `input`: `task` (the undone task) too.
+    /// A compensation's `input` and `queue`: `task` (the undone task) too.
     Compensation,
 }
 
@@ -888,12 +890,10 @@ impl Checker {
     /// The handler at `field`: a `queue` and a `command` with its `input`, or a `queue` and an
     /// `http` request (`bounded`: the step has a `step_timeout`, which bounds its polling).
     fn handler(&mut self, field: &str, raw: RawHandler, bounded: bool) -> Handler {
-        let queue = self.required(
-            &format!("{field}.queue"),
-            raw.queue,
-            "queue",
-            check_queue_name,
-        );
+        let queue = self.required(&format!("{field}.queue"), raw.queue, "queue", |text| {
+            QueueRoute::parse(text).map(drop)
+        });
+        let queue = QueueRoute::parse(&queue).unwrap_or_default();
         let timeout = self
             .duration(format!("{field}.timeout"), raw.timeout.as_ref())
             .unwrap_or(DEFAULT_ATTEMPT_TIMEOUT);
@@ -1430,6 +1430,7 @@ fn check_references(
                 let field = handler.input_field();
                 sites.push((format!("{label}.{field}"), input.references(), scope));
             }
+            sites.push((format!("{label}.queue"), handler.queue.references(), scope));
         }
         StepKind::Wait(WaitStep::Sleep(SleepSpec::Until(until))) => {
             sites.push((format!("{label}.sleep_until"), until.references(), scope));
@@ -1452,12 +1453,17 @@ fn check_references(
         }
         StepKind::Wait(WaitStep::Sleep(SleepSpec::For(_)) | WaitStep::Signal(_)) => {}
     }
-    if let Some(compensate) = &step.compensate
-        && let Some(input) = &compensate.input
-    {
+    if let Some(compensate) = &step.compensate {
+        if let Some(input) = &compensate.input {
+            sites.push((
+                format!("{label}.compensate.{}", compensate.input_field()),
+                input.references(),
+                Scope::Compensation,
+            ));
+        }
         sites.push((
-            format!("{label}.compensate.{}", compensate.input_field()),
-            input.references(),
+            format!("{label}.compensate.queue"),
+            compensate.queue.references(),
             Scope::Compensation,
         ));
     }

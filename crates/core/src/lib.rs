@@ -1,5 +1,6 @@
 //! The pure domain of Starbridge: workflow definitions and their validation, the expression
-//! language, job labels, the job and task state machines, and retry arithmetic; API token scopes (`scope`);
+//! language, job labels, the job and task state machines, and retry arithmetic; where tasks go
+//! (`routing`: queue templates and patterns); API token scopes (`scope`);
 //! and every closed set of values the HTTP API carries as strings, with the open form in which
 //! clients read them (`wire`).
 //!
@@ -15,6 +16,7 @@ pub mod labels;
 pub mod limits;
 pub mod machine;
 pub mod model;
+pub mod routing;
 pub mod schedule;
 pub mod scope;
 pub mod time;

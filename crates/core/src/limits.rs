@@ -10,6 +10,9 @@ pub const MAX_NAME_BYTES: usize = 128;
 pub const MAX_KEY_BYTES: usize = 256;
 /// Longest rendered lock key.
 pub const MAX_LOCK_KEY_BYTES: usize = 256;
+/// Most prefix settings (`PUT /api/v1/queues/agent-*`) one namespace may have: every claim
+/// reads them all.
+pub const MAX_QUEUE_PREFIXES: usize = 100;
 
 /// Longest a task may await a callback at once (`timeout_ms` of `await-callback`).
 pub const MAX_CALLBACK_TIMEOUT: crate::time::Duration =

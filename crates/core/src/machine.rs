@@ -22,6 +22,7 @@ use crate::model::{
     JobState, JobStatus, ParentLink, Rejection, Task, TaskError, TaskKind, TaskStatus, Wait,
     WaitFor, WindDown,
 };
+use crate::routing::QueueRoute;
 use crate::time::{Duration, Timestamp};
 
 /// What the engine passes in with every input.
@@ -230,7 +231,11 @@ fn new_task(
         step: step.to_owned(),
         item: None,
         compensates: None,
-        queue: handler.map(|h| h.queue.clone()).unwrap_or_default(),
+        // A queue template is rendered when the task first becomes ready (`render_queue`).
+        queue: handler
+            .and_then(|h| h.queue.name())
+            .map(str::to_owned)
+            .unwrap_or_default(),
         command: handler.map(|h| h.command.clone()).unwrap_or_default(),
         status: TaskStatus::Waiting,
         priority,
@@ -955,6 +960,26 @@ impl Machine<'_> {
         Ok(value)
     }
 
+    /// Renders the queue of a task whose handler names a template (a fixed queue was set when
+    /// the task was made) and keeps it with the task, for all its attempts and check-laters;
+    /// the engine creates the queue if it is new (`Action::EnsureQueue`).
+    fn render_queue(
+        &mut self,
+        index: usize,
+        route: &QueueRoute,
+        context: &Value,
+    ) -> Result<(), String> {
+        if !route.is_template() {
+            return Ok(());
+        }
+        let queue = route.render(context)?;
+        self.actions.push(Action::EnsureQueue {
+            queue: queue.clone(),
+        });
+        self.state.tasks[index].queue = queue;
+        Ok(())
+    }
+
     fn make_ready(&mut self, index: usize, input: Value) {
         let now = self.now;
         let task = &mut self.state.tasks[index];
@@ -1084,7 +1109,17 @@ impl Machine<'_> {
                                 self.state.tasks[task_index].input = Some(input);
                                 self.start_child_attempt(task_index);
                             }
-                            Ok(input) => self.make_ready(task_index, input),
+                            Ok(input) => {
+                                let route = step.handler().map(|handler| &handler.queue);
+                                match route.map_or(Ok(()), |route| {
+                                    self.render_queue(task_index, route, &context)
+                                }) {
+                                    Ok(()) => self.make_ready(task_index, input),
+                                    Err(error) => {
+                                        self.expression_failure(task_index, "queue", error);
+                                    }
+                                }
+                            }
                             Err(error) => self.expression_failure(task_index, "input", error),
                         }
                     }
@@ -1128,6 +1163,11 @@ impl Machine<'_> {
         let mut context = context;
         let priority = self.state.tasks[parent].priority;
         let deadline = self.state.tasks[parent].deadline_at;
+        // An item's queue template is rendered with its input: both may read `item` and `index`.
+        let route = step
+            .handler()
+            .map(|handler| &handler.queue)
+            .filter(|route| route.is_template());
         for (position, item) in items.into_iter().enumerate() {
             let position_u32 = u32::try_from(position).unwrap_or(u32::MAX);
             let input = match step.input() {
@@ -1136,7 +1176,13 @@ impl Machine<'_> {
                     context["index"] = Value::from(position);
                     template.render(&context).map_err(|e| e.to_string())
                 }
-                None => Ok(item),
+                None => {
+                    if route.is_some() {
+                        context["item"] = item.clone();
+                        context["index"] = Value::from(position);
+                    }
+                    Ok(item)
+                }
             }
             .and_then(|input| self.within_task_limit(input, "input"));
             let mut ctx = Ctx {
@@ -1164,6 +1210,12 @@ impl Machine<'_> {
                     self.expression_failure(index, "input", error);
                     return;
                 }
+            }
+            if let Some(route) = route
+                && let Err(error) = self.render_queue(index, route, &context)
+            {
+                self.expression_failure(index, "queue", error);
+                return;
             }
         }
     }
@@ -1319,7 +1371,10 @@ impl Machine<'_> {
                     .map_err(|e| e.to_string())
                     .and_then(|input| self.within_task_limit(input, "input"))
                 {
-                    Ok(input) => self.make_ready(next, input),
+                    Ok(input) => match self.route_compensation(next) {
+                        Ok(()) => self.make_ready(next, input),
+                        Err(error) => self.expression_failure(next, "compensate.queue", error),
+                    },
                     Err(error) => self.expression_failure(next, "compensate.input", error),
                 }
                 true
@@ -1427,10 +1482,11 @@ impl Machine<'_> {
         );
     }
 
-    fn compensation_input(&self, index: usize) -> Result<Value, EvalError> {
+    /// The task a compensation undoes, as its templates read it (`task`).
+    fn undone_task(&self, index: usize) -> Value {
         let task = &self.state.tasks[index];
         let source = task.compensates.as_ref().and_then(|id| self.state.task(id));
-        let undone = json!({
+        json!({
             "id": source.map(|s| s.id.clone()),
             "step": task.step,
             "item": source.and_then(|s| s.item),
@@ -1438,22 +1494,43 @@ impl Machine<'_> {
             "input": source.and_then(|s| s.input.clone()),
             "output": source.and_then(|s| s.output.clone()),
             "error": source.and_then(|s| s.error.clone()),
-        });
+        })
+    }
+
+    /// What a compensation's templates read: the job's context and the undone `task`.
+    fn compensation_context(&self, index: usize) -> Value {
+        let mut context = self.context();
+        context["task"] = self.undone_task(index);
+        context
+    }
+
+    fn compensation_input(&self, index: usize) -> Result<Value, EvalError> {
         match self
             .handler(index)
             .and_then(|handler| handler.input.as_ref())
         {
-            Some(template) => {
-                let mut context = self.context();
-                context["task"] = undone;
-                template.render(&context)
-            }
-            None => Ok(undone),
+            Some(template) => template.render(&self.compensation_context(index)),
+            None => Ok(self.undone_task(index)),
         }
+    }
+
+    /// Renders a compensation's queue when its `compensate.queue` is a template.
+    fn route_compensation(&mut self, index: usize) -> Result<(), String> {
+        let workflow = self.workflow;
+        let task = &self.state.tasks[index];
+        let Some(route) = workflow
+            .task_handler(&task.step, true)
+            .map(|handler| &handler.queue)
+            .filter(|route| route.is_template())
+        else {
+            return Ok(());
+        };
+        let context = self.compensation_context(index);
+        self.render_queue(index, route, &context)
     }
 }
 
-fn type_name(value: &Value) -> &'static str {
+pub(crate) fn type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

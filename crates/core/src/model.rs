@@ -690,6 +690,8 @@ pub enum Action {
     Record(Event),
     /// A task became ready on this queue: wake the workers polling it (after commit).
     Wake { queue: String },
+    /// A queue template rendered this name for a task: create the queue if it is new.
+    EnsureQueue { queue: String },
     /// The job ended: free its lock slot and start the next job waiting for it.
     ReleaseLock { key: String },
     /// Keep a signal the job received.

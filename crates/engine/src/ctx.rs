@@ -3,7 +3,7 @@
 
 use crate::cache::{Compiled, Key, WorkflowCache};
 use crate::jobs::JobCache;
-use crate::{Result, Webhook};
+use crate::{Result, StoredQueuePrefix, Webhook};
 use starbridge_core::limits::Limits;
 use starbridge_core::time::Timestamp;
 use starbridge_store::deferred::WriteConn;
@@ -37,16 +37,23 @@ pub(crate) struct TxReads {
     webhooks: HashMap<String, Arc<Vec<Webhook>>>,
     /// The latest version of each workflow by (namespace, name).
     versions: HashMap<(String, String), Option<u32>>,
+    /// Queue prefix settings by namespace (every claim needs its namespace's).
+    queue_prefixes: HashMap<String, Arc<Vec<StoredQueuePrefix>>>,
 }
 
 impl TxReads {
     pub(crate) fn clear(&mut self) {
         self.webhooks.clear();
         self.versions.clear();
+        self.queue_prefixes.clear();
     }
 
     pub(crate) fn forget_webhooks(&mut self, namespace: &str) {
         self.webhooks.remove(namespace);
+    }
+
+    pub(crate) fn forget_queue_prefixes(&mut self, namespace: &str) {
+        self.queue_prefixes.remove(namespace);
     }
 
     pub(crate) fn forget_version(&mut self, namespace: &str, name: &str) {
@@ -66,6 +73,23 @@ impl WriteCtx<'_> {
         )?);
         self.reads
             .webhooks
+            .insert(namespace.to_owned(), found.clone());
+        Ok(found)
+    }
+
+    /// The queue prefix settings of a namespace.
+    pub(crate) fn queue_prefixes(
+        &mut self,
+        namespace: &str,
+    ) -> Result<Arc<Vec<StoredQueuePrefix>>> {
+        if let Some(found) = self.reads.queue_prefixes.get(namespace) {
+            return Ok(found.clone());
+        }
+        let found = Arc::new(starbridge_store::rows::queue_prefixes::list(
+            self.conn, namespace,
+        )?);
+        self.reads
+            .queue_prefixes
             .insert(namespace.to_owned(), found.clone());
         Ok(found)
     }

@@ -52,6 +52,7 @@ pub use loops::deliveries::{run_deliveries, signature};
 pub use loops::pruner::run_pruner;
 pub use loops::timers::run_timers;
 pub use notify::{Notifier, WorkerSeen};
+pub use starbridge_store::rows::QueueSearch;
 pub use starbridge_store::rows::audit::AuditEntry;
 pub use starbridge_store::rows::deliveries::{Delivery, DueDelivery};
 pub use starbridge_store::rows::schedules::StoredSchedule;
@@ -59,8 +60,8 @@ pub use starbridge_store::rows::tokens::{Scope, Token};
 pub use starbridge_store::rows::webhooks::Webhook;
 pub use starbridge_store::{
     DatabaseError, Durability, Error, JobCursor, JobFilter, JobLine, JobSearch, QueueStats, Result,
-    Stats, StatusCount, StoreOptions, StoredEvent, StoredQueue, StoredWorkflow, WorkerLoad,
-    WriteFault, sqlite_path,
+    Stats, StatusCount, StoreOptions, StoredEvent, StoredQueue, StoredQueuePrefix, StoredWorkflow,
+    WorkerLoad, WriteFault, sqlite_path,
 };
 pub use writer::WriterStats;
 use writer::{Shared, Writer};
@@ -82,6 +83,24 @@ pub struct QueueChange {
     pub max_wait: Option<Duration>,
     /// `Some(None)` removes the rate limit.
     pub rate: Option<Option<RateLimit>>,
+}
+
+/// A queue as it dispatches now.
+#[derive(Debug, Clone)]
+pub struct QueueInfo {
+    /// Its row, with `config` the settings it dispatches with: its own, its prefix's or the
+    /// defaults, and its pause.
+    pub queue: StoredQueue,
+    /// The prefix whose settings it follows; `None` when it has its own or the defaults.
+    pub settings_from: Option<String>,
+    pub stats: QueueStats,
+}
+
+/// A page of a namespace's queues, and every prefix setting of the namespace.
+#[derive(Debug, Clone)]
+pub struct QueuePage {
+    pub queues: Vec<QueueInfo>,
+    pub prefixes: Vec<StoredQueuePrefix>,
 }
 
 /// Most jobs one `Engine::tick` moves.
@@ -157,7 +176,7 @@ impl TaskScope {
             && self
                 .queues
                 .as_ref()
-                .is_none_or(|queues| queues.iter().any(|q| q == queue))
+                .is_none_or(|queues| starbridge_core::routing::any_matches(queues, queue))
     }
 }
 
@@ -482,12 +501,73 @@ impl Engine {
             .await
     }
 
-    /// The queues of a namespace with their settings.
-    pub async fn queues(&self, namespace: &str) -> Result<Vec<StoredQueue>> {
-        let namespace = namespace.to_owned();
+    /// Gives every queue of the namespace whose name starts with the prefix of `pattern`
+    /// (`agent-*`) and has no settings of its own these settings (creating or changing the
+    /// prefix's settings), and returns them. Pollers of those queues are woken.
+    pub async fn configure_queue_prefix(
+        &self,
+        namespace: &str,
+        pattern: &str,
+        change: QueueChange,
+    ) -> Result<StoredQueuePrefix> {
+        let (namespace, pattern) = (namespace.to_owned(), pattern.to_owned());
+        self.inner
+            .writer
+            .write(move |ctx| commands::configure_prefix(ctx, &namespace, &pattern, change.clone()))
+            .await
+    }
+
+    /// Drops the settings of a pattern (`agent-*`), or a queue's own settings (see
+    /// `commands::drop_settings`).
+    pub async fn drop_queue_settings(&self, namespace: &str, name: &str) -> Result<()> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.inner
+            .writer
+            .write(move |ctx| commands::drop_settings(ctx, &namespace, &name))
+            .await
+    }
+
+    /// A page of a namespace's queues in name order, as they dispatch now, with every prefix
+    /// setting of the namespace.
+    pub async fn queue_page(&self, search: QueueSearch) -> Result<QueuePage> {
+        let now = self.inner.clock.now();
         self.inner
             .reader
-            .read(move |conn| rows::list_queues(conn, &namespace))
+            .read(move |conn| {
+                let prefixes = rows::queue_prefixes::list(conn, &search.namespace)?;
+                let queues = rows::queue_page(conn, &search, now)?
+                    .into_iter()
+                    .map(|(queue, stats)| queue_info(queue, stats, &prefixes))
+                    .collect();
+                Ok(QueuePage { queues, prefixes })
+            })
+            .await
+    }
+
+    /// One queue as it dispatches now, if the namespace has it.
+    pub async fn queue(&self, namespace: &str, name: &str) -> Result<Option<QueueInfo>> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        let now = self.inner.clock.now();
+        self.inner
+            .reader
+            .read(move |conn| {
+                let prefixes = rows::queue_prefixes::list(conn, &namespace)?;
+                Ok(rows::queue_line(conn, &namespace, &name, now)?
+                    .map(|(queue, stats)| queue_info(queue, stats, &prefixes)))
+            })
+            .await
+    }
+
+    /// The settings of a name prefix (`prefix` without the pattern's `*`), if it has some.
+    pub async fn queue_prefix(
+        &self,
+        namespace: &str,
+        prefix: &str,
+    ) -> Result<Option<StoredQueuePrefix>> {
+        let (namespace, prefix) = (namespace.to_owned(), prefix.to_owned());
+        self.inner
+            .reader
+            .read(move |conn| rows::queue_prefixes::get(conn, &namespace, &prefix))
             .await
     }
 
@@ -614,7 +694,9 @@ impl Engine {
         self.inner
             .reader
             .read(move |conn| {
-                let (open, reopen) = commands::open_queues(conn, &namespace, &queues, now, false)?;
+                let prefixes = rows::queue_prefixes::list(conn, &namespace)?;
+                let (open, reopen) =
+                    commands::open_queues(conn, &namespace, &queues, &prefixes, now, false)?;
                 let mut next: Option<Timestamp> = None;
                 let mut earliest = |at: Timestamp| next = Some(next.map_or(at, |n| n.min(at)));
                 for queue in &open {
@@ -796,10 +878,11 @@ impl Engine {
             .reader
             .read(move |conn| {
                 let mut states = std::collections::HashMap::new();
+                let prefixes = rows::queue_prefixes::list(conn, &namespace)?;
                 for queue in queues {
                     let stored = rows::queue(conn, &namespace, &queue)?;
                     let bucket = stored.as_ref().and_then(|q| q.bucket);
-                    let config = stored.map(|q| q.config).unwrap_or_default();
+                    let (config, _) = commands::settings_of(&queue, stored.as_ref(), &prefixes);
                     let tokens = config.rate.map(|rate| rate.available(bucket, now));
                     let running = if config.is_limited() {
                         rows::running_count(conn, &namespace, &queue)?
@@ -928,6 +1011,22 @@ impl Engine {
             .reader
             .read(move |conn| browse::worker_loads(conn, &namespace))
             .await
+    }
+}
+
+/// A stored queue as it dispatches, given its namespace's prefix settings.
+fn queue_info(
+    mut queue: StoredQueue,
+    stats: QueueStats,
+    prefixes: &[StoredQueuePrefix],
+) -> QueueInfo {
+    let (config, from) = commands::settings_of(&queue.name, Some(&queue), prefixes);
+    let settings_from = from.map(str::to_owned);
+    queue.config = config;
+    QueueInfo {
+        queue,
+        settings_from,
+        stats,
     }
 }
 

@@ -98,6 +98,7 @@ macro_rules! on_both_backends {
 
 // After the macro, which it uses.
 mod children;
+mod routing;
 mod waits;
 
 fn definition(yaml: &str) -> Value {
@@ -1522,8 +1523,8 @@ async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(
         ..QueueChange::default()
     };
     configure(&f.store, "q", removed).await;
-    let queue = f.store.queues("default").await.unwrap();
-    assert_eq!(queue[0].config.rate, None);
+    let queue = f.store.queue("default", "q").await.unwrap().unwrap();
+    assert_eq!(queue.queue.config.rate, None);
 }
 
 on_both_backends!(

@@ -76,6 +76,7 @@ pub(crate) async fn serve() -> impl IntoResponse {
             api::Scope,
             starbridge_core::definition::WorkflowDefinition,
             api::openapi::CreatedWebhook,
+            api::openapi::QueueAnswer,
             api::WebhookPayload,
             api::RateView,
             api::RateSettings,
@@ -375,6 +376,14 @@ shared_parameters! {
     /// The queue's name: 1 to 128 bytes of letters, digits, `_`, `.`, `-`, `:` and `/` (sent as
     /// `%2F` in the path).
     QueuePath("name", Path, string().pattern(Some("^[A-Za-z0-9_.:/-]{1,128}$")));
+    /// A queue's name, or a pattern: a name followed by `*` (`agent-*`; `*` alone names every
+    /// queue), the only place a `*` may stand. A name is 1 to 128 bytes of letters, digits, `_`,
+    /// `.`, `-`, `:` and `/` (sent as `%2F` in the path).
+    QueueOrPatternPath(
+        "name",
+        Path,
+        string().pattern(Some("^([A-Za-z0-9_.:/-]{1,128}|[A-Za-z0-9_.:/-]{0,128}[*])$"))
+    );
     /// The schedule's name: 1 to 128 characters of a-z, 0-9, `_`, `.` and `-`.
     SchedulePath("name", Path, string().pattern(Some(NAME_PATTERN)));
     /// A subscription id (`whk_…`).

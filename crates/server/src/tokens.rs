@@ -132,8 +132,9 @@ async fn list(State(state): State<AppState>) -> ApiResult<Json<api::TokenList>> 
         (
             status = 422,
             description = "A malformed `name` (`name`), no scope (`scopes`), `queues` on a token \
-                           without the `work` scope (`queues`), or a `namespace` on an `admin` \
-                           token (`namespace`). Nothing changed.",
+                           without the `work` scope or a malformed queue name or pattern in it \
+                           (`queues`), or a `namespace` on an `admin` token (`namespace`). Nothing \
+                           changed.",
             body = api::Problem, content_type = PROBLEM,
         ),
         Guarded, Body, Failures,

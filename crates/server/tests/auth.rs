@@ -232,6 +232,52 @@ async fn a_work_token_polls_and_reports_only_on_its_queues_and_namespace() {
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
+/// A token's queue may be a pattern: `agent-*` serves every queue its prefix starts (the queues
+/// of a fan-out routed to hosts), and nothing else.
+#[tokio::test]
+async fn a_work_token_of_a_pattern_serves_the_queues_it_names() {
+    let api = Api::with_auth();
+    let admin = api.token("root", None, &[Scope::Admin], None).await;
+    let routed = "steps:\n- {id: each, queue: 'agent-${{ item }}', command: c, for_each: '${{ params.hosts }}'}\n";
+    let (status, _) = api
+        .call(Some(&admin), "PUT", "/api/v1/workflows/wf", routed)
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let submit = r#"{"workflow": "wf", "params": {"hosts": ["x", "y"]}}"#;
+    let (status, _) = api.call(Some(&admin), "POST", "/api/v1/jobs", submit).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let agents = api
+        .token("agents", None, &[Scope::Work], Some(&["agent-*"]))
+        .await;
+    let poll = |queue: &str| format!(r#"{{"queues": ["{queue}"], "worker_id": "w"}}"#);
+    let (status, polled) = api
+        .call(
+            Some(&agents),
+            "POST",
+            "/api/v1/tasks/poll",
+            &poll("agent-x"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(polled["tasks"][0]["queue"], "agent-x", "{polled}");
+    let (status, problem) = api
+        .call(Some(&agents), "POST", "/api/v1/tasks/poll", &poll("db"))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("may not serve queue 'db': its queues are agent-*"),
+        "{problem}"
+    );
+    // A pattern is checked when the token is made.
+    let bad = r#"{"name": "bad", "scopes": ["work"], "queues": ["agent*x"]}"#;
+    let (status, problem) = api.call(Some(&admin), "POST", "/api/v1/tokens", bad).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{problem}");
+    assert_eq!(problem["errors"][0]["field"], "queues");
+}
+
 #[tokio::test]
 async fn tokens_are_made_shown_once_listed_revoked_and_every_change_is_audited() {
     let api = Api::with_auth();

@@ -55,6 +55,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/api/v1/queues"),
     ("GET", "/api/v1/queues/{name}"),
     ("PUT", "/api/v1/queues/{name}"),
+    ("DELETE", "/api/v1/queues/{name}"),
     ("POST", "/api/v1/queues/{name}/pause"),
     ("POST", "/api/v1/queues/{name}/resume"),
     ("GET", "/api/v1/schedules"),
@@ -548,6 +549,54 @@ const ALLOWED: &[(&str, &str)] = &[
     (
         "GET /api/v1/jobs: parameter (\"label\", \"query\") added",
         "jobs have labels now, and the list filters on them (`label=key=value`, repeatable)",
+    ),
+    (
+        "GET /api/v1/queues: description",
+        "the list is a page of queues, filtered on the server (a namespace may hold thousands of \
+         per-host queues), with the prefix settings of the namespace",
+    ),
+    (
+        "GET /api/v1/queues: parameter (",
+        "the list takes `prefix`, `q`, `limit` and `cursor`, which the hand-written document \
+         predates",
+    ),
+    (
+        "GET /api/v1/queues 200",
+        "the list answers a page of queues, its `next_cursor` and the prefix settings",
+    ),
+    (
+        "schema QueueList: description",
+        "the list answers a page of queues, its `next_cursor` and the prefix settings",
+    ),
+    (
+        "GET /api/v1/queues 400: description",
+        "the list names its own refusals: its filters, its cursor and its page size",
+    ),
+    (
+        "GET /api/v1/queues/{name}",
+        "the name may be a pattern (`agent-*`, a trailing `*`), whose prefix settings are \
+         answered (a QueuePrefixView) instead of a queue (a QueueView)",
+    ),
+    (
+        "PUT /api/v1/queues/{name}",
+        "PUT may give settings to a pattern (`agent-*`), answered as a QueuePrefixView, and a \
+         namespace holds at most 100 patterns (a 409); settings given to a queue become its own",
+    ),
+    (
+        "POST /api/v1/tokens 422: description",
+        "a token's queues may be patterns (`agent-*`), checked when it is made",
+    ),
+    (
+        ".queues: description",
+        "a token's queues may be patterns (`agent-*`), checked when it is made",
+    ),
+    (
+        "POST /api/v1/queues/{name}/pause",
+        "a queue's pause is its own: a pattern is refused",
+    ),
+    (
+        "POST /api/v1/queues/{name}/resume",
+        "a queue's pause is its own: a pattern is refused",
     ),
 ];
 
@@ -1803,6 +1852,67 @@ async fn responses_match_their_documented_schemas() {
     assert_eq!(other_namespace.status, StatusCode::NOT_FOUND);
     let bad_namespace = c.call("GET", "/api/v1/queues?namespace=A!", "").await;
     assert_eq!(bad_namespace.status, StatusCode::BAD_REQUEST);
+    // Patterns: settings for every queue a prefix starts, the list's filters and pages, and
+    // dropping settings (a pattern's, a queue's own).
+    let pattern = c
+        .call("PUT", "/api/v1/queues/call*", r#"{"priority": 3}"#)
+        .await;
+    assert_eq!(pattern.status, ok, "{}", pattern.text);
+    assert_eq!(
+        (&pattern.json()["pattern"], &pattern.json()["priority"]),
+        (&json!("call*"), &json!(3))
+    );
+    let shown = c.call("GET", "/api/v1/queues/call*", "").await;
+    assert_eq!(shown.status, ok);
+    assert_eq!(shown.json()["pattern"], "call*");
+    let follows = c.call("GET", "/api/v1/queues/callbacks", "").await.json();
+    assert_eq!(
+        (
+            &follows["settings_from"],
+            &follows["priority"],
+            &follows["own_settings"]
+        ),
+        (&json!("call*"), &json!(3), &json!(false))
+    );
+    let first = c.call("GET", "/api/v1/queues?limit=1", "").await.json();
+    assert_eq!(first["items"][0]["name"], "callbacks");
+    assert_eq!(first["next_cursor"], "callbacks");
+    assert_eq!(first["prefixes"][0]["pattern"], "call*");
+    let second = c
+        .call("GET", "/api/v1/queues?limit=1&cursor=callbacks", "")
+        .await
+        .json();
+    assert_eq!(second["items"][0]["name"], "other");
+    let found = c
+        .call("GET", "/api/v1/queues?q=THE&prefix=o", "")
+        .await
+        .json();
+    assert_eq!(found["items"][0]["name"], "other");
+    assert_eq!(found["next_cursor"], Value::Null);
+    for query in ["limit=0", "cursor=bad!", &format!("q={}", "x".repeat(129))] {
+        let answer = c.call("GET", &format!("/api/v1/queues?{query}"), "").await;
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{query}");
+    }
+    let pause_pattern = c.call("POST", "/api/v1/queues/call*/pause", "").await;
+    assert_eq!(pause_pattern.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let dropped = c.call("DELETE", "/api/v1/queues/call*", "").await;
+    assert_eq!(dropped.status, StatusCode::NO_CONTENT, "{}", dropped.text);
+    let gone = c.call("GET", "/api/v1/queues/call*", "").await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    let own = c.call("DELETE", "/api/v1/queues/q", "").await;
+    assert_eq!(own.status, StatusCode::NO_CONTENT);
+    let defaults = c.call("GET", "/api/v1/queues/q", "").await.json();
+    assert_eq!(
+        (&defaults["mode"], &defaults["own_settings"]),
+        (&json!("parallel"), &json!(false))
+    );
+    for (path, status) in [
+        ("/api/v1/queues/nope", StatusCode::NOT_FOUND),
+        ("/api/v1/queues/call*", StatusCode::NOT_FOUND),
+        ("/api/v1/queues/bad!", StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        assert_eq!(c.call("DELETE", path, "").await.status, status, "{path}");
+    }
 
     // Schedules: created with every field, replaced with the defaults (`null` taken as absent),
     // created paused, read, paused, resumed and deleted; refusals by the handler (400) and by the

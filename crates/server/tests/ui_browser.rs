@@ -1009,3 +1009,105 @@ async fn the_jobs_list_filters_by_labels_and_a_job_page_links_its_labels() {
     })
     .await;
 }
+
+/// Per-host queues (a fan-out whose queue is `agent-${{ item }}`) are grouped by the part of
+/// their name before the last `-`, a group lists its queues, the search box filters on the
+/// server, and pages hold at most 100 queues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queues_page_groups_per_host_queues_and_searches_them() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "per_host",
+                json!({"steps": [
+                    {"id": "each", "queue": "agent-${{ item }}", "command": "tune", "for_each": "${{ params.hosts }}"}
+                ]}),
+            )
+            .await;
+        setup
+            .apply(
+                "other",
+                json!({"steps": [
+                    {"id": "a", "queue": "db-main", "command": "c"},
+                    {"id": "b", "queue": "db-replica", "command": "c"},
+                    {"id": "c", "queue": "batch", "command": "c"}
+                ]}),
+            )
+            .await;
+        let hosts: Vec<String> = ["eu", "us"]
+            .iter()
+            .flat_map(|region| (1..=75).map(move |n| format!("{region}-{n}")))
+            .collect();
+        setup
+            .call(
+                reqwest::Method::POST,
+                "/api/v1/jobs",
+                json!({"workflow": "per_host", "params": {"hosts": hosts}}),
+            )
+            .await;
+        setup
+            .call(
+                reqwest::Method::PUT,
+                "/api/v1/queues/agent-eu-*",
+                json!({"mode": "serial"}),
+            )
+            .await;
+        browser.open(&format!("{}/ui/queues", setup.base)).await;
+        let groups = "return [...document.querySelectorAll('#queue-groups tr')].map(r => [...r.children].map(c => c.textContent).slice(0, 3).join(' ')).join(', ')";
+        assert_eq!(
+            browser.eval(groups).await,
+            "agent-eu-* 75 75, agent-us-* 75 75, db-* 2 0"
+        );
+        let patterns = "return [...document.querySelectorAll('#queue-prefixes th')].map(c => c.textContent).join(' ')";
+        assert_eq!(browser.eval(patterns).await, "agent-eu-*");
+        let rows = "return document.querySelectorAll('#queues tr').length";
+        assert_eq!(browser.eval(rows).await, 100, "a page of 100 of 153 queues");
+        browser.screenshot("queues-groups").await;
+        let first = "return document.querySelector('#queues th').textContent";
+        assert_eq!(browser.eval(first).await, "agent-eu-1");
+        browser.click("#queues-next").await;
+        browser
+            .wait_for("the second page", rows, json!(53))
+            .await;
+
+        // A group lists its queues; the search narrows them.
+        browser.open(&format!("{}/ui/queues", setup.base)).await;
+        browser.click("#queue-groups a[data-group='agent-us-']").await;
+        browser
+            .wait_for("the group's queues", rows, json!(75))
+            .await;
+        let caption = "return document.querySelector('#queues-caption').textContent";
+        assert_eq!(browser.eval(caption).await, "Queues of agent-us-*");
+        let names = "return [...document.querySelectorAll('#queues th')].map(c => c.textContent).join(' ')";
+        browser.type_into("#f-queue", "US-7").await;
+        browser.press("\u{E007}").await;
+        browser
+            .wait_for(
+                "the search within the group",
+                names,
+                json!("agent-us-7 agent-us-70 agent-us-71 agent-us-72 agent-us-73 agent-us-74 agent-us-75"),
+            )
+            .await;
+        assert_eq!(
+            browser.eval(caption).await,
+            "Queues of agent-us-* matching “US-7”"
+        );
+        // The search alone spans every group; a queue shows the settings it follows.
+        browser
+            .open(&format!("{}/ui/queues?q=eu-1", setup.base))
+            .await;
+        let first_row = "const r = document.querySelector('#queues tr'); return [r.children[0].textContent, r.children[7].textContent, r.children[11].textContent]";
+        browser
+            .wait_for(
+                "a serial queue following its pattern",
+                first_row,
+                json!(["agent-eu-1", "serial", "agent-eu-*"]),
+            )
+            .await;
+        assert_eq!(browser.eval(rows).await, 11, "eu-1 and eu-10 to eu-19, and no other");
+        browser.screenshot("queues-search").await;
+        browser.click("#queues-clear").await;
+        browser.wait_for("every queue again", rows, json!(100)).await;
+    })
+    .await;
+}

@@ -122,6 +122,21 @@ pub struct StoredQueue {
     pub bucket: Option<Bucket>,
     pub created_at: Timestamp,
     pub updated_at: Option<Timestamp>,
+    /// An operator gave the queue settings of its own (`PUT`): no prefix settings apply to it.
+    /// Its `config` holds them; otherwise `config` holds the defaults and only its pause counts.
+    pub configured: bool,
+}
+
+/// Settings for every queue whose name starts with `prefix` and has none of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredQueuePrefix {
+    pub namespace: String,
+    /// The pattern without its `*` (empty for `*`).
+    pub prefix: String,
+    /// Its `paused` is not used: a queue's pause is its own.
+    pub config: QueueConfig,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
 }
 
 #[derive(Debug, Clone)]

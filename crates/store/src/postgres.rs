@@ -37,6 +37,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("../migrations/postgres/0007_composition.sql"),
     ),
+    (
+        8,
+        include_str!("../migrations/postgres/0008_queue_prefixes.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

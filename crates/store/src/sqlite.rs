@@ -35,6 +35,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("../migrations/sqlite/0006_waits.sql")),
     (7, include_str!("../migrations/sqlite/0007_labels.sql")),
     (8, include_str!("../migrations/sqlite/0008_composition.sql")),
+    (
+        9,
+        include_str!("../migrations/sqlite/0009_queue_prefixes.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {

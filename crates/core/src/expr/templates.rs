@@ -65,6 +65,22 @@ impl Template {
     pub fn is_literal(&self) -> bool {
         matches!(self.root, TNode::Value(_))
     }
+
+    /// The text around the expressions of a string template (the whole string when it holds
+    /// none); nothing for a template that is not a string.
+    pub fn text_parts(&self) -> Vec<&str> {
+        match &self.root {
+            TNode::Value(Value::String(text)) => vec![text],
+            TNode::Interp(parts) => parts
+                .iter()
+                .filter_map(|part| match part {
+                    Part::Text(text) => Some(text.as_str()),
+                    Part::Expr(_) => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// Compiles a condition: either a string holding exactly one `${{ ... }}`

@@ -21,6 +21,8 @@ struct Sim {
     limits: Limits,
     /// What the machine asked of child jobs (`StartChild`, `ToChild`), in order.
     to_children: Vec<Action>,
+    /// The queues rendered queue templates named (`EnsureQueue`), in order.
+    queues_made: Vec<String>,
 }
 
 impl Sim {
@@ -59,6 +61,7 @@ impl Sim {
             leases: 0,
             limits,
             to_children: Vec::new(),
+            queues_made: Vec::new(),
         };
         sim.absorb(actions);
         sim
@@ -71,6 +74,7 @@ impl Sim {
                 action @ (Action::StartChild(_) | Action::ToChild { .. }) => {
                     self.to_children.push(action);
                 }
+                Action::EnsureQueue { queue } => self.queues_made.push(queue),
                 _ => {}
             }
         }
@@ -1445,4 +1449,5 @@ proptest! {
 
 mod children;
 mod control;
+mod routing;
 mod waits;

@@ -2,7 +2,7 @@
 //! task gets.
 
 use crate::ctx::WriteCtx;
-use crate::{Claimed, Error, Result};
+use crate::{Claimed, Error, Result, StoredQueuePrefix};
 use starbridge_core::Workflow;
 use starbridge_core::dispatch::{self, Bucket, QueueConfig};
 use starbridge_core::ids::JobId;
@@ -31,13 +31,15 @@ pub(crate) type Reopening = Vec<(String, Timestamp)>;
 /// The polled queues that may hand out work now, and the rate-limited ones that may again at a
 /// known time (when their next token arrives).
 ///
-/// A claim passes `serialize`: then each limited queue (serial, concurrency, rate) is locked
-/// until the transaction ends before its running tasks are counted, so claims of several
-/// server nodes cannot both take its last free slot or token.
+/// Each queue dispatches with its own settings, else those of its namespace's `prefixes` it
+/// follows (`settings_of`). A claim passes `serialize`: then each limited queue (serial,
+/// concurrency, rate) is locked until the transaction ends before its running tasks are
+/// counted, so claims of several server nodes cannot both take its last free slot or token.
 pub(crate) fn open_queues(
     conn: &mut dyn Conn,
     namespace: &str,
     queues: &[String],
+    prefixes: &[StoredQueuePrefix],
     now: Timestamp,
     serialize: bool,
 ) -> Result<(Vec<OpenQueue>, Reopening)> {
@@ -46,7 +48,7 @@ pub(crate) fn open_queues(
     for name in queues {
         let stored = rows::queue(conn, namespace, name)?;
         let bucket = stored.as_ref().and_then(|queue| queue.bucket);
-        let config = stored.map(|queue| queue.config).unwrap_or_default();
+        let (config, _) = super::settings_of(name, stored.as_ref(), prefixes);
         if serialize && (config.is_limited() || config.rate.is_some()) {
             conn.lock_key(&format!("queue\t{namespace}\t{name}"))?;
         }
@@ -87,7 +89,8 @@ pub(crate) fn claim(
 ) -> Result<Vec<Claimed>> {
     let mut candidates = Vec::new();
     let mut free_slots: HashMap<String, u32> = HashMap::new();
-    let (open, _) = open_queues(ctx.conn, namespace, queues, ctx.now, true)?;
+    let prefixes = ctx.queue_prefixes(namespace)?;
+    let (open, _) = open_queues(ctx.conn, namespace, queues, &prefixes, ctx.now, true)?;
     for queue in &open {
         let limit = queue.free.map_or(max, |free| free.min(max));
         if let Some(free) = queue.free {

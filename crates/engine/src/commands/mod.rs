@@ -23,7 +23,7 @@ pub(crate) use callbacks::{callback, callback_token};
 use children::{check_children, child_versions, deliver_endings, parent_of};
 pub(crate) use claim::{claim, open_queues};
 pub(crate) use operate::operate;
-pub(crate) use queues::configure_queue;
+pub(crate) use queues::{configure_prefix, configure_queue, drop_settings, settings_of};
 pub(crate) use report::{prefetch, report};
 pub use signals::SignalAccepted;
 pub(crate) use signals::{decide, signal};
@@ -180,6 +180,7 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
     let mut saved_job = false;
     let mut saved_tasks: HashSet<TaskId> = HashSet::new();
     let mut released = Vec::new();
+    let mut queues_made: HashSet<String> = HashSet::new();
     let namespace = state.job.namespace.as_str();
     for action in actions {
         match action {
@@ -206,6 +207,12 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                 ctx.conn.defer_event(&state.job.id, step, &event);
             }
             Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
+            Action::EnsureQueue { queue } => {
+                if !queues_made.contains(&queue) {
+                    rows::ensure_queue(ctx.conn, namespace, &queue, ctx.now)?;
+                    queues_made.insert(queue);
+                }
+            }
             Action::ReleaseLock { key } => released.push(key),
             Action::InsertSignal(signal) => rows::insert_signal(ctx.conn, &state.job, &signal)?,
             Action::ConsumeSignal { seq, task } => {

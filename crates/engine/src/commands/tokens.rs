@@ -6,6 +6,7 @@
 //! compared with the stored hash in constant time. Revoked tokens stay listed (with when), so an
 //! audit entry naming them can still be understood.
 
+use starbridge_core::routing::QueueTarget;
 use starbridge_store::db::Conn;
 use starbridge_store::rows;
 
@@ -41,6 +42,9 @@ pub(crate) fn create(ctx: &mut WriteCtx<'_>, new: &NewToken) -> Result<(Token, S
             "queues",
             "only a token with the work scope serves queues",
         ));
+    }
+    for queue in new.queues.iter().flatten() {
+        QueueTarget::parse(queue).map_err(|message| invalid("queues", message))?;
     }
     if new.scopes.contains(&Scope::Admin) && new.namespace.is_some() {
         return Err(invalid(

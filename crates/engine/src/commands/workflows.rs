@@ -54,11 +54,12 @@ pub(super) fn store_workflow(
     let version = latest.map_or(1, |latest| latest.version + 1);
     // Compile the params schema now so a bad schema is refused at apply time.
     let steps = u32::try_from(workflow.steps.len()).unwrap_or(u32::MAX);
+    // A queue template's queues are made when its tasks render them (`Action::EnsureQueue`).
     let queues: Vec<String> = workflow
         .steps
         .iter()
         .flat_map(|step| step.handler().into_iter().chain(step.compensate.as_ref()))
-        .map(|handler| handler.queue.clone())
+        .filter_map(|handler| handler.queue.name().map(str::to_owned))
         .collect();
     let stored = StoredWorkflow {
         namespace: namespace.to_owned(),

@@ -143,7 +143,7 @@ fn step_detail(workflow: &Workflow, index: usize) -> String {
     let what = match &step.kind {
         StepKind::Task(handler) => {
             let command = handler.command.lines().next().unwrap_or("");
-            format!("{} · {command}", handler.queue)
+            format!("{} · {command}", handler.queue.source())
         }
         StepKind::Wait(WaitStep::Sleep(SleepSpec::For(duration))) => format!("sleep {duration}"),
         StepKind::Wait(WaitStep::Sleep(SleepSpec::Until(_))) => "sleep until a time".to_owned(),

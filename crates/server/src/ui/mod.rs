@@ -32,7 +32,7 @@ use starbridge_core::definition::check_name;
 use starbridge_core::ids::JobId;
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::{Duration, Timestamp};
-use starbridge_engine::{JobCursor, JobSearch};
+use starbridge_engine::{JobCursor, JobSearch, QueueSearch};
 use tokio::sync::watch;
 
 use crate::error::ApiError;
@@ -41,6 +41,8 @@ use pages::{Live, Ns, Section};
 
 /// Jobs per page of the list.
 const PAGE_SIZE: u32 = 50;
+/// Queues per page of the queues page (at most the server's page limit).
+const QUEUE_PAGE_SIZE: u32 = 100;
 /// Jobs counted per status at most: larger counts show as "more than" (see `browse.rs`).
 const COUNT_CAP: u64 = 100_000;
 /// History events read for the job page; the page shows the latest `SHOWN_EVENTS`.
@@ -618,19 +620,80 @@ async fn workflow_svg(
     )))
 }
 
-async fn queues_page(State(ui): State<UiState>, Query(query): Query<NsQuery>) -> Result<Response> {
+/// The queues page's query: the namespace, and what to list (see `pages::QueuesFilter`).
+#[derive(Deserialize)]
+struct QueuesQuery {
+    namespace: Option<String>,
+    #[serde(default)]
+    prefix: String,
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    cursor: String,
+}
+
+async fn queues_page(
+    State(ui): State<UiState>,
+    Query(query): Query<QueuesQuery>,
+) -> Result<Response> {
     let namespace = ns(query.namespace.as_deref())?;
     let store = &ui.app.engine;
-    let queues = crate::queues::views(&ui.app, &namespace.0).await?;
-    let names: Vec<String> = queues.iter().map(|q| q.name.clone()).collect();
-    let states = store.queue_states(&namespace.0, names.clone()).await?;
-    let activity: Vec<(String, Option<u64>, u64)> = names
-        .into_iter()
-        .map(|name| {
-            let ago = states
-                .get(&name)
-                .and_then(|s| s.last_poll)
-                .map(|d| d.as_millis());
+    // Every queue, for the groups; the page shown is filtered by the store, as the API's list.
+    let everything = store
+        .queue_page(QueueSearch {
+            namespace: namespace.0.clone(),
+            limit: u32::MAX,
+            ..QueueSearch::default()
+        })
+        .await?;
+    let all: Vec<api::QueueView> = everything.queues.iter().map(crate::queues::view).collect();
+    let groups = pages::queue_groups(&all);
+    let prefixes: Vec<api::QueuePrefixView> = everything
+        .prefixes
+        .iter()
+        .map(crate::queues::prefix_view)
+        .collect();
+    let filter = pages::QueuesFilter {
+        prefix: query.prefix,
+        q: query.q,
+        cursor: query.cursor,
+    };
+    let given = |text: &str| (!text.is_empty()).then(|| text.to_owned());
+    let list = api::QueueListQuery {
+        namespace: None,
+        prefix: given(&filter.prefix),
+        q: given(&filter.q),
+        limit: Some(QUEUE_PAGE_SIZE.min(ui.app.limits.page_size)),
+        cursor: given(&filter.cursor),
+    };
+    let (queues, next_cursor, problem) =
+        match crate::queues::search(&ui.app, namespace.0.clone(), &list) {
+            Ok(mut search) => {
+                let limit = search.limit as usize;
+                search.limit += 1;
+                let page = store.queue_page(search).await?;
+                let more = page.queues.len() > limit;
+                let queues: Vec<api::QueueView> = page
+                    .queues
+                    .iter()
+                    .take(limit)
+                    .map(crate::queues::view)
+                    .collect();
+                let next = more
+                    .then(|| queues.last().map(|q| q.name.clone()))
+                    .flatten();
+                (queues, next, None)
+            }
+            Err(refused) => (Vec::new(), None, Some(refused.detail().to_owned())),
+        };
+    let activity: Vec<(String, Option<u64>, u64)> = queues
+        .iter()
+        .map(|queue| {
+            let name = queue.name.clone();
+            let ago = store
+                .notifier()
+                .last_poll(&namespace.0, &name)
+                .map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX));
             let started = store.notifier().claims_last_minute(&namespace.0, &name);
             (name, ago, started)
         })
@@ -646,11 +709,19 @@ async fn queues_page(State(ui): State<UiState>, Query(query): Query<NsQuery>) ->
         })
         .collect();
     let workers = pages::worker_rows(&seen, &loads);
-    let body = pages::queues(&pages::QueuesPage {
-        queues: &queues,
-        activity: &activity,
-        workers: &workers,
-    });
+    let body = pages::queues(
+        &namespace,
+        &pages::QueuesPage {
+            filter: &filter,
+            groups: &groups,
+            prefixes: &prefixes,
+            queues: &queues,
+            next_cursor,
+            problem,
+            activity: &activity,
+            workers: &workers,
+        },
+    );
     Ok(html(pages::page(
         "Queues and workers",
         Section::Queues,

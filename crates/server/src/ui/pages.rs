@@ -992,17 +992,174 @@ pub(crate) fn worker_rows(
     rows
 }
 
+/// What the queues page lists: the queues whose name starts with `prefix` (a group's) and
+/// holds `q`, a page after `cursor`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct QueuesFilter {
+    pub(crate) prefix: String,
+    pub(crate) q: String,
+    pub(crate) cursor: String,
+}
+
+impl QueuesFilter {
+    fn pairs(&self) -> Vec<(&str, &str)> {
+        vec![("prefix", &self.prefix), ("q", &self.q)]
+    }
+}
+
+/// Queues that share the part of their name before its last `-` (`agent-` for `agent-17`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct QueueGroup {
+    /// The shared part, `-` included: the group's queues are those its pattern `agent-*` names.
+    pub(crate) prefix: String,
+    pub(crate) queues: u64,
+    pub(crate) ready: u64,
+    pub(crate) running: u64,
+    pub(crate) paused: u64,
+}
+
+/// The groups of queues (see [`QueueGroup`]) that hold at least two queues, by prefix; queues
+/// alone in theirs, or without a `-`, are in none.
+pub(crate) fn queue_groups(queues: &[QueueView]) -> Vec<QueueGroup> {
+    let mut groups: std::collections::BTreeMap<&str, QueueGroup> = Default::default();
+    for queue in queues {
+        let Some(at) = queue.name.rfind('-') else {
+            continue;
+        };
+        let prefix = &queue.name[..=at];
+        let group = groups.entry(prefix).or_insert_with(|| QueueGroup {
+            prefix: prefix.to_owned(),
+            ..QueueGroup::default()
+        });
+        group.queues += 1;
+        group.ready += queue.ready;
+        group.running += queue.running;
+        group.paused += u64::from(queue.paused);
+    }
+    groups.into_values().filter(|g| g.queues > 1).collect()
+}
+
 pub(crate) struct QueuesPage<'a> {
+    pub(crate) filter: &'a QueuesFilter,
+    pub(crate) groups: &'a [QueueGroup],
+    pub(crate) prefixes: &'a [api::QueuePrefixView],
+    /// The page of queues the filter selects.
     pub(crate) queues: &'a [QueueView],
+    pub(crate) next_cursor: Option<String>,
+    /// Why the filter selects nothing (a refused search).
+    pub(crate) problem: Option<String>,
     /// Per queue: how long ago a worker last polled it on this server, and how many tasks this
     /// server handed out in the last minute.
     pub(crate) activity: &'a [(String, Option<u64>, u64)],
     pub(crate) workers: &'a [WorkerRow],
 }
 
-pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
+/// A queue's or a pattern's settings in a few words: mode, priority, limit, rate.
+fn settings_text(
+    mode: &str,
+    priority: i32,
+    concurrency: Option<u32>,
+    rate: Option<&api::RateView>,
+) -> [String; 4] {
+    [
+        mode.to_owned(),
+        priority.to_string(),
+        concurrency.map_or_else(|| "none".to_owned(), |c| c.to_string()),
+        rate.map_or_else(
+            || "none".to_owned(),
+            |r| format!("{}/{}", r.tokens, duration(r.per_ms as i64)),
+        ),
+    ]
+}
+
+pub(crate) fn queues(ns: &Ns, data: &QueuesPage<'_>) -> String {
+    let filter = data.filter;
     let mut body = String::from(
-        r#"<h1>Queues and workers</h1><table class="list"><caption>Queues</caption><thead><tr><th scope="col">Queue</th><th scope="col">State</th><th scope="col">Ready (depth)</th><th scope="col">Running</th><th scope="col">Oldest ready</th><th scope="col">Started last minute</th><th scope="col">Last poll</th><th scope="col">Mode</th><th scope="col">Priority</th><th scope="col">Limit</th><th scope="col">Rate</th><th scope="col"><span class="sr">Action</span></th></tr></thead><tbody id="queues" data-live>"#,
+        r#"<h1>Queues and workers</h1><form class="filters" method="get" action="/ui/queues">"#,
+    );
+    if !ns.is_default() {
+        let _ = write!(
+            body,
+            r#"<input type="hidden" name="namespace" value="{}">"#,
+            Esc(&ns.0)
+        );
+    }
+    if !filter.prefix.is_empty() {
+        let _ = write!(
+            body,
+            r#"<input type="hidden" name="prefix" value="{}">"#,
+            Esc(&filter.prefix)
+        );
+    }
+    let _ = write!(
+        body,
+        r#"<div class="field"><label for="f-queue">Search queues (any part of the name)</label><input id="f-queue" name="q" type="search" value="{q}" placeholder="agent-eu"></div>
+<div class="buttons"><button type="submit" class="primary">Search</button><a id="queues-clear" href="{clear}">All queues</a></div></form>"#,
+        q = Esc(&filter.q),
+        clear = Esc(&ns.href("/ui/queues", &[])),
+    );
+    if let Some(problem) = &data.problem {
+        let _ = write!(
+            body,
+            r#"<p class="error" role="alert">{}</p>"#,
+            Esc(problem)
+        );
+    }
+    if !data.groups.is_empty() {
+        body.push_str(
+            r#"<table class="list"><caption>Groups: queues sharing the part of their name before its last “-”</caption><thead><tr><th scope="col">Group</th><th scope="col">Queues</th><th scope="col">Ready</th><th scope="col">Running</th><th scope="col">Paused</th></tr></thead><tbody id="queue-groups" data-live>"#,
+        );
+        for group in data.groups {
+            let current = if group.prefix == filter.prefix {
+                r#" aria-current="true""#
+            } else {
+                ""
+            };
+            let _ = write!(
+                body,
+                r#"<tr><th scope="row"><a href="{href}"{current} data-group="{prefix}">{prefix}*</a></th><td>{queues}</td><td>{ready}</td><td>{running}</td><td>{paused}</td></tr>"#,
+                href = Esc(&ns.href("/ui/queues", &[("prefix", &group.prefix), ("q", &filter.q)])),
+                prefix = Esc(&group.prefix),
+                queues = group.queues,
+                ready = group.ready,
+                running = group.running,
+                paused = group.paused,
+            );
+        }
+        body.push_str("</tbody></table>");
+    }
+    if !data.prefixes.is_empty() {
+        body.push_str(
+            r#"<table class="list"><caption>Prefix settings: what queues without settings of their own follow (the longest prefix wins)</caption><thead><tr><th scope="col">Pattern</th><th scope="col">Mode</th><th scope="col">Priority</th><th scope="col">Limit</th><th scope="col">Rate</th></tr></thead><tbody id="queue-prefixes" data-live>"#,
+        );
+        for prefix in data.prefixes {
+            let [mode, priority, limit, rate] = settings_text(
+                prefix.mode.as_str(),
+                prefix.priority,
+                prefix.concurrency,
+                prefix.rate.as_ref(),
+            );
+            let shown = prefix.pattern.trim_end_matches('*');
+            let _ = write!(
+                body,
+                r#"<tr><th scope="row"><a class="mono" href="{href}">{pattern}</a></th><td>{mode}</td><td>{priority}</td><td>{limit}</td><td>{rate}</td></tr>"#,
+                href = Esc(&ns.href("/ui/queues", &[("prefix", shown)])),
+                pattern = Esc(&prefix.pattern),
+                mode = Esc(&mode),
+            );
+        }
+        body.push_str("</tbody></table>");
+    }
+    let mut caption = String::from("Queues");
+    if !filter.prefix.is_empty() {
+        let _ = write!(caption, " of {}*", Esc(&filter.prefix));
+    }
+    if !filter.q.is_empty() {
+        let _ = write!(caption, " matching “{}”", Esc(&filter.q));
+    }
+    let _ = write!(
+        body,
+        r#"<table class="list"><caption id="queues-caption">{caption}</caption><thead><tr><th scope="col">Queue</th><th scope="col">State</th><th scope="col">Ready (depth)</th><th scope="col">Running</th><th scope="col">Oldest ready</th><th scope="col">Started last minute</th><th scope="col">Last poll</th><th scope="col">Mode</th><th scope="col">Priority</th><th scope="col">Limit</th><th scope="col">Rate</th><th scope="col">Settings</th><th scope="col"><span class="sr">Action</span></th></tr></thead><tbody id="queues" data-live>"#,
     );
     for queue in data.queues {
         let activity = data.activity.iter().find(|(name, ..)| *name == queue.name);
@@ -1016,9 +1173,20 @@ pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
         } else {
             (badge("active"), "pause", "Pause")
         };
+        let [mode, priority, limit, rate] = settings_text(
+            queue.mode.as_str(),
+            queue.priority,
+            queue.concurrency,
+            queue.rate.as_ref(),
+        );
+        let settings = match (&queue.settings_from, queue.own_settings) {
+            (Some(pattern), _) => format!(r#"<span class="mono">{}</span>"#, Esc(pattern)),
+            (None, true) => "its own".to_owned(),
+            (None, false) => "defaults".to_owned(),
+        };
         let _ = write!(
             body,
-            r#"<tr><th scope="row">{name}</th><td>{state}</td><td>{ready}</td><td>{running}</td><td>{oldest}</td><td>{started}</td><td>{last_poll}</td><td>{mode}</td><td>{priority}</td><td>{limit}</td><td>{rate}</td><td><button type="button" id="queue-{action}-{name}" data-url="/api/v1/queues/{url_name}/{action}" data-done="{label}d {name}">{label}</button></td></tr>"#,
+            r#"<tr><th scope="row">{name}</th><td>{state}</td><td>{ready}</td><td>{running}</td><td>{oldest}</td><td>{started}</td><td>{last_poll}</td><td>{mode}</td><td>{priority}</td><td>{limit}</td><td>{rate}</td><td>{settings}</td><td><button type="button" id="queue-{action}-{name}" data-url="/api/v1/queues/{url_name}/{action}" data-done="{label}d {name}">{label}</button></td></tr>"#,
             name = Esc(&queue.name),
             url_name = Esc(&url(&queue.name)),
             ready = queue.ready,
@@ -1028,21 +1196,38 @@ pub(crate) fn queues(data: &QueuesPage<'_>) -> String {
             } else {
                 duration(queue.oldest_ready_age_ms as i64)
             },
-            mode = Esc(queue.mode.as_str()),
-            priority = queue.priority,
-            limit = queue
-                .concurrency
-                .map_or_else(|| "none".to_owned(), |c| c.to_string()),
-            rate = queue.rate.as_ref().map_or_else(
-                || "none".to_owned(),
-                |r| format!("{}/{}", r.tokens, duration(r.per_ms as i64))
-            ),
+            mode = Esc(&mode),
         );
     }
     if data.queues.is_empty() {
-        body.push_str(r#"<tr><td colspan="12" class="empty">No queue yet: queues appear when a workflow uses them.</td></tr>"#);
+        let empty = if filter == &QueuesFilter::default() {
+            "No queue yet: queues appear when a workflow uses them."
+        } else {
+            "No queue matches."
+        };
+        let _ = write!(
+            body,
+            r#"<tr><td colspan="13" class="empty">{empty}</td></tr>"#
+        );
     }
-    body.push_str(r#"</tbody></table><table class="list"><caption>Workers (polling this server in the last hour, or holding tasks)</caption><thead><tr><th scope="col">Worker</th><th scope="col">Polls queues</th><th scope="col">Last poll</th><th scope="col">Running tasks</th></tr></thead><tbody id="workers" data-live>"#);
+    body.push_str(r#"</tbody></table><nav class="pager" aria-label="Pages of queues">"#);
+    if !filter.cursor.is_empty() {
+        let _ = write!(
+            body,
+            r#"<a href="{}">« First</a>"#,
+            Esc(&ns.href("/ui/queues", &filter.pairs()))
+        );
+    }
+    if let Some(cursor) = &data.next_cursor {
+        let mut pairs = filter.pairs();
+        pairs.push(("cursor", cursor));
+        let _ = write!(
+            body,
+            r#"<a id="queues-next" href="{}">Next »</a>"#,
+            Esc(&ns.href("/ui/queues", &pairs))
+        );
+    }
+    body.push_str(r#"</nav><table class="list"><caption>Workers (polling this server in the last hour, or holding tasks)</caption><thead><tr><th scope="col">Worker</th><th scope="col">Polls queues</th><th scope="col">Last poll</th><th scope="col">Running tasks</th></tr></thead><tbody id="workers" data-live>"#);
     for worker in data.workers {
         let running: Vec<String> = worker
             .running

@@ -1,6 +1,7 @@
 //! Mapping between core types and table rows, one file per table or concern, written once for
 //! both backends (see `db`): jobs (`jobs`), their labels (`labels`), tasks with the claim's candidates (`tasks`), history
-//! (`events`), queues with their rate buckets (`queues`), workflow versions (`workflows`), lock
+//! (`events`), queues with their rate buckets (`queues`), the settings of queue name prefixes
+//! (`queue_prefixes`), workflow versions (`workflows`), lock
 //! slots (`locks`), lease, deadline and wait timers (`timers`), signals sent to jobs
 //! (`signals`), the endings of child jobs for their parents (`children`), namespaces (`namespaces`), the health
 //! probe (`health`), schedules (`schedules`), webhook subscriptions (`webhooks`) and their
@@ -10,7 +11,8 @@
 //! This module keeps what the tables share: JSON and timestamp columns, how a write locks the
 //! rows it reads (`RowLock`) and how rows are written in sets (`RowWrite`). The functions most
 //! of the engine calls are re-exported here (`rows::load_job`); those of schedules, webhooks,
-//! deliveries, tokens and the audit log are called by their module (`rows::tokens::list`).
+//! deliveries, tokens, queue prefixes and the audit log are called by their module
+//! (`rows::tokens::list`).
 
 use serde_json::Value;
 use starbridge_core::time::Timestamp;
@@ -26,6 +28,7 @@ mod jobs;
 pub(crate) mod labels;
 mod locks;
 mod namespaces;
+pub mod queue_prefixes;
 mod queues;
 pub mod schedules;
 mod signals;
@@ -47,7 +50,9 @@ pub use jobs::{
 pub use labels::{JOB_LABEL_WRITE, label_values};
 pub use locks::{first_queued, hold_lock, lock_holders, release_lock};
 pub use namespaces::ensure_namespace;
-pub use queues::{ensure_queue, list_queues, queue, save_bucket, save_queue};
+pub use queues::{
+    QueueSearch, ensure_queue, queue, queue_line, queue_page, save_bucket, save_queue,
+};
 pub use signals::{consume_signal, insert_signal, pending_signals, signal_seen};
 pub use tasks::{
     TASK_WRITE, claim_candidates, job_of_task, jobs_of_tasks, next_available, pending_approvals,

@@ -240,6 +240,8 @@ pub const TASK_WRITE: RowWrite = RowWrite {
     upsert: Some((
         "id",
         &[
+            // A queue template is rendered once the task is ready, after its row was made.
+            "queue",
             "status",
             "attempt",
             "checking",

@@ -21,7 +21,7 @@ use super::*;
 use crate::db::{Queries, args};
 use crate::deferred::WriteConn;
 use crate::scratch::ScratchSchema;
-use crate::{JobFilter, StoreOptions, StoredQueue, StoredWorkflow};
+use crate::{JobFilter, StoreOptions, StoredQueue, StoredQueuePrefix, StoredWorkflow};
 
 const NOW: Timestamp = Timestamp(1_700_000_000_000);
 
@@ -104,6 +104,8 @@ on_both_backends!(
     a_job_reads_back_with_its_tasks_and_events,
     claim_candidates_come_in_dispatch_order,
     queue_settings_and_buckets_read_back,
+    queue_pages_filter_by_prefix_and_text_and_count_what_each_holds,
+    queue_prefix_settings_read_back,
     lock_slots_go_to_the_oldest_queued_job,
     workflow_versions_read_back,
     schedules_read_back_and_fall_due,
@@ -665,6 +667,10 @@ fn queue_settings_and_buckets_read_back(db: &mut Db) {
         (made.config, made.bucket, made.created_at, made.updated_at),
         (QueueConfig::default(), None, NOW, None)
     );
+    assert!(
+        !made.configured,
+        "a queue made on first use follows prefix settings"
+    );
     let config = QueueConfig {
         mode: QueueMode::Serial,
         priority: 3,
@@ -683,6 +689,7 @@ fn queue_settings_and_buckets_read_back(db: &mut Db) {
         bucket: None,
         created_at: NOW,
         updated_at: None,
+        configured: true,
     };
     save_queue(conn, &stored, later(1)).unwrap();
     let bucket = Bucket {
@@ -695,13 +702,143 @@ fn queue_settings_and_buckets_read_back(db: &mut Db) {
         (read.config, read.bucket, read.created_at, read.updated_at),
         (config, Some(bucket), NOW, Some(later(1)))
     );
-    let names: Vec<String> = list_queues(conn, "default")
+    assert!(read.configured);
+    let all = QueueSearch {
+        namespace: "default".to_owned(),
+        limit: 10,
+        ..QueueSearch::default()
+    };
+    assert_eq!(page_names(conn, &all), ["a", "b"]);
+    assert!(queue(conn, "other", "a").unwrap().is_none());
+}
+
+fn page_names(conn: &mut dyn crate::db::Conn, search: &QueueSearch) -> Vec<String> {
+    queue_page(conn, search, NOW)
         .unwrap()
         .into_iter()
-        .map(|queue| queue.name)
-        .collect();
-    assert_eq!(names, ["a", "b"]);
-    assert!(queue(conn, "other", "a").unwrap().is_none());
+        .map(|(queue, _)| queue.name)
+        .collect()
+}
+
+fn queue_pages_filter_by_prefix_and_text_and_count_what_each_holds(db: &mut Db) {
+    let job = job("pages", NOW);
+    let mut running = task(&job, 1, "agent-b", 0, later(-1_000));
+    running.status = TaskStatus::Running;
+    let mut held = task(&job, 2, "agent-b", 0, later(-1_000));
+    held.held = true;
+    let tasks = [
+        running,
+        held,
+        task(&job, 3, "agent-b", 0, later(-3_000)),
+        task(&job, 4, "agent-b", 0, later(5_000)),
+        task(&job, 5, "agent-c", 0, later(-10)),
+    ];
+    db.insert(&job, &tasks, &[]);
+    let conn = &mut db.conn;
+    for name in [
+        "agent-a", "agent-b", "agent-c", "agentx", "db", "my_agent", "myXagent",
+    ] {
+        ensure_queue(conn, "default", name, NOW).unwrap();
+    }
+    ensure_queue(conn, "other", "agent-z", NOW).unwrap();
+    let search =
+        |prefix: Option<&str>, text: Option<&str>, after: Option<&str>, limit| QueueSearch {
+            namespace: "default".to_owned(),
+            prefix: prefix.map(str::to_owned),
+            text: text.map(str::to_owned),
+            after: after.map(str::to_owned),
+            limit,
+        };
+    assert_eq!(
+        page_names(conn, &search(Some("agent-"), None, None, 10)),
+        ["agent-a", "agent-b", "agent-c"]
+    );
+    assert_eq!(
+        page_names(conn, &search(Some("agent-"), None, Some("agent-a"), 1)),
+        ["agent-b"],
+        "the page after a cursor"
+    );
+    assert_eq!(
+        page_names(conn, &search(None, Some("AGENT"), None, 10)),
+        [
+            "agent-a", "agent-b", "agent-c", "agentx", "myXagent", "my_agent"
+        ],
+        "any case, in byte order"
+    );
+    assert_eq!(
+        page_names(conn, &search(None, Some("y_a"), None, 10)),
+        ["my_agent"],
+        "'_' is a character, not a wildcard"
+    );
+    assert_eq!(
+        page_names(conn, &search(Some("agent"), Some("-c"), None, 10)),
+        ["agent-c"]
+    );
+    assert!(page_names(conn, &search(Some("zzz"), None, None, 10)).is_empty());
+    let (queue, stats) = queue_line(conn, "default", "agent-b", NOW)
+        .unwrap()
+        .unwrap();
+    assert_eq!(queue.name, "agent-b");
+    assert_eq!(
+        (stats.ready, stats.running, stats.oldest_ready_age),
+        (2, 1, Duration::from_secs(3)),
+        "ready but not held (a later one counts, and is not the oldest), and running"
+    );
+    let (_, idle) = queue_line(conn, "default", "agent-a", NOW)
+        .unwrap()
+        .unwrap();
+    assert_eq!((idle.ready, idle.running), (0, 0));
+    assert!(
+        queue_line(conn, "default", "agent-z", NOW)
+            .unwrap()
+            .is_none()
+    );
+}
+
+fn queue_prefix_settings_read_back(db: &mut Db) {
+    let conn = &mut db.conn;
+    let agents = StoredQueuePrefix {
+        namespace: "default".to_owned(),
+        prefix: "agent-".to_owned(),
+        config: QueueConfig {
+            mode: QueueMode::Serial,
+            priority: -2,
+            concurrency: Some(3),
+            paused: false,
+            max_wait: Duration::from_secs(30),
+            rate: Some(RateLimit {
+                tokens: 4,
+                per: Duration::from_secs(60),
+            }),
+        },
+        created_at: NOW,
+        updated_at: NOW,
+    };
+    let every = StoredQueuePrefix {
+        prefix: String::new(),
+        config: QueueConfig::default(),
+        ..agents.clone()
+    };
+    queue_prefixes::save(conn, &agents).unwrap();
+    queue_prefixes::save(conn, &every).unwrap();
+    assert_eq!(
+        queue_prefixes::list(conn, "default").unwrap(),
+        [every.clone(), agents.clone()]
+    );
+    let changed = StoredQueuePrefix {
+        config: QueueConfig::default(),
+        updated_at: later(5),
+        ..agents.clone()
+    };
+    queue_prefixes::save(conn, &changed).unwrap();
+    assert_eq!(
+        queue_prefixes::get(conn, "default", "agent-").unwrap(),
+        Some(changed)
+    );
+    assert!(queue_prefixes::list(conn, "other").unwrap().is_empty());
+    assert!(queue_prefixes::delete(conn, "default", "agent-").unwrap());
+    assert!(!queue_prefixes::delete(conn, "default", "agent-").unwrap());
+    assert_eq!(queue_prefixes::list(conn, "default").unwrap(), [every]);
 }
 
 fn lock_slots_go_to_the_oldest_queued_job(db: &mut Db) {

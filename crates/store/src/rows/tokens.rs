@@ -2,6 +2,7 @@
 //! bounds allow. How a token is made, its secret and how a presented one is checked are the
 //! engine's (`tokens`).
 
+use starbridge_core::routing::any_matches;
 pub use starbridge_core::scope::Scope;
 use starbridge_core::time::Timestamp;
 
@@ -33,10 +34,12 @@ impl Token {
         self.namespace.as_deref().is_none_or(|own| own == namespace)
     }
 
+    /// Whether the token may poll and report on `queue`: it names no queues, or one of its
+    /// queues or patterns (`agent-*`) names this one.
     pub fn may_serve(&self, queue: &str) -> bool {
         self.queues
             .as_ref()
-            .is_none_or(|queues| queues.iter().any(|q| q == queue))
+            .is_none_or(|queues| any_matches(queues, queue))
     }
 }
 
