@@ -26,7 +26,7 @@ pub const JOBS_BATCH: &str = "/api/v1/jobs/batch";
 /// `POST`: an operator action on every job a filter selects (`pause`, `resume`, `cancel`,
 /// `retry`).
 pub const JOBS_BULK: &str = "/api/v1/jobs/bulk/{action}";
-/// `GET`: one job with its tasks.
+/// `GET`: one job with its tasks; `DELETE`: a finished job.
 pub const JOB: &str = "/api/v1/jobs/{id}";
 /// `GET`: a job's history.
 pub const JOB_EVENTS: &str = "/api/v1/jobs/{id}/events";

@@ -213,6 +213,34 @@ async fn unknown_job_and_malformed_id_are_404_problems() {
 }
 
 #[tokio::test]
+async fn only_a_finished_job_is_deleted_and_its_key_is_free_again() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let (status, _, _) = api.call("DELETE", "/api/v1/jobs/job_0000", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let request = r#"{"workflow": "wf", "key": "k-1"}"#;
+    let (_, _, job) = api.call("POST", "/api/v1/jobs", request).await;
+    let uri = format!("/api/v1/jobs/{}", job["id"].as_str().unwrap());
+
+    let (status, content_type, problem) = api.call("DELETE", &uri, "").await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(content_type, "application/problem+json");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("is running") && detail.contains("cancel it first"),
+        "{problem}"
+    );
+    api.call("POST", &format!("{uri}/cancel"), "").await;
+    let (status, _, _) = api.call("DELETE", &uri, "").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, _) = api.call("GET", &uri, "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, again) = api.call("POST", "/api/v1/jobs", request).await;
+    assert_eq!(status, StatusCode::CREATED, "the key makes a new job");
+    assert_ne!(again["id"], job["id"]);
+}
+
+#[tokio::test]
 async fn list_filters_are_validated() {
     let api = api();
     let (status, _, problem) = api.call("GET", "/api/v1/jobs?status=done", "").await;
