@@ -891,7 +891,7 @@ pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Re
 
 #[derive(Args)]
 pub(crate) struct BulkArgs {
-    /// `pause`, `resume`, `cancel` or `retry`.
+    /// `pause`, `resume`, `cancel`, `retry` or `delete` (finished jobs).
     action: Open<api::BulkAction>,
     #[arg(long)]
     workflow: Option<String>,

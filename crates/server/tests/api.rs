@@ -241,6 +241,46 @@ async fn only_a_finished_job_is_deleted_and_its_key_is_free_again() {
 }
 
 #[tokio::test]
+async fn a_bulk_delete_deletes_the_finished_jobs_it_selects_and_lists_the_others() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (_, _, job) = api
+            .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+            .await;
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    for id in &ids[..2] {
+        api.call("POST", &format!("/api/v1/jobs/{id}/cancel"), "")
+            .await;
+    }
+    let (status, _, result) = api
+        .call("POST", "/api/v1/jobs/bulk/delete", r#"{"workflow": "wf"}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{result}");
+    assert_eq!(
+        (result["matched"].as_u64(), result["affected"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(result["refused"][0]["id"], ids[2].as_str());
+    assert!(
+        result["refused"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cancel it first"),
+        "{result}"
+    );
+    for (id, status) in
+        ids.iter()
+            .zip([StatusCode::NOT_FOUND, StatusCode::NOT_FOUND, StatusCode::OK])
+    {
+        let (answer, _, _) = api.call("GET", &format!("/api/v1/jobs/{id}"), "").await;
+        assert_eq!(answer, status, "{id}");
+    }
+}
+
+#[tokio::test]
 async fn list_filters_are_validated() {
     let api = api();
     let (status, _, problem) = api.call("GET", "/api/v1/jobs?status=done", "").await;
@@ -816,7 +856,8 @@ async fn a_value_the_server_does_not_know_is_refused_naming_the_field() {
             "POST",
             "/api/v1/jobs/bulk/explode",
             "{}".to_owned(),
-            "action: 'explode' is not a bulk action: use pause, resume, cancel or retry".to_owned(),
+            "action: 'explode' is not a bulk action: use pause, resume, cancel, retry or delete"
+                .to_owned(),
         ),
         (
             "PUT",

@@ -544,6 +544,18 @@ const ALLOWED: &[(&str, &str)] = &[
         "a bulk action's labels may be refused, which the description names",
     ),
     (
+        "POST /api/v1/jobs/bulk/{action}: summary",
+        "a bulk action may delete finished jobs (`delete`), which the summary names",
+    ),
+    (
+        "POST /api/v1/jobs/bulk/{action}: description",
+        "a bulk action may delete finished jobs (`delete`), which the description explains",
+    ),
+    (
+        "POST /api/v1/jobs/bulk/{action}: parameter (\"action\", \"path\") description",
+        "`delete` is a bulk action, which the parameter's description lists",
+    ),
+    (
         "PUT /api/v1/schedules/{name} 422: description",
         "a schedule may be refused for its labels, which the description names",
     ),
