@@ -240,9 +240,8 @@ async fn only_a_finished_job_is_deleted_and_its_key_is_free_again() {
     assert_ne!(again["id"], job["id"]);
 }
 
-#[tokio::test]
-async fn a_bulk_delete_deletes_the_finished_jobs_it_selects_and_lists_the_others() {
-    let api = api();
+/// Applies `WORKFLOW` as `wf` and submits three jobs of it; their ids, oldest first.
+async fn three_jobs_of_wf(api: &Api) -> Vec<String> {
     api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
     let mut ids = Vec::new();
     for _ in 0..3 {
@@ -251,6 +250,13 @@ async fn a_bulk_delete_deletes_the_finished_jobs_it_selects_and_lists_the_others
             .await;
         ids.push(job["id"].as_str().unwrap().to_owned());
     }
+    ids
+}
+
+#[tokio::test]
+async fn a_bulk_delete_deletes_the_finished_jobs_it_selects_and_lists_the_others() {
+    let api = api();
+    let ids = three_jobs_of_wf(&api).await;
     for id in &ids[..2] {
         api.call("POST", &format!("/api/v1/jobs/{id}/cancel"), "")
             .await;
@@ -783,14 +789,7 @@ async fn a_waiting_job_and_task_say_why() {
 #[tokio::test]
 async fn a_bulk_retry_applies_to_every_failed_job_of_a_workflow_and_lists_refusals() {
     let api = api();
-    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        let (_, _, job) = api
-            .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
-            .await;
-        ids.push(job["id"].as_str().unwrap().to_owned());
-    }
+    three_jobs_of_wf(&api).await;
     for _ in 0..2 {
         let task = poll_one(&api).await;
         let failed = json!({"error": {"message": "disk full", "retryable": false}});
