@@ -341,6 +341,11 @@ impl Client {
         self.get(&paths::job_events(id)).await
     }
 
+    /// `DELETE` [`paths::JOB`]: a finished job with its tasks and history.
+    pub async fn delete_job(&self, id: &str) -> Result<(), Error> {
+        self.delete(&paths::job(id)).await
+    }
+
     /// `POST` [`paths::JOB_PAUSE`]: nothing new is dispatched; running tasks finish.
     pub async fn pause_job(&self, id: &str, request: &ActionRequest) -> Result<JobView, Error> {
         self.post(&paths::job_action(id, JobAction::Pause), request)

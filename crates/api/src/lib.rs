@@ -1617,7 +1617,7 @@ mod tests {
             "timed_out",
             "cancelled",
         ]);
-        pinned::<BulkAction>(&["pause", "resume", "cancel", "retry"]);
+        pinned::<BulkAction>(&["pause", "resume", "cancel", "retry", "delete"]);
         pinned::<QueueMode>(&["parallel", "serial"]);
         pinned::<Overlap>(&["skip", "allow", "queue_one"]);
         pinned::<CatchUpKind>(&["skip", "once", "all"]);

@@ -24,9 +24,9 @@ pub const JOBS: &str = "/api/v1/jobs";
 /// `POST`: several jobs in one request.
 pub const JOBS_BATCH: &str = "/api/v1/jobs/batch";
 /// `POST`: an operator action on every job a filter selects (`pause`, `resume`, `cancel`,
-/// `retry`).
+/// `retry`, `delete`).
 pub const JOBS_BULK: &str = "/api/v1/jobs/bulk/{action}";
-/// `GET`: one job with its tasks.
+/// `GET`: one job with its tasks; `DELETE`: a finished job.
 pub const JOB: &str = "/api/v1/jobs/{id}";
 /// `GET`: a job's history.
 pub const JOB_EVENTS: &str = "/api/v1/jobs/{id}/events";

@@ -314,6 +314,39 @@ fn task_note(task: &api::TaskView) -> String {
     }
 }
 
+/// `starbridge job ID` shows a job; `starbridge job delete ID` deletes a finished one.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct JobArgs {
+    /// The job to show.
+    #[arg(required = true)]
+    id: Option<String>,
+    #[command(subcommand)]
+    command: Option<JobCommand>,
+}
+
+#[derive(clap::Subcommand)]
+pub(crate) enum JobCommand {
+    /// Delete a finished job with its tasks and history; its idempotency key is free again.
+    Delete {
+        /// The job.
+        id: String,
+    },
+}
+
+/// Shows a job, or deletes a finished one.
+pub(crate) async fn job_command(context: &Context, args: &JobArgs) -> Result<ExitCode> {
+    match (&args.command, &args.id) {
+        (Some(JobCommand::Delete { id }), _) => {
+            context.client.delete_job(id).await?;
+            eprintln!("job {id} deleted");
+            Ok(ExitCode::SUCCESS)
+        }
+        (None, Some(id)) => job(context, id).await,
+        (None, None) => bail!("name the job to show"),
+    }
+}
+
 pub(crate) async fn job(context: &Context, id: &str) -> Result<ExitCode> {
     let job = context.client.job(id).await?;
     show(context, &job, |job| {
@@ -858,7 +891,7 @@ pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Re
 
 #[derive(Args)]
 pub(crate) struct BulkArgs {
-    /// `pause`, `resume`, `cancel` or `retry`.
+    /// `pause`, `resume`, `cancel`, `retry` or `delete` (finished jobs).
     action: Open<api::BulkAction>,
     #[arg(long)]
     workflow: Option<String>,

@@ -86,8 +86,8 @@ enum Command {
     Submit(client::SubmitArgs),
     /// List jobs.
     Jobs(client::JobsArgs),
-    /// Show a job and its tasks.
-    Job { id: String },
+    /// Show a job and its tasks (`job ID`), or delete a finished job (`job delete ID`).
+    Job(client::JobArgs),
     /// Show a job's history.
     Events { id: String },
     /// Follow a job's tasks live until it ends (exit status 0 only if it succeeded).
@@ -126,7 +126,7 @@ enum Command {
     /// Create, replace, show, pause, resume or delete a cron schedule.
     #[command(subcommand)]
     Schedule(client::ScheduleCommand),
-    /// Pause, resume, cancel or retry every job a filter selects.
+    /// Pause, resume, cancel, retry or delete every job a filter selects.
     Bulk(client::BulkArgs),
     /// List webhook subscriptions.
     Webhooks,
@@ -176,7 +176,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Workflows => client::workflows(&context()?).await,
         Command::Submit(args) => client::submit(&context()?, args).await,
         Command::Jobs(args) => client::jobs(&context()?, args).await,
-        Command::Job { ref id } => client::job(&context()?, id).await,
+        Command::Job(ref args) => client::job_command(&context()?, args).await,
         Command::Events { ref id } => client::events(&context()?, id).await,
         Command::Watch { ref id } => client::watch(&context()?, id).await,
         Command::Bench(args) => starbridge_bench::run(args, bench_output(cli.format)).await,
@@ -252,5 +252,12 @@ mod tests {
         assert!(parsed.is_ok());
         let parsed = Cli::try_parse_from(["starbridge", "jobs", "-o", "json"]);
         assert!(parsed.is_ok());
+        for args in [
+            &["starbridge", "job", "job_1"][..],
+            &["starbridge", "job", "delete", "job_1"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_ok(), "{args:?}");
+        }
+        assert!(Cli::try_parse_from(["starbridge", "job"]).is_err());
     }
 }

@@ -509,6 +509,35 @@ steps:
 }
 
 #[tokio::test]
+async fn an_operator_deletes_a_finished_job_from_the_cli_and_an_unfinished_one_is_refused() {
+    let h = Harness::start().await;
+    h.apply(
+        "idle",
+        "steps:\n  - {id: only, queue: nobody, command: 'true'}\n",
+    )
+    .await;
+    let id = h.submit("idle", json!({})).await;
+    let stderr =
+        |output: &std::process::Output| String::from_utf8_lossy(&output.stderr).into_owned();
+
+    let refused = h.cli(&["job", "delete", &id]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("cancel it first"),
+        "{}",
+        stderr(&refused)
+    );
+    let cancelled = h.cli(&["cancel", &id]);
+    assert!(cancelled.status.success(), "{}", stderr(&cancelled));
+    let deleted = h.cli(&["job", "delete", &id]);
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    assert!(stderr(&deleted).contains(&format!("job {id} deleted")));
+    let shown = h.cli(&["job", &id]);
+    assert!(!shown.status.success(), "the job is gone");
+    assert!(stderr(&shown).contains("not found"), "{}", stderr(&shown));
+}
+
+#[tokio::test]
 async fn a_schedule_set_from_the_cli_starts_jobs_on_time() {
     let mut h = Harness::start().await;
     h.start_worker("w1", "shell");

@@ -587,12 +587,13 @@ impl OperatorAction {
 
 string_enum!(
     /// The operator actions that apply to every job a filter selects at once
-    /// (`POST /jobs/bulk/{action}`).
+    /// (`POST /jobs/bulk/{action}`): an action on a job, or deleting a finished job.
     BulkAction {
         Pause => "pause",
         Resume => "resume",
         Cancel => "cancel",
         Retry => "retry",
+        Delete => "delete",
     }
 );
 

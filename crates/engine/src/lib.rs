@@ -415,6 +415,17 @@ impl Engine {
             .await
     }
 
+    /// Deletes a finished job of `namespace` with its tasks and history; its key is free again.
+    /// A job of another namespace is not found; an unfinished job, or a child job whose parent
+    /// is kept, is a conflict.
+    pub async fn delete_job(&self, namespace: &str, job: &JobId) -> Result<()> {
+        let (namespace, job) = (namespace.to_owned(), job.clone());
+        self.inner
+            .writer
+            .write(move |ctx| commands::delete_job(ctx, &namespace, &job))
+            .await
+    }
+
     /// A signal sent to a job of `namespace` (see `commands::signals`).
     pub async fn signal(
         &self,

@@ -1,4 +1,5 @@
-//! Jobs: submit one, list them, read one with its tasks and runs, read its history.
+//! Jobs: submit one, list them, read one with its tasks and runs, read its history, delete a
+//! finished one.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -29,13 +30,13 @@ use crate::views;
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route(paths::JOBS, post(submit_job).get(list_jobs))
-        .route(paths::JOB, get(get_job))
+        .route(paths::JOB, get(get_job).delete(delete_job))
         .route(paths::JOB_EVENTS, get(job_events))
 }
 
 /// The operations of these routes, for the OpenAPI document (`crate::openapi`).
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(submit_job, list_jobs, get_job, job_events))]
+#[openapi(paths(submit_job, list_jobs, get_job, delete_job, job_events))]
 pub(crate) struct Api;
 
 /// Most history events read to rebuild a job's attempts.
@@ -319,6 +320,44 @@ async fn list_jobs(
         items: jobs.iter().map(views::job_summary).collect(),
         next_cursor,
     }))
+}
+
+/// Delete a finished job
+///
+/// Deletes a succeeded, failed, compensation_failed, cancelled or timed_out job with its tasks,
+/// history, signals and labels, as retention pruning does; its idempotency key is free again (a
+/// submit with it makes a new job). A child job (of a sub-workflow step) is deleted only once its
+/// parent is gone; the children of a deleted parent stay until deleted or pruned. Takes no body
+/// (one sent is ignored).
+#[utoipa::path(
+    delete,
+    path = paths::JOB,
+    operation_id = "deleteJob",
+    tag = "jobs",
+    params(JobPath, api::NamespaceQuery, ActorHeader),
+    responses(
+        (status = 204, description = "The job was deleted; the answer has no body."),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (
+            status = 409,
+            description = "The job may not be deleted; `detail` says why and what to do: it has \
+                           not finished (cancel it first), or it is a child job whose parent is \
+                           kept (delete the parent first).",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        Guarded, Body, Failures,
+    ),
+)]
+async fn delete_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+) -> ApiResult<StatusCode> {
+    let namespace = namespace(&query)?;
+    state.engine.delete_job(&namespace, &job_id(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Get a job

@@ -1,5 +1,6 @@
-//! Operator actions on a job: pause, resume, cancel, retry, skip a task, rerun from a step. Each
-//! is recorded in the job's history with who asked (the token's name with `--auth`; without it,
+//! Operator actions on a job: pause, resume, cancel, retry, skip a task, rerun from a step; and
+//! the bulk form of pause, resume, cancel, retry and delete (`jobs::delete_job` on one job). Each
+//! action is recorded in the job's history with who asked (the token's name with `--auth`; without it,
 //! the `Starbridge-Actor` header, else `anonymous`) and why (`reason`); one that does not apply to
 //! the job's current state answers 409 with the reason.
 
@@ -116,15 +117,17 @@ const MAX_BULK: u32 = 10_000;
 /// Refusals listed in a bulk answer.
 const MAX_REFUSALS_LISTED: usize = 100;
 
-// Applies pause, resume, cancel or retry to every job the filter selects, one transaction per
-// job; jobs the action does not apply to are counted and listed with the reason.
-/// Pause, resume, cancel or retry the jobs a filter selects
+// Applies pause, resume, cancel, retry or delete to every job the filter selects, one transaction
+// per job; jobs the action does not apply to are counted and listed with the reason.
+/// Pause, resume, cancel, retry or delete the jobs a filter selects
 ///
 /// Selects the jobs of the namespace that match every field given (newest first, at most `limit`),
 /// then applies the action to each as if it were asked for that job alone: one transaction per job,
-/// recorded in its history with the actor and `reason`. A job the action does not apply to (pausing
-/// a paused job, retrying a running one, …) is not an error: it is counted in `matched` but not in
-/// `affected`, and listed in `refused` with the reason. `{}` selects every job of the namespace,
+/// recorded in its history with the actor and `reason` (`delete` removes finished jobs with their
+/// history, as `DELETE /api/v1/jobs/{id}` does; the audit log keeps the `reason`). A job the action
+/// does not apply to (pausing a paused job, retrying a running one, deleting an unfinished one, …)
+/// is not an error: it is counted in `matched` but not in `affected`, and listed in `refused` with
+/// the reason. `{}` selects every job of the namespace,
 /// whatever its status, up to `limit`. `matched` never exceeds `limit`: when it equals it, more
 /// jobs may match.
 #[utoipa::path(
@@ -133,8 +136,8 @@ const MAX_REFUSALS_LISTED: usize = 100;
     operation_id = "bulkJobAction",
     tag = "jobs",
     params(
-        ("action" = BulkAction, Path, description = "The action: `pause`, `resume`, `cancel` or `retry`. Any other is a 400 (the field is \
-             `action`)."),
+        ("action" = BulkAction, Path, description = "The action: `pause`, `resume`, `cancel`, `retry` or `delete`. Any other is a 400 (the \
+             field is `action`)."),
         api::NamespaceQuery,
         ActorHeader,
     ),
@@ -183,15 +186,17 @@ async fn bulk(
     let namespace = namespace(&query)?;
     let request: api::BulkRequest = body(&bytes)?;
     check_reason(&request.reason)?;
+    // `None`: delete the job.
     let action = match known("action", &action, |text| {
-        format!("'{text}' is not a bulk action: use pause, resume, cancel or retry")
+        format!("'{text}' is not a bulk action: use pause, resume, cancel, retry or delete")
     })? {
-        BulkAction::Pause => OperatorAction::Pause,
-        BulkAction::Resume => OperatorAction::Resume,
-        BulkAction::Retry => OperatorAction::Retry,
-        BulkAction::Cancel => OperatorAction::Cancel {
+        BulkAction::Pause => Some(OperatorAction::Pause),
+        BulkAction::Resume => Some(OperatorAction::Resume),
+        BulkAction::Retry => Some(OperatorAction::Retry),
+        BulkAction::Cancel => Some(OperatorAction::Cancel {
             compensate: request.compensate,
-        },
+        }),
+        BulkAction::Delete => None,
     };
     let limit = request.limit.unwrap_or(1000);
     if limit == 0 || limit > MAX_BULK {
@@ -231,13 +236,20 @@ async fn bulk(
         refused: Vec::new(),
     };
     for job in jobs {
-        let command = OperatorCommand {
-            actor: actor.clone(),
-            reason: request.reason.clone(),
-            action: action.clone(),
+        let done = match &action {
+            Some(action) => {
+                let command = OperatorCommand {
+                    actor: actor.clone(),
+                    reason: request.reason.clone(),
+                    action: action.clone(),
+                };
+                let operated = state.engine.operate(&namespace, &job.id, command).await;
+                operated.map(drop)
+            }
+            None => state.engine.delete_job(&namespace, &job.id).await,
         };
-        match state.engine.operate(&namespace, &job.id, command).await {
-            Ok(_) => result.affected += 1,
+        match done {
+            Ok(()) => result.affected += 1,
             Err(StoreError::Conflict(reason) | StoreError::NotFound(reason)) => {
                 if result.refused.len() < MAX_REFUSALS_LISTED {
                     result.refused.push(api::BulkRefusal {

@@ -213,6 +213,80 @@ async fn unknown_job_and_malformed_id_are_404_problems() {
 }
 
 #[tokio::test]
+async fn only_a_finished_job_is_deleted_and_its_key_is_free_again() {
+    let api = api();
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let (status, _, _) = api.call("DELETE", "/api/v1/jobs/job_0000", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let request = r#"{"workflow": "wf", "key": "k-1"}"#;
+    let (_, _, job) = api.call("POST", "/api/v1/jobs", request).await;
+    let uri = format!("/api/v1/jobs/{}", job["id"].as_str().unwrap());
+
+    let (status, content_type, problem) = api.call("DELETE", &uri, "").await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(content_type, "application/problem+json");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("is running") && detail.contains("cancel it first"),
+        "{problem}"
+    );
+    api.call("POST", &format!("{uri}/cancel"), "").await;
+    let (status, _, _) = api.call("DELETE", &uri, "").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, _) = api.call("GET", &uri, "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, again) = api.call("POST", "/api/v1/jobs", request).await;
+    assert_eq!(status, StatusCode::CREATED, "the key makes a new job");
+    assert_ne!(again["id"], job["id"]);
+}
+
+/// Applies `WORKFLOW` as `wf` and submits three jobs of it; their ids, oldest first.
+async fn three_jobs_of_wf(api: &Api) -> Vec<String> {
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (_, _, job) = api
+            .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+            .await;
+        ids.push(job["id"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
+#[tokio::test]
+async fn a_bulk_delete_deletes_the_finished_jobs_it_selects_and_lists_the_others() {
+    let api = api();
+    let ids = three_jobs_of_wf(&api).await;
+    for id in &ids[..2] {
+        api.call("POST", &format!("/api/v1/jobs/{id}/cancel"), "")
+            .await;
+    }
+    let (status, _, result) = api
+        .call("POST", "/api/v1/jobs/bulk/delete", r#"{"workflow": "wf"}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{result}");
+    assert_eq!(
+        (result["matched"].as_u64(), result["affected"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(result["refused"][0]["id"], ids[2].as_str());
+    assert!(
+        result["refused"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("cancel it first"),
+        "{result}"
+    );
+    for (id, status) in
+        ids.iter()
+            .zip([StatusCode::NOT_FOUND, StatusCode::NOT_FOUND, StatusCode::OK])
+    {
+        let (answer, _, _) = api.call("GET", &format!("/api/v1/jobs/{id}"), "").await;
+        assert_eq!(answer, status, "{id}");
+    }
+}
+
+#[tokio::test]
 async fn list_filters_are_validated() {
     let api = api();
     let (status, _, problem) = api.call("GET", "/api/v1/jobs?status=done", "").await;
@@ -715,14 +789,7 @@ async fn a_waiting_job_and_task_say_why() {
 #[tokio::test]
 async fn a_bulk_retry_applies_to_every_failed_job_of_a_workflow_and_lists_refusals() {
     let api = api();
-    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        let (_, _, job) = api
-            .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
-            .await;
-        ids.push(job["id"].as_str().unwrap().to_owned());
-    }
+    three_jobs_of_wf(&api).await;
     for _ in 0..2 {
         let task = poll_one(&api).await;
         let failed = json!({"error": {"message": "disk full", "retryable": false}});
@@ -788,7 +855,8 @@ async fn a_value_the_server_does_not_know_is_refused_naming_the_field() {
             "POST",
             "/api/v1/jobs/bulk/explode",
             "{}".to_owned(),
-            "action: 'explode' is not a bulk action: use pause, resume, cancel or retry".to_owned(),
+            "action: 'explode' is not a bulk action: use pause, resume, cancel, retry or delete"
+                .to_owned(),
         ),
         (
             "PUT",

@@ -470,3 +470,48 @@ async fn the_web_ui_asks_a_browser_to_sign_in_and_keeps_to_the_tokens_namespace(
         "nor does its event stream"
     );
 }
+
+#[tokio::test]
+async fn deleting_a_finished_job_needs_operate_in_its_namespace_and_is_audited() {
+    let api = Api::with_auth();
+    let (_, job_a, _) = two_teams(&api).await;
+    let operate = api
+        .token("oncall", Some("a"), &[Scope::Operate], None)
+        .await;
+    let cancel = format!("/api/v1/jobs/{job_a}/cancel");
+    assert_eq!(
+        api.call(Some(&operate), "POST", &cancel, "").await.0,
+        StatusCode::OK
+    );
+    let job = format!("/api/v1/jobs/{job_a}");
+    for scope in [Scope::Read, Scope::Submit] {
+        let token = api.token(scope.as_str(), Some("a"), &[scope], None).await;
+        let (status, problem) = api.call(Some(&token), "DELETE", &job, "").await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{scope:?}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("needs operate"),
+            "{problem}"
+        );
+    }
+    let elsewhere = format!("{job}?namespace=b");
+    assert_eq!(
+        api.call(Some(&operate), "DELETE", &elsewhere, "").await.0,
+        StatusCode::NOT_FOUND,
+        "another namespace is not found"
+    );
+    assert_eq!(
+        api.call(Some(&operate), "DELETE", &job, "").await.0,
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        api.call(Some(&operate), "GET", &job, "").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let (_, audit) = api.call(Some(&operate), "GET", "/api/v1/audit", "").await;
+    assert_eq!(audit["items"][0]["action"], "DELETE /api/v1/jobs/{id}");
+    assert_eq!(audit["items"][0]["target"], job);
+    assert_eq!(audit["items"][0]["actor"], "oncall");
+}

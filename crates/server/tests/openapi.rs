@@ -30,6 +30,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/jobs/batch"),
     ("GET", "/api/v1/jobs"),
     ("GET", "/api/v1/jobs/{id}"),
+    ("DELETE", "/api/v1/jobs/{id}"),
     ("GET", "/api/v1/jobs/{id}/events"),
     ("POST", "/api/v1/jobs/{id}/pause"),
     ("POST", "/api/v1/jobs/{id}/resume"),
@@ -541,6 +542,18 @@ const ALLOWED: &[(&str, &str)] = &[
     (
         "POST /api/v1/jobs/bulk/{action} 400: description",
         "a bulk action's labels may be refused, which the description names",
+    ),
+    (
+        "POST /api/v1/jobs/bulk/{action}: summary",
+        "a bulk action may delete finished jobs (`delete`), which the summary names",
+    ),
+    (
+        "POST /api/v1/jobs/bulk/{action}: description",
+        "a bulk action may delete finished jobs (`delete`), which the description explains",
+    ),
+    (
+        "POST /api/v1/jobs/bulk/{action}: parameter (\"action\", \"path\") description",
+        "`delete` is a bulk action, which the parameter's description lists",
     ),
     (
         "PUT /api/v1/schedules/{name} 422: description",
@@ -1573,6 +1586,22 @@ async fn responses_match_their_documented_schemas() {
         )
         .await;
     assert_eq!(retried.status, ok);
+    let doomed = c
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf2"}"#)
+        .await;
+    let doomed = format!("/api/v1/jobs/{}", str_of(&doomed.json()["id"]));
+    let unfinished = c.call("DELETE", &doomed, "").await;
+    assert_eq!(
+        unfinished.status,
+        StatusCode::CONFLICT,
+        "{}",
+        unfinished.text
+    );
+    c.call("POST", &format!("{doomed}/cancel"), "").await;
+    let deleted = c.call("DELETE", &doomed, "").await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.text);
+    let gone = c.call("DELETE", &doomed, "").await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
     let second = c
         .call("POST", "/api/v1/jobs", r#"{"workflow": "wf2"}"#)
         .await;

@@ -1111,3 +1111,42 @@ async fn the_queues_page_groups_per_host_queues_and_searches_them() {
     })
     .await;
 }
+#[tokio::test]
+async fn delete_on_a_finished_job_removes_it_and_goes_to_the_job_list() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "scratch",
+                json!({"steps": [{"id": "only", "queue": "ui", "command": "c"}]}),
+            )
+            .await;
+        let job = setup.submit("scratch").await;
+        let page = format!("{}/ui/jobs/{job}", setup.base);
+        browser.open(&page).await;
+        let delete = "return document.getElementById('act-delete') !== null";
+        assert_eq!(
+            browser.eval(delete).await,
+            json!(false),
+            "a running job has no Delete"
+        );
+        setup
+            .call(
+                reqwest::Method::POST,
+                &format!("/api/v1/jobs/{job}/cancel"),
+                json!({}),
+            )
+            .await;
+        browser.open(&page).await;
+        browser.click("#act-delete").await;
+        browser.type_into("#act-reason", "cleanup").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("the job list shown", "return location.pathname", json!("/"))
+            .await;
+        let answer = reqwest::get(format!("{}/api/v1/jobs/{job}", setup.base))
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
+    })
+    .await;
+}

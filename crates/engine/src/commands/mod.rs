@@ -22,7 +22,7 @@ pub use callbacks::CallbackAccepted;
 pub(crate) use callbacks::{callback, callback_token};
 use children::{check_children, child_versions, deliver_endings, parent_of};
 pub(crate) use claim::{claim, open_queues};
-pub(crate) use operate::operate;
+pub(crate) use operate::{delete_job, operate};
 pub(crate) use queues::{configure_prefix, configure_queue, drop_settings, settings_of};
 pub(crate) use report::{prefetch, report};
 pub use signals::SignalAccepted;

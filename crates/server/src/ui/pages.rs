@@ -412,6 +412,15 @@ fn actions(ns: &Ns, view: &JobView) -> String {
             r#" class="danger" data-confirm="Cancel this job: waiting and ready tasks are cancelled, running tasks finish." data-fields="compensate reason""#,
         );
     }
+    if status.is_terminal() {
+        // The job's own URL, deleted; the page goes to the job list afterwards.
+        let _ = write!(
+            out,
+            r#"<button type="button" id="act-delete" class="danger" data-url="{url}" data-method="DELETE" data-then="{list}" data-confirm="Delete this job with its tasks and history; this cannot be undone." data-fields="reason">Delete…</button>"#,
+            url = Esc(&base),
+            list = Esc(&ns.href("/", &[])),
+        );
+    }
     let _ = write!(
         out,
         r#"<span class="downloads">Graph: <a href="{dot}" download="{id}.dot">DOT</a> <a href="{svg}" download="{id}.svg">SVG</a></span></div>"#,

@@ -400,18 +400,26 @@ pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) 
         |row| row.get::<String>(0),
     )?;
     for id in &ids {
-        for sql in [
-            "DELETE FROM events WHERE job_id = ?1",
-            "DELETE FROM signals WHERE job_id = ?1",
-            "DELETE FROM job_labels WHERE job_id = ?1",
-            "DELETE FROM tasks WHERE job_id = ?1",
-            "DELETE FROM lock_holders WHERE job_id = ?1",
-            "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND next_attempt_at IS NULL",
-            "DELETE FROM child_endings WHERE child_job_id = ?1",
-            "DELETE FROM jobs WHERE id = ?1",
-        ] {
-            conn.execute(sql, args![id])?;
-        }
+        delete_job(conn, id)?;
     }
     Ok(ids.len())
+}
+
+/// Deletes a job with its tasks, history, signals, labels, lock rows and delivered (or given
+/// up) webhook deliveries; its key is free again. The caller checks that the job is finished
+/// and that no kept parent needs it (as `prune_finished` does).
+pub fn delete_job(conn: &mut dyn Conn, id: &str) -> Result<()> {
+    for sql in [
+        "DELETE FROM events WHERE job_id = ?1",
+        "DELETE FROM signals WHERE job_id = ?1",
+        "DELETE FROM job_labels WHERE job_id = ?1",
+        "DELETE FROM tasks WHERE job_id = ?1",
+        "DELETE FROM lock_holders WHERE job_id = ?1",
+        "DELETE FROM webhook_deliveries WHERE job_id = ?1 AND next_attempt_at IS NULL",
+        "DELETE FROM child_endings WHERE child_job_id = ?1",
+        "DELETE FROM jobs WHERE id = ?1",
+    ] {
+        conn.execute(sql, args![id])?;
+    }
+    Ok(())
 }

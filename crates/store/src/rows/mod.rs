@@ -44,8 +44,8 @@ mod tests;
 pub use events::{EVENT_WRITE, event_values, events};
 pub use health::{ping, write_health_probe};
 pub use jobs::{
-    JOB_WRITE, job_by_key, job_values, list_jobs, load_job, load_job_state, lock_job_state,
-    lock_job_states, prune_finished,
+    JOB_WRITE, delete_job, job_by_key, job_values, list_jobs, load_job, load_job_state,
+    lock_job_state, lock_job_states, prune_finished,
 };
 pub use labels::{JOB_LABEL_WRITE, label_values};
 pub use locks::{first_queued, hold_lock, lock_holders, release_lock};

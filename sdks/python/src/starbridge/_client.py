@@ -292,8 +292,9 @@ class Client:
         compensate: bool = False,
         limit: int | None = None,
     ) -> View:
-        """`POST /api/v1/jobs/bulk/{action}` (`pause`, `resume`, `cancel` or `retry`) on every
-        job the filters select (at most `limit`, newest first): `{matched, affected, refused}`."""
+        """`POST /api/v1/jobs/bulk/{action}` (`pause`, `resume`, `cancel`, `retry` or `delete`)
+        on every job the filters select (at most `limit`, newest first):
+        `{matched, affected, refused}`."""
         body = without_none(
             workflow=workflow,
             status=status,

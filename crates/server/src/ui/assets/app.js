@@ -29,9 +29,9 @@
     }
   }
 
-  async function post(path, body) {
+  async function send(path, body, method) {
     const response = await fetch(apiUrl(path), {
-      method: "POST",
+      method: method || "POST",
       headers: { "Content-Type": "application/json", "Starbridge-Actor": "web-ui" },
       body: body === undefined ? "" : JSON.stringify(body),
     });
@@ -102,8 +102,9 @@
   window.addEventListener("hashchange", openTarget);
   openTarget();
 
-  // Operator actions: a button with data-url posts to the API; with data-confirm it asks first
-  // in a dialog that shows the fields named by data-fields.
+  // Operator actions: a button with data-url posts to the API (or sends data-method, and then
+  // opens data-then); with data-confirm it asks first in a dialog that shows the fields named by
+  // data-fields.
   let pending = null;
   function ask(button) {
     pending = button;
@@ -130,7 +131,12 @@
   async function run(button, body) {
     button.disabled = true;
     try {
-      await post(button.dataset.url, body);
+      await send(button.dataset.url, body, button.dataset.method);
+      if (button.dataset.then) {
+        // What the button acted on is gone (a deleted job): go where it says.
+        location.assign(button.dataset.then);
+        return null;
+      }
       say(button.dataset.done || "Done");
       await refresh();
       return null;
@@ -229,7 +235,7 @@
       const key = document.getElementById("submit-key").value.trim();
       if (key) request.key = key;
       try {
-        const job = await post("/api/v1/jobs", request);
+        const job = await send("/api/v1/jobs", request);
         location.href = "/ui/jobs/" + encodeURIComponent(job.id) +
           (namespace ? "?namespace=" + encodeURIComponent(namespace) : "");
       } catch (e) {
