@@ -146,6 +146,12 @@ def test_operator_actions_signals_and_approvals(client: Client) -> None:
     assert (bulk.matched, bulk.affected, bulk.refused) == (1, 1, [])
     assert client.job(job.id).status == "cancelled"
 
+    # A finished job is deleted with its history; an unknown one is a 404.
+    client.delete_job(job.id)
+    with pytest.raises(ProblemError) as gone:
+        client.job(job.id)
+    assert gone.value.status == 404
+
 
 class Receiver(BaseHTTPRequestHandler):
     """A webhook receiver on loopback: records each body and answers 200."""

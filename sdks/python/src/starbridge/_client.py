@@ -263,6 +263,11 @@ class Client:
         """Ends the job `cancelled`, first undoing its finished steps when `compensate`."""
         return self._action(job_id, "cancel", without_none(reason=reason, compensate=compensate))
 
+    def delete_job(self, job_id: str) -> None:
+        """`DELETE /api/v1/jobs/{id}`: a finished job goes with its tasks and history, and its
+        key is free again (an unfinished job, or a child whose parent is kept: 409)."""
+        self.call(Call("DELETE", f"/api/v1/jobs/{segment(job_id)}"))
+
     def retry(self, job_id: str, *, reason: str | None = None) -> View:
         """A new round of a final job: its failed, cancelled and undone tasks run again."""
         return self._action(job_id, "retry", without_none(reason=reason))
