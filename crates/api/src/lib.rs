@@ -1572,6 +1572,7 @@ mod tests {
             "rejected",
             "fail_step",
             "child",
+            "operator",
         ]);
         pinned::<EventKind>(&[
             "job_created",
@@ -1607,6 +1608,7 @@ mod tests {
             "task_awaiting_callback",
             "callback_received",
             "child_ended",
+            "task_requeued",
         ]);
         pinned::<AttemptOutcome>(&[
             "running",
