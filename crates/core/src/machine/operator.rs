@@ -208,12 +208,13 @@ impl Machine<'_> {
         task.lease_expires_at = None;
         task.callback = None;
         task.error = Some(TaskError {
-            message,
+            message: message.clone(),
             retryable: true,
             kind: ErrorKind::Operator,
         });
         // The lease token stays as the revoked lease until the next claim replaces it.
         let mut detail = who;
+        detail["message"] = json!(message);
         detail["available_at"] = json!(claimable_at);
         self.save_task(index);
         self.record(EventKind::TaskRequeued, Some(index), detail);
