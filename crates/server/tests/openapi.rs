@@ -37,6 +37,8 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/jobs/{id}/retry"),
     ("POST", "/api/v1/jobs/{id}/rerun"),
     ("POST", "/api/v1/jobs/{id}/tasks/{task}/skip"),
+    ("POST", "/api/v1/jobs/{id}/tasks/{task}/requeue"),
+    ("POST", "/api/v1/jobs/{id}/tasks/{task}/fail"),
     ("POST", "/api/v1/jobs/bulk/{action}"),
     ("POST", "/api/v1/tasks/poll"),
     ("POST", "/api/v1/tasks/complete"),
@@ -1614,6 +1616,61 @@ async fn responses_match_their_documented_schemas() {
     let no_such = format!("/api/v1/jobs/{second_id}/tasks/tsk_nope/skip");
     assert_eq!(
         c.call("POST", &no_such, "").await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // Requeue and fail of one task, with their refusals.
+    let skipped_task = format!("/api/v1/jobs/{second_id}/tasks/{}", str_of(&task["id"]));
+    let requeue_ended = c
+        .call(
+            "POST",
+            &format!("{skipped_task}/requeue"),
+            r#"{"reason": "host drains"}"#,
+        )
+        .await;
+    assert_eq!(requeue_ended.status, StatusCode::CONFLICT);
+    let no_reason = c
+        .call(
+            "POST",
+            &format!("{skipped_task}/requeue"),
+            r#"{"reason": " "}"#,
+        )
+        .await;
+    assert_eq!(no_reason.status, StatusCode::BAD_REQUEST);
+    let third = c
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf2"}"#)
+        .await;
+    let third_id = str_of(&third.json()["id"]);
+    let ready = third.json()["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["status"] == "ready")
+        .cloned()
+        .expect("a ready task");
+    let fail = format!(
+        "/api/v1/jobs/{third_id}/tasks/{}/fail",
+        str_of(&ready["id"])
+    );
+    assert_eq!(
+        c.call("POST", &fail, r#"{"error": ""}"#).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let failed = c
+        .call(
+            "POST",
+            &fail,
+            r#"{"error": "the disk is gone", "reason": "by hand"}"#,
+        )
+        .await;
+    assert_eq!(failed.status, ok);
+    assert_eq!(
+        c.call("POST", &fail, r#"{"error": "again"}"#).await.status,
+        StatusCode::CONFLICT
+    );
+    let no_task = format!("/api/v1/jobs/{third_id}/tasks/tsk_nope/fail");
+    assert_eq!(
+        c.call("POST", &no_task, r#"{"error": "x"}"#).await.status,
         StatusCode::NOT_FOUND
     );
 
