@@ -586,7 +586,7 @@ async fn requeue(
 #[utoipa::path(
     post,
     path = paths::JOB_TASK_FAIL,
-    operation_id = "failTask",
+    operation_id = "failJobTask",
     tag = "jobs",
     params(
         JobPath,

@@ -1640,16 +1640,35 @@ async fn responses_match_their_documented_schemas() {
     let third = c
         .call("POST", "/api/v1/jobs", r#"{"workflow": "wf2"}"#)
         .await;
-    let third_id = str_of(&third.json()["id"]);
-    let ready = third.json()["tasks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["status"] == "ready")
-        .cloned()
-        .expect("a ready task");
+    assert_eq!(third.status, StatusCode::CREATED);
+    let poll_other = r#"{"worker_id": "w", "queues": ["other"], "max_tasks": 1, "wait_ms": 0}"#;
+    let polled = c
+        .call("POST", "/api/v1/tasks/poll", poll_other)
+        .await
+        .json();
+    let ready = polled["tasks"][0].clone();
+    let requeue = format!(
+        "/api/v1/jobs/{}/tasks/{}/requeue",
+        str_of(&ready["job_id"]),
+        str_of(&ready["id"])
+    );
+    let requeued = c
+        .call("POST", &requeue, r#"{"reason": "host drains"}"#)
+        .await;
+    assert_eq!(requeued.status, ok, "{}", requeued.text);
+    let revoked = json!({"lease_token": ready["lease_token"]}).to_string();
+    let told = c
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{}/heartbeat", str_of(&ready["id"])),
+            &revoked,
+        )
+        .await;
+    assert_eq!(told.status, StatusCode::CONFLICT);
+    assert!(told.text.contains("host drains"), "{}", told.text);
+    let polled_job = str_of(&ready["job_id"]);
     let fail = format!(
-        "/api/v1/jobs/{third_id}/tasks/{}/fail",
+        "/api/v1/jobs/{polled_job}/tasks/{}/fail",
         str_of(&ready["id"])
     );
     assert_eq!(
@@ -1668,7 +1687,7 @@ async fn responses_match_their_documented_schemas() {
         c.call("POST", &fail, r#"{"error": "again"}"#).await.status,
         StatusCode::CONFLICT
     );
-    let no_task = format!("/api/v1/jobs/{third_id}/tasks/tsk_nope/fail");
+    let no_task = format!("/api/v1/jobs/{polled_job}/tasks/tsk_nope/fail");
     assert_eq!(
         c.call("POST", &no_task, r#"{"error": "x"}"#).await.status,
         StatusCode::NOT_FOUND
