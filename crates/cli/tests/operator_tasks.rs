@@ -43,12 +43,18 @@ async fn wait_until_ended(pid: &str) {
     }
 }
 
-/// The id of the job's task of `step`.
-async fn task_of(h: &Harness, job: &str, step: &str) -> String {
+/// Once the job's `work` step runs its `sleep 60`: the sleep's pid and the task's id.
+async fn running_sleep(h: &Harness, job: &str) -> (String, String) {
+    let pid_file = h.dir.path().join("sleep-pid");
+    wait_for_file(&pid_file).await;
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
     let view = get_json(&h.http, &format!("{}/api/v1/jobs/{job}", h.url)).await;
     let tasks = view["tasks"].as_array().unwrap();
-    let task = tasks.iter().find(|t| t["step"] == step).unwrap();
-    task["id"].as_str().unwrap().to_owned()
+    let task = tasks.iter().find(|t| t["step"] == "work").unwrap();
+    (pid, task["id"].as_str().unwrap().to_owned())
 }
 
 fn succeeded(output: &std::process::Output) {
@@ -79,13 +85,7 @@ async fn a_requeue_kills_the_running_command_and_the_next_attempt_runs_once() {
     h.apply("slow", SLOW_FIRST).await;
     h.start_worker("w1", "shell");
     let id = h.submit("slow", json!({})).await;
-    let pid_file = h.dir.path().join("sleep-pid");
-    wait_for_file(&pid_file).await;
-    let pid = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .to_owned();
-    let task = task_of(&h, &id, "work").await;
+    let (pid, task) = running_sleep(&h, &id).await;
 
     succeeded(&h.cli(&["task", "requeue", &id, &task, "--reason", "host drains"]));
     wait_until_ended(&pid).await;
@@ -138,13 +138,7 @@ steps:
     .await;
     h.start_worker("w1", "shell");
     let id = h.submit("undo", json!({})).await;
-    let pid_file = h.dir.path().join("sleep-pid");
-    wait_for_file(&pid_file).await;
-    let pid = std::fs::read_to_string(&pid_file)
-        .unwrap()
-        .trim()
-        .to_owned();
-    let task = task_of(&h, &id, "work").await;
+    let (pid, task) = running_sleep(&h, &id).await;
 
     succeeded(&h.cli(&[
         "task",

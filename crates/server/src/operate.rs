@@ -563,17 +563,31 @@ fn required_text(field: &str, text: &str) -> ApiResult<()> {
 )]
 async fn requeue(
     State(state): State<AppState>,
-    Path((id, task)): Path<(String, String)>,
+    Path(ids): Path<(String, String)>,
     Query(query): Query<api::NamespaceQuery>,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> ApiResult<Json<api::JobView>> {
     let request: api::RequeueRequest = body(&bytes)?;
     required_text("reason", &request.reason)?;
-    let action = OperatorAction::Requeue {
-        task: task_id(&task)?,
-    };
-    act(&state, &query, &headers, &id, Some(request.reason), action).await
+    let reason = Some(request.reason);
+    act_on_task(&state, &query, &headers, ids, reason, |task| {
+        OperatorAction::Requeue { task }
+    })
+    .await
+}
+
+/// Acts on task `task` of job `id` (the route's two ids) with the action `action` makes of it.
+async fn act_on_task(
+    state: &AppState,
+    query: &api::NamespaceQuery,
+    headers: &HeaderMap,
+    (id, task): (String, String),
+    reason: Option<String>,
+    action: impl FnOnce(starbridge_core::ids::TaskId) -> OperatorAction,
+) -> ApiResult<Json<api::JobView>> {
+    let action = action(task_id(&task)?);
+    act(state, query, headers, &id, reason, action).await
 }
 
 /// Fail a task by hand
@@ -608,16 +622,16 @@ async fn requeue(
 )]
 async fn fail(
     State(state): State<AppState>,
-    Path((id, task)): Path<(String, String)>,
+    Path(ids): Path<(String, String)>,
     Query(query): Query<api::NamespaceQuery>,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> ApiResult<Json<api::JobView>> {
     let request: api::FailTaskRequest = body(&bytes)?;
     required_text("error", &request.error)?;
-    let action = OperatorAction::FailTask {
-        task: task_id(&task)?,
-        message: request.error,
-    };
-    act(&state, &query, &headers, &id, request.reason, action).await
+    let message = request.error;
+    act_on_task(&state, &query, &headers, ids, request.reason, |task| {
+        OperatorAction::FailTask { task, message }
+    })
+    .await
 }
