@@ -206,7 +206,6 @@ impl Machine<'_> {
         task.held = paused && task.kind != TaskKind::Compensation;
         task.available_at = Some(claimable_at);
         task.lease_expires_at = None;
-        task.callback = None;
         task.error = Some(TaskError {
             message: message.clone(),
             retryable: true,

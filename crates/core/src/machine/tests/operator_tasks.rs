@@ -4,8 +4,8 @@ use serde_json::json;
 
 use super::Sim;
 use crate::model::{
-    ErrorKind, EventKind, Input, JobStatus, OperatorAction, Rejection, ReportedError, TaskKind,
-    TaskStatus,
+    CallbackCall, ErrorKind, EventKind, Input, JobStatus, OperatorAction, Rejection, ReportedError,
+    TaskKind, TaskStatus,
 };
 use crate::time::Duration;
 
@@ -75,13 +75,24 @@ fn the_late_report_of_a_requeued_worker_is_refused_with_the_reason() {
     sim.operate(OperatorAction::Requeue { task: task.clone() })
         .unwrap();
     let late = sim.apply(Input::Complete {
-        task,
+        task: task.clone(),
         lease_token: revoked,
         output: json!({}),
         logs: None,
     });
     assert!(matches!(late, Err(Rejection::LeaseRevoked(_))), "{late:?}");
     assert_eq!(sim.status("a"), TaskStatus::Ready);
+    let callback = sim.apply(Input::Callback {
+        task,
+        attempt: 1,
+        token_hash: "hash-1".into(),
+        call: CallbackCall::Heartbeat,
+        digest: String::new(),
+    });
+    assert!(
+        matches!(callback, Err(Rejection::CallbackGone(_))),
+        "the revoked attempt's callback token is gone: {callback:?}"
+    );
 }
 
 #[test]
