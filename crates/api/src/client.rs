@@ -19,12 +19,12 @@ use crate::{
     ActionRequest, AppliedWorkflow, ApprovalList, AuditList, AwaitCallbackRequest, BulkAction,
     BulkRequest, BulkResult, CallbackAnswer, CancelRequest, CheckLaterRequest, CompleteRequest,
     CompleteTasks, CompleteTasksResponse, CreateTokenRequest, CreatedToken, DecisionRequest,
-    DeliveryList, EventList, FailRequest, Health, HeartbeatRequest, HeartbeatResponse, JobList,
-    JobListQuery, JobView, Open, PollRequest, PollResponse, Problem, QueueList, QueueListQuery,
-    QueuePrefixView, QueueSettings, QueueView, ReportResponse, RerunRequest, ScheduleList,
-    ScheduleRequest, ScheduleView, SignalAccepted, SignalRequest, SkipRequest, SubmitJob,
-    SubmitJobs, SubmitJobsResponse, TokenList, WebhookList, WebhookRequest, WebhookView,
-    WorkflowDetail, WorkflowList,
+    DeliveryList, EventList, FailRequest, FailTaskRequest, Health, HeartbeatRequest,
+    HeartbeatResponse, JobList, JobListQuery, JobView, Open, PollRequest, PollResponse, Problem,
+    QueueList, QueueListQuery, QueuePrefixView, QueueSettings, QueueView, ReportResponse,
+    RequeueRequest, RerunRequest, ScheduleList, ScheduleRequest, ScheduleView, SignalAccepted,
+    SignalRequest, SkipRequest, SubmitJob, SubmitJobs, SubmitJobsResponse, TokenList, WebhookList,
+    WebhookRequest, WebhookView, WorkflowDetail, WorkflowList,
 };
 
 /// How long a request may take unless the call says otherwise.
@@ -385,6 +385,28 @@ impl Client {
         request: &SkipRequest,
     ) -> Result<JobView, Error> {
         self.post(&paths::job_task_skip(job_id, task_id), request)
+            .await
+    }
+
+    /// `POST` [`paths::JOB_TASK_REQUEUE`]: revokes a running task's lease and runs it again.
+    pub async fn requeue_task(
+        &self,
+        job_id: &str,
+        task_id: &str,
+        request: &RequeueRequest,
+    ) -> Result<JobView, Error> {
+        self.post(&paths::job_task_requeue(job_id, task_id), request)
+            .await
+    }
+
+    /// `POST` [`paths::JOB_TASK_FAIL`]: fails a task for good.
+    pub async fn fail_task(
+        &self,
+        job_id: &str,
+        task_id: &str,
+        request: &FailTaskRequest,
+    ) -> Result<JobView, Error> {
+        self.post(&paths::job_task_fail(job_id, task_id), request)
             .await
     }
 

@@ -662,6 +662,30 @@ pub struct SkipRequest {
     pub reason: Option<String>,
 }
 
+/// Body of a task's requeue (required).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RequeueRequest {
+    /// Why, recorded in the job's history and told to the worker whose lease is revoked (its
+    /// next heartbeat or report is answered 409 with it); 1 to 1024 bytes.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 1024))]
+    pub reason: String,
+}
+
+/// Body of a task's fail (required).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct FailTaskRequest {
+    /// The task's error message (its error kind is `operator`); 1 to 1024 bytes.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 1024))]
+    pub error: String,
+    /// Why, recorded in the job's history; at most 1024 bytes.
+    #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
+    pub reason: Option<String>,
+}
+
 /// Body of rerun (required).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -1572,6 +1596,7 @@ mod tests {
             "rejected",
             "fail_step",
             "child",
+            "operator",
         ]);
         pinned::<EventKind>(&[
             "job_created",
@@ -1607,6 +1632,7 @@ mod tests {
             "task_awaiting_callback",
             "callback_received",
             "child_ended",
+            "task_requeued",
         ]);
         pinned::<AttemptOutcome>(&[
             "running",

@@ -38,6 +38,10 @@ pub const JOB_RETRY: &str = "/api/v1/jobs/{id}/retry";
 pub const JOB_RERUN: &str = "/api/v1/jobs/{id}/rerun";
 /// `POST`: mark a task of a job succeeded by hand.
 pub const JOB_TASK_SKIP: &str = "/api/v1/jobs/{id}/tasks/{task}/skip";
+/// `POST`: revoke a running task's lease and run it again (scope `operate`).
+pub const JOB_TASK_REQUEUE: &str = "/api/v1/jobs/{id}/tasks/{task}/requeue";
+/// `POST`: fail a task for good by hand (scope `operate`).
+pub const JOB_TASK_FAIL: &str = "/api/v1/jobs/{id}/tasks/{task}/fail";
 /// Approving an approval step (scope `operate`).
 pub const JOB_TASK_APPROVE: &str = "/api/v1/jobs/{id}/tasks/{task}/approve";
 /// Rejecting an approval step (scope `operate`).
@@ -145,6 +149,16 @@ pub fn job_action(id: &str, action: JobAction) -> String {
 /// [`JOB_TASK_SKIP`] of task `task` of job `id`.
 pub fn job_task_skip(id: &str, task: &str) -> String {
     fill(JOB_TASK_SKIP, &[id, task])
+}
+
+/// [`JOB_TASK_REQUEUE`] of task `task` of job `id`.
+pub fn job_task_requeue(id: &str, task: &str) -> String {
+    fill(JOB_TASK_REQUEUE, &[id, task])
+}
+
+/// [`JOB_TASK_FAIL`] of task `task` of job `id`.
+pub fn job_task_fail(id: &str, task: &str) -> String {
+    fill(JOB_TASK_FAIL, &[id, task])
 }
 
 /// [`JOB_TASK_APPROVE`] (`approve`) or [`JOB_TASK_REJECT`] of task `task` of job `id`.
@@ -298,6 +312,14 @@ mod tests {
         assert_eq!(
             job_task_skip("job_1", "tsk_2"),
             "/api/v1/jobs/job_1/tasks/tsk_2/skip"
+        );
+        assert_eq!(
+            job_task_requeue("job_1", "tsk_2"),
+            "/api/v1/jobs/job_1/tasks/tsk_2/requeue"
+        );
+        assert_eq!(
+            job_task_fail("job_1", "tsk_2"),
+            "/api/v1/jobs/job_1/tasks/tsk_2/fail"
         );
         assert_eq!(workflow("a/b c"), "/api/v1/workflows/a%2Fb%20c");
         assert_eq!(

@@ -483,6 +483,35 @@ pub(crate) struct SkipArgs {
     output: String,
 }
 
+#[derive(clap::Subcommand)]
+pub(crate) enum TaskCommand {
+    /// Revoke a running task's lease and run it again: its worker is told to stop (its next
+    /// heartbeat is refused with the reason), and the next attempt, not counted against
+    /// `max_attempts`, starts once the old lease would have lapsed.
+    Requeue {
+        /// The job.
+        job: String,
+        /// The task (its id, from `starbridge job ID`).
+        task: String,
+        /// Why (recorded in the job's history and told to the worker).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Fail a waiting, ready or running task for good (no retry); the job compensates.
+    Fail {
+        /// The job.
+        job: String,
+        /// The task (its id, from `starbridge job ID`).
+        task: String,
+        /// The task's error message.
+        #[arg(long)]
+        message: String,
+        /// Why (recorded in the job's history).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
 #[derive(Args)]
 pub(crate) struct RerunArgs {
     #[command(flatten)]
@@ -541,6 +570,30 @@ pub(crate) async fn skip(context: &Context, args: &SkipArgs) -> Result<ExitCode>
         .client
         .skip_task(&args.action.id, &args.task, &body)
         .await?;
+    operated(context, &job)
+}
+
+pub(crate) async fn task(context: &Context, command: &TaskCommand) -> Result<ExitCode> {
+    let job = match command {
+        TaskCommand::Requeue { job, task, reason } => {
+            let body = api::RequeueRequest {
+                reason: reason.clone(),
+            };
+            context.client.requeue_task(job, task, &body).await?
+        }
+        TaskCommand::Fail {
+            job,
+            task,
+            message,
+            reason,
+        } => {
+            let body = api::FailTaskRequest {
+                error: message.clone(),
+                reason: reason.clone(),
+            };
+            context.client.fail_task(job, task, &body).await?
+        }
+    };
     operated(context, &job)
 }
 

@@ -107,6 +107,9 @@ enum Command {
     Skip(client::SkipArgs),
     /// Run a step of a finished job again, with everything downstream of it.
     Rerun(client::RerunArgs),
+    /// Act on one running or waiting task of a job: requeue it, or fail it for good.
+    #[command(subcommand)]
+    Task(client::TaskCommand),
     /// List the steps waiting for approval.
     Approvals,
     /// Approve a step waiting for approval: it succeeds.
@@ -186,6 +189,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Cancel(ref args) => client::cancel(&context()?, args).await,
         Command::Skip(ref args) => client::skip(&context()?, args).await,
         Command::Rerun(ref args) => client::rerun(&context()?, args).await,
+        Command::Task(ref command) => client::task(&context()?, command).await,
         Command::Approvals => waits::approvals(&context()?).await,
         Command::Approve(ref args) => waits::decide(&context()?, args, true).await,
         Command::Reject(ref args) => waits::decide(&context()?, args, false).await,

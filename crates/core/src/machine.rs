@@ -368,6 +368,17 @@ impl Machine<'_> {
             .position(id)
             .ok_or_else(|| Rejection::UnknownTask(id.clone()))?;
         let task = &self.state.tasks[index];
+        if task.status == TaskStatus::Ready
+            && task.lease_token.as_deref() == Some(lease_token)
+            && let Some(error) = &task.error
+            && error.kind == ErrorKind::Operator
+        {
+            // An operator requeued the task (`requeue_task`): its old worker must stop.
+            return Err(Rejection::LeaseRevoked(format!(
+                "the lease was revoked: {}",
+                error.message
+            )));
+        }
         if task.status != TaskStatus::Running || task.lease_token.as_deref() != Some(lease_token) {
             return Err(Rejection::StaleLease {
                 status: task.status,
@@ -759,9 +770,17 @@ impl Machine<'_> {
     }
 
     fn fail_terminally(&mut self, index: usize, error: TaskError) {
+        self.fail_terminally_noting(index, error, json!({}));
+    }
+
+    /// Like `fail_terminally`, with `note`'s fields (who asked, why) added to the failure event.
+    fn fail_terminally_noting(&mut self, index: usize, error: TaskError, note: Value) {
         self.release(index);
         let now = self.now;
-        let mut detail = json!({"message": error.message, "kind": error.kind, "terminal": true});
+        let mut detail = note;
+        detail["message"] = json!(error.message);
+        detail["kind"] = json!(error.kind);
+        detail["terminal"] = Value::Bool(true);
         let continues = self.state.tasks[index].kind != TaskKind::Compensation
             && self.continues_on_failure(&self.state.tasks[index].step);
         if continues {

@@ -138,6 +138,9 @@ string_enum!(
         FailStep => "fail_step",
         /// A sub-workflow's child job did not succeed (or could not start).
         Child => "child",
+        /// An operator failed the task by hand (`POST /jobs/{id}/tasks/{task}/fail`); also the
+        /// error of an attempt an operator requeued.
+        Operator => "operator",
     }
 );
 
@@ -279,6 +282,8 @@ pub struct Task {
     pub available_at: Option<Timestamp>,
     /// The step's overall timeout.
     pub deadline_at: Option<Timestamp>,
+    /// The running attempt's fencing token. On a ready task an operator requeued, the revoked
+    /// lease: its worker's reports are refused with the reason until another claim replaces it.
     pub lease_token: Option<String>,
     pub lease_expires_at: Option<Timestamp>,
     pub worker_id: Option<String>,
@@ -570,6 +575,16 @@ pub enum OperatorAction {
     Rerun {
         step: String,
     },
+    /// Revoke a running task's lease and put it back to ready for a new attempt that does not
+    /// count against `max_attempts`; claimable once the revoked lease would have lapsed.
+    Requeue {
+        task: TaskId,
+    },
+    /// Fail a waiting, ready or running task for good (no retry), with this message.
+    FailTask {
+        task: TaskId,
+        message: String,
+    },
 }
 
 impl OperatorAction {
@@ -581,6 +596,8 @@ impl OperatorAction {
             OperatorAction::Retry => "retry",
             OperatorAction::Skip { .. } => "skip",
             OperatorAction::Rerun { .. } => "rerun",
+            OperatorAction::Requeue { .. } => "requeue",
+            OperatorAction::FailTask { .. } => "fail",
         }
     }
 }
@@ -606,6 +623,9 @@ pub enum Rejection {
         "the lease token does not match the task's current lease: another attempt owns the task now, or it has already finished ({status})"
     )]
     StaleLease { status: TaskStatus },
+    /// A report under a lease an operator revoked (requeue): the worker must stop.
+    #[error("{0}")]
+    LeaseRevoked(String),
     #[error("task {task} is {status}, not ready")]
     NotReady { task: TaskId, status: TaskStatus },
     #[error("job is {0}: it dispatches nothing now")]
@@ -665,6 +685,7 @@ string_enum!(
         TaskAwaitingCallback => "task_awaiting_callback",
         CallbackReceived => "callback_received",
         ChildEnded => "child_ended",
+        TaskRequeued => "task_requeued",
     }
 );
 

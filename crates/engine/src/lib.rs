@@ -400,7 +400,8 @@ impl Engine {
         writer::answers(pending).await
     }
 
-    /// An operator's action (pause, resume, cancel, retry, skip, rerun) on a job of `namespace`.
+    /// An operator's action (pause, resume, cancel, retry, skip, rerun, a task's requeue or fail)
+    /// on a job of `namespace`.
     /// A job of another namespace is not found; an action that does not apply is a conflict.
     pub async fn operate(
         &self,

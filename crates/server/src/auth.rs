@@ -457,6 +457,12 @@ mod tests {
             required_scope(&post, "/api/v1/jobs/job_1/tasks/tsk_1/approve"),
             Some(Scope::Operate)
         );
+        for action in ["requeue", "fail"] {
+            assert_eq!(
+                required_scope(&post, &format!("/api/v1/jobs/job_1/tasks/tsk_1/{action}")),
+                Some(Scope::Operate)
+            );
+        }
         assert_eq!(required_scope(&get, "/api/v1/approvals"), Some(Scope::Read));
         assert_eq!(
             required_scope(&post, "/api/v1/callbacks/sbc_x/complete"),

@@ -1,8 +1,8 @@
-//! Operator actions on a job: pause, resume, cancel, retry, skip a task, rerun from a step; and
-//! the bulk form of pause, resume, cancel, retry and delete (`jobs::delete_job` on one job). Each
-//! action is recorded in the job's history with who asked (the token's name with `--auth`; without it,
-//! the `Starbridge-Actor` header, else `anonymous`) and why (`reason`); one that does not apply to
-//! the job's current state answers 409 with the reason.
+//! Operator actions on a job: pause, resume, cancel, retry, skip, requeue or fail a task, rerun
+//! from a step; and the bulk form of pause, resume, cancel, retry and delete (`jobs::delete_job`
+//! on one job). Each action is recorded in the job's history with who asked (the token's name
+//! with `--auth`; without it, the `Starbridge-Actor` header, else `anonymous`) and why
+//! (`reason`); one that does not apply to the job's current state answers 409 with the reason.
 
 use axum::Json;
 use axum::Router;
@@ -42,12 +42,14 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(paths::JOB_RETRY, post(retry()))
         .route(paths::JOB_RERUN, post(rerun))
         .route(paths::JOB_TASK_SKIP, post(skip))
+        .route(paths::JOB_TASK_REQUEUE, post(requeue))
+        .route(paths::JOB_TASK_FAIL, post(fail))
         .route(paths::JOBS_BULK, post(bulk))
 }
 
 /// The operations of these routes, for the OpenAPI document (`crate::openapi`).
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(pause, resume, cancel, retry, rerun, skip, bulk))]
+#[openapi(paths(pause, resume, cancel, retry, rerun, skip, requeue, fail, bulk))]
 pub(crate) struct Api;
 
 /// The body of pause, resume and retry.
@@ -499,4 +501,148 @@ async fn skip(
         output: request.output,
     };
     act(&state, &query, &headers, &id, request.reason, action).await
+}
+
+/// The answers of an action on one task of a job but its 409: the job after it, and the refusals
+/// the task actions share.
+struct TaskActionAnswers;
+
+impl IntoResponses for TaskActionAnswers {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let mut answers = ActionAnswers::responses();
+        answers.insert(
+            "404".to_owned(),
+            ResponseBuilder::new()
+                .description(
+                    "No such job in this namespace, or no such task in the job. With `--auth`, \
+                     anything of a namespace other than the one the token is bound to is not found \
+                     either.",
+                )
+                .content(
+                    PROBLEM,
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("Problem")))
+                        .build(),
+                )
+                .build()
+                .into(),
+        );
+        answers
+    }
+}
+
+/// Checks a required text field of a task action: present and at most 1024 bytes.
+fn required_text(field: &str, text: &str) -> ApiResult<()> {
+    if text.trim().is_empty() {
+        return Err(ApiError::invalid(field, "required: say why, in words"));
+    }
+    if text.len() > 1024 {
+        return Err(ApiError::invalid(field, "at most 1024 bytes"));
+    }
+    Ok(())
+}
+
+/// Requeue a running task
+///
+/// Revokes the lease of a task a worker runs and puts it back to `ready` for a new attempt that
+/// does not count against `max_attempts`. The worker is told by the answer to its next heartbeat
+/// or report: 409 with `reason`, so it stops. The task is claimable only from the time the revoked
+/// lease would have lapsed, so that two copies never run at once. A task waiting on the server (a
+/// sleep, signal, approval, callback or child job) holds no worker and is refused: fail or skip it.
+#[utoipa::path(
+    post,
+    path = paths::JOB_TASK_REQUEUE,
+    operation_id = "requeueTask",
+    tag = "jobs",
+    params(
+        JobPath,
+        ("task" = String, Path, description = "A task id (`tsk_…`) of the job."),
+        api::NamespaceQuery,
+        ActorHeader,
+    ),
+    request_body(content = api::RequeueRequest, description = "Required: `reason` names why."),
+    responses(
+        (
+            status = 409,
+            description = "The action does not apply to the task's current state; `detail` says \
+                           why. For example the task is not running, waits on the server, or the \
+                           job winds down.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        TaskActionAnswers,
+    ),
+)]
+async fn requeue(
+    State(state): State<AppState>,
+    Path(ids): Path<(String, String)>,
+    Query(query): Query<api::NamespaceQuery>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> ApiResult<Json<api::JobView>> {
+    let request: api::RequeueRequest = body(&bytes)?;
+    required_text("reason", &request.reason)?;
+    let reason = Some(request.reason);
+    act_on_task(&state, &query, &headers, ids, reason, |task| {
+        OperatorAction::Requeue { task }
+    })
+    .await
+}
+
+/// Acts on task `task` of job `id` (the route's two ids) with the action `action` makes of it.
+async fn act_on_task(
+    state: &AppState,
+    query: &api::NamespaceQuery,
+    headers: &HeaderMap,
+    (id, task): (String, String),
+    reason: Option<String>,
+    action: impl FnOnce(starbridge_core::ids::TaskId) -> OperatorAction,
+) -> ApiResult<Json<api::JobView>> {
+    let action = action(task_id(&task)?);
+    act(state, query, headers, &id, reason, action).await
+}
+
+/// Fail a task by hand
+///
+/// Fails a waiting, ready or running task for good with `error` (error kind `operator`), with no
+/// retry whatever attempts are left; the job goes on as after any failure of the step (it
+/// compensates, unless the step has `continue_on_failure`). A running worker's next heartbeat or
+/// report is answered 409; a sub-workflow step's child is cancelled and compensates; a task's
+/// callback token is answered 410 from then on.
+#[utoipa::path(
+    post,
+    path = paths::JOB_TASK_FAIL,
+    operation_id = "failJobTask",
+    tag = "jobs",
+    params(
+        JobPath,
+        ("task" = String, Path, description = "A task id (`tsk_…`) of the job."),
+        api::NamespaceQuery,
+        ActorHeader,
+    ),
+    request_body(content = api::FailTaskRequest, description = "Required: `error` is the task's error message."),
+    responses(
+        (
+            status = 409,
+            description = "The action does not apply to the task's current state; `detail` says \
+                           why. For example the task already ended, is a fan-out's parent, or the \
+                           job ended.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        TaskActionAnswers,
+    ),
+)]
+async fn fail(
+    State(state): State<AppState>,
+    Path(ids): Path<(String, String)>,
+    Query(query): Query<api::NamespaceQuery>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> ApiResult<Json<api::JobView>> {
+    let request: api::FailTaskRequest = body(&bytes)?;
+    required_text("error", &request.error)?;
+    let message = request.error;
+    act_on_task(&state, &query, &headers, ids, request.reason, |task| {
+        OperatorAction::FailTask { task, message }
+    })
+    .await
 }

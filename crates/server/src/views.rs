@@ -89,7 +89,8 @@ pub(crate) fn attempts(events: &[StoredEvent]) -> HashMap<String, Vec<api::Attem
             EventKind::TaskCheckLater => AttemptOutcome::CheckLater,
             EventKind::TaskLeaseExpired => AttemptOutcome::LeaseExpired,
             EventKind::TaskTimedOut => AttemptOutcome::TimedOut,
-            EventKind::TaskCancelled => AttemptOutcome::Cancelled,
+            // An operator requeued the task: the run was stopped, and its message says by whom.
+            EventKind::TaskCancelled | EventKind::TaskRequeued => AttemptOutcome::Cancelled,
             _ => continue,
         };
         if let Some(run) = open {

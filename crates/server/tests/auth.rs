@@ -128,7 +128,7 @@ async fn a_token_of_one_namespace_gets_404_for_anothers_job_not_403() {
 #[tokio::test]
 async fn scopes_decide_what_a_token_may_do() {
     let api = Api::with_auth();
-    let (_, job_a, _) = two_teams(&api).await;
+    let (_, job_a, job_b) = two_teams(&api).await;
     let read = api.token("read", Some("a"), &[Scope::Read], None).await;
     let submit = api.token("submit", Some("a"), &[Scope::Submit], None).await;
     let operate = api
@@ -160,6 +160,23 @@ async fn scopes_decide_what_a_token_may_do() {
         api.call(Some(&operate), "POST", &pause, "").await.0,
         StatusCode::OK
     );
+    // A task's requeue and fail need operate, in the token's namespace.
+    for (action, body) in [
+        ("requeue", r#"{"reason": "host drains"}"#),
+        ("fail", r#"{"error": "gone"}"#),
+    ] {
+        let on_a = format!("/api/v1/jobs/{job_a}/tasks/tsk_nope/{action}");
+        assert_eq!(
+            api.call(Some(&submit), "POST", &on_a, body).await.0,
+            StatusCode::FORBIDDEN
+        );
+        let on_b = format!("/api/v1/jobs/{job_b}/tasks/tsk_nope/{action}?namespace=b");
+        assert_eq!(
+            api.call(Some(&operate), "POST", &on_b, body).await.0,
+            StatusCode::NOT_FOUND,
+            "another namespace's job is not found"
+        );
+    }
     assert_eq!(
         api.call(Some(&operate), "GET", "/api/v1/tokens", "")
             .await

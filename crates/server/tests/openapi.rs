@@ -38,6 +38,8 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/jobs/{id}/retry"),
     ("POST", "/api/v1/jobs/{id}/rerun"),
     ("POST", "/api/v1/jobs/{id}/tasks/{task}/skip"),
+    ("POST", "/api/v1/jobs/{id}/tasks/{task}/requeue"),
+    ("POST", "/api/v1/jobs/{id}/tasks/{task}/fail"),
     ("POST", "/api/v1/jobs/bulk/{action}"),
     ("POST", "/api/v1/tasks/poll"),
     ("POST", "/api/v1/tasks/complete"),
@@ -1643,6 +1645,80 @@ async fn responses_match_their_documented_schemas() {
     let no_such = format!("/api/v1/jobs/{second_id}/tasks/tsk_nope/skip");
     assert_eq!(
         c.call("POST", &no_such, "").await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // Requeue and fail of one task, with their refusals.
+    let skipped_task = format!("/api/v1/jobs/{second_id}/tasks/{}", str_of(&task["id"]));
+    let requeue_ended = c
+        .call(
+            "POST",
+            &format!("{skipped_task}/requeue"),
+            r#"{"reason": "host drains"}"#,
+        )
+        .await;
+    assert_eq!(requeue_ended.status, StatusCode::CONFLICT);
+    let no_reason = c
+        .call(
+            "POST",
+            &format!("{skipped_task}/requeue"),
+            r#"{"reason": " "}"#,
+        )
+        .await;
+    assert_eq!(no_reason.status, StatusCode::BAD_REQUEST);
+    let third = c
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf2"}"#)
+        .await;
+    assert_eq!(third.status, StatusCode::CREATED);
+    let poll_other = r#"{"worker_id": "w", "queues": ["other"], "max_tasks": 1, "wait_ms": 0}"#;
+    let polled = c
+        .call("POST", "/api/v1/tasks/poll", poll_other)
+        .await
+        .json();
+    let ready = polled["tasks"][0].clone();
+    let requeue = format!(
+        "/api/v1/jobs/{}/tasks/{}/requeue",
+        str_of(&ready["job_id"]),
+        str_of(&ready["id"])
+    );
+    let requeued = c
+        .call("POST", &requeue, r#"{"reason": "host drains"}"#)
+        .await;
+    assert_eq!(requeued.status, ok, "{}", requeued.text);
+    let revoked = json!({"lease_token": ready["lease_token"]}).to_string();
+    let told = c
+        .call(
+            "POST",
+            &format!("/api/v1/tasks/{}/heartbeat", str_of(&ready["id"])),
+            &revoked,
+        )
+        .await;
+    assert_eq!(told.status, StatusCode::CONFLICT);
+    assert!(told.text.contains("host drains"), "{}", told.text);
+    let polled_job = str_of(&ready["job_id"]);
+    let fail = format!(
+        "/api/v1/jobs/{polled_job}/tasks/{}/fail",
+        str_of(&ready["id"])
+    );
+    assert_eq!(
+        c.call("POST", &fail, r#"{"error": ""}"#).await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let failed = c
+        .call(
+            "POST",
+            &fail,
+            r#"{"error": "the disk is gone", "reason": "by hand"}"#,
+        )
+        .await;
+    assert_eq!(failed.status, ok);
+    assert_eq!(
+        c.call("POST", &fail, r#"{"error": "again"}"#).await.status,
+        StatusCode::CONFLICT
+    );
+    let no_task = format!("/api/v1/jobs/{polled_job}/tasks/tsk_nope/fail");
+    assert_eq!(
+        c.call("POST", &no_task, r#"{"error": "x"}"#).await.status,
         StatusCode::NOT_FOUND
     );
 

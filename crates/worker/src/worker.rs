@@ -44,6 +44,9 @@ pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// The shortest interval between heartbeats of a task.
 const MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+/// The longest interval between heartbeats of a task, whatever its lease: an operator's stop (a
+/// requeue, a fail by hand) reaches the handler within it.
+const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A worker configuration that cannot work.
 #[derive(Debug, thiserror::Error)]
@@ -268,7 +271,8 @@ impl Shared {
 ///
 /// - At most `concurrency` handlers run at once: the worker asks the server only for as many
 ///   tasks as it has free slots (`max_tasks`), long-polling up to `poll_wait` (default 20 s).
-/// - Each running task is heartbeated every `lease_ms / 3` (at least 100 ms). A heartbeat answered
+/// - Each running task is heartbeated every `lease_ms / 3` (at least 100 ms, at most 10 s, so that
+///   an operator's requeue or fail stops the handler within 10 s). A heartbeat answered
 ///   `409` (or `404`) means the server took the task away: the task's [`TaskContext`] is
 ///   cancelled and whatever its handler returns is **not** reported.
 /// - A report that fails with a transport error or a 5xx is retried with capped exponential
@@ -583,14 +587,15 @@ fn handler_result(joined: Result<HandlerResult, JoinError>) -> HandlerResult {
     }
 }
 
-/// Extends the lease every `lease / 3` until dropped. On `409`/`404` cancels the task and stops.
+/// Extends the lease every `lease / 3` (at most every 10 s) until dropped. On `409`/`404` cancels
+/// the task and stops.
 async fn heartbeat(
     shared: &Shared,
     context: &TaskContext,
     lease: Duration,
     lease_end: &Mutex<Instant>,
 ) -> Infallible {
-    let interval = (lease / 3).max(MIN_HEARTBEAT_INTERVAL);
+    let interval = heartbeat_interval(lease);
     let timeout = interval.clamp(Duration::from_secs(1), Duration::from_secs(30));
     loop {
         tokio::time::sleep(interval).await;
@@ -623,6 +628,11 @@ async fn heartbeat(
             }
         }
     }
+}
+
+/// How often a task on `lease` is heartbeated: a third of the lease, within 100 ms and 10 s.
+fn heartbeat_interval(lease: Duration) -> Duration {
+    (lease / 3).clamp(MIN_HEARTBEAT_INTERVAL, MAX_HEARTBEAT_INTERVAL)
 }
 
 fn extend_lease_end(lease_end: &Mutex<Instant>, until: Instant) {
@@ -798,6 +808,22 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn heartbeats_come_every_third_of_the_lease_and_at_least_every_10_s() {
+        assert_eq!(
+            heartbeat_interval(Duration::from_secs(6)),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            heartbeat_interval(Duration::from_secs(300)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            heartbeat_interval(Duration::from_millis(150)),
+            Duration::from_millis(100)
+        );
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_cap_and_resets() {

@@ -13,7 +13,7 @@ from starbridge import AwaitCallback, CheckLater, NonRetryable, ProblemError, Vi
 from starbridge._definitions import name_in_text
 from starbridge._http import milliseconds, problem_from_answer
 from starbridge._task import MAX_LOG_BYTES, Flag, Task
-from starbridge._worker import is_coroutine_function, output_refusal, report_for
+from starbridge._worker import heartbeat_interval, is_coroutine_function, output_refusal, report_for
 
 
 @pytest.mark.parametrize(
@@ -135,3 +135,9 @@ class AsyncCallable:
 def test_async_callables_run_on_the_event_loop() -> None:
     assert is_coroutine_function(AsyncCallable())
     assert not is_coroutine_function(lambda task: None)
+
+
+def test_heartbeats_come_every_third_of_the_lease_and_at_least_every_10_s() -> None:
+    assert heartbeat_interval(6.0) == 2.0
+    assert heartbeat_interval(300.0) == 10.0
+    assert heartbeat_interval(0.15) == 0.1

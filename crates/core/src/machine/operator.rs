@@ -1,6 +1,12 @@
-//! Operator actions: pause, resume, cancel, retry, skip and rerun. Each checks that it applies to
-//! the job's current state (else `Rejection::NotApplicable` with the reason) and is recorded in
-//! the history with who asked and why.
+//! Operator actions: pause, resume, cancel, retry, skip and rerun a job; requeue and fail one
+//! task. Each checks that it applies to the job's current state (else `Rejection::NotApplicable`
+//! with the reason) and is recorded in the history with who asked and why.
+//!
+//! Requeue revokes a running task's lease: the task is ready again at once, but claimable only
+//! from the moment the revoked lease would have lapsed, so that two copies never run at once;
+//! meanwhile its worker's reports under the revoked lease are refused with the reason
+//! (`Rejection::LeaseRevoked`), which tells it to stop. The attempt it ran is not counted
+//! against `max_attempts`.
 //!
 //! Retry, skip-on-a-failed-job and rerun start a new *round*: the tasks they reset carry the new
 //! round number, and so do the compensations planned afterwards, so the previous round's
@@ -14,8 +20,8 @@ use serde_json::{Value, json};
 use super::Machine;
 use crate::ids::TaskId;
 use crate::model::{
-    ChildCommand, EventKind, JobStatus, OperatorAction, OperatorCommand, Rejection, TaskKind,
-    TaskStatus,
+    ChildCommand, ErrorKind, EventKind, JobStatus, OperatorAction, OperatorCommand, Rejection,
+    TaskError, TaskKind, TaskStatus,
 };
 
 fn not_applicable(message: String) -> Rejection {
@@ -139,7 +145,118 @@ impl Machine<'_> {
                 self.start_round_from_scratch(&reset, &steps);
                 self.record(EventKind::JobRerun, None, detail);
             }
+            OperatorAction::Requeue { task } => {
+                let index = self
+                    .state
+                    .position(&task)
+                    .ok_or_else(|| Rejection::UnknownTask(task.clone()))?;
+                self.requeue_task(index, &command.actor, command.reason.as_deref(), who)?;
+            }
+            OperatorAction::FailTask { task, message } => {
+                let index = self
+                    .state
+                    .position(&task)
+                    .ok_or_else(|| Rejection::UnknownTask(task.clone()))?;
+                self.fail_task_by_hand(index, message, who)?;
+            }
         }
+        Ok(())
+    }
+
+    /// Revokes the lease of a task a worker runs and makes it ready for a new attempt, claimable
+    /// when the revoked lease would have lapsed (see the module's documentation).
+    fn requeue_task(
+        &mut self,
+        index: usize,
+        actor: &str,
+        reason: Option<&str>,
+        who: Value,
+    ) -> Result<(), Rejection> {
+        let task = &self.state.tasks[index];
+        let status = task.status;
+        if let Some(wait) = &task.wait {
+            let on = serde_json::to_value(&wait.on).unwrap_or(Value::Null);
+            let what = on["for"].as_str().unwrap_or("something").to_owned();
+            return Err(not_applicable(format!(
+                "task waits on the server for {what}, held by no worker: there is nothing to requeue (fail or skip it instead)"
+            )));
+        }
+        if status != TaskStatus::Running {
+            return Err(not_applicable(format!(
+                "task is {status}: only a running task, held by a worker, can be requeued"
+            )));
+        }
+        if self.winding_down_past(index) {
+            return Err(not_applicable(format!(
+                "job is {}: a forward task is not run again while the job winds down",
+                self.state.job.status
+            )));
+        }
+        let paused = self.state.job.status == JobStatus::Paused;
+        let message = match reason {
+            Some(reason) => format!("requeued by {actor}: {reason}"),
+            None => format!("requeued by {actor}"),
+        };
+        let task = &mut self.state.tasks[index];
+        let claimable_at = task.lease_expires_at.unwrap_or(self.now);
+        // The attempt ran is given back: the next claim's attempt does not use one up.
+        task.attempt_base += 1;
+        task.status = TaskStatus::Ready;
+        task.checking = false;
+        task.held = paused && task.kind != TaskKind::Compensation;
+        task.available_at = Some(claimable_at);
+        task.lease_expires_at = None;
+        task.error = Some(TaskError {
+            message: message.clone(),
+            retryable: true,
+            kind: ErrorKind::Operator,
+        });
+        // The lease token stays as the revoked lease until the next claim replaces it.
+        let mut detail = who;
+        detail["message"] = json!(message);
+        detail["available_at"] = json!(claimable_at);
+        self.save_task(index);
+        self.record(EventKind::TaskRequeued, Some(index), detail);
+        self.wake(index);
+        Ok(())
+    }
+
+    /// Fails a waiting, ready or running task for good with the operator's message; the job
+    /// goes on as after any terminal failure (it compensates, or goes on past a
+    /// `continue_on_failure` step). A running child is cancelled and undoes what it did.
+    fn fail_task_by_hand(
+        &mut self,
+        index: usize,
+        message: String,
+        who: Value,
+    ) -> Result<(), Rejection> {
+        let job_status = self.state.job.status;
+        if !matches!(
+            job_status,
+            JobStatus::Running | JobStatus::Paused | JobStatus::Compensating
+        ) {
+            return Err(not_applicable(format!(
+                "job is {job_status}: only a task of a running, paused or compensating job can be failed"
+            )));
+        }
+        let task = &self.state.tasks[index];
+        if task.kind == TaskKind::FanOut {
+            return Err(not_applicable(
+                "a fan_out task cannot be failed: fail one of its items".to_owned(),
+            ));
+        }
+        if task.status.is_terminal() {
+            return Err(not_applicable(format!(
+                "task is {}: only a waiting, ready or running task can be failed",
+                task.status
+            )));
+        }
+        let error = TaskError {
+            message,
+            retryable: false,
+            kind: ErrorKind::Operator,
+        };
+        self.fail_terminally_noting(index, error, who);
         Ok(())
     }
 

@@ -1449,5 +1449,6 @@ proptest! {
 
 mod children;
 mod control;
+mod operator_tasks;
 mod routing;
 mod waits;

@@ -42,6 +42,9 @@ REQUEST_TIMEOUT = 30.0
 _MAX_TASKS_PER_POLL = 256
 # The shortest interval between heartbeats of a task (seconds).
 _MIN_HEARTBEAT_INTERVAL = 0.1
+# The longest interval between heartbeats of a task (seconds), whatever its lease: an operator's
+# stop (a requeue, a fail by hand) reaches the handler within it.
+_MAX_HEARTBEAT_INTERVAL = 10.0
 # The longest failure message reported (its start is kept).
 _MAX_MESSAGE_CHARS = 8192
 # Answers to a report or heartbeat meaning the task is no longer this worker's: unknown (404),
@@ -53,6 +56,12 @@ log = logging.getLogger("starbridge.worker")
 Handler = Callable[[Task], Any]
 H = TypeVar("H", bound=Handler)
 T = TypeVar("T")
+
+
+def heartbeat_interval(lease: float) -> float:
+    """How often a task on a lease of `lease` seconds is heartbeated: a third of the lease, within
+    100 ms and 10 s."""
+    return min(max(lease / 3, _MIN_HEARTBEAT_INTERVAL), _MAX_HEARTBEAT_INTERVAL)
 
 
 class Backoff:
@@ -286,7 +295,7 @@ class Worker:
     - At most `concurrency` handlers run at once: the worker asks the server only for as many
       tasks as it has free slots, long-polling up to `poll_wait` seconds. Sync handlers run in
       threads, async handlers on the worker's event loop.
-    - Each running task is heartbeated every `lease_ms / 3` (at least 100 ms), carrying the
+    - Each running task is heartbeated every `lease_ms / 3` (at least 100 ms, at most 10 s), carrying the
       progress last set with `Task.progress`. A heartbeat answered `404`, `409` or `410` means
       the server took the task away: `Task.cancelled` turns true, an async handler is
       cancelled, and whatever the handler returns is **not** reported.
@@ -578,9 +587,9 @@ class _Run:
     async def heartbeat(
         self, task: Task, lease: float, lease_end: list[float], cancellable: asyncio.Future[Any] | None
     ) -> None:
-        """Extends the lease every `lease / 3` until cancelled; when the server says the task is
-        no longer ours, marks it lost (cancelling an async handler) and stops."""
-        interval = max(lease / 3, _MIN_HEARTBEAT_INTERVAL)
+        """Extends the lease every `lease / 3` (at most every 10 s) until cancelled; when the server
+        says the task is no longer ours, marks it lost (cancelling an async handler) and stops."""
+        interval = heartbeat_interval(lease)
         timeout = min(max(interval, 1.0), 30.0)
         while True:
             await asyncio.sleep(interval)

@@ -412,3 +412,31 @@ fn a_pinned_version_wins_and_a_lock_an_ancestor_holds_takes_no_slot() {
         .unwrap();
     assert_eq!(created.detail["lock_held_by_ancestor"], "db-x");
 }
+
+#[test]
+fn failing_a_sub_workflow_step_by_hand_cancels_its_child_with_compensation() {
+    let mut sim = parent(
+        "steps:\n- {id: prepare, queue: q, command: c, compensate: {queue: q, command: undo}}\n- {id: per_shard, workflow: migrate, retry: {max_attempts: 3}}\n",
+        json!({}),
+    );
+    sim.complete("prepare", json!({}));
+    let child = sim.started()[0].child.clone();
+    let task = sim.find("per_shard", TaskKind::Step).id.clone();
+    sim.operate(OperatorAction::FailTask {
+        task,
+        message: "shard is gone".into(),
+    })
+    .unwrap();
+    assert_eq!(
+        sim.commands(),
+        [(child, ChildCommand::Cancel { compensate: true })]
+    );
+    let failed = sim.find("per_shard", TaskKind::Step);
+    assert_eq!(failed.status, TaskStatus::Failed);
+    assert_eq!(failed.error.as_ref().unwrap().kind, ErrorKind::Operator);
+    assert_eq!(sim.state.job.status, JobStatus::Compensating);
+    assert_eq!(
+        sim.find("prepare", TaskKind::Compensation).status,
+        TaskStatus::Ready
+    );
+}
