@@ -17,8 +17,8 @@ use crate::time::Duration;
 mod http;
 
 pub use http::{
-    DEFAULT_HTTP_TIMEOUT, DEFAULT_POLL_INTERVAL, HTTP_COMMAND, MAX_POLLING, METHODS,
-    is_secret_name, secret_names,
+    DEFAULT_HTTP_TIMEOUT, DEFAULT_POLL_INTERVAL, HTTP_COMMAND, MAX_POLLING, METHODS, SecretPart,
+    is_secret_name, secret_parts,
 };
 
 /// Per-attempt timeout (and lease) of a handler that names none.

@@ -542,6 +542,18 @@ impl DestinationPolicy {
     }
 }
 
+/// An absolute `http://` or `https://` URL with a host, or why `text` is not one: what an HTTP
+/// step may call.
+pub fn http_url(text: &str) -> Result<Url, String> {
+    match Url::parse(text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Ok(url),
+        Ok(_) => Err(format!(
+            "'{text}' is not an http:// or https:// URL with a host"
+        )),
+        Err(error) => Err(format!("'{text}' is not a valid URL ({error})")),
+    }
+}
+
 /// A URL as shown to someone who may not see where it points in full: the scheme, host and port
 /// only, since the user information, path and query often carry secrets
 /// (`https://hooks.example.com/…`). Text that is no URL is hidden entirely.

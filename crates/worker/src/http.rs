@@ -42,7 +42,8 @@ use reqwest::{Method, StatusCode, Url};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use starbridge_api::client::shorten;
-use starbridge_core::destination::{DestinationPolicy, Verdict};
+use starbridge_core::definition::{SecretPart, secret_parts};
+use starbridge_core::destination::{DestinationPolicy, Verdict, http_url};
 use starbridge_core::limits::DEFAULT_MAX_TASK_BYTES;
 use starbridge_egress::{Refused, failure, guarded_client, refused_in};
 
@@ -448,34 +449,20 @@ fn fill(
     text: &str,
     mut value_of: impl FnMut(&str) -> Result<String, SecretError>,
 ) -> Result<String, String> {
+    let parts = secret_parts(text).ok_or_else(|| {
+        "a string named in secret_fields holds an expression that is no `${{ secrets.NAME }}`"
+            .to_owned()
+    })?;
     let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(open) = rest.find("${{") {
-        out.push_str(&rest[..open]);
-        let after = &rest[open + 3..];
-        let reference = after.find("}}").and_then(|close| {
-            let name = after[..close].trim().strip_prefix("secrets.")?;
-            Some((name, close))
-        });
-        let Some((name, close)) = reference else {
-            return Err("a string named in secret_fields holds an expression that is no `${{ secrets.NAME }}`".to_owned());
-        };
-        out.push_str(&value_of(name).map_err(|error| error.to_string())?);
-        rest = &after[close + 2..];
+    for part in parts {
+        match part {
+            SecretPart::Text(text) => out.push_str(text),
+            SecretPart::Secret(name) => {
+                out.push_str(&value_of(name).map_err(|error| error.to_string())?);
+            }
+        }
     }
-    out.push_str(rest);
     Ok(out)
-}
-
-/// An absolute http(s) URL, or why `text` is not one.
-fn http_url(text: &str) -> Result<Url, String> {
-    match Url::parse(text) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Ok(url),
-        Ok(_) => Err(format!(
-            "'{text}' is not an http:// or https:// URL with a host"
-        )),
-        Err(error) => Err(format!("'{text}' is not a valid URL ({error})")),
-    }
 }
 
 /// The headers to send; a value that is not text (or not valid in a header) fails the task.

@@ -186,10 +186,8 @@ impl Checker {
         if text.contains("${{") {
             return;
         }
-        match url::Url::parse(text) {
-            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => {}
-            Ok(_) => self.problem(field, "must be an http:// or https:// URL with a host"),
-            Err(error) => self.problem(field, format!("not a valid URL ({error})")),
+        if let Err(message) = crate::destination::http_url(text) {
+            self.problem(field, message);
         }
     }
 
@@ -252,29 +250,44 @@ pub(super) fn secret_string(text: &str) -> Result<bool, String> {
     if !reads_secrets {
         return Ok(false);
     }
-    if secret_names(text).is_some() {
+    if secret_parts(text).is_some() {
         Ok(true)
     } else {
         Err("a secret is read as a whole `${{ secrets.NAME }}` (NAME: letters, digits and '_'), and a string holding one takes no other expression".to_owned())
     }
 }
 
-/// The secrets `text` references, in order, when each of its `${{ … }}` is exactly
-/// `secrets.NAME`; `None` otherwise. The worker resolves the references this reads.
-pub fn secret_names(text: &str) -> Option<Vec<&str>> {
-    let mut names = Vec::new();
+/// A piece of a string that holds secret references.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretPart<'t> {
+    /// Text sent as it is.
+    Text(&'t str),
+    /// `${{ secrets.NAME }}`: the secret's name.
+    Secret(&'t str),
+}
+
+/// `text` split into its text and its secret references, in order, when each of its `${{ … }}`
+/// is exactly `secrets.NAME`; `None` otherwise. The worker fills in the references this reads.
+pub fn secret_parts(text: &str) -> Option<Vec<SecretPart<'_>>> {
+    let mut parts = Vec::new();
     let mut rest = text;
     while let Some(open) = rest.find("${{") {
+        if open > 0 {
+            parts.push(SecretPart::Text(&rest[..open]));
+        }
         let after = &rest[open + 3..];
         let close = after.find("}}")?;
         let name = after[..close].trim().strip_prefix("secrets.")?;
         if !is_secret_name(name) {
             return None;
         }
-        names.push(name);
+        parts.push(SecretPart::Secret(name));
         rest = &after[close + 2..];
     }
-    Some(names)
+    if !rest.is_empty() {
+        parts.push(SecretPart::Text(rest));
+    }
+    Some(parts)
 }
 
 /// A secret's name: a letter or `_`, then letters, digits and `_`.
@@ -459,8 +472,12 @@ steps:
         assert_eq!(secret_string("${{ params.x }}"), Ok(false));
         assert_eq!(secret_string("Bearer ${{ secrets.CMDB_TOKEN }}"), Ok(true));
         assert_eq!(
-            secret_names("${{secrets.A}}:${{ secrets.b_2 }}"),
-            Some(vec!["A", "b_2"])
+            secret_parts("${{secrets.A}}:${{ secrets.b_2 }}"),
+            Some(vec![
+                SecretPart::Secret("A"),
+                SecretPart::Text(":"),
+                SecretPart::Secret("b_2")
+            ])
         );
         for refused in [
             "${{ secrets.A }} ${{ params.x }}",
