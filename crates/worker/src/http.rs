@@ -197,13 +197,11 @@ impl HttpExecutor {
                     .await
             }
             Some(polling) => {
-                // Headers holding a secret go to the request's own origin only.
-                let mut headers = headers;
-                if http_url(&polling.location).is_ok_and(|url| url.origin() != origin.origin()) {
-                    for name in &filled.secret_headers {
-                        headers.remove(name.as_str());
-                    }
-                }
+                let headers = OriginHeaders {
+                    origin: &origin,
+                    headers,
+                    secret_headers: &filled.secret_headers,
+                };
                 self.poll(&exchange, polling, headers).await
             }
         }
@@ -252,7 +250,12 @@ impl HttpExecutor {
 
     /// GETs a long-running operation's `Location`. A transient failure polls again rather than
     /// fail the attempt, which would send the request anew.
-    async fn poll(&self, exchange: &Exchange<'_>, polling: Polling, headers: HeaderMap) -> Outcome {
+    async fn poll(
+        &self,
+        exchange: &Exchange<'_>,
+        polling: Polling,
+        headers: OriginHeaders<'_>,
+    ) -> Outcome {
         if let Some(max) = exchange.request.max_polling_ms
             && unix_millis().saturating_sub(polling.polling_since_ms) >= max
         {
@@ -274,6 +277,7 @@ impl HttpExecutor {
         if let Err(refused) = self.check(&location) {
             return Outcome::fail_permanently(refused);
         }
+        let headers = headers.for_url(&location);
         let what = format!("GET {location}");
         let answer = self
             .client
@@ -434,6 +438,27 @@ struct Exchange<'r> {
     interval: Duration,
     /// The largest output the server takes.
     limit: usize,
+}
+
+/// The request's headers, and which of them hold a secret, for requests beyond the first.
+struct OriginHeaders<'r> {
+    /// The request's own URL.
+    origin: &'r Url,
+    headers: HeaderMap,
+    /// The (lowercase) names of the headers that hold a secret.
+    secret_headers: &'r BTreeSet<String>,
+}
+
+impl OriginHeaders<'_> {
+    /// The headers to send to `url`: those holding a secret only on the request's own origin.
+    fn for_url(mut self, url: &Url) -> HeaderMap {
+        if url.origin() != self.origin.origin() {
+            for name in self.secret_headers {
+                self.headers.remove(name.as_str());
+            }
+        }
+        self.headers
+    }
 }
 
 /// The request's parts with the secrets filled in.
