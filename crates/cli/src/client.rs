@@ -150,6 +150,28 @@ pub(crate) async fn workflows(context: &Context) -> Result<ExitCode> {
     })
 }
 
+#[derive(clap::Subcommand)]
+pub(crate) enum WorkflowCommand {
+    /// Delete a workflow: it is hidden and runs no new job (its versions stay for the jobs
+    /// that ran them; applying it again continues at the next version). Refused while a job
+    /// of it could still run or be retried, a schedule runs it, or another workflow starts it.
+    Delete {
+        /// The workflow.
+        name: String,
+    },
+}
+
+/// Acts on one workflow.
+pub(crate) async fn workflow(context: &Context, command: &WorkflowCommand) -> Result<ExitCode> {
+    match command {
+        WorkflowCommand::Delete { name } => {
+            context.client.delete_workflow(name).await?;
+            eprintln!("workflow {name} deleted");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct SubmitArgs {
     /// Workflow to run.

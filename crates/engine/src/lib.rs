@@ -323,6 +323,17 @@ impl Engine {
             .await
     }
 
+    /// Deletes (hides) a workflow: its versions stay for the jobs that ran them, and a later
+    /// apply continues at the next version number. Refused (a conflict naming them) while an
+    /// unfinished or retryable job, a schedule, or another workflow's sub-workflow step uses it.
+    pub async fn delete_workflow(&self, namespace: &str, name: &str) -> Result<()> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.inner
+            .writer
+            .write(move |ctx| commands::delete_workflow(ctx, &namespace, &name))
+            .await
+    }
+
     pub async fn submit(&self, namespace: &str, request: Submit) -> Result<Submitted> {
         let namespace = namespace.to_owned();
         self.inner

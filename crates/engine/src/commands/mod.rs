@@ -29,7 +29,7 @@ pub use signals::SignalAccepted;
 pub(crate) use signals::{decide, signal};
 pub(crate) use submit::submit;
 pub(crate) use tick::tick;
-pub(crate) use workflows::apply_workflow;
+pub(crate) use workflows::{apply_workflow, delete_workflow};
 
 use claim::lease_of;
 use locks::start_waiting_jobs;

@@ -847,6 +847,9 @@ pub(crate) struct WorkflowPage<'a> {
     pub(crate) latest: u32,
     /// The version compared with, and its definition.
     pub(crate) compared: Option<(u32, &'a Value)>,
+    /// The workflow is deleted: its versions are shown for the jobs that ran them, but it runs
+    /// no new job.
+    pub(crate) deleted: bool,
 }
 
 pub(crate) fn workflow(ns: &Ns, data: &WorkflowPage<'_>) -> String {
@@ -858,6 +861,18 @@ pub(crate) fn workflow(ns: &Ns, data: &WorkflowPage<'_>) -> String {
         Esc(name),
         stored.version
     );
+    if data.deleted {
+        body.push_str(
+            r#"<p class="notice" id="workflow-deleted">This workflow is deleted: it runs no new job. Its versions stay for the jobs that ran them; applying it again stores the next version.</p>"#,
+        );
+    } else {
+        let _ = write!(
+            body,
+            r#"<div id="actions" class="actions"><button type="button" id="act-delete" class="danger" data-url="{url}" data-method="DELETE" data-then="{list}" data-confirm="Delete this workflow: it runs no new job, and it is hidden from the list. Its versions stay for the jobs that ran them. Refused while a job of it could still run or be retried, a schedule runs it, or another workflow starts it." data-fields="reason">Delete…</button></div>"#,
+            url = Esc(&ns.href(&format!("/api/v1/workflows/{}", url(name)), &[])),
+            list = Esc(&ns.href("/ui/workflows", &[])),
+        );
+    }
     if let Some(description) = &stored.description {
         let _ = write!(body, "<p>{}</p>", Esc(description));
     }
@@ -888,12 +903,14 @@ pub(crate) fn workflow(ns: &Ns, data: &WorkflowPage<'_>) -> String {
         file = Esc(&format!("{name}-v{version}")),
         drawn = graph::svg(&graph, None),
     );
-    let _ = write!(
-        body,
-        r#"<section aria-labelledby="submit-title"><h2 id="submit-title">Submit a job</h2><form id="submit-job" class="submit" data-workflow="{name}" data-version="{version}">{fields}<div class="field"><label for="submit-key">Key (optional: a repeated key returns the existing job)</label><input id="submit-key" name="key" type="text"></div><div class="buttons"><button type="submit" class="primary">Submit v{version}</button></div><p class="error" id="submit-error" role="alert"></p></form></section>"#,
-        name = Esc(name),
-        fields = super::form::fields(data.workflow.params_schema.as_ref()),
-    );
+    if !data.deleted {
+        let _ = write!(
+            body,
+            r#"<section aria-labelledby="submit-title"><h2 id="submit-title">Submit a job</h2><form id="submit-job" class="submit" data-workflow="{name}" data-version="{version}">{fields}<div class="field"><label for="submit-key">Key (optional: a repeated key returns the existing job)</label><input id="submit-key" name="key" type="text"></div><div class="buttons"><button type="submit" class="primary">Submit v{version}</button></div><p class="error" id="submit-error" role="alert"></p></form></section>"#,
+            name = Esc(name),
+            fields = super::form::fields(data.workflow.params_schema.as_ref()),
+        );
+    }
     // The diff against another version.
     if data.latest > 1 {
         let mut options: Vec<(String, String)> = Vec::new();

@@ -60,7 +60,8 @@ pub use tasks::{
 };
 pub use timers::{due_jobs, next_timer};
 pub use workflows::{
-    insert_workflow, latest_version, list_workflows, workflow, workflow_version_of,
+    hide_workflow, highest_version, insert_workflow, latest_version, list_workflows,
+    unsettled_jobs, workflow, workflow_version_of,
 };
 
 fn json_text(value: &Value) -> String {

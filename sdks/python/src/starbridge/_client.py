@@ -121,6 +121,12 @@ class Client:
         query = [("version", str(version))] if version is not None else []
         return self._view(Call("GET", f"/api/v1/workflows/{segment(name)}", query))
 
+    def delete_workflow(self, name: str) -> None:
+        """`DELETE /api/v1/workflows/{name}`: hides the workflow (its versions stay for the jobs
+        that ran them; a later apply continues at the next version). 409 naming what still uses
+        it: jobs not succeeded, schedules, other workflows' sub-workflow steps."""
+        self.call(Call("DELETE", f"/api/v1/workflows/{segment(name)}"))
+
     # --- jobs ---------------------------------------------------------------------------------
 
     def submit(

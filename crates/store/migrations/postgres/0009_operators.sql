@@ -1,0 +1,9 @@
+-- A deleted workflow is hidden, not dropped: its versions stay for the jobs that show them, and
+-- a later apply continues at the next version number. `deleted_at` is set on every version of
+-- the name when it is deleted; a version applied afterwards has none.
+ALTER TABLE workflows ADD COLUMN deleted_at BIGINT;
+-- Stop on error: `on_error = 'pause'` pauses the queue when a forward task on it fails for good,
+-- and `paused_reason` says why (NULL for a pause an operator asked for).
+ALTER TABLE queues ADD COLUMN on_error TEXT NOT NULL DEFAULT 'continue';
+ALTER TABLE queues ADD COLUMN paused_reason TEXT;
+ALTER TABLE queue_prefixes ADD COLUMN on_error TEXT NOT NULL DEFAULT 'continue';
