@@ -27,7 +27,7 @@ use serde_json::Value;
 pub use jiff::Timestamp;
 #[cfg(feature = "openapi")]
 pub use starbridge_core::definition::WorkflowDefinition;
-pub use starbridge_core::dispatch::QueueMode;
+pub use starbridge_core::dispatch::{OnError, QueueMode};
 pub use starbridge_core::labels::Labels;
 pub use starbridge_core::model::{
     AttemptOutcome, BulkAction, ErrorKind, EventKind, JobStatus, TaskKind, TaskStatus,
@@ -717,8 +717,21 @@ pub struct QueueView {
         schema(required = true, minimum = 1, maximum = 4294967295u64)
     )]
     pub concurrency: Option<u32>,
-    /// A paused queue keeps its tasks but hands none out.
+    /// A paused queue keeps its tasks but hands none out (but see `paused_reason`).
     pub paused: bool,
+    /// Why the queue paused itself: a forward task on it failed for good and its `on_error` is
+    /// `pause`. It still hands out compensation tasks, so the failing job can roll back;
+    /// resuming clears it. Null when it is not paused or an operator paused it (which stops
+    /// compensations too).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub paused_reason: Option<String>,
+    /// `pause`: the queue pauses when a forward task on it fails for good (not a compensation,
+    /// not a step with `continue_on_failure`, not an operator's `fail`); `continue` (the
+    /// default): it goes on.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = OnError))]
+    pub on_error: Open<OnError>,
     /// A ready task that has waited longer than this goes ahead of priority order, oldest first
     /// (300000, 5 minutes, unless changed).
     #[cfg_attr(feature = "openapi", schema(minimum = 1))]
@@ -776,6 +789,10 @@ pub struct QueuePrefixView {
     /// At most `tokens` task starts per `per_ms` on each queue; null: no rate limit.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub rate: Option<RateView>,
+    /// As [`QueueView::on_error`], for each queue.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = OnError))]
+    pub on_error: Open<OnError>,
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
     /// When the settings were last changed.
@@ -883,6 +900,10 @@ pub struct QueueSettings {
     )]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<RateSettings>))]
     pub rate: Option<Option<RateSettings>>,
+    /// `pause`: stop the queue when a forward task on it fails for good (see
+    /// [`QueueView::on_error`]); `continue`: go on. Any other value is a 400.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<OnError>))]
+    pub on_error: Option<Open<OnError>>,
 }
 
 /// Tells an absent field (`None`) from an explicit `null` (`Some(None)`).
@@ -1645,6 +1666,7 @@ mod tests {
         ]);
         pinned::<BulkAction>(&["pause", "resume", "cancel", "retry", "delete"]);
         pinned::<QueueMode>(&["parallel", "serial"]);
+        pinned::<OnError>(&["continue", "pause"]);
         pinned::<Overlap>(&["skip", "allow", "queue_one"]);
         pinned::<CatchUpKind>(&["skip", "once", "all"]);
         pinned::<Scope>(&["admin", "operate", "submit", "work", "read"]);

@@ -786,6 +786,23 @@ impl Machine<'_> {
         if continues {
             detail["continues"] = Value::Bool(true);
         }
+        if !continues
+            && self.state.tasks[index].kind != TaskKind::Compensation
+            && error.kind != ErrorKind::Operator
+            && !self.state.tasks[index].queue.is_empty()
+        {
+            let task = &self.state.tasks[index];
+            self.actions.push(Action::TaskFailedOnQueue {
+                queue: task.queue.clone(),
+                reason: format!(
+                    "task {} (step {}) of job {} failed: {}",
+                    task.id,
+                    task.step,
+                    self.state.job.id,
+                    clip(&error.message, 200)
+                ),
+            });
+        }
         let task = &mut self.state.tasks[index];
         task.status = TaskStatus::Failed;
         task.checking = false;
@@ -1567,3 +1584,15 @@ mod waits;
 
 #[cfg(test)]
 mod tests;
+
+/// At most `max` bytes of `text`, cut at a character boundary, with `…` when cut.
+fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}

@@ -714,6 +714,10 @@ pub enum Action {
     Wake { queue: String },
     /// A queue template rendered this name for a task: create the queue if it is new.
     EnsureQueue { queue: String },
+    /// A forward task on this queue failed for good (not a compensation, not a step that
+    /// continues on failure, not an operator's `fail`): a queue set to `on_error: pause`
+    /// pauses, giving `reason`.
+    TaskFailedOnQueue { queue: String, reason: String },
     /// The job ended: free its lock slot and start the next job waiting for it.
     ReleaseLock { key: String },
     /// Keep a signal the job received.

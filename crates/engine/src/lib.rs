@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
-use starbridge_core::dispatch::{QueueMode, QueueState, RateLimit};
+use starbridge_core::dispatch::{OnError, QueueMode, QueueState, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::labels::Labels;
 use starbridge_core::model::{
@@ -83,6 +83,7 @@ pub struct QueueChange {
     pub max_wait: Option<Duration>,
     /// `Some(None)` removes the rate limit.
     pub rate: Option<Option<RateLimit>>,
+    pub on_error: Option<OnError>,
 }
 
 /// A queue as it dispatches now.
@@ -723,12 +724,15 @@ impl Engine {
                 let mut next: Option<Timestamp> = None;
                 let mut earliest = |at: Timestamp| next = Some(next.map_or(at, |n| n.min(at)));
                 for queue in &open {
-                    if let Some(at) = rows::next_available(conn, &namespace, &queue.name)? {
+                    let name = &queue.name;
+                    if let Some(at) =
+                        rows::next_available(conn, &namespace, name, queue.rollback_only)?
+                    {
                         earliest(at);
                     }
                 }
                 for (queue, at) in reopen {
-                    if rows::next_available(conn, &namespace, &queue)?.is_some() {
+                    if rows::next_available(conn, &namespace, &queue, false)?.is_some() {
                         earliest(at);
                     }
                 }
@@ -917,6 +921,7 @@ impl Engine {
                             u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX),
                         )
                     });
+                    let paused_reason = stored.and_then(|q| q.paused_reason);
                     states.insert(
                         queue,
                         QueueState {
@@ -924,6 +929,7 @@ impl Engine {
                             running,
                             tokens,
                             last_poll,
+                            paused_reason,
                         },
                     );
                 }

@@ -23,6 +23,8 @@ struct Sim {
     to_children: Vec<Action>,
     /// The queues rendered queue templates named (`EnsureQueue`), in order.
     queues_made: Vec<String>,
+    /// The queues told of a forward task failing for good (`TaskFailedOnQueue`), with why.
+    failed_on_queues: Vec<(String, String)>,
 }
 
 impl Sim {
@@ -62,6 +64,7 @@ impl Sim {
             limits,
             to_children: Vec::new(),
             queues_made: Vec::new(),
+            failed_on_queues: Vec::new(),
         };
         sim.absorb(actions);
         sim
@@ -75,6 +78,9 @@ impl Sim {
                     self.to_children.push(action);
                 }
                 Action::EnsureQueue { queue } => self.queues_made.push(queue),
+                Action::TaskFailedOnQueue { queue, reason } => {
+                    self.failed_on_queues.push((queue, reason));
+                }
                 _ => {}
             }
         }
@@ -642,6 +648,60 @@ fn failure_compensates_the_failed_step_then_finished_steps_in_reverse() {
     }
     assert_eq!(sim.compensation_order(), vec!["c", "b", "a"]);
     assert_eq!(sim.state.job.status, JobStatus::Failed);
+}
+
+#[test]
+fn only_a_forward_task_failing_for_good_tells_its_queue() {
+    let mut sim = Sim::new(ROLLBACK, json!({}));
+    sim.complete("a", json!({}));
+    sim.complete("b", json!({}));
+    sim.complete("mid", json!({}));
+    sim.fail("c", false);
+    assert_eq!(sim.failed_on_queues.len(), 1);
+    let (queue, reason) = &sim.failed_on_queues[0];
+    let failed = sim.find("c", TaskKind::Step);
+    assert_eq!(queue, &failed.queue);
+    assert!(
+        reason.contains(failed.id.as_str()) && reason.ends_with("failed: c broke"),
+        "{reason}"
+    );
+    // A compensation failing for good does not.
+    let id = sim.ready()[0].clone();
+    let token = sim.claim_task(&id);
+    sim.apply(Input::Fail {
+        task: id,
+        lease_token: token,
+        error: ReportedError {
+            message: "undo broke".into(),
+            retryable: false,
+            retry_after: None,
+        },
+        logs: None,
+    })
+    .unwrap();
+    assert_eq!(sim.state.job.status, JobStatus::CompensationFailed);
+    assert_eq!(sim.failed_on_queues.len(), 1);
+
+    // Nor does a retried attempt, a step that continues on failure, or an operator's fail.
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 2}}\n\
+         - {id: b, queue: q, command: c, continue_on_failure: true}\n\
+         - {id: c, queue: q, command: c}\n",
+        json!({}),
+    );
+    sim.fail("a", true);
+    assert!(sim.failed_on_queues.is_empty());
+    sim.advance(Duration::from_secs(60));
+    sim.complete("a", json!({}));
+    sim.fail("b", false);
+    assert!(sim.failed_on_queues.is_empty());
+    let c = sim.find("c", TaskKind::Step).id.clone();
+    sim.operate(OperatorAction::FailTask {
+        task: c,
+        message: "stop".into(),
+    })
+    .unwrap();
+    assert!(sim.failed_on_queues.is_empty());
 }
 
 #[test]

@@ -213,6 +213,9 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                     queues_made.insert(queue);
                 }
             }
+            Action::TaskFailedOnQueue { queue, reason } => {
+                queues::stop_on_error(ctx, namespace, &queue, &reason)?;
+            }
             Action::ReleaseLock { key } => released.push(key),
             Action::InsertSignal(signal) => rows::insert_signal(ctx.conn, &state.job, &signal)?,
             Action::ConsumeSignal { seq, task } => {

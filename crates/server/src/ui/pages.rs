@@ -1194,10 +1194,26 @@ pub(crate) fn queues(ns: &Ns, data: &QueuesPage<'_>) -> String {
             || "never".to_owned(),
             |ago| format!("{} ago", duration(ago as i64)),
         );
-        let (state, action, label) = if queue.paused {
-            (badge("paused"), "resume", "Resume")
-        } else {
-            (badge("active"), "pause", "Pause")
+        let (state, action, label) = match (queue.paused, &queue.paused_reason) {
+            (true, Some(reason)) => (
+                format!(
+                    r#"{} <span class="error">stopped on error: {}</span>"#,
+                    badge("paused"),
+                    Esc(reason)
+                ),
+                "resume",
+                "Resume",
+            ),
+            (true, None) => (badge("paused"), "resume", "Resume"),
+            (false, _) if queue.on_error.known() == Some(api::OnError::Pause) => (
+                format!(
+                    r#"{} <span class="muted">pauses on error</span>"#,
+                    badge("active")
+                ),
+                "pause",
+                "Pause",
+            ),
+            (false, _) => (badge("active"), "pause", "Pause"),
         };
         let [mode, priority, limit, rate] = settings_text(
             queue.mode.as_str(),

@@ -7,3 +7,7 @@ ALTER TABLE workflows ADD COLUMN deleted_at INTEGER;
 ALTER TABLE queues ADD COLUMN on_error TEXT NOT NULL DEFAULT 'continue';
 ALTER TABLE queues ADD COLUMN paused_reason TEXT;
 ALTER TABLE queue_prefixes ADD COLUMN on_error TEXT NOT NULL DEFAULT 'continue';
+-- The compensation tasks a queue stopped on error still hands out; only compensation rows have
+-- an entry, so forward tasks pay nothing for it.
+CREATE INDEX tasks_rollback ON tasks (namespace, queue, priority DESC, available_at, id)
+    WHERE status = 'ready' AND held = 0 AND kind = 'compensation';

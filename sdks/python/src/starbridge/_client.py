@@ -385,8 +385,9 @@ class Client:
 
     def configure_queue(self, name: str, **settings: Any) -> View:
         """`PUT /api/v1/queues/{name}`: changes the settings given (`mode`, `priority`,
-        `concurrency`, `max_wait`, `rate`) and leaves the others; `concurrency=None` or
-        `rate=None` removes that limit."""
+        `concurrency`, `max_wait`, `rate`, `on_error`) and leaves the others; `concurrency=None`
+        or `rate=None` removes that limit; `on_error="pause"` stops the queue when a task on it
+        fails for good (its `paused_reason` says why)."""
         return self._view(Call("PUT", f"/api/v1/queues/{segment(name)}", body=settings, has_body=True))
 
     def pause_queue(self, name: str) -> View:
