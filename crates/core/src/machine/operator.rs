@@ -6,7 +6,8 @@
 //! from the moment the revoked lease would have lapsed, so that two copies never run at once;
 //! meanwhile its worker's reports under the revoked lease are refused with the reason
 //! (`Rejection::LeaseRevoked`), which tells it to stop. The attempt it ran is not counted
-//! against `max_attempts`.
+//! against `max_attempts`. A task awaiting a callback holds no lease: requeued, it is claimable
+//! at once, and its callback token answers 410 from then on.
 //!
 //! Retry, skip-on-a-failed-job and rerun start a new *round*: the tasks they reset carry the new
 //! round number, and so do the compensations planned afterwards, so the previous round's
@@ -21,7 +22,7 @@ use super::Machine;
 use crate::ids::TaskId;
 use crate::model::{
     ChildCommand, ErrorKind, EventKind, JobStatus, OperatorAction, OperatorCommand, Rejection,
-    TaskError, TaskKind, TaskStatus,
+    TaskError, TaskKind, TaskStatus, WaitFor,
 };
 
 fn not_applicable(message: String) -> Rejection {
@@ -174,7 +175,14 @@ impl Machine<'_> {
     ) -> Result<(), Rejection> {
         let task = &self.state.tasks[index];
         let status = task.status;
-        if let Some(wait) = &task.wait {
+        // A task whose worker handed the attempt to another system holds no lease: its
+        // callback token is refused (410) once the task has moved on, so the next attempt is
+        // claimable at once.
+        let awaits_callback = task
+            .wait
+            .as_ref()
+            .is_some_and(|wait| matches!(wait.on, WaitFor::Callback { .. }));
+        if let Some(wait) = task.wait.as_ref().filter(|_| !awaits_callback) {
             let on = serde_json::to_value(&wait.on).unwrap_or(Value::Null);
             let what = on["for"].as_str().unwrap_or("something").to_owned();
             return Err(not_applicable(format!(
@@ -206,6 +214,7 @@ impl Machine<'_> {
         task.held = paused && task.kind != TaskKind::Compensation;
         task.available_at = Some(claimable_at);
         task.lease_expires_at = None;
+        task.wait = None;
         task.error = Some(TaskError {
             message: message.clone(),
             retryable: true,
