@@ -509,7 +509,7 @@ pub(crate) struct SkipArgs {
 pub(crate) enum TaskCommand {
     /// Revoke a running task's lease and run it again: its worker is told to stop (its next
     /// heartbeat is refused with the reason), and the next attempt, not counted against
-    /// `max_attempts`, starts once the old lease would have lapsed.
+    /// `max_attempts`, may start once it was told or the old lease would have lapsed.
     Requeue {
         /// The job.
         job: String,

@@ -368,15 +368,14 @@ impl Machine<'_> {
             .position(id)
             .ok_or_else(|| Rejection::UnknownTask(id.clone()))?;
         let task = &self.state.tasks[index];
-        if task.status == TaskStatus::Ready
-            && task.lease_token.as_deref() == Some(lease_token)
-            && let Some(error) = &task.error
-            && error.kind == ErrorKind::Operator
-        {
+        if is_revoked(task, lease_token) {
             // An operator requeued the task (`requeue_task`): its old worker must stop.
+            let why = task
+                .error
+                .as_ref()
+                .map_or("", |error| error.message.as_str());
             return Err(Rejection::LeaseRevoked(format!(
-                "the lease was revoked: {}",
-                error.message
+                "the lease was revoked: {why}"
             )));
         }
         if task.status != TaskStatus::Running || task.lease_token.as_deref() != Some(lease_token) {
@@ -548,6 +547,9 @@ impl Machine<'_> {
             } => self.child_ended(&child, status, output, error)?,
             Input::ChildNotStarted { child, message } => self.child_not_started(&child, message)?,
             Input::RollBack { by } => self.roll_back(by)?,
+            Input::RevocationTold { task, lease_token } => {
+                self.revocation_told(&task, &lease_token);
+            }
             Input::Start => {
                 if self.state.job.status != JobStatus::Queued {
                     return Err(Rejection::NotApplicable(format!(
@@ -1595,4 +1597,24 @@ fn clip(text: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+/// Whether `lease_token` is the lease an operator revoked from `task` (`Requeue`), which its
+/// worker still reports under: the task is ready again, keeping that token until a claim.
+fn is_revoked(task: &Task, lease_token: &str) -> bool {
+    task.status == TaskStatus::Ready
+        && task.lease_token.as_deref() == Some(lease_token)
+        && task
+            .error
+            .as_ref()
+            .is_some_and(|error| error.kind == ErrorKind::Operator)
+}
+
+/// Whether a worker's report (`input`) is made under a lease an operator revoked: the engine
+/// then tells the machine so (`Input::RevocationTold`) before the report is refused.
+pub fn reports_revoked_lease(state: &JobState, input: &Input) -> bool {
+    input
+        .reported_lease()
+        .and_then(|(task, lease_token)| Some((state.task(task)?, lease_token)))
+        .is_some_and(|(task, lease_token)| is_revoked(task, lease_token))
 }

@@ -544,6 +544,34 @@ pub enum Input {
     RollBack { by: JobId },
     /// A queued job got its lock slot (the engine keeps the slots): it starts now.
     Start,
+    /// The worker whose lease an operator revoked (`Requeue`) was told so: its report under
+    /// `lease_token` is being refused with the reason. The task need not wait for the revoked
+    /// lease to lapse: it is claimable at once. Changes nothing otherwise.
+    RevocationTold { task: TaskId, lease_token: String },
+}
+
+impl Input {
+    /// The lease a worker's report is made under, if the input is such a report.
+    pub fn reported_lease(&self) -> Option<(&TaskId, &str)> {
+        match self {
+            Input::Heartbeat {
+                task, lease_token, ..
+            }
+            | Input::Complete {
+                task, lease_token, ..
+            }
+            | Input::Fail {
+                task, lease_token, ..
+            }
+            | Input::CheckLater {
+                task, lease_token, ..
+            }
+            | Input::AwaitCallback {
+                task, lease_token, ..
+            } => Some((task, lease_token)),
+            _ => None,
+        }
+    }
 }
 
 /// An operator's action, with who asked and why (both recorded in the history).

@@ -390,7 +390,7 @@ impl Engine {
                 commands::report(ctx, &task, input.clone(), &scope)
             })
             .answer()
-            .await
+            .await?
     }
 
     /// Several reports at once: each as its own request, all queued for the same group
@@ -409,7 +409,11 @@ impl Engine {
                 })
             })
             .collect();
-        writer::answers(pending).await
+        writer::answers(pending)
+            .await
+            .into_iter()
+            .map(|answer| answer.and_then(|refused_or_reported| refused_or_reported))
+            .collect()
     }
 
     /// An operator's action (pause, resume, cancel, retry, skip, rerun, a task's requeue or fail)

@@ -5,7 +5,8 @@
 //! Requeue revokes a running task's lease: the task is ready again at once, but claimable only
 //! from the moment the revoked lease would have lapsed, so that two copies never run at once;
 //! meanwhile its worker's reports under the revoked lease are refused with the reason
-//! (`Rejection::LeaseRevoked`), which tells it to stop. The attempt it ran is not counted
+//! (`Rejection::LeaseRevoked`), which tells it to stop; once a report has been refused so, the
+//! worker knows, and the task is claimable at once (`RevocationTold`). The attempt it ran is not counted
 //! against `max_attempts`. A task awaiting a callback holds no lease: requeued, it is claimable
 //! at once, and its callback token answers 410 from then on.
 //!
@@ -228,6 +229,22 @@ impl Machine<'_> {
         self.record(EventKind::TaskRequeued, Some(index), detail);
         self.wake(index);
         Ok(())
+    }
+
+    /// The worker of a revoked lease was told to stop (its report is being refused): the task
+    /// is claimable at once rather than when the revoked lease would have lapsed.
+    pub(super) fn revocation_told(&mut self, id: &TaskId, lease_token: &str) {
+        let Some(index) = self.state.position(id) else {
+            return;
+        };
+        let now = self.now;
+        let task = &mut self.state.tasks[index];
+        if !super::is_revoked(task, lease_token) || task.available_at.is_none_or(|at| at <= now) {
+            return;
+        }
+        task.available_at = Some(now);
+        self.save_task(index);
+        self.wake(index);
     }
 
     /// Fails a waiting, ready or running task for good with the operator's message; the job
