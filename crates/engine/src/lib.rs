@@ -162,6 +162,24 @@ pub struct Claimed {
     pub callback_token: String,
 }
 
+/// A worker's long poll: up to `max` tasks of `queues` in `namespace` for `worker`, waiting up
+/// to `wait` when none is ready.
+#[derive(Debug, Clone)]
+pub struct Poll {
+    pub namespace: String,
+    pub queues: Vec<String>,
+    pub worker: String,
+    pub max: u32,
+    pub wait: std::time::Duration,
+}
+
+/// What a poll did: the answer of each report it carried, in order, and the tasks it claimed.
+#[derive(Debug)]
+pub struct Polled {
+    pub reports: Vec<Result<Reported>>,
+    pub claimed: Vec<Claimed>,
+}
+
 /// Which tasks a worker's report may touch: any (the default), or only those of one namespace
 /// and, optionally, some queues (an API token's bounds).
 #[derive(Debug, Clone, Default)]
@@ -357,12 +375,27 @@ impl Engine {
         worker: &str,
         max: u32,
     ) -> Result<Vec<Claimed>> {
+        self.claimed(self.enqueue_claim(namespace, queues, worker, max))
+            .await
+    }
+
+    /// Queues a claim for the next group transaction (see `claim`).
+    fn enqueue_claim(
+        &self,
+        namespace: &str,
+        queues: Vec<String>,
+        worker: &str,
+        max: u32,
+    ) -> writer::Pending<Vec<Claimed>> {
         let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
-        let claimed = self
-            .inner
+        self.inner
             .writer
-            .write(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
-            .await?;
+            .enqueue(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
+    }
+
+    /// The tasks a queued claim took, counted for the vacuumer.
+    async fn claimed(&self, claim: writer::Pending<Vec<Claimed>>) -> Result<Vec<Claimed>> {
+        let claimed = claim.answer().await?;
         self.inner
             .upkeep
             .claimed
@@ -388,7 +421,16 @@ impl Engine {
         reports: Vec<(TaskId, Input)>,
         scope: TaskScope,
     ) -> Vec<Result<Reported>> {
-        let pending: Vec<_> = reports
+        writer::answers(self.enqueue_reports(reports, &scope)).await
+    }
+
+    /// Queues each report as its own request for the next group transaction, in order.
+    fn enqueue_reports(
+        &self,
+        reports: Vec<(TaskId, Input)>,
+        scope: &TaskScope,
+    ) -> Vec<writer::Pending<Reported>> {
+        reports
             .into_iter()
             .map(|(task, input)| {
                 let scope = scope.clone();
@@ -396,8 +438,7 @@ impl Engine {
                     commands::report(ctx, &task, input.clone(), &scope)
                 })
             })
-            .collect();
-        writer::answers(pending).await
+            .collect()
     }
 
     /// An operator's action (pause, resume, cancel, retry, skip, rerun, a task's requeue or fail)

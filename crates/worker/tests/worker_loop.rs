@@ -180,6 +180,7 @@ async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -
     Json(PollResponse {
         tasks: waited.unwrap_or_default(),
         max_output_bytes: 256 * 1024,
+        reports: Vec::new(),
     })
     .into_response()
 }

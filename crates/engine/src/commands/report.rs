@@ -4,13 +4,15 @@
 use crate::ctx::WriteCtx;
 use crate::{Error, Reported, Result, TaskScope};
 use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::machine;
 use starbridge_core::model::Input;
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
 use super::{apply, job_of_task, lease_of, load_job, workflow_of};
 
-/// A worker's report (heartbeat, complete, fail, check-later) on a task it holds.
+/// A worker's report (heartbeat, complete, fail, check-later) on a task it holds, or a success
+/// it sends again under the lease that succeeded.
 pub(crate) fn report(
     ctx: &mut WriteCtx<'_>,
     task_id: &TaskId,
@@ -26,7 +28,11 @@ pub(crate) fn report(
         return Err(not_found());
     }
     let compiled = workflow_of(ctx, &state)?;
-    apply(ctx, &compiled.workflow, &mut state, input)?;
+    // A success sent again under the lease it succeeded with changes nothing and is answered
+    // as the first one was.
+    if !machine::repeats_success(&state, &input) {
+        apply(ctx, &compiled.workflow, &mut state, input)?;
+    }
     let task = state
         .task(task_id)
         .cloned()
