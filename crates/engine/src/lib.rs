@@ -375,22 +375,22 @@ impl Engine {
         worker: &str,
         max: u32,
     ) -> Result<Vec<Claimed>> {
-        self.claimed(self.enqueue_claim(namespace, queues, worker, max))
-            .await
+        let mut together = writer::Together::default();
+        let claim = Engine::claim_in(&mut together, namespace, queues, worker, max);
+        self.inner.writer.send(together);
+        self.claimed(claim).await
     }
 
-    /// Queues a claim for the next group transaction (see `claim`).
-    fn enqueue_claim(
-        &self,
+    /// Adds a claim to requests queued together (see `claim`).
+    fn claim_in(
+        together: &mut writer::Together,
         namespace: &str,
         queues: Vec<String>,
         worker: &str,
         max: u32,
     ) -> writer::Pending<Vec<Claimed>> {
         let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
-        self.inner
-            .writer
-            .enqueue(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
+        together.request(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
     }
 
     /// The tasks a queued claim took, counted for the vacuumer.
@@ -415,18 +415,21 @@ impl Engine {
     }
 
     /// Several reports at once: each as its own request, all queued for the same group
-    /// commits. Answers in the order given.
+    /// transaction. Answers in the order given.
     pub async fn report_many(
         &self,
         reports: Vec<(TaskId, Input)>,
         scope: TaskScope,
     ) -> Vec<Result<Reported>> {
-        writer::answers(self.enqueue_reports(reports, &scope)).await
+        let mut together = writer::Together::default();
+        let pending = Engine::reports_in(&mut together, reports, &scope);
+        self.inner.writer.send(together);
+        writer::answers(pending).await
     }
 
-    /// Queues each report as its own request for the next group transaction, in order.
-    fn enqueue_reports(
-        &self,
+    /// Adds each report, as its own request, to requests queued together, in order.
+    fn reports_in(
+        together: &mut writer::Together,
         reports: Vec<(TaskId, Input)>,
         scope: &TaskScope,
     ) -> Vec<writer::Pending<Reported>> {
@@ -434,7 +437,7 @@ impl Engine {
             .into_iter()
             .map(|(task, input)| {
                 let scope = scope.clone();
-                self.inner.writer.enqueue_report(task.clone(), move |ctx| {
+                together.report(task.clone(), move |ctx| {
                     commands::report(ctx, &task, input.clone(), &scope)
                 })
             })

@@ -1,9 +1,9 @@
 //! The long poll of a worker: commits the reports it carries, claims ready tasks, or waits until
 //! some may be claimed (a commit that made tasks ready wakes it through the notifier, a retry
 //! time arrives) or the poll's wait is over. The reports and the first claim are queued to the
-//! writer together, reports first: they share a group transaction (or the reports commit in an
-//! earlier one), so the claim sees what they changed, and nothing is claimed or waited for
-//! before they are durable. Waiting costs no database work: only a wake-up or the next
+//! writer together, reports first: they run in one group transaction, so the claim sees what
+//! they changed (tasks they made ready), and nothing is claimed or waited for before they are
+//! durable. Waiting costs no database work: only a wake-up or the next
 //! availability time leads to another claim.
 
 use std::time::Duration as StdDuration;
@@ -33,8 +33,10 @@ impl Engine {
         self.notifier().polled(namespace, worker, queues);
         let deadline = Instant::now() + *wait;
         let mut woken = self.notifier().register(namespace, queues);
-        let reported = self.enqueue_reports(reports, scope);
-        let claim = self.enqueue_claim(namespace, queues.clone(), worker, *max);
+        let mut together = writer::Together::default();
+        let reported = Engine::reports_in(&mut together, reports, scope);
+        let claim = Engine::claim_in(&mut together, namespace, queues.clone(), worker, *max);
+        self.inner.writer.send(together);
         let reports = writer::answers(reported).await;
         let mut claimed = self.claimed(claim).await?;
         loop {

@@ -20,8 +20,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{body, task_id};
 use crate::limits::{Limit, Limits};
 use crate::openapi::{
-    Body, Failures, Guarded, OtherNamespace, PROBLEM, TaskPath, Unprocessable,
-    problem_answers,
+    Body, Failures, Guarded, OtherNamespace, PROBLEM, TaskPath, Unprocessable, problem_answers,
 };
 use crate::state::AppState;
 use crate::views;
@@ -161,9 +160,7 @@ async fn poll(
     Ok(Json(api::PollResponse {
         tasks: polled.claimed.iter().map(views::leased).collect(),
         max_output_bytes: state.limits.value(Limit::Task),
-        reports: batch::merge(checked, polled.reports, |reported| {
-            report_view(&reported)
-        }),
+        reports: batch::merge(checked, polled.reports, |reported| report_view(&reported)),
     }))
 }
 

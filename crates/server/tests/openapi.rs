@@ -499,6 +499,20 @@ const ALLOWED: &[(&str, &str)] = &[
          is never sent",
     ),
     (
+        "POST /api/v1/tasks/poll: description",
+        "a poll carries the worker's completions (`complete`), reported before it claims; the \
+         hand-written document predates them",
+    ),
+    (
+        "POST /api/v1/tasks/poll 200: description",
+        "the poll's answer also holds `reports`, one per completion it carried",
+    ),
+    (
+        "POST /api/v1/tasks/poll 400: description",
+        "a poll is refused whole for more than 1000 completions (the field is `complete`), which \
+         the hand-written document predates; it has no query parameter or header to name",
+    ),
+    (
         "GET /metrics: description",
         "the hand-written description left out the writer's and the process's series",
     ),

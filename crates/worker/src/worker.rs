@@ -373,6 +373,7 @@ impl Worker {
                 ),
                 wait_ms: Some(wait_ms),
                 namespace: self.namespace.clone(),
+                complete: Vec::new(),
             };
             let polled = tokio::select! {
                 biased;
