@@ -296,8 +296,7 @@ async fn task_outputs_progress_and_errors_over_the_task_limit_are_refused() {
         .await;
     assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(
-        answer.body["errors"][0]["field"],
-        "complete[1].lease_token",
+        answer.body["errors"][0]["field"], "complete[1].lease_token",
         "{}",
         answer.body
     );

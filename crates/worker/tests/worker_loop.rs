@@ -1,12 +1,13 @@
 //! Tests of the worker loop against a small in-process fake of the server's task endpoints
-//! (poll, heartbeat, complete, fail, check-later) over an in-memory list of tasks.
+//! (poll with the successes it carries, heartbeat, complete, fail, check-later) over an
+//! in-memory list of tasks.
 //!
 //! The fake reports everything it receives on a channel, before answering, so a test can wait for
 //! exactly the request it expects; timeouts here only keep a broken test from hanging.
 
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,9 +18,10 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use starbridge_api::{
-    BatchItem, CheckLaterRequest, CompleteRequest, CompleteTasks, CompleteTasksResponse,
-    FailRequest, HeartbeatRequest, HeartbeatResponse, JobStatus, LeasedTask, PollRequest,
-    PollResponse, Problem, ReportResponse, TaskKind, TaskStatus, Timestamp, paths,
+    BatchItem, CheckLaterRequest, CompleteRequest, CompleteTask, CompleteTasks,
+    CompleteTasksResponse, FailRequest, FieldProblem, HeartbeatRequest, HeartbeatResponse,
+    JobStatus, LeasedTask, PollRequest, PollResponse, Problem, ReportResponse, TaskKind,
+    TaskStatus, Timestamp, paths,
 };
 use starbridge_worker::shell::ShellExecutor;
 use starbridge_worker::{Client, Outcome, TaskContext, Worker, WorkerBuilder};
@@ -81,6 +83,10 @@ struct Fake {
     stale_leases: Mutex<HashSet<String>>,
     /// Batch completion requests received.
     batches: AtomicUsize,
+    /// Successes received with polls.
+    carried: AtomicUsize,
+    /// Refuse polls that carry successes, as a server from before them does.
+    predates_carried_completions: AtomicBool,
     events: Mutex<Option<mpsc::UnboundedSender<Event>>>,
 }
 
@@ -140,6 +146,24 @@ fn problem(status: StatusCode, detail: &str) -> Response {
         .into_response()
 }
 
+/// How a server refuses a body field it does not know.
+fn unknown_field(field: &str) -> Response {
+    let message = format!("unknown field `{field}`, expected one of `worker_id`, `queues`");
+    let body = Problem {
+        kind: "/problems/invalid-request".to_owned(),
+        title: "Invalid request".to_owned(),
+        status: 400,
+        detail: format!("body: {message}"),
+        errors: vec![FieldProblem {
+            field: "body".to_owned(),
+            message,
+        }],
+        limit: None,
+    };
+    let content_type = [(header::CONTENT_TYPE, "application/problem+json")];
+    (StatusCode::BAD_REQUEST, content_type, Json(body)).into_response()
+}
+
 fn accepted(status: TaskStatus) -> Response {
     Json(ReportResponse {
         task_status: status.into(),
@@ -157,6 +181,20 @@ async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -
         fake.record(Event::PollRefused);
         return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
     }
+    if !request.complete.is_empty() {
+        if fake.predates_carried_completions.load(Ordering::SeqCst) {
+            fake.record(Event::PollRefused);
+            return unknown_field("complete");
+        }
+        fake.carried
+            .fetch_add(request.complete.len(), Ordering::SeqCst);
+    }
+    // The successes it carries are reported before it claims, each as the batch form would.
+    let reports = request
+        .complete
+        .into_iter()
+        .map(|task| complete_item(&fake, task))
+        .collect();
     let max_tasks = request.max_tasks.unwrap_or(1);
     fake.record(Event::Polled {
         max_tasks,
@@ -180,7 +218,7 @@ async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -
     Json(PollResponse {
         tasks: waited.unwrap_or_default(),
         max_output_bytes: 256 * 1024,
-        reports: Vec::new(),
+        reports,
     })
     .into_response()
 }
@@ -231,37 +269,40 @@ async fn complete_many(
     let items = request
         .tasks
         .into_iter()
-        .map(|task| {
-            if fake
-                .stale_leases
-                .lock()
-                .expect("stale lock")
-                .contains(&task.id)
-            {
-                return BatchItem::Refused {
-                    error: Problem {
-                        kind: "/problems/conflict".into(),
-                        title: "Conflict".into(),
-                        status: 409,
-                        detail: "stale lease".into(),
-                        errors: Vec::new(),
-                        limit: None,
-                    },
-                };
-            }
-            fake.reported();
-            fake.record(Event::Completed {
-                task: task.id,
-                output: task.output,
-                logs: task.logs,
-            });
-            BatchItem::Done(ReportResponse {
-                task_status: TaskStatus::Succeeded.into(),
-                job_status: JobStatus::Running.into(),
-            })
-        })
+        .map(|task| complete_item(&fake, task))
         .collect();
     Json(CompleteTasksResponse { items }).into_response()
+}
+
+/// One success of a batch or of a poll: refused when its lease is stale.
+fn complete_item(fake: &Fake, task: CompleteTask) -> BatchItem<ReportResponse> {
+    if fake
+        .stale_leases
+        .lock()
+        .expect("stale lock")
+        .contains(&task.id)
+    {
+        return BatchItem::Refused {
+            error: Problem {
+                kind: "/problems/conflict".into(),
+                title: "Conflict".into(),
+                status: 409,
+                detail: "stale lease".into(),
+                errors: Vec::new(),
+                limit: None,
+            },
+        };
+    }
+    fake.reported();
+    fake.record(Event::Completed {
+        task: task.id,
+        output: task.output,
+        logs: task.logs,
+    });
+    BatchItem::Done(ReportResponse {
+        task_status: TaskStatus::Succeeded.into(),
+        job_status: JobStatus::Running.into(),
+    })
 }
 
 async fn fail(
@@ -616,8 +657,13 @@ async fn a_report_refused_with_503_is_retried_until_accepted() {
 }
 
 #[tokio::test]
-async fn batched_completions_are_each_answered_retried_and_a_stale_one_dropped() {
+async fn on_a_server_that_refuses_carried_successes_they_are_batched_answered_retried_and_a_stale_one_dropped()
+ {
     let mut server = Server::start().await;
+    server
+        .fake
+        .predates_carried_completions
+        .store(true, Ordering::SeqCst);
     server.fake.failing_reports.store(1, Ordering::SeqCst);
     server
         .fake
@@ -660,6 +706,7 @@ async fn batched_completions_are_each_answered_retried_and_a_stale_one_dropped()
     );
     // The refused batch was sent again; every request went to the batch endpoint.
     assert!(server.fake.batches.load(Ordering::SeqCst) >= 2);
+    assert_eq!(server.fake.carried.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test]
