@@ -85,6 +85,8 @@ struct Fake {
     batches: AtomicUsize,
     /// Successes received with polls.
     carried: AtomicUsize,
+    /// Answer this many polls that carry successes with 503, taking none of them.
+    failing_carrying_polls: AtomicU32,
     /// Refuse polls that carry successes, as a server from before them does.
     predates_carried_completions: AtomicBool,
     events: Mutex<Option<mpsc::UnboundedSender<Event>>>,
@@ -182,6 +184,14 @@ async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -
         return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
     }
     if !request.complete.is_empty() {
+        if fake
+            .failing_carrying_polls
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            fake.record(Event::PollRefused);
+            return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
+        }
         if fake.predates_carried_completions.load(Ordering::SeqCst) {
             fake.record(Event::PollRefused);
             return unknown_field("complete");
@@ -707,6 +717,56 @@ async fn on_a_server_that_refuses_carried_successes_they_are_batched_answered_re
     // The refused batch was sent again; every request went to the batch endpoint.
     assert!(server.fake.batches.load(Ordering::SeqCst) >= 2);
     assert_eq!(server.fake.carried.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_success_rides_on_the_next_poll_and_one_whose_poll_failed_is_reported_on_its_own() {
+    let mut server = Server::start().await;
+    server
+        .fake
+        .failing_carrying_polls
+        .store(1, Ordering::SeqCst);
+    server.fake.push(leased("t1", "work", 30_000));
+    server.fake.push(leased("t2", "work", 30_000));
+    let worker = server
+        .worker()
+        .concurrency(1)
+        .handler("q", "work", |task: TaskContext| async move {
+            Outcome::complete(json!({"id": task.id()}))
+        })
+        .build()
+        .expect("valid worker");
+    let worker = Running::start(worker);
+    let (first, before) = server.next_report().await;
+    assert_eq!(first, completed("t1", json!({"id": "t1"})));
+    assert!(before.contains(&Event::PollRefused), "{before:?}");
+    assert_eq!(
+        server.fake.carried.load(Ordering::SeqCst),
+        0,
+        "t1 went on its own"
+    );
+    let (second, _) = server.next_report().await;
+    assert_eq!(second, completed("t2", json!({"id": "t2"})));
+    assert_eq!(
+        server.fake.carried.load(Ordering::SeqCst),
+        1,
+        "t2 rode on a poll"
+    );
+    let more: Vec<Event> = server
+        .received()
+        .into_iter()
+        .filter(Event::is_report)
+        .collect();
+    assert_eq!(more, [], "a success was reported twice");
+    // The poll that carried t2 still waits for work: stopping cuts it off, and t2's success is
+    // sent again on its own (a real server answers it as the first time).
+    worker.stop().await;
+    let resent: Vec<Event> = server
+        .received()
+        .into_iter()
+        .filter(Event::is_report)
+        .collect();
+    assert_eq!(resent, [completed("t2", json!({"id": "t2"}))]);
 }
 
 #[tokio::test]
