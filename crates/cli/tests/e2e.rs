@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{BIN, Harness, STUCK};
+use common::{BIN, Harness, STUCK, get_text};
 
 fn example(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -997,15 +997,7 @@ async fn a_busy_worker_makes_one_request_per_task_each_success_riding_on_the_nex
     for id in &ids {
         assert_eq!(h.wait_for_end(id).await["status"], "succeeded");
     }
-    let metrics = h
-        .http
-        .get(format!("{}/metrics", h.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = get_text(&h.http, &format!("{}/metrics", h.url)).await;
     let tasks = 4 * 3;
     // The last poll carried the last success and now waits for work: it is not answered yet.
     let polls = requests_answered(&metrics, "method=\"POST\",route=\"/api/v1/tasks/poll\"");

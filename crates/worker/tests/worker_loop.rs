@@ -118,10 +118,7 @@ impl Fake {
 
     /// True when this report should be refused with a 503.
     fn refuse_report(&self, task: &str) -> bool {
-        let refused = self
-            .failing_reports
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
+        let refused = count_down(&self.failing_reports);
         if refused {
             self.record(Event::ReportRefused {
                 task: task.to_owned(),
@@ -129,6 +126,13 @@ impl Fake {
         }
         refused
     }
+}
+
+/// Takes one from `counter` unless it is 0; true when it did.
+fn count_down(counter: &AtomicU32) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 fn problem(status: StatusCode, detail: &str) -> Response {
@@ -175,20 +179,12 @@ fn accepted(status: TaskStatus) -> Response {
 }
 
 async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -> Response {
-    if fake
-        .failing_polls
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-    {
+    if count_down(&fake.failing_polls) {
         fake.record(Event::PollRefused);
         return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
     }
     if !request.complete.is_empty() {
-        if fake
-            .failing_carrying_polls
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
+        if count_down(&fake.failing_carrying_polls) {
             fake.record(Event::PollRefused);
             return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
         }
@@ -413,6 +409,14 @@ impl Server {
             }
             before.push(event);
         }
+    }
+
+    /// The reports among the events received so far.
+    fn reports_received(&mut self) -> Vec<Event> {
+        self.received()
+            .into_iter()
+            .filter(Event::is_report)
+            .collect()
     }
 
     /// Every event received so far (call after the worker stopped).
@@ -704,11 +708,7 @@ async fn on_a_server_that_refuses_carried_successes_they_are_batched_answered_re
     worker.stop().await;
     done.sort();
     assert_eq!(done, ["t0", "t1", "t2", "t4", "t5"]);
-    let more: Vec<Event> = server
-        .received()
-        .into_iter()
-        .filter(Event::is_report)
-        .collect();
+    let more: Vec<Event> = server.reports_received();
     assert_eq!(
         more,
         [],
@@ -752,20 +752,12 @@ async fn a_success_rides_on_the_next_poll_and_one_whose_poll_failed_is_reported_
         1,
         "t2 rode on a poll"
     );
-    let more: Vec<Event> = server
-        .received()
-        .into_iter()
-        .filter(Event::is_report)
-        .collect();
+    let more: Vec<Event> = server.reports_received();
     assert_eq!(more, [], "a success was reported twice");
     // The poll that carried t2 still waits for work: stopping cuts it off, and t2's success is
     // sent again on its own (a real server answers it as the first time).
     worker.stop().await;
-    let resent: Vec<Event> = server
-        .received()
-        .into_iter()
-        .filter(Event::is_report)
-        .collect();
+    let resent: Vec<Event> = server.reports_received();
     assert_eq!(resent, [completed("t2", json!({"id": "t2"}))]);
 }
 
@@ -940,11 +932,7 @@ async fn graceful_shutdown_waits_for_running_handlers_to_finish_and_report() {
 
     within(starts.recv()).await.expect("the handler starts");
     worker.stop().await;
-    let reports: Vec<Event> = server
-        .received()
-        .into_iter()
-        .filter(Event::is_report)
-        .collect();
+    let reports: Vec<Event> = server.reports_received();
     assert_eq!(
         reports,
         [completed("t1", json!({"finished": "after shutdown began"}))]

@@ -5,6 +5,11 @@ use super::*;
 
 const CHAIN: &str = "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c}\n";
 
+async fn apply_chain(store: &Store) {
+    let applied = store.apply_workflow("default", "wf", definition(CHAIN));
+    applied.await.unwrap();
+}
+
 fn poll_of(max: u32) -> Poll {
     Poll {
         namespace: "default".into(),
@@ -30,13 +35,17 @@ fn token(claimed: &Claimed) -> String {
     claimed.task.lease_token.clone().unwrap()
 }
 
+/// A poll for one task that carries the success of `claimed` under its own lease token.
+async fn poll_completing(store: &Store, claimed: &Claimed, output: Value) -> Polled {
+    let reports = vec![completion(claimed, &token(claimed), output)];
+    let scope = TaskScope::default();
+    store.poll(&poll_of(1), reports, &scope).await.unwrap()
+}
+
 async fn a_poll_commits_its_completions_in_order_with_its_claim_which_takes_what_they_made_ready(
     f: Fixture,
 ) {
-    f.store
-        .apply_workflow("default", "wf", definition(CHAIN))
-        .await
-        .unwrap();
+    apply_chain(&f.store).await;
     let first = submit(&f.store, "wf", json!({})).await.state.job.id;
     let second = submit(&f.store, "wf", json!({})).await.state.job.id;
     let mut claimed = f
@@ -102,21 +111,10 @@ async fn a_poll_commits_its_completions_in_order_with_its_claim_which_takes_what
 async fn a_success_sent_again_under_its_lease_is_answered_as_before_and_changes_nothing(
     f: Fixture,
 ) {
-    f.store
-        .apply_workflow("default", "wf", definition(CHAIN))
-        .await
-        .unwrap();
+    apply_chain(&f.store).await;
     let job = submit(&f.store, "wf", json!({})).await.state.job.id;
     let a = claim_one(&f.store).await;
-    let first = f
-        .store
-        .poll(
-            &poll_of(1),
-            vec![completion(&a, &token(&a), json!({"n": 1}))],
-            &TaskScope::default(),
-        )
-        .await
-        .unwrap();
+    let first = poll_completing(&f.store, &a, json!({"n": 1})).await;
     let b = &first.claimed[0];
     let events = |store: &Store| {
         let (store, job) = (store.clone(), job.clone());
@@ -128,15 +126,7 @@ async fn a_success_sent_again_under_its_lease_is_answered_as_before_and_changes_
     let recorded = events(&f.store).await;
     // The poll's answer was lost: the worker sends the same success again, with the poll and
     // on its own, and then under another token.
-    let again = f
-        .store
-        .poll(
-            &poll_of(1),
-            vec![completion(&a, &token(&a), json!({"n": 2}))],
-            &TaskScope::default(),
-        )
-        .await
-        .unwrap();
+    let again = poll_completing(&f.store, &a, json!({"n": 2})).await;
     let repeated = again.reports[0].as_ref().unwrap();
     assert_eq!(
         (repeated.task.status, repeated.job_status),

@@ -25,6 +25,7 @@ from starbridge import _protocol
 from starbridge._http import Call, Connection, ProblemError, decode, dumps
 from starbridge._outcomes import AwaitCallback, CheckLater, NonRetryable
 from starbridge._task import Flag, Task
+from starbridge._views import View
 
 #: How many handlers run at once unless configured.
 DEFAULT_CONCURRENCY = 4
@@ -193,6 +194,16 @@ def refuses_complete(error: ProblemError) -> bool:
 _Carried = list[tuple[dict[str, Any], "asyncio.Future[Any]"]]
 
 
+def _settle(waiting: asyncio.Future[Any], result: View | ProblemError) -> None:
+    """Answers a waiting success with its result, or with the problem that refused it."""
+    if waiting.done():
+        return
+    if isinstance(result, ProblemError):
+        waiting.set_exception(result)
+    else:
+        waiting.set_result(result)
+
+
 class _Completions:
     """How successes are reported: carried by the worker's next poll (`complete` of `POST
     /api/v1/tasks/poll`), so that a busy worker makes one request per cycle, or on their own.
@@ -273,12 +284,7 @@ class _Completions:
             self._hand_back(carried)
             return
         for (_, future), report in zip(carried, reports):
-            if future.done():
-                continue
-            if isinstance(report, ProblemError):
-                future.set_exception(report)
-            else:
-                future.set_result(report)
+            _settle(future, report)
 
     def poll_failed(self, carried: _Carried, error: Exception) -> bool:
         """Hands the successes of a failed poll back to be sent on their own; no poll comes
@@ -344,12 +350,7 @@ class _Completions:
                         waiting.set_exception(unreadable)
                 continue
             for (_, waiting), result in zip(batch, results):
-                if waiting.done():
-                    continue
-                if isinstance(result, ProblemError):
-                    waiting.set_exception(result)
-                else:
-                    waiting.set_result(result)
+                _settle(waiting, result)
 
     def stop(self) -> None:
         """Cancels a batch still being sent once no report waits for it any more."""
