@@ -2,9 +2,10 @@
 //! some may be claimed (a commit that made tasks ready wakes it through the notifier, a retry
 //! time arrives) or the poll's wait is over. The reports and the first claim are queued to the
 //! writer together, reports first: they run in one group transaction, so the claim sees what
-//! they changed (tasks they made ready), and nothing is claimed or waited for before they are
-//! durable. Waiting costs no database work: only a wake-up or the next
-//! availability time leads to another claim.
+//! they changed (tasks they made ready), and the poll waits for work only once every report is
+//! answered (on PostgreSQL a report contended by another node runs again in the next group,
+//! after the claim). Waiting costs no database work: only a wake-up or the next availability
+//! time leads to another claim.
 
 use std::time::Duration as StdDuration;
 

@@ -104,8 +104,8 @@ fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
 /// Claim ready tasks (long-poll)
 ///
 /// First reports the successes in `complete`, each as `POST /api/v1/tasks/complete` would (a
-/// refused item changes nothing and leaves the others alone), and commits them durably before
-/// anything is claimed or waited for; `reports` answers each, in order. A worker thus reports
+/// refused item changes nothing and leaves the others alone), and commits them durably, with
+/// the first claim (which runs after them), before it waits; `reports` answers each, in order. A worker thus reports
 /// its last results and asks for more work in one request. Then claims up to `max_tasks` ready
 /// tasks of the given queues in dispatch order (priority, then age), tasks the completions made
 /// ready included. When none is ready, waits up to `wait_ms` for one. The namespace is a body
