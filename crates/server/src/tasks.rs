@@ -105,12 +105,12 @@ fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
 ///
 /// First reports the successes in `complete`, each as `POST /api/v1/tasks/complete` would (a
 /// refused item changes nothing and leaves the others alone), and commits them durably, with
-/// the first claim (which runs after them), before it waits; `reports` answers each, in order. A worker thus reports
-/// its last results and asks for more work in one request. Then claims up to `max_tasks` ready
-/// tasks of the given queues in dispatch order (priority, then age), tasks the completions made
-/// ready included. When none is ready, waits up to `wait_ms` for one. The namespace is a body
-/// field here; the `namespace` query parameter is ignored (completions are addressed by task
-/// id).
+/// the first claim (which runs after them), before it waits; `reports` answers each, in order.
+/// A worker thus reports its last results and asks for more work in one request. Then claims
+/// up to `max_tasks` ready tasks of the given queues in dispatch order (priority, then age),
+/// tasks the completions made ready included. When none is ready, waits up to `wait_ms` for
+/// one. The namespace is a body field here; the `namespace` query parameter is ignored
+/// (completions are addressed by task id).
 #[utoipa::path(
     post,
     path = paths::TASKS_POLL,
