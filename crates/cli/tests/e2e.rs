@@ -984,11 +984,11 @@ fn requests_answered(metrics: &str, labels: &str) -> u64 {
 #[tokio::test]
 async fn a_busy_worker_makes_one_request_per_task_each_success_riding_on_the_next_poll() {
     let mut h = Harness::start().await;
-    h.apply(
-        "busy",
-        "steps:\n- {id: a, queue: busy, command: 'true'}\n- {id: b, queue: busy, command: 'true'}\n- {id: c, queue: busy, command: 'true'}\n",
-    )
-    .await;
+    let steps: String = ["a", "b", "c"]
+        .iter()
+        .map(|step| format!("- {{id: {step}, queue: busy, command: 'true'}}\n"))
+        .collect();
+    h.apply("busy", &format!("steps:\n{steps}")).await;
     let mut ids = Vec::new();
     for _ in 0..4 {
         ids.push(h.submit("busy", json!({})).await);

@@ -212,8 +212,14 @@ impl Completions {
     /// `polling_again`. True when the server refused to take successes with a poll at all (it
     /// predates them): then none is carried again, and the poll may be sent again at once.
     pub(crate) fn poll_failed(&self, carrying: Carrying, error: &Error) -> bool {
-        let predates = !carrying.items.is_empty()
-            && matches!(error, Error::Rejected { status: 400 | 422, problem } if refuses_complete(problem));
+        let refused = match error {
+            Error::Rejected {
+                status: 400 | 422,
+                problem,
+            } => refuses_complete(problem),
+            _ => false,
+        };
+        let predates = refused && !carrying.items.is_empty();
         {
             let mut queue = self.lock();
             queue.polling = Loop::Away;

@@ -671,8 +671,7 @@ async fn a_report_refused_with_503_is_retried_until_accepted() {
 }
 
 #[tokio::test]
-async fn on_a_server_that_refuses_carried_successes_they_are_batched_answered_retried_and_a_stale_one_dropped()
- {
+async fn on_an_older_server_successes_are_batched_answered_retried_and_a_stale_one_dropped() {
     let mut server = Server::start().await;
     server
         .fake
