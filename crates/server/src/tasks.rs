@@ -1,5 +1,6 @@
 //! The worker protocol: long-poll for tasks, then heartbeat, complete, fail or "check later",
-//! each report addressed by task id and lease token.
+//! each report addressed by task id and lease token. A poll may carry the worker's successes,
+//! reported as `POST /api/v1/tasks/complete` reports its items (`batch`) before it claims.
 
 use starbridge_api::paths;
 use std::time::Duration as StdDuration;
