@@ -497,6 +497,13 @@ pub struct PollRequest {
     /// query.)
     #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9_.-]{1,128}$"))]
     pub namespace: Option<String>,
+    /// Successes to report before claiming, as the items of `POST /api/v1/tasks/complete`
+    /// (at most 1000): each is committed, durably, before the poll claims or waits, and
+    /// answered in `reports`. Empty when absent (and then not sent, so that servers without
+    /// it take the request).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 1000))]
+    pub complete: Vec<CompleteTask>,
 }
 
 /// A task handed to a worker, with the lease token its reports must carry.
@@ -545,6 +552,11 @@ pub struct PollResponse {
     /// a worker fails a larger output for good rather than report it.
     #[serde(default)]
     pub max_output_bytes: u64,
+    /// The answer of each item of the request's `complete`, in its order: what `POST
+    /// /api/v1/tasks/complete` answers for it.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(inline))]
+    pub reports: Vec<BatchItem<ReportResponse>>,
 }
 
 /// Extends the lease of a running task.
@@ -1204,7 +1216,8 @@ pub struct DeliveryList {
     pub items: Vec<DeliveryView>,
 }
 
-/// Most items in one batch request (`POST /jobs/batch`, `POST /tasks/complete`).
+/// Most items in one batch request (`POST /jobs/batch`, `POST /tasks/complete`), and most
+/// completions one poll carries.
 pub const MAX_BATCH_ITEMS: usize = 1000;
 
 /// Several jobs to submit in one request, each as `POST /api/v1/jobs` takes it.

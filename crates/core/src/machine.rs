@@ -266,6 +266,21 @@ fn new_task(
     }
 }
 
+/// Whether `input` is a success the task already recorded under the same lease token: a worker
+/// whose answer was lost sends it again, and it is answered as the first one was, changing
+/// nothing (see `Task::lease_token`). Another token is refused by `apply` as stale.
+pub fn repeats_success(state: &JobState, input: &Input) -> bool {
+    let Input::Complete {
+        task, lease_token, ..
+    } = input
+    else {
+        return false;
+    };
+    state.task(task).is_some_and(|task| {
+        task.status == TaskStatus::Succeeded && task.lease_token.as_deref() == Some(lease_token)
+    })
+}
+
 /// Applies one input to a job. On `Err` nothing changed.
 pub fn apply(
     workflow: &Workflow,
@@ -689,11 +704,14 @@ impl Machine<'_> {
     }
 
     fn succeed(&mut self, index: usize, output: Value) {
+        let lease_token = self.state.tasks[index].lease_token.clone();
         self.release(index);
         let now = self.now;
         let seq = self.state.job.completions;
         self.state.job.completions += 1;
         let task = &mut self.state.tasks[index];
+        // The attempt that succeeded keeps its token, so that its success sent again is known.
+        task.lease_token = lease_token;
         task.status = TaskStatus::Succeeded;
         task.output = Some(output);
         task.error = None;

@@ -284,6 +284,8 @@ pub struct Task {
     pub deadline_at: Option<Timestamp>,
     /// The running attempt's fencing token. On a ready task an operator requeued, the revoked
     /// lease: its worker's reports are refused with the reason until another claim replaces it.
+    /// On a succeeded task, the token of the attempt that succeeded: the same success sent again
+    /// is answered as the first was (`machine::repeats_success`).
     pub lease_token: Option<String>,
     pub lease_expires_at: Option<Timestamp>,
     pub worker_id: Option<String>,

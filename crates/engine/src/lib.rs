@@ -163,6 +163,24 @@ pub struct Claimed {
     pub callback_token: String,
 }
 
+/// A worker's long poll: up to `max` tasks of `queues` in `namespace` for `worker`, waiting up
+/// to `wait` when none is ready.
+#[derive(Debug, Clone)]
+pub struct Poll {
+    pub namespace: String,
+    pub queues: Vec<String>,
+    pub worker: String,
+    pub max: u32,
+    pub wait: std::time::Duration,
+}
+
+/// What a poll did: the answer of each report it carried, in order, and the tasks it claimed.
+#[derive(Debug)]
+pub struct Polled {
+    pub reports: Vec<Result<Reported>>,
+    pub claimed: Vec<Claimed>,
+}
+
 /// Which tasks a worker's report may touch: any (the default), or only those of one namespace
 /// and, optionally, some queues (an API token's bounds).
 #[derive(Debug, Clone, Default)]
@@ -369,12 +387,27 @@ impl Engine {
         worker: &str,
         max: u32,
     ) -> Result<Vec<Claimed>> {
+        let mut together = writer::Together::default();
+        let claim = Engine::claim_in(&mut together, namespace, queues, worker, max);
+        self.inner.writer.send(together);
+        self.claimed(claim).await
+    }
+
+    /// Adds a claim to requests queued together (see `claim`).
+    fn claim_in(
+        together: &mut writer::Together,
+        namespace: &str,
+        queues: Vec<String>,
+        worker: &str,
+        max: u32,
+    ) -> writer::Pending<Vec<Claimed>> {
         let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
-        let claimed = self
-            .inner
-            .writer
-            .write(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
-            .await?;
+        together.request(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
+    }
+
+    /// The tasks a queued claim took, counted for the vacuumer.
+    async fn claimed(&self, claim: writer::Pending<Vec<Claimed>>) -> Result<Vec<Claimed>> {
+        let claimed = claim.answer().await?;
         self.inner
             .upkeep
             .claimed
@@ -394,21 +427,40 @@ impl Engine {
     }
 
     /// Several reports at once: each as its own request, all queued for the same group
-    /// commits. Answers in the order given.
+    /// transaction. Answers in the order given.
     pub async fn report_many(
         &self,
         reports: Vec<(TaskId, Input)>,
         scope: TaskScope,
     ) -> Vec<Result<Reported>> {
-        let pending: Vec<_> = reports
+        let mut together = writer::Together::default();
+        let pending = Engine::reports_in(&mut together, reports, &scope);
+        self.inner.writer.send(together);
+        Engine::report_answers(pending).await
+    }
+
+    /// Adds each report, as its own request, to requests queued together, in order.
+    fn reports_in(
+        together: &mut writer::Together,
+        reports: Vec<(TaskId, Input)>,
+        scope: &TaskScope,
+    ) -> Vec<writer::Pending<commands::Answer>> {
+        reports
             .into_iter()
             .map(|(task, input)| {
                 let scope = scope.clone();
-                self.inner.writer.enqueue_report(task.clone(), move |ctx| {
+                together.report(task.clone(), move |ctx| {
                     commands::report(ctx, &task, input.clone(), &scope)
                 })
             })
-            .collect();
+            .collect()
+    }
+
+    /// The answers of reports queued with `reports_in`, in order: a write that failed, or the
+    /// report's own refusal (which may have been committed, see `commands::report`).
+    async fn report_answers(
+        pending: Vec<writer::Pending<commands::Answer>>,
+    ) -> Vec<Result<Reported>> {
         writer::answers(pending)
             .await
             .into_iter()

@@ -509,6 +509,20 @@ const ALLOWED: &[(&str, &str)] = &[
          is never sent",
     ),
     (
+        "POST /api/v1/tasks/poll: description",
+        "a poll carries the worker's completions (`complete`), reported before it claims; the \
+         hand-written document predates them",
+    ),
+    (
+        "POST /api/v1/tasks/poll 200: description",
+        "the poll's answer also holds `reports`, one per completion it carried",
+    ),
+    (
+        "POST /api/v1/tasks/poll 400: description",
+        "a poll is refused whole for more than 1000 completions (the field is `complete`), which \
+         the hand-written document predates; it has no query parameter or header to name",
+    ),
+    (
         "GET /metrics: description",
         "the hand-written description left out the writer's and the process's series",
     ),
@@ -2674,6 +2688,29 @@ async fn responses_match_their_documented_schemas() {
         .call("POST", "/api/v1/tasks/complete", r#"{"tasks": []}"#)
         .await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    // A poll carrying completions: the success already reported, sent again under its lease,
+    // is answered as before; the stale one is refused; more than 1000 are refused whole.
+    let carrying = json!({"worker_id": "w", "queues": ["bq"], "namespace": "batch", "complete": [
+        {"id": tasks[0]["id"], "lease_token": tasks[0]["lease_token"], "output": {"x": 1}},
+        {"id": tasks[1]["id"], "lease_token": "stale"},
+    ]});
+    let carried = c
+        .call("POST", "/api/v1/tasks/poll", &carrying.to_string())
+        .await;
+    assert_eq!(carried.status, ok, "{}", carried.text);
+    let carried = carried.json();
+    assert_eq!(carried["reports"][0]["task_status"], "succeeded");
+    assert_eq!(carried["reports"][1]["error"]["status"], 409);
+    assert_eq!(carried["tasks"], json!([]));
+    let too_many: Vec<Value> = (0..1001)
+        .map(|_| json!({"id": "tsk_x", "lease_token": "t"}))
+        .collect();
+    let overfull = json!({"worker_id": "w", "queues": ["bq"], "complete": too_many});
+    let refused = c
+        .call("POST", "/api/v1/tasks/poll", &overfull.to_string())
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused.json()["errors"][0]["field"], "complete");
 
     assert_eq!(c.call("GET", "/metrics", "").await.status, ok);
 

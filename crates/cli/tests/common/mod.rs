@@ -98,6 +98,10 @@ pub(crate) async fn get_json(http: &reqwest::Client, url: &str) -> Value {
     http.get(url).send().await.unwrap().json().await.unwrap()
 }
 
+pub(crate) async fn get_text(http: &reqwest::Client, url: &str) -> String {
+    http.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 /// A webhook subscription's deliveries, newest first, as the API at `base` lists them.
 pub(crate) async fn webhook_deliveries(
     http: &reqwest::Client,

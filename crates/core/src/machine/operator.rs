@@ -392,6 +392,7 @@ impl Machine<'_> {
                 continue;
             }
             task.status = TaskStatus::Waiting;
+            task.lease_token = None;
             task.attempt_base = task.attempt;
             task.checking = false;
             task.output = None;

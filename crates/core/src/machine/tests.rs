@@ -520,6 +520,40 @@ fn lapsed_lease_counts_as_a_failed_attempt_and_fences_the_old_worker() {
 }
 
 #[test]
+fn a_success_sent_again_under_its_lease_token_is_a_repeat_and_under_another_is_stale() {
+    let mut sim = Sim::new(SEQUENCE, json!({}));
+    let (task, token) = sim.claim("a");
+    let complete = |lease_token: &str| Input::Complete {
+        task: task.clone(),
+        lease_token: lease_token.to_owned(),
+        output: json!({"n": 1}),
+        logs: None,
+    };
+    assert!(!repeats_success(&sim.state, &complete(&token)), "not yet");
+    sim.apply(complete(&token)).unwrap();
+    assert!(repeats_success(&sim.state, &complete(&token)));
+    assert!(!repeats_success(&sim.state, &complete("other")));
+    assert!(matches!(
+        sim.apply(complete("other")),
+        Err(Rejection::StaleLease {
+            status: TaskStatus::Succeeded
+        })
+    ));
+    sim.complete("b", json!({}));
+    sim.complete("c", json!({}));
+    sim.operate(OperatorAction::Rerun { step: "a".into() })
+        .unwrap();
+    assert!(
+        !repeats_success(&sim.state, &complete(&token)),
+        "a rerun forgets the attempt that succeeded"
+    );
+    assert!(matches!(
+        sim.apply(complete(&token)),
+        Err(Rejection::StaleLease { .. })
+    ));
+}
+
+#[test]
 fn a_task_cannot_be_claimed_twice() {
     let mut sim = Sim::new(SEQUENCE, json!({}));
     let (task, _) = sim.claim("a");
@@ -1337,10 +1371,11 @@ struct Held {
 fn check_invariants(sim: &Sim) {
     for task in &sim.state.tasks {
         let leased = task.lease_token.is_some();
-        assert_eq!(
-            leased,
-            task.status == TaskStatus::Running && task.wait.is_none(),
-            "a lease iff running and not waiting on the server: {task:?}"
+        let running_on_a_worker = task.status == TaskStatus::Running && task.wait.is_none();
+        assert!(
+            leased == running_on_a_worker || (leased && task.status == TaskStatus::Succeeded),
+            "a lease iff running and not waiting on the server, or the token of the attempt \
+             that succeeded: {task:?}"
         );
         if task.wait.is_some() {
             assert_eq!(

@@ -24,7 +24,7 @@ use children::{check_children, child_versions, deliver_endings, parent_of};
 pub(crate) use claim::{claim, open_queues};
 pub(crate) use operate::{delete_job, operate};
 pub(crate) use queues::{configure_prefix, configure_queue, drop_settings, settings_of};
-pub(crate) use report::{prefetch, report};
+pub(crate) use report::{Answer, prefetch, report};
 pub use signals::SignalAccepted;
 pub(crate) use signals::{decide, signal};
 pub(crate) use submit::submit;

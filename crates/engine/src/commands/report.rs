@@ -16,7 +16,8 @@ use super::{apply, job_of_task, lease_of, load_job, workflow_of};
 /// revoked is told so by its refusal, and its task is then claimable at once.
 pub(crate) type Answer = std::result::Result<Reported, Error>;
 
-/// A worker's report (heartbeat, complete, fail, check-later) on a task it holds.
+/// A worker's report (heartbeat, complete, fail, check-later) on a task it holds, or a success
+/// it sends again under the lease that succeeded.
 pub(crate) fn report(
     ctx: &mut WriteCtx<'_>,
     task_id: &TaskId,
@@ -49,7 +50,11 @@ pub(crate) fn report(
             ))
         })));
     }
-    apply(ctx, &compiled.workflow, &mut state, input)?;
+    // A success sent again under the lease it succeeded with changes nothing and is answered
+    // as the first one was.
+    if !machine::repeats_success(&state, &input) {
+        apply(ctx, &compiled.workflow, &mut state, input)?;
+    }
     let task = state
         .task(task_id)
         .cloned()
