@@ -815,6 +815,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn requests_sent_together_share_one_group_transaction_even_past_its_usual_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, counters, path) = sqlite_writer(&dir);
+        let mut together = Together::default();
+        let count = MAX_BATCH + 10;
+        let pending: Vec<Pending<()>> = (0..count)
+            .map(|n| together.request(move |ctx| insert_namespace(ctx, &format!("ns{n:04}"))))
+            .collect();
+        assert!(writer.send(together));
+        for answer in answers(pending).await {
+            answer.unwrap();
+        }
+        assert_eq!(namespaces(&path).len(), count);
+        let stats = counters.read();
+        assert_eq!((stats.commits, stats.requests), (1, count as u64));
+    }
+
+    #[tokio::test]
     async fn a_request_refused_before_writing_costs_its_group_no_second_run() {
         let dir = tempfile::tempdir().unwrap();
         let (writer, counters, path) = sqlite_writer(&dir);
