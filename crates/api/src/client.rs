@@ -5,6 +5,7 @@
 //! that keeps the server's problem document and tells a caller whether trying again can help
 //! ([`Error::is_retryable`]). HTTPS goes through rustls with the `ring` provider.
 
+pub use starbridge_core::text::shorten;
 use std::fmt;
 use std::time::Duration;
 
@@ -834,18 +835,6 @@ fn parse_problem(status: StatusCode, body: &[u8]) -> Problem {
         errors: Vec::new(),
         limit: None,
     }
-}
-
-/// `text` cut to at most `max` bytes (at a character boundary), with `…` marking a cut.
-pub fn shorten(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{Harness, STUCK, get_json};
+use common::{Harness, STUCK, get_json, succeeded};
 
 /// Waits until `file` exists (a liveness bound, not a benchmark).
 async fn wait_for_file(file: &Path) {
@@ -55,15 +55,6 @@ async fn running_sleep(h: &Harness, job: &str) -> (String, String) {
     let tasks = view["tasks"].as_array().unwrap();
     let task = tasks.iter().find(|t| t["step"] == "work").unwrap();
     (pid, task["id"].as_str().unwrap().to_owned())
-}
-
-fn succeeded(output: &std::process::Output) {
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// The first attempt's command runs `sleep 60` (its pid kept in a file); later attempts finish.

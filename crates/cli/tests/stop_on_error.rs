@@ -7,7 +7,7 @@ mod common;
 
 use serde_json::{Value, json};
 
-use common::{Harness, get_json};
+use common::{Harness, get_json, succeeded};
 
 const BREAKS: &str = r#"
 steps:
@@ -29,15 +29,6 @@ steps:
     command: |
       echo '{"deployed": true}'
 "#;
-
-fn succeeded(output: &std::process::Output) {
-    assert!(
-        output.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 async fn queue(h: &Harness) -> Value {
     get_json(&h.http, &format!("{}/api/v1/queues/deploys", h.url)).await

@@ -19,6 +19,7 @@ pub mod model;
 pub mod routing;
 pub mod schedule;
 pub mod scope;
+pub mod text;
 pub mod time;
 pub mod wire;
 

@@ -819,7 +819,7 @@ impl Machine<'_> {
                     task.id,
                     task.step,
                     self.state.job.id,
-                    clip(&error.message, 200)
+                    crate::text::shorten(&error.message, 200)
                 ),
             });
         }
@@ -1604,18 +1604,6 @@ mod waits;
 
 #[cfg(test)]
 mod tests;
-
-/// At most `max` bytes of `text`, cut at a character boundary, with `…` when cut.
-fn clip(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
 
 /// Whether `lease_token` is the lease an operator revoked from `task` (`Requeue`), which its
 /// worker still reports under: the task is ready again, keeping that token until a claim.

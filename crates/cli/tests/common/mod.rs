@@ -321,3 +321,13 @@ impl Drop for Harness {
         self.kill_server();
     }
 }
+
+/// Asserts that a CLI command succeeded, showing what it printed when it did not.
+pub(crate) fn succeeded(output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -26,19 +26,22 @@ async fn act(store: &Store, job: &JobId, action: OperatorAction) -> crate::Resul
     Ok(state.job.status)
 }
 
-async fn a_requeued_task_runs_again_once_its_old_worker_was_told(f: Fixture) {
+/// A one-step job whose task a worker claimed (a 10 s lease) and an operator requeued 3 s
+/// later: the job and the revoked claim. Nothing can claim the task yet.
+async fn requeued_after_3s_of_10(f: &Fixture) -> (JobId, crate::Claimed) {
     f.store
         .apply_workflow("default", "wf", definition(ONE_STEP))
         .await
         .unwrap();
     let job = submit(&f.store, "wf", json!({})).await.state.job.id;
     let first = claim_one(&f.store).await;
-    let task = first.task.id.clone();
     f.clock.advance(Duration::from_secs(3));
     act(
         &f.store,
         &job,
-        OperatorAction::Requeue { task: task.clone() },
+        OperatorAction::Requeue {
+            task: first.task.id.clone(),
+        },
     )
     .await
     .unwrap();
@@ -48,6 +51,12 @@ async fn a_requeued_task_runs_again_once_its_old_worker_was_told(f: Fixture) {
         .await
         .unwrap();
     assert!(none.is_empty(), "the revoked lease could still be running");
+    (job, first)
+}
+
+async fn a_requeued_task_runs_again_once_its_old_worker_was_told(f: Fixture) {
+    let (job, first) = requeued_after_3s_of_10(&f).await;
+    let task = first.task.id.clone();
     let heartbeat = f
         .store
         .report(
@@ -77,27 +86,8 @@ async fn a_requeued_task_runs_again_once_its_old_worker_was_told(f: Fixture) {
 }
 
 async fn a_requeued_task_runs_again_once_its_revoked_lease_would_have_lapsed(f: Fixture) {
-    f.store
-        .apply_workflow("default", "wf", definition(ONE_STEP))
-        .await
-        .unwrap();
-    let job = submit(&f.store, "wf", json!({})).await.state.job.id;
-    let first = claim_one(&f.store).await;
+    let (job, first) = requeued_after_3s_of_10(&f).await;
     let task = first.task.id.clone();
-    f.clock.advance(Duration::from_secs(3));
-    act(
-        &f.store,
-        &job,
-        OperatorAction::Requeue { task: task.clone() },
-    )
-    .await
-    .unwrap();
-    let none = f
-        .store
-        .claim("default", vec!["q".into()], "w2", 1)
-        .await
-        .unwrap();
-    assert!(none.is_empty(), "the revoked lease could still be running");
     // The old worker never reports again (gone, or partitioned away).
     f.clock.advance(Duration::from_secs(6));
     let none = f
