@@ -654,6 +654,17 @@ const ROLLBACK: &str = "steps:
 - {id: c, queue: q, command: c, compensate: {queue: q, command: undo_c, retry: {max_attempts: 2}}}
 ";
 
+/// A job of `ROLLBACK` whose `a`, `b` and `mid` succeeded and whose `c` failed for good: it
+/// compensates, `c` first.
+fn rolling_back_from_c() -> Sim {
+    let mut sim = Sim::new(ROLLBACK, json!({}));
+    sim.complete("a", json!({}));
+    sim.complete("b", json!({}));
+    sim.complete("mid", json!({}));
+    sim.fail("c", false);
+    sim
+}
+
 #[test]
 fn failure_compensates_the_failed_step_then_finished_steps_in_reverse() {
     let mut sim = Sim::new(ROLLBACK, json!({}));
@@ -686,11 +697,7 @@ fn failure_compensates_the_failed_step_then_finished_steps_in_reverse() {
 
 #[test]
 fn only_a_forward_task_failing_for_good_tells_its_queue() {
-    let mut sim = Sim::new(ROLLBACK, json!({}));
-    sim.complete("a", json!({}));
-    sim.complete("b", json!({}));
-    sim.complete("mid", json!({}));
-    sim.fail("c", false);
+    let mut sim = rolling_back_from_c();
     assert_eq!(sim.failed_on_queues.len(), 1);
     let (queue, reason) = &sim.failed_on_queues[0];
     let failed = sim.find("c", TaskKind::Step);
@@ -740,11 +747,7 @@ fn only_a_forward_task_failing_for_good_tells_its_queue() {
 
 #[test]
 fn compensations_have_their_own_retries_and_a_failing_one_ends_compensation_failed() {
-    let mut sim = Sim::new(ROLLBACK, json!({}));
-    sim.complete("a", json!({}));
-    sim.complete("b", json!({}));
-    sim.complete("mid", json!({}));
-    sim.fail("c", false);
+    let mut sim = rolling_back_from_c();
     for _ in 0..2 {
         let id = sim.ready()[0].clone();
         let token = sim.claim_task(&id);
@@ -1015,11 +1018,7 @@ fn retry_continues_from_the_failed_task_with_fresh_attempts_keeping_finished_wor
 
 #[test]
 fn retry_after_a_rollback_runs_the_undone_steps_again() {
-    let mut sim = Sim::new(ROLLBACK, json!({}));
-    sim.complete("a", json!({}));
-    sim.complete("b", json!({}));
-    sim.complete("mid", json!({}));
-    sim.fail("c", false);
+    let mut sim = rolling_back_from_c();
     while sim.state.job.status == JobStatus::Compensating {
         let id = sim.ready()[0].clone();
         let token = sim.claim_task(&id);
@@ -1051,11 +1050,7 @@ fn retry_after_a_rollback_runs_the_undone_steps_again() {
 
 #[test]
 fn retry_after_compensation_failed_keeps_what_was_not_undone() {
-    let mut sim = Sim::new(ROLLBACK, json!({}));
-    sim.complete("a", json!({}));
-    sim.complete("b", json!({}));
-    sim.complete("mid", json!({}));
-    sim.fail("c", false);
+    let mut sim = rolling_back_from_c();
     // undo c succeeds, undo b fails twice (its budget): compensation_failed, a never undone.
     let id = sim.ready()[0].clone();
     let token = sim.claim_task(&id);
