@@ -418,7 +418,8 @@ pub struct BulkRequest {
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub output: Value,
     /// Only count: select the jobs and answer how many (`matched`) without acting on any
-    /// (`affected` 0, `refused` empty). What a confirmation shows before the action.
+    /// (`affected` 0, `refused` empty; `step` is not needed). What a confirmation shows before
+    /// the action.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(default = false))]
     pub dry_run: bool,

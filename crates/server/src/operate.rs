@@ -116,7 +116,7 @@ problem_answers! {
 }
 
 /// Most jobs one bulk action may touch.
-const MAX_BULK: u32 = 10_000;
+pub(crate) const MAX_BULK: u32 = 10_000;
 /// Refusals listed in a bulk answer.
 const MAX_REFUSALS_LISTED: usize = 100;
 
@@ -135,7 +135,7 @@ const MAX_REFUSALS_LISTED: usize = 100;
 /// an error: it is counted in `matched` but not in `affected`, and listed in `refused` with the
 /// reason. `{}` selects every job of the namespace, whatever its status, up to `limit`. `matched`
 /// never exceeds `limit`: when it equals it, more jobs may match. With `dry_run` the jobs are only
-/// counted (and the audit log records nothing).
+/// counted, without the fields the action needs (`step`), and the audit log records nothing.
 #[utoipa::path(
     post,
     path = paths::JOBS_BULK,
@@ -198,7 +198,12 @@ async fn bulk(
             "'{text}' is not a bulk action: use pause, resume, cancel, retry, skip, rerun or delete"
         )
     })?;
-    let action = operator_action(&state, action, &request)?;
+    // A dry run only selects: it does not need the fields of the action (`step`, `output`).
+    let action = if request.dry_run {
+        None
+    } else {
+        Some(operator_action(&state, action, &request)?)
+    };
     let ids = request.ids.as_deref().map(bulk_ids).transpose()?;
     let limit = request.limit.unwrap_or_else(|| {
         ids.as_ref()
@@ -241,9 +246,9 @@ async fn bulk(
         affected: 0,
         refused: Vec::new(),
     };
-    if request.dry_run {
+    let Some(action) = action else {
         return Ok(Json(result));
-    }
+    };
     for job in jobs {
         let done = match &action {
             Some(action) => {

@@ -273,6 +273,16 @@ async fn bulk_skip_and_rerun_need_a_step_and_ids_must_be_job_ids(api: Api) {
     .await;
     assert_eq!(status, StatusCode::OK, "{result}");
     assert_eq!(result["matched"], 0);
+    // A dry run only counts: it does not need the step.
+    let (status, counted) = call(
+        &api,
+        "POST",
+        "/api/v1/jobs/bulk/rerun",
+        json!({"dry_run": true}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{counted}");
+    assert_eq!(counted, json!({"matched": 1, "affected": 0, "refused": []}));
 }
 
 /// Runs each listed test on both backends: `sqlite::name` and `postgres::name`.

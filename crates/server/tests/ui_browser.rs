@@ -1150,3 +1150,218 @@ async fn delete_on_a_finished_job_removes_it_and_goes_to_the_job_list() {
     })
     .await;
 }
+
+/// The status of job `id` as the API tells it.
+async fn job_status(setup: &Setup, id: &str) -> Value {
+    let job = setup
+        .call(
+            reqwest::Method::GET,
+            &format!("/api/v1/jobs/{id}"),
+            Value::Null,
+        )
+        .await;
+    job["status"].clone()
+}
+
+/// Chooses `action` and the jobs (`selected` rows or the whole `filter`) in the job list's bulk
+/// bar, clicks Act… and waits for the dialog, which shows the jobs counted.
+async fn ask_bulk(browser: &Browser, scope: &str, action: &str) -> Value {
+    browser
+        .eval(&format!(
+            "document.getElementById('bulk-scope').value = '{scope}'; \
+             document.getElementById('bulk-action').value = '{action}'; return null;"
+        ))
+        .await;
+    browser.click("#bulk-go").await;
+    browser
+        .wait_for(
+            "the bulk dialog open",
+            "return document.getElementById('act').open",
+            json!(true),
+        )
+        .await;
+    browser
+        .eval("return document.getElementById('act-matched').textContent")
+        .await
+}
+
+/// What the bulk bar says the action did: matched, affected, refused.
+const BULK_RESULT: &str = "const n = (id) => { const e = document.getElementById(id); return e ? Number(e.textContent) : null; }; \
+     return [n('bulk-matched'), n('bulk-affected'), n('bulk-refused')];";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_actions_on_the_job_list_confirm_the_count_and_show_what_they_did() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "scratch",
+                json!({"steps": [{"id": "only", "queue": "ui", "command": "c"}]}),
+            )
+            .await;
+        let mut jobs = Vec::new();
+        for _ in 0..3 {
+            jobs.push(setup.submit("scratch").await);
+        }
+        browser.open(&format!("{}/", setup.base)).await;
+        // Two rows ticked, cancelled: the dialog counts them before anything changes.
+        for job in &jobs[..2] {
+            browser.click(&format!("#pick-{job}")).await;
+        }
+        browser
+            .wait_for(
+                "two selected",
+                "return document.getElementById('bulk-count').textContent",
+                json!("2 selected"),
+            )
+            .await;
+        assert_eq!(ask_bulk(&browser, "selected", "cancel").await, json!("2"));
+        browser
+            .wait_for(
+                "the cancel's fields",
+                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
+                json!("compensate reason"),
+            )
+            .await;
+        assert_eq!(job_status(&setup, &jobs[0]).await, "running");
+        browser.type_into("#act-reason", "not needed").await;
+        browser.screenshot("bulk-dialog").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("the cancel's result", BULK_RESULT, json!([2, 2, 0]))
+            .await;
+        for job in &jobs[..2] {
+            assert_eq!(job_status(&setup, job).await, "cancelled");
+        }
+        assert_eq!(job_status(&setup, &jobs[2]).await, "running");
+
+        // Every row of the page, paused: the two cancelled jobs are refused and listed.
+        browser
+            .wait_for(
+                "the list shows the cancelled jobs",
+                "return document.querySelectorAll('#jobs .s-cancelled').length",
+                json!(2),
+            )
+            .await;
+        browser.click("#select-page").await;
+        browser
+            .wait_for(
+                "three selected",
+                "return document.getElementById('bulk-count').textContent",
+                json!("3 selected"),
+            )
+            .await;
+        assert_eq!(ask_bulk(&browser, "selected", "pause").await, json!("3"));
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("the pause's result", BULK_RESULT, json!([3, 1, 2]))
+            .await;
+        browser
+            .wait_for(
+                "the refusals listed",
+                "return [...document.querySelectorAll('#bulk-result li')].map(li => li.textContent.includes('only a running job can be paused')).length",
+                json!(2),
+            )
+            .await;
+        assert_eq!(job_status(&setup, &jobs[2]).await, "paused");
+        browser.screenshot("bulk-result").await;
+
+        // Every job the filter matches (the cancelled ones), rerun from a step named in the dialog.
+        browser
+            .open(&format!("{}/?status=cancelled", setup.base))
+            .await;
+        assert_eq!(ask_bulk(&browser, "filter", "rerun").await, json!("2"));
+        browser.click("#act-ok").await;
+        browser
+            .wait_for(
+                "a missing step refused",
+                "return document.getElementById('act-error').textContent",
+                json!("Refused: step: required with rerun: name the step"),
+            )
+            .await;
+        browser.type_into("#act-step-name", "only").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("the rerun's result", BULK_RESULT, json!([2, 2, 0]))
+            .await;
+        for job in &jobs[..2] {
+            assert_eq!(job_status(&setup, job).await, "running");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_and_fail_on_a_task_revoke_its_lease_then_fail_it_for_good() {
+    with_browser(|browser, setup| async move {
+        setup
+            .apply(
+                "scratch",
+                json!({"steps": [{"id": "only", "queue": "ui", "command": "c"}]}),
+            )
+            .await;
+        let job = setup.submit("scratch").await;
+        let (task, _) = setup.claim("ui").await;
+        browser
+            .open(&format!("{}/ui/jobs/{job}", setup.base))
+            .await;
+        browser
+            .wait_for("only shown running", &node_state("only"), shown("running"))
+            .await;
+        let open_panel = format!("document.getElementById('task-{task}').open = true; return null;");
+        browser.eval(&open_panel).await;
+        assert_eq!(
+            browser
+                .eval(&format!("return document.getElementById('fail-{task}') !== null"))
+                .await,
+            json!(true),
+            "a running task can be failed"
+        );
+        browser.click(&format!("#requeue-{task}")).await;
+        browser
+            .wait_for(
+                "the requeue's fields",
+                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
+                json!("reason"),
+            )
+            .await;
+        browser.type_into("#act-reason", "the worker host is draining").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("only shown ready", &node_state("only"), shown("ready"))
+            .await;
+        browser.eval(&open_panel).await;
+        assert_eq!(
+            browser
+                .eval(&format!("return document.getElementById('requeue-{task}') === null"))
+                .await,
+            json!(true),
+            "a ready task holds no lease to revoke"
+        );
+        browser.click(&format!("#fail-{task}")).await;
+        browser
+            .wait_for(
+                "the fail's fields",
+                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
+                json!("error reason"),
+            )
+            .await;
+        browser.type_into("#act-message", "the provider lost the volume").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("only shown failed", &node_state("only"), shown("failed"))
+            .await;
+        let view = setup
+            .call(
+                reqwest::Method::GET,
+                &format!("/api/v1/jobs/{job}"),
+                Value::Null,
+            )
+            .await;
+        assert_eq!(view["status"], "failed");
+        assert_eq!(
+            view["tasks"][0]["error"],
+            json!({"message": "the provider lost the volume", "retryable": false, "kind": "operator"})
+        );
+    })
+    .await;
+}

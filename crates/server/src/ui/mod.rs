@@ -276,6 +276,32 @@ fn search(params: &JobsParams, namespace: &Ns, now: Timestamp) -> Result<JobSear
     })
 }
 
+/// The bulk API's selection of the jobs a list search shows, as many as one action takes (the
+/// filter fields of a `BulkRequest`), or `None` when the API cannot select the same jobs: a
+/// search by id or key prefix, or two selectors of one label key.
+fn bulk_filter(search: &JobSearch) -> Option<api::BulkRequest> {
+    if search.text.is_some() {
+        return None;
+    }
+    let labels: api::Labels = search.labels.iter().cloned().collect();
+    if labels.len() != search.labels.len() {
+        return None;
+    }
+    let rfc3339 = |time: Option<Timestamp>| {
+        time.and_then(|time| jiff::Timestamp::from_millisecond(time.0).ok())
+            .map(|time| time.to_string())
+    };
+    Some(api::BulkRequest {
+        workflow: search.workflow.clone(),
+        status: search.status.map(Into::into),
+        created_after: rfc3339(search.created_after),
+        created_before: rfc3339(search.created_before),
+        labels,
+        limit: Some(crate::operate::MAX_BULK),
+        ..api::BulkRequest::default()
+    })
+}
+
 async fn jobs_page(
     State(ui): State<UiState>,
     Query(params): Query<JobsParams>,
@@ -299,14 +325,15 @@ async fn jobs_page(
         .map(|w| w.name)
         .collect();
     let now = store.now();
-    let (problem, counts, mut jobs) = match search(&params, &namespace, now) {
+    let (problem, counts, mut jobs, bulk) = match search(&params, &namespace, now) {
         Ok(search) => {
+            let bulk = bulk_filter(&search);
             let counts = store.job_counts(search.clone(), COUNT_CAP);
             let jobs = store.browse_jobs(search);
             let (counts, jobs) = tokio::try_join!(counts, jobs)?;
-            (None, counts, jobs)
+            (None, counts, jobs, bulk)
         }
-        Err(error) => (Some(error.to_string()), Vec::new(), Vec::new()),
+        Err(error) => (Some(error.to_string()), Vec::new(), Vec::new(), None),
     };
     let more = jobs.len() > PAGE_SIZE as usize;
     jobs.truncate(PAGE_SIZE as usize);
@@ -330,6 +357,7 @@ async fn jobs_page(
             counts: &counts,
             jobs: &jobs,
             next_cursor,
+            bulk_filter: bulk.map(|filter| serde_json::to_string(&filter).unwrap_or_default()),
             now,
         },
     );
