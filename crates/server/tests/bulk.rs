@@ -63,6 +63,19 @@ async fn job(api: &Api, id: &str) -> Value {
         .1
 }
 
+/// The first event of `kind` in job `id`'s history.
+async fn event(api: &Api, id: &str, kind: &str) -> Value {
+    let uri = format!("/api/v1/jobs/{id}/events");
+    let (_, events) = call(api, "GET", &uri, Value::Null).await;
+    events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|event| event["kind"] == kind)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {kind}: {events}"))
+}
+
 fn task<'a>(job: &'a Value, step: &str) -> &'a Value {
     job["tasks"]
         .as_array()
@@ -114,19 +127,7 @@ async fn bulk_skip_skips_the_step_of_the_jobs_it_applies_to_and_lists_the_others
         assert_eq!(task(&skipped, "a")["status"], "succeeded");
         assert_eq!(task(&skipped, "a")["output"], json!({"v": "by hand"}));
         assert_eq!(task(&skipped, "b")["status"], "ready");
-        let (_, events) = call(
-            &api,
-            "GET",
-            &format!("/api/v1/jobs/{id}/events"),
-            Value::Null,
-        )
-        .await;
-        let resolved = events["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|event| event["kind"] == "task_resolved_by_operator")
-            .unwrap_or_else(|| panic!("no task_resolved_by_operator: {events}"));
+        let resolved = event(&api, id, "task_resolved_by_operator").await;
         assert_eq!(resolved["step"], "a");
         assert_eq!(resolved["detail"]["reason"], "fixed the disk");
     }
@@ -198,19 +199,7 @@ async fn bulk_rerun_runs_the_step_again_in_the_finished_jobs_named_by_id(api: Ap
     assert_eq!(rerun["status"], "running");
     assert_eq!(task(&rerun, "a")["status"], "succeeded");
     assert_eq!(task(&rerun, "b")["status"], "ready");
-    let (_, events) = call(
-        &api,
-        "GET",
-        &format!("/api/v1/jobs/{}/events", ids[0]),
-        Value::Null,
-    )
-    .await;
-    let rerun_event = events["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|event| event["kind"] == "job_rerun")
-        .unwrap_or_else(|| panic!("no job_rerun: {events}"));
+    let rerun_event = event(&api, &ids[0], "job_rerun").await;
     assert_eq!(rerun_event["detail"]["reason"], "the target changed");
     assert_eq!(rerun_event["detail"]["step"], "b");
     // The job not named is untouched by either call.

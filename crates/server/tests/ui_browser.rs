@@ -239,6 +239,22 @@ impl Browser {
         }
     }
 
+    /// Waits until the action dialog shows exactly these fields (`data-field` names, in order).
+    async fn wait_for_fields(&self, what: &str, fields: &str) {
+        self.wait_for(
+            what,
+            "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
+            json!(fields),
+        )
+        .await;
+    }
+
+    /// Whether the page has an element with this id.
+    async fn has(&self, id: &str) -> bool {
+        let script = format!("return document.getElementById('{id}') !== null");
+        self.eval(&script).await == json!(true)
+    }
+
     /// Presses a key (a WebDriver key code such as `\u{E007}`, Enter) where the focus is.
     async fn press(&self, key: &str) {
         self.command(
@@ -360,6 +376,12 @@ impl Setup {
             definition,
         )
         .await;
+    }
+
+    /// Applies `scratch`: one step, `only`, on queue `ui`.
+    async fn apply_scratch(&self) {
+        let definition = json!({"steps": [{"id": "only", "queue": "ui", "command": "c"}]});
+        self.apply("scratch", definition).await;
     }
 
     async fn submit(&self, workflow: &str) -> String {
@@ -641,13 +663,7 @@ async fn skipping_a_failed_task_with_an_edited_output_lets_the_job_go_on() {
             )
             .await;
         // Only the fields a skip needs are shown.
-        browser
-            .wait_for(
-                "the skip's fields",
-                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
-                json!("output reason"),
-            )
-            .await;
+        browser.wait_for_fields("the skip's fields", "output reason").await;
         browser
             .type_into("#act-output", "{\"reservation\": \"r-9\"")
             .await;
@@ -781,11 +797,7 @@ async fn a_person_approves_a_waiting_step_from_the_approvals_page() {
         browser.screenshot("approvals").await;
         browser.click(&format!("#approve-{task}")).await;
         browser
-            .wait_for(
-                "the comment asked for",
-                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
-                json!("comment"),
-            )
+            .wait_for_fields("the comment asked for", "comment")
             .await;
         browser.type_into("#act-comment", "window agreed with the owners").await;
         browser.click("#act-ok").await;
@@ -1114,12 +1126,7 @@ async fn the_queues_page_groups_per_host_queues_and_searches_them() {
 #[tokio::test]
 async fn delete_on_a_finished_job_removes_it_and_goes_to_the_job_list() {
     with_browser(|browser, setup| async move {
-        setup
-            .apply(
-                "scratch",
-                json!({"steps": [{"id": "only", "queue": "ui", "command": "c"}]}),
-            )
-            .await;
+        setup.apply_scratch().await;
         let job = setup.submit("scratch").await;
         let page = format!("{}/ui/jobs/{job}", setup.base);
         browser.open(&page).await;
@@ -1192,12 +1199,7 @@ const BULK_RESULT: &str = "const n = (id) => { const e = document.getElementById
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bulk_actions_on_the_job_list_confirm_the_count_and_show_what_they_did() {
     with_browser(|browser, setup| async move {
-        setup
-            .apply(
-                "scratch",
-                json!({"steps": [{"id": "only", "queue": "ui", "command": "c"}]}),
-            )
-            .await;
+        setup.apply_scratch().await;
         let mut jobs = Vec::new();
         for _ in 0..3 {
             jobs.push(setup.submit("scratch").await);
@@ -1215,13 +1217,7 @@ async fn bulk_actions_on_the_job_list_confirm_the_count_and_show_what_they_did()
             )
             .await;
         assert_eq!(ask_bulk(&browser, "selected", "cancel").await, json!("2"));
-        browser
-            .wait_for(
-                "the cancel's fields",
-                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
-                json!("compensate reason"),
-            )
-            .await;
+        browser.wait_for_fields("the cancel's fields", "compensate reason").await;
         assert_eq!(job_status(&setup, &jobs[0]).await, "running");
         browser.type_into("#act-reason", "not needed").await;
         browser.screenshot("bulk-dialog").await;
@@ -1293,12 +1289,7 @@ async fn bulk_actions_on_the_job_list_confirm_the_count_and_show_what_they_did()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requeue_and_fail_on_a_task_revoke_its_lease_then_fail_it_for_good() {
     with_browser(|browser, setup| async move {
-        setup
-            .apply(
-                "scratch",
-                json!({"steps": [{"id": "only", "queue": "ui", "command": "c"}]}),
-            )
-            .await;
+        setup.apply_scratch().await;
         let job = setup.submit("scratch").await;
         let (task, _) = setup.claim("ui").await;
         browser
@@ -1309,42 +1300,24 @@ async fn requeue_and_fail_on_a_task_revoke_its_lease_then_fail_it_for_good() {
             .await;
         let open_panel = format!("document.getElementById('task-{task}').open = true; return null;");
         browser.eval(&open_panel).await;
-        assert_eq!(
-            browser
-                .eval(&format!("return document.getElementById('fail-{task}') !== null"))
-                .await,
-            json!(true),
+        assert!(
+            browser.has(&format!("fail-{task}")).await,
             "a running task can be failed"
         );
         browser.click(&format!("#requeue-{task}")).await;
-        browser
-            .wait_for(
-                "the requeue's fields",
-                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
-                json!("reason"),
-            )
-            .await;
+        browser.wait_for_fields("the requeue's fields", "reason").await;
         browser.type_into("#act-reason", "the worker host is draining").await;
         browser.click("#act-ok").await;
         browser
             .wait_for("only shown ready", &node_state("only"), shown("ready"))
             .await;
         browser.eval(&open_panel).await;
-        assert_eq!(
-            browser
-                .eval(&format!("return document.getElementById('requeue-{task}') === null"))
-                .await,
-            json!(true),
+        assert!(
+            !browser.has(&format!("requeue-{task}")).await,
             "a ready task holds no lease to revoke"
         );
         browser.click(&format!("#fail-{task}")).await;
-        browser
-            .wait_for(
-                "the fail's fields",
-                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
-                json!("error reason"),
-            )
-            .await;
+        browser.wait_for_fields("the fail's fields", "error reason").await;
         browser.type_into("#act-message", "the provider lost the volume").await;
         browser.click("#act-ok").await;
         browser
