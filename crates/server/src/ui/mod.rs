@@ -843,4 +843,36 @@ mod tests {
             assert!(error.starts_with(field), "{error}");
         }
     }
+
+    #[test]
+    fn the_bulk_filter_selects_what_the_list_search_shows_or_nothing_it_cannot() {
+        let ns = Ns("default".to_owned());
+        let now = Timestamp(1_700_000_000_000);
+        let query = JobsParams {
+            status: "failed".to_owned(),
+            workflow: "provision".to_owned(),
+            label: "team=storage, env=prod".to_owned(),
+            ..params("", "2023-11-14T22:00", "")
+        };
+        let filter = bulk_filter(&search(&query, &ns, now).unwrap()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&filter).unwrap(),
+            serde_json::json!({
+                "workflow": "provision", "status": "failed",
+                "created_after": "2023-11-14T22:00:00Z", "created_before": null,
+                "labels": {"env": "prod", "team": "storage"},
+                "reason": null, "compensate": false, "dry_run": false, "limit": 10000,
+            })
+        );
+        let by_text = JobsParams {
+            q: "job_01".to_owned(),
+            ..JobsParams::default()
+        };
+        assert!(bulk_filter(&search(&by_text, &ns, now).unwrap()).is_none());
+        let one_key_twice = JobsParams {
+            label: "team=storage, team=infra".to_owned(),
+            ..JobsParams::default()
+        };
+        assert!(bulk_filter(&search(&one_key_twice, &ns, now).unwrap()).is_none());
+    }
 }
