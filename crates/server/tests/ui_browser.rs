@@ -147,6 +147,18 @@ impl Browser {
     }
 
     async fn command(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        self.try_command(method, path, body)
+            .await
+            .unwrap_or_else(|(error, message)| panic!("webdriver {path}: {error}: {message}"))
+    }
+
+    /// A WebDriver command's value, or its error and message.
+    async fn try_command(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> Result<Value, (Value, Value)> {
         let url = format!("{}{path}", self.session);
         let request = self.http.request(method, &url);
         let request = if body.is_null() {
@@ -155,10 +167,10 @@ impl Browser {
             request.json(&body)
         };
         let answer: Value = request.send().await.unwrap().json().await.unwrap();
-        if let Some(error) = answer["value"].get("error") {
-            panic!("webdriver {path}: {error}: {}", answer["value"]["message"]);
+        match answer["value"].get("error") {
+            Some(error) => Err((error.clone(), answer["value"]["message"].clone())),
+            None => Ok(answer["value"].clone()),
         }
-        answer["value"].clone()
     }
 
     async fn quit(&self) {
@@ -196,14 +208,24 @@ impl Browser {
             .to_owned()
     }
 
+    /// Clicks an element. A live page may swap the element for a fresh copy between finding and
+    /// clicking it (a stale element): then the fresh one is found and clicked.
     async fn click(&self, css: &str) {
-        let id = self.element(css).await;
-        self.command(
-            reqwest::Method::POST,
-            &format!("/element/{id}/click"),
-            json!({}),
-        )
-        .await;
+        let started = Instant::now();
+        loop {
+            let id = self.element(css).await;
+            let path = format!("/element/{id}/click");
+            match self
+                .try_command(reqwest::Method::POST, &path, json!({}))
+                .await
+            {
+                Ok(_) => return,
+                Err((error, _)) if error == "stale element reference" => {
+                    assert!(started.elapsed() < DEADLINE, "{css} stays stale");
+                }
+                Err((error, message)) => panic!("webdriver {path}: {error}: {message}"),
+            }
+        }
     }
 
     /// Types `text` into a field, as the keyboard would, after emptying it.
