@@ -63,6 +63,18 @@ async fn job(api: &Api, id: &str) -> Value {
         .1
 }
 
+/// The reasons of the audit log's entries of bulk actions, newest first.
+async fn bulk_audits(api: &Api) -> Vec<Value> {
+    let (_, audit) = call(api, "GET", "/api/v1/audit", Value::Null).await;
+    audit["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no audit log: {audit}"))
+        .iter()
+        .filter(|entry| entry["action"] == "POST /api/v1/jobs/bulk/{action}")
+        .map(|entry| entry["reason"].clone())
+        .collect()
+}
+
 /// The first event of `kind` in job `id`'s history.
 async fn event(api: &Api, id: &str, kind: &str) -> Value {
     let uri = format!("/api/v1/jobs/{id}/events");
@@ -104,6 +116,11 @@ async fn bulk_skip_skips_the_step_of_the_jobs_it_applies_to_and_lists_the_others
     assert_eq!(status, StatusCode::OK, "{counted}");
     assert_eq!(counted, json!({"matched": 3, "affected": 0, "refused": []}));
     assert_eq!(job(&api, failed[0]).await["status"], "failed");
+    assert_eq!(
+        bulk_audits(&api).await,
+        Vec::<Value>::new(),
+        "a dry run changes nothing"
+    );
 
     let (status, result) = call(&api, "POST", "/api/v1/jobs/bulk/skip", request).await;
     assert_eq!(status, StatusCode::OK, "{result}");
@@ -135,6 +152,7 @@ async fn bulk_skip_skips_the_step_of_the_jobs_it_applies_to_and_lists_the_others
         task(&job(&api, &running_job).await, "a")["status"],
         "running"
     );
+    assert_eq!(bulk_audits(&api).await, vec![json!("fixed the disk")]);
 }
 
 async fn bulk_rerun_runs_the_step_again_in_the_finished_jobs_named_by_id(api: Api) {
