@@ -1304,6 +1304,31 @@ async fn bulk_actions_on_the_job_list_confirm_the_count_and_show_what_they_did()
         for job in &jobs[..2] {
             assert_eq!(job_status(&setup, job).await, "running");
         }
+
+        // Every row, their step skipped with the output typed in the dialog.
+        browser.open(&format!("{}/", setup.base)).await;
+        browser.click("#select-page").await;
+        assert_eq!(ask_bulk(&browser, "selected", "skip").await, json!("3"));
+        browser
+            .wait_for_fields("the skip's fields", "step-name output reason")
+            .await;
+        browser.type_into("#act-step-name", "only").await;
+        browser.type_into("#act-output", "{\"by\": \"hand\"}").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("the skip's result", BULK_RESULT, json!([3, 3, 0]))
+            .await;
+        for (job, status) in jobs.iter().zip(["succeeded", "succeeded", "paused"]) {
+            let view = setup
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/api/v1/jobs/{job}"),
+                    Value::Null,
+                )
+                .await;
+            assert_eq!(view["status"], status, "{view}");
+            assert_eq!(view["tasks"][0]["output"], json!({"by": "hand"}));
+        }
     })
     .await;
 }
