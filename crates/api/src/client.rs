@@ -287,6 +287,11 @@ impl Client {
         self.get(&paths::workflow(name)).await
     }
 
+    /// `DELETE` [`paths::WORKFLOW`]: hides the workflow (refused while anything could run it).
+    pub async fn delete_workflow(&self, name: &str) -> Result<(), Error> {
+        self.delete(&paths::workflow(name)).await
+    }
+
     /// `GET` [`paths::WORKFLOWS`].
     pub async fn workflows(&self) -> Result<WorkflowList, Error> {
         self.get(paths::WORKFLOWS).await

@@ -27,7 +27,7 @@ use serde_json::Value;
 pub use jiff::Timestamp;
 #[cfg(feature = "openapi")]
 pub use starbridge_core::definition::WorkflowDefinition;
-pub use starbridge_core::dispatch::QueueMode;
+pub use starbridge_core::dispatch::{OnError, QueueMode};
 pub use starbridge_core::labels::Labels;
 pub use starbridge_core::model::{
     AttemptOutcome, BulkAction, ErrorKind, EventKind, JobStatus, TaskKind, TaskStatus,
@@ -519,6 +519,13 @@ pub struct PollRequest {
     /// query.)
     #[cfg_attr(feature = "openapi", schema(pattern = "^[a-z0-9_.-]{1,128}$"))]
     pub namespace: Option<String>,
+    /// Successes to report before claiming, as the items of `POST /api/v1/tasks/complete`
+    /// (at most 1000): each is committed, durably, before the poll claims or waits, and
+    /// answered in `reports`. Empty when absent (and then not sent, so that servers without
+    /// it take the request).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 1000))]
+    pub complete: Vec<CompleteTask>,
 }
 
 /// A task handed to a worker, with the lease token its reports must carry.
@@ -567,6 +574,11 @@ pub struct PollResponse {
     /// a worker fails a larger output for good rather than report it.
     #[serde(default)]
     pub max_output_bytes: u64,
+    /// The answer of each item of the request's `complete`, in its order: what `POST
+    /// /api/v1/tasks/complete` answers for it.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(inline))]
+    pub reports: Vec<BatchItem<ReportResponse>>,
 }
 
 /// Extends the lease of a running task.
@@ -739,8 +751,21 @@ pub struct QueueView {
         schema(required = true, minimum = 1, maximum = 4294967295u64)
     )]
     pub concurrency: Option<u32>,
-    /// A paused queue keeps its tasks but hands none out.
+    /// A paused queue keeps its tasks but hands none out (but see `paused_reason`).
     pub paused: bool,
+    /// Why the queue paused itself: a forward task on it failed for good and its `on_error` is
+    /// `pause`. It still hands out compensation tasks, so the failing job can roll back;
+    /// resuming clears it. Null when it is not paused or an operator paused it (which stops
+    /// compensations too).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub paused_reason: Option<String>,
+    /// `pause`: the queue pauses when a forward task on it fails for good (not a compensation,
+    /// not a step with `continue_on_failure`, not an operator's `fail`); `continue` (the
+    /// default): it goes on.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = OnError))]
+    pub on_error: Open<OnError>,
     /// A ready task that has waited longer than this goes ahead of priority order, oldest first
     /// (300000, 5 minutes, unless changed).
     #[cfg_attr(feature = "openapi", schema(minimum = 1))]
@@ -798,6 +823,10 @@ pub struct QueuePrefixView {
     /// At most `tokens` task starts per `per_ms` on each queue; null: no rate limit.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub rate: Option<RateView>,
+    /// As [`QueueView::on_error`], for each queue.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = OnError))]
+    pub on_error: Open<OnError>,
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
     /// When the settings were last changed.
@@ -905,6 +934,10 @@ pub struct QueueSettings {
     )]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<RateSettings>))]
     pub rate: Option<Option<RateSettings>>,
+    /// `pause`: stop the queue when a forward task on it fails for good (see
+    /// [`QueueView::on_error`]); `continue`: go on. Any other value is a 400.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<OnError>))]
+    pub on_error: Option<Open<OnError>>,
 }
 
 /// Tells an absent field (`None`) from an explicit `null` (`Some(None)`).
@@ -1205,7 +1238,8 @@ pub struct DeliveryList {
     pub items: Vec<DeliveryView>,
 }
 
-/// Most items in one batch request (`POST /jobs/batch`, `POST /tasks/complete`).
+/// Most items in one batch request (`POST /jobs/batch`, `POST /tasks/complete`), and most
+/// completions one poll carries.
 pub const MAX_BATCH_ITEMS: usize = 1000;
 
 /// Several jobs to submit in one request, each as `POST /api/v1/jobs` takes it.
@@ -1669,6 +1703,7 @@ mod tests {
             "pause", "resume", "cancel", "retry", "delete", "skip", "rerun",
         ]);
         pinned::<QueueMode>(&["parallel", "serial"]);
+        pinned::<OnError>(&["continue", "pause"]);
         pinned::<Overlap>(&["skip", "allow", "queue_one"]);
         pinned::<CatchUpKind>(&["skip", "once", "all"]);
         pinned::<Scope>(&["admin", "operate", "submit", "work", "read"]);

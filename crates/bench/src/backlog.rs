@@ -88,6 +88,7 @@ pub(super) async fn measure(
             max_tasks: Some(1),
             wait_ms: Some(1000),
             namespace: Some(bench.namespace.clone()),
+            complete: Vec::new(),
         };
         set.spawn(async move { measuring_worker(client, poll, left, sample, recorder).await });
     }

@@ -150,6 +150,28 @@ pub(crate) async fn workflows(context: &Context) -> Result<ExitCode> {
     })
 }
 
+#[derive(clap::Subcommand)]
+pub(crate) enum WorkflowCommand {
+    /// Delete a workflow: it is hidden and runs no new job (its versions stay for the jobs
+    /// that ran them; applying it again continues at the next version). Refused while a job
+    /// of it could still run or be retried, a schedule runs it, or another workflow starts it.
+    Delete {
+        /// The workflow.
+        name: String,
+    },
+}
+
+/// Acts on one workflow.
+pub(crate) async fn workflow(context: &Context, command: &WorkflowCommand) -> Result<ExitCode> {
+    match command {
+        WorkflowCommand::Delete { name } => {
+            context.client.delete_workflow(name).await?;
+            eprintln!("workflow {name} deleted");
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct SubmitArgs {
     /// Workflow to run.
@@ -487,7 +509,7 @@ pub(crate) struct SkipArgs {
 pub(crate) enum TaskCommand {
     /// Revoke a running task's lease and run it again: its worker is told to stop (its next
     /// heartbeat is refused with the reason), and the next attempt, not counted against
-    /// `max_attempts`, starts once the old lease would have lapsed.
+    /// `max_attempts`, may start once it was told or the old lease would have lapsed.
     Requeue {
         /// The job.
         job: String,
@@ -634,6 +656,10 @@ pub(crate) enum QueueCommand {
         /// Remove the rate limit.
         #[arg(long)]
         no_rate: bool,
+        /// `pause`: stop the queue when a task on it fails for good (compensations still run);
+        /// `continue`: go on.
+        #[arg(long, value_name = "pause|continue")]
+        on_error: Option<Open<api::OnError>>,
     },
     /// Drop a pattern's settings, or a queue's own (it follows its pattern again).
     Unset {
@@ -683,10 +709,14 @@ fn print_prefixes(prefixes: &[api::QueuePrefixView]) {
                 p.priority.to_string(),
                 p.concurrency.map_or("-".to_owned(), |c| c.to_string()),
                 rate_text(p.rate.as_ref()),
+                p.on_error.to_string(),
             ]
         })
         .collect();
-    table(&["PATTERN", "MODE", "PRIORITY", "LIMIT", "RATE"], &rows);
+    table(
+        &["PATTERN", "MODE", "PRIORITY", "LIMIT", "RATE", "ON ERROR"],
+        &rows,
+    );
 }
 
 fn print_queues(queues: &[api::QueueView]) {
@@ -704,7 +734,12 @@ fn print_queues(queues: &[api::QueueView]) {
                     (None, true) => "own".to_owned(),
                     (None, false) => "defaults".to_owned(),
                 },
-                if q.paused { "paused" } else { "active" }.to_owned(),
+                match (q.paused, &q.paused_reason) {
+                    (true, Some(reason)) => format!("stopped on error: {reason}"),
+                    (true, None) => "paused".to_owned(),
+                    (false, _) => "active".to_owned(),
+                },
+                q.on_error.to_string(),
                 q.ready.to_string(),
                 q.running.to_string(),
                 format!("{:.1}s", q.oldest_ready_age_ms as f64 / 1000.0),
@@ -713,8 +748,8 @@ fn print_queues(queues: &[api::QueueView]) {
         .collect();
     table(
         &[
-            "QUEUE", "MODE", "PRIORITY", "LIMIT", "RATE", "SETTINGS", "STATE", "READY", "RUNNING",
-            "OLDEST",
+            "QUEUE", "MODE", "PRIORITY", "LIMIT", "RATE", "SETTINGS", "STATE", "ON ERROR", "READY",
+            "RUNNING", "OLDEST",
         ],
         &rows,
     );
@@ -761,6 +796,7 @@ pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<E
             max_wait,
             rate,
             no_rate,
+            on_error,
         } => {
             let rate = match (rate, no_rate) {
                 (_, true) => Some(None),
@@ -789,6 +825,7 @@ pub(crate) async fn queue(context: &Context, command: &QueueCommand) -> Result<E
                 },
                 max_wait: max_wait.clone().map(Value::String),
                 rate,
+                on_error: on_error.clone(),
             };
             if name.ends_with('*') {
                 let prefix = context.client.set_queue_prefix(name, &settings).await?;

@@ -82,6 +82,9 @@ enum Command {
     Apply(client::ApplyArgs),
     /// List workflows.
     Workflows,
+    /// Delete a workflow.
+    #[command(subcommand)]
+    Workflow(client::WorkflowCommand),
     /// Submit a job.
     Submit(client::SubmitArgs),
     /// List jobs.
@@ -177,6 +180,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Demo(args) => local::demo(args).await,
         Command::Apply(args) => client::apply(&context()?, args).await,
         Command::Workflows => client::workflows(&context()?).await,
+        Command::Workflow(ref command) => client::workflow(&context()?, command).await,
         Command::Submit(args) => client::submit(&context()?, args).await,
         Command::Jobs(args) => client::jobs(&context()?, args).await,
         Command::Job(ref args) => client::job_command(&context()?, args).await,

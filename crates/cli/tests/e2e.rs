@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{BIN, Harness, STUCK};
+use common::{BIN, Harness, STUCK, get_text};
 
 fn example(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -965,5 +965,46 @@ async fn a_cron_schedule_keeps_firing_on_time_across_a_server_restart() {
     assert!(
         fires.windows(2).all(|w| (w[1] - w[0]) % 1000 == 0),
         "fires on whole seconds: {fires:?}"
+    );
+}
+
+/// The count of `starbridge_http_requests_total` in a `/metrics` text, over every status, of
+/// the series whose labels hold `labels` (such as `route="/api/v1/tasks/poll"`).
+fn requests_answered(metrics: &str, labels: &str) -> u64 {
+    metrics
+        .lines()
+        .filter(|line| line.starts_with("starbridge_http_requests_total{") && line.contains(labels))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// A worker with work always ready (and one slot, so no success finishes while a poll is out)
+/// reports each success with the poll that takes its next task: one request per task, no
+/// report request of its own, and every success committed (the jobs end).
+#[tokio::test]
+async fn a_busy_worker_makes_one_request_per_task_each_success_riding_on_the_next_poll() {
+    let mut h = Harness::start().await;
+    let steps: String = ["a", "b", "c"]
+        .iter()
+        .map(|step| format!("- {{id: {step}, queue: busy, command: 'true'}}\n"))
+        .collect();
+    h.apply("busy", &format!("steps:\n{steps}")).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(h.submit("busy", json!({})).await);
+    }
+    h.start_worker_with("w1", "busy", &["--concurrency", "1"], &[]);
+    for id in &ids {
+        assert_eq!(h.wait_for_end(id).await["status"], "succeeded");
+    }
+    let metrics = get_text(&h.http, &format!("{}/metrics", h.url)).await;
+    let tasks = 4 * 3;
+    // The last poll carried the last success and now waits for work: it is not answered yet.
+    let polls = requests_answered(&metrics, "method=\"POST\",route=\"/api/v1/tasks/poll\"");
+    assert_eq!(polls, tasks, "{metrics}");
+    assert_eq!(
+        requests_answered(&metrics, "route=\"/api/v1/tasks/"),
+        polls,
+        "no request but polls: {metrics}"
     );
 }

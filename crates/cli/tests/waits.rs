@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{BIN, Harness, KillOnDrop, STUCK, Served, get_json};
+use common::{BIN, Harness, KillOnDrop, STUCK, Served, get_json, get_text};
 
 fn text(output: &std::process::Output) -> String {
     format!(
@@ -132,14 +132,7 @@ steps:
     .await;
     let token = std::fs::read_to_string(&token_file).unwrap();
     assert!(token.starts_with("sbc_"), "{token}");
-    let shown = http
-        .get(&job_url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let shown = get_text(&http, &job_url).await;
     assert!(
         !shown.contains(&token),
         "the token is shown only to the worker"

@@ -28,6 +28,19 @@ string_enum!(
     }
 );
 
+string_enum!(
+    /// What a queue does when a forward task on it fails for good (seed 001's stop on error).
+    #[derive(Default)]
+    OnError {
+        /// Nothing: the queue goes on handing out tasks.
+        #[default]
+        Continue => "continue",
+        /// The queue pauses, saying why in its `paused_reason`; compensation tasks still
+        /// dispatch on it, so the failing job can roll back. Resuming it clears the reason.
+        Pause => "pause",
+    }
+);
+
 /// At most `tokens` task starts per `per` (a token bucket that refills continuously and holds at
 /// most `tokens`). Tasks over the limit wait ready.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -78,6 +91,7 @@ pub struct QueueConfig {
     pub paused: bool,
     pub max_wait: Duration,
     pub rate: Option<RateLimit>,
+    pub on_error: OnError,
 }
 
 impl Default for QueueConfig {
@@ -89,6 +103,7 @@ impl Default for QueueConfig {
             paused: false,
             max_wait: DEFAULT_MAX_WAIT,
             rate: None,
+            on_error: OnError::Continue,
         }
     }
 }
@@ -162,6 +177,8 @@ pub struct QueueState {
     pub tokens: Option<f64>,
     /// Time since a worker last polled the queue on this server; `None`: never since start.
     pub last_poll: Option<Duration>,
+    /// Why the queue paused itself (`on_error: pause`); `None` for an operator's pause.
+    pub paused_reason: Option<String>,
 }
 
 /// Why a task is not running yet, in words for operators; `None` when it is not waiting.
@@ -194,9 +211,24 @@ pub fn task_waiting_reason(
             let Some(queue) = queue else {
                 return Some(format!("no worker has polled queue {} yet", task.queue));
             };
-            let config = &queue.config;
+            // A queue that stopped on an error still hands out compensations.
+            let rolls_back =
+                task.kind == crate::model::TaskKind::Compensation && queue.paused_reason.is_some();
+            let unpaused;
+            let config = if rolls_back {
+                unpaused = QueueConfig {
+                    paused: false,
+                    ..queue.config.clone()
+                };
+                &unpaused
+            } else {
+                &queue.config
+            };
             if config.paused {
-                return Some(format!("queue {} paused", task.queue));
+                return Some(match &queue.paused_reason {
+                    Some(reason) => format!("queue {} stopped on error: {reason}", task.queue),
+                    None => format!("queue {} paused", task.queue),
+                });
             }
             if let (Some(rate), Some(tokens)) = (config.rate, queue.tokens)
                 && tokens < 1.0
@@ -364,8 +396,28 @@ mod tests {
             running: 0,
             tokens: None,
             last_poll: Some(Duration::from_secs(1)),
+            paused_reason: None,
         };
         assert_eq!(task_waiting_reason(&task, &[], Some(&polled), now), None);
+        let stopped = QueueState {
+            config: QueueConfig {
+                paused: true,
+                ..QueueConfig::default()
+            },
+            paused_reason: Some("task t of job j failed".into()),
+            ..polled.clone()
+        };
+        assert_eq!(
+            task_waiting_reason(&task, &[], Some(&stopped), now).unwrap(),
+            "queue q stopped on error: task t of job j failed"
+        );
+        let mut compensation = ready_task("q");
+        compensation.kind = crate::model::TaskKind::Compensation;
+        assert_eq!(
+            task_waiting_reason(&compensation, &[], Some(&stopped), now),
+            None,
+            "a compensation still dispatches on a queue stopped on error"
+        );
         let absent = QueueState {
             last_poll: Some(Duration::from_secs(600)),
             ..polled.clone()

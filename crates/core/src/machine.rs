@@ -266,6 +266,21 @@ fn new_task(
     }
 }
 
+/// Whether `input` is a success the task already recorded under the same lease token: a worker
+/// whose answer was lost sends it again, and it is answered as the first one was, changing
+/// nothing (see `Task::lease_token`). Another token is refused by `apply` as stale.
+pub fn repeats_success(state: &JobState, input: &Input) -> bool {
+    let Input::Complete {
+        task, lease_token, ..
+    } = input
+    else {
+        return false;
+    };
+    state.task(task).is_some_and(|task| {
+        task.status == TaskStatus::Succeeded && task.lease_token.as_deref() == Some(lease_token)
+    })
+}
+
 /// Applies one input to a job. On `Err` nothing changed.
 pub fn apply(
     workflow: &Workflow,
@@ -368,15 +383,14 @@ impl Machine<'_> {
             .position(id)
             .ok_or_else(|| Rejection::UnknownTask(id.clone()))?;
         let task = &self.state.tasks[index];
-        if task.status == TaskStatus::Ready
-            && task.lease_token.as_deref() == Some(lease_token)
-            && let Some(error) = &task.error
-            && error.kind == ErrorKind::Operator
-        {
+        if is_revoked(task, lease_token) {
             // An operator requeued the task (`requeue_task`): its old worker must stop.
+            let why = task
+                .error
+                .as_ref()
+                .map_or("", |error| error.message.as_str());
             return Err(Rejection::LeaseRevoked(format!(
-                "the lease was revoked: {}",
-                error.message
+                "the lease was revoked: {why}"
             )));
         }
         if task.status != TaskStatus::Running || task.lease_token.as_deref() != Some(lease_token) {
@@ -548,6 +562,9 @@ impl Machine<'_> {
             } => self.child_ended(&child, status, output, error)?,
             Input::ChildNotStarted { child, message } => self.child_not_started(&child, message)?,
             Input::RollBack { by } => self.roll_back(by)?,
+            Input::RevocationTold { task, lease_token } => {
+                self.revocation_told(&task, &lease_token);
+            }
             Input::Start => {
                 if self.state.job.status != JobStatus::Queued {
                     return Err(Rejection::NotApplicable(format!(
@@ -687,11 +704,14 @@ impl Machine<'_> {
     }
 
     fn succeed(&mut self, index: usize, output: Value) {
+        let lease_token = self.state.tasks[index].lease_token.clone();
         self.release(index);
         let now = self.now;
         let seq = self.state.job.completions;
         self.state.job.completions += 1;
         let task = &mut self.state.tasks[index];
+        // The attempt that succeeded keeps its token, so that its success sent again is known.
+        task.lease_token = lease_token;
         task.status = TaskStatus::Succeeded;
         task.output = Some(output);
         task.error = None;
@@ -785,6 +805,23 @@ impl Machine<'_> {
             && self.continues_on_failure(&self.state.tasks[index].step);
         if continues {
             detail["continues"] = Value::Bool(true);
+        }
+        if !continues
+            && self.state.tasks[index].kind != TaskKind::Compensation
+            && error.kind != ErrorKind::Operator
+            && !self.state.tasks[index].queue.is_empty()
+        {
+            let task = &self.state.tasks[index];
+            self.actions.push(Action::TaskFailedOnQueue {
+                queue: task.queue.clone(),
+                reason: format!(
+                    "task {} (step {}) of job {} failed: {}",
+                    task.id,
+                    task.step,
+                    self.state.job.id,
+                    clip(&error.message, 200)
+                ),
+            });
         }
         let task = &mut self.state.tasks[index];
         task.status = TaskStatus::Failed;
@@ -1567,3 +1604,35 @@ mod waits;
 
 #[cfg(test)]
 mod tests;
+
+/// At most `max` bytes of `text`, cut at a character boundary, with `…` when cut.
+fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Whether `lease_token` is the lease an operator revoked from `task` (`Requeue`), which its
+/// worker still reports under: the task is ready again, keeping that token until a claim.
+fn is_revoked(task: &Task, lease_token: &str) -> bool {
+    task.status == TaskStatus::Ready
+        && task.lease_token.as_deref() == Some(lease_token)
+        && task
+            .error
+            .as_ref()
+            .is_some_and(|error| error.kind == ErrorKind::Operator)
+}
+
+/// Whether a worker's report (`input`) is made under a lease an operator revoked: the engine
+/// then tells the machine so (`Input::RevocationTold`) before the report is refused.
+pub fn reports_revoked_lease(state: &JobState, input: &Input) -> bool {
+    input
+        .reported_lease()
+        .and_then(|(task, lease_token)| Some((state.task(task)?, lease_token)))
+        .is_some_and(|(task, lease_token)| is_revoked(task, lease_token))
+}

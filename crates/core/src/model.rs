@@ -284,6 +284,8 @@ pub struct Task {
     pub deadline_at: Option<Timestamp>,
     /// The running attempt's fencing token. On a ready task an operator requeued, the revoked
     /// lease: its worker's reports are refused with the reason until another claim replaces it.
+    /// On a succeeded task, the token of the attempt that succeeded: the same success sent again
+    /// is answered as the first was (`machine::repeats_success`).
     pub lease_token: Option<String>,
     pub lease_expires_at: Option<Timestamp>,
     pub worker_id: Option<String>,
@@ -544,6 +546,34 @@ pub enum Input {
     RollBack { by: JobId },
     /// A queued job got its lock slot (the engine keeps the slots): it starts now.
     Start,
+    /// The worker whose lease an operator revoked (`Requeue`) was told so: its report under
+    /// `lease_token` is being refused with the reason. The task need not wait for the revoked
+    /// lease to lapse: it is claimable at once. Changes nothing otherwise.
+    RevocationTold { task: TaskId, lease_token: String },
+}
+
+impl Input {
+    /// The lease a worker's report is made under, if the input is such a report.
+    pub fn reported_lease(&self) -> Option<(&TaskId, &str)> {
+        match self {
+            Input::Heartbeat {
+                task, lease_token, ..
+            }
+            | Input::Complete {
+                task, lease_token, ..
+            }
+            | Input::Fail {
+                task, lease_token, ..
+            }
+            | Input::CheckLater {
+                task, lease_token, ..
+            }
+            | Input::AwaitCallback {
+                task, lease_token, ..
+            } => Some((task, lease_token)),
+            _ => None,
+        }
+    }
 }
 
 /// An operator's action, with who asked and why (both recorded in the history).
@@ -722,6 +752,10 @@ pub enum Action {
     Wake { queue: String },
     /// A queue template rendered this name for a task: create the queue if it is new.
     EnsureQueue { queue: String },
+    /// A forward task on this queue failed for good (not a compensation, not a step that
+    /// continues on failure, not an operator's `fail`): a queue set to `on_error: pause`
+    /// pauses, giving `reason`.
+    TaskFailedOnQueue { queue: String, reason: String },
     /// The job ended: free its lock slot and start the next job waiting for it.
     ReleaseLock { key: String },
     /// Keep a signal the job received.

@@ -142,6 +142,13 @@ pub enum Open<T> {
     Unknown(String),
 }
 
+/// The known default: what a reader assumes when an older writer left the field out.
+impl<T: Default> Default for Open<T> {
+    fn default() -> Self {
+        Open::Known(T::default())
+    }
+}
+
 impl<T: WireEnum> Open<T> {
     /// The value whose text is `text`, or `Unknown(text)`.
     pub fn parse(text: &str) -> Open<T> {

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
-use starbridge_core::dispatch::{QueueMode, QueueState, RateLimit};
+use starbridge_core::dispatch::{OnError, QueueMode, QueueState, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::labels::Labels;
 use starbridge_core::model::{
@@ -83,6 +83,7 @@ pub struct QueueChange {
     pub max_wait: Option<Duration>,
     /// `Some(None)` removes the rate limit.
     pub rate: Option<Option<RateLimit>>,
+    pub on_error: Option<OnError>,
 }
 
 /// A queue as it dispatches now.
@@ -160,6 +161,24 @@ pub struct Claimed {
     pub lease: Duration,
     /// The attempt's callback token, shown only here (the store keeps its hash).
     pub callback_token: String,
+}
+
+/// A worker's long poll: up to `max` tasks of `queues` in `namespace` for `worker`, waiting up
+/// to `wait` when none is ready.
+#[derive(Debug, Clone)]
+pub struct Poll {
+    pub namespace: String,
+    pub queues: Vec<String>,
+    pub worker: String,
+    pub max: u32,
+    pub wait: std::time::Duration,
+}
+
+/// What a poll did: the answer of each report it carried, in order, and the tasks it claimed.
+#[derive(Debug)]
+pub struct Polled {
+    pub reports: Vec<Result<Reported>>,
+    pub claimed: Vec<Claimed>,
 }
 
 /// Which tasks a worker's report may touch: any (the default), or only those of one namespace
@@ -323,6 +342,17 @@ impl Engine {
             .await
     }
 
+    /// Deletes (hides) a workflow: its versions stay for the jobs that ran them, and a later
+    /// apply continues at the next version number. Refused (a conflict naming them) while an
+    /// unfinished or retryable job, a schedule, or another workflow's sub-workflow step uses it.
+    pub async fn delete_workflow(&self, namespace: &str, name: &str) -> Result<()> {
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.inner
+            .writer
+            .write(move |ctx| commands::delete_workflow(ctx, &namespace, &name))
+            .await
+    }
+
     pub async fn submit(&self, namespace: &str, request: Submit) -> Result<Submitted> {
         let namespace = namespace.to_owned();
         self.inner
@@ -357,12 +387,27 @@ impl Engine {
         worker: &str,
         max: u32,
     ) -> Result<Vec<Claimed>> {
+        let mut together = writer::Together::default();
+        let claim = Engine::claim_in(&mut together, namespace, queues, worker, max);
+        self.inner.writer.send(together);
+        self.claimed(claim).await
+    }
+
+    /// Adds a claim to requests queued together (see `claim`).
+    fn claim_in(
+        together: &mut writer::Together,
+        namespace: &str,
+        queues: Vec<String>,
+        worker: &str,
+        max: u32,
+    ) -> writer::Pending<Vec<Claimed>> {
         let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
-        let claimed = self
-            .inner
-            .writer
-            .write(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
-            .await?;
+        together.request(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
+    }
+
+    /// The tasks a queued claim took, counted for the vacuumer.
+    async fn claimed(&self, claim: writer::Pending<Vec<Claimed>>) -> Result<Vec<Claimed>> {
+        let claimed = claim.answer().await?;
         self.inner
             .upkeep
             .claimed
@@ -378,26 +423,49 @@ impl Engine {
                 commands::report(ctx, &task, input.clone(), &scope)
             })
             .answer()
-            .await
+            .await?
     }
 
     /// Several reports at once: each as its own request, all queued for the same group
-    /// commits. Answers in the order given.
+    /// transaction. Answers in the order given.
     pub async fn report_many(
         &self,
         reports: Vec<(TaskId, Input)>,
         scope: TaskScope,
     ) -> Vec<Result<Reported>> {
-        let pending: Vec<_> = reports
+        let mut together = writer::Together::default();
+        let pending = Engine::reports_in(&mut together, reports, &scope);
+        self.inner.writer.send(together);
+        Engine::report_answers(pending).await
+    }
+
+    /// Adds each report, as its own request, to requests queued together, in order.
+    fn reports_in(
+        together: &mut writer::Together,
+        reports: Vec<(TaskId, Input)>,
+        scope: &TaskScope,
+    ) -> Vec<writer::Pending<commands::Answer>> {
+        reports
             .into_iter()
             .map(|(task, input)| {
                 let scope = scope.clone();
-                self.inner.writer.enqueue_report(task.clone(), move |ctx| {
+                together.report(task.clone(), move |ctx| {
                     commands::report(ctx, &task, input.clone(), &scope)
                 })
             })
-            .collect();
-        writer::answers(pending).await
+            .collect()
+    }
+
+    /// The answers of reports queued with `reports_in`, in order: a write that failed, or the
+    /// report's own refusal (which may have been committed, see `commands::report`).
+    async fn report_answers(
+        pending: Vec<writer::Pending<commands::Answer>>,
+    ) -> Vec<Result<Reported>> {
+        writer::answers(pending)
+            .await
+            .into_iter()
+            .map(|answer| answer.and_then(|refused_or_reported| refused_or_reported))
+            .collect()
     }
 
     /// An operator's action (pause, resume, cancel, retry, skip, rerun, a task's requeue or fail)
@@ -712,12 +780,15 @@ impl Engine {
                 let mut next: Option<Timestamp> = None;
                 let mut earliest = |at: Timestamp| next = Some(next.map_or(at, |n| n.min(at)));
                 for queue in &open {
-                    if let Some(at) = rows::next_available(conn, &namespace, &queue.name)? {
+                    let name = &queue.name;
+                    if let Some(at) =
+                        rows::next_available(conn, &namespace, name, queue.rollback_only)?
+                    {
                         earliest(at);
                     }
                 }
                 for (queue, at) in reopen {
-                    if rows::next_available(conn, &namespace, &queue)?.is_some() {
+                    if rows::next_available(conn, &namespace, &queue, false)?.is_some() {
                         earliest(at);
                     }
                 }
@@ -906,6 +977,7 @@ impl Engine {
                             u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX),
                         )
                     });
+                    let paused_reason = stored.and_then(|q| q.paused_reason);
                     states.insert(
                         queue,
                         QueueState {
@@ -913,6 +985,7 @@ impl Engine {
                             running,
                             tokens,
                             last_poll,
+                            paused_reason,
                         },
                     );
                 }

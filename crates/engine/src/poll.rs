@@ -1,38 +1,54 @@
-//! The long poll of a worker: claims ready tasks, or waits until some may be claimed (a commit
-//! that made tasks ready wakes it through the notifier, a retry time arrives) or the poll's wait
-//! is over. Waiting costs no database work: only a wake-up or the next availability time leads
-//! to another claim.
+//! The long poll of a worker: commits the reports it carries, claims ready tasks, or waits until
+//! some may be claimed (a commit that made tasks ready wakes it through the notifier, a retry
+//! time arrives) or the poll's wait is over. The reports and the first claim are queued to the
+//! writer together, reports first: they run in one group transaction, so the claim sees what
+//! they changed (tasks they made ready), and the poll waits for work only once every report is
+//! answered (on PostgreSQL a report contended by another node runs again in the next group,
+//! after the claim). Waiting costs no database work: only a wake-up or the next availability
+//! time leads to another claim.
 
 use std::time::Duration as StdDuration;
 
+use starbridge_core::ids::TaskId;
+use starbridge_core::model::Input;
 use tokio::time::Instant;
 
-use crate::{Claimed, Engine, Result};
+use crate::{Engine, Poll, Polled, Result, TaskScope, writer};
 
 impl Engine {
-    /// Claims up to `max` ready tasks of `queues` for `worker`; when none is ready, waits up to
-    /// `wait` for some.
+    /// Commits `reports` (each as `Engine::report` would, a task outside `scope` not found), then
+    /// claims up to `poll.max` ready tasks; when none is ready, waits up to `poll.wait` for some.
     pub async fn poll(
         &self,
-        namespace: &str,
-        queues: &[String],
-        worker: &str,
-        max: u32,
-        wait: StdDuration,
-    ) -> Result<Vec<Claimed>> {
+        poll: &Poll,
+        reports: Vec<(TaskId, Input)>,
+        scope: &TaskScope,
+    ) -> Result<Polled> {
+        let Poll {
+            namespace,
+            queues,
+            worker,
+            max,
+            wait,
+        } = poll;
         self.notifier().polled(namespace, worker, queues);
-        let deadline = Instant::now() + wait;
+        let deadline = Instant::now() + *wait;
+        let mut woken = self.notifier().register(namespace, queues);
+        let mut together = writer::Together::default();
+        let reported = Engine::reports_in(&mut together, reports, scope);
+        let claim = Engine::claim_in(&mut together, namespace, queues.clone(), worker, *max);
+        self.inner.writer.send(together);
+        let reports = Engine::report_answers(reported).await;
+        let mut claimed = self.claimed(claim).await?;
         loop {
-            let woken = self.notifier().register(namespace, queues);
-            let claimed = self.claim(namespace, queues.to_vec(), worker, max).await?;
             for task in &claimed {
                 self.notifier().claimed(namespace, &task.task.queue, 1);
             }
             if !claimed.is_empty() || Instant::now() >= deadline {
-                return Ok(claimed);
+                return Ok(Polled { reports, claimed });
             }
             let mut wake_at = deadline;
-            if let Some(next) = self.next_available(namespace, queues.to_vec()).await? {
+            if let Some(next) = self.next_available(namespace, queues.clone()).await? {
                 let wait = next.since(self.now());
                 wake_at = wake_at.min(Instant::now() + StdDuration::from_millis(wait.as_millis()));
             }
@@ -40,6 +56,8 @@ impl Engine {
                 () = woken.notified() => {}
                 () = tokio::time::sleep_until(wake_at) => {}
             }
+            woken = self.notifier().register(namespace, queues);
+            claimed = self.claim(namespace, queues.clone(), worker, *max).await?;
         }
     }
 }

@@ -100,6 +100,7 @@ macro_rules! on_both_backends {
 mod children;
 mod delete;
 mod operator_tasks;
+mod poll;
 mod routing;
 mod waits;
 

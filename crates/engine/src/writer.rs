@@ -146,7 +146,52 @@ type Work = Box<dyn Request>;
 
 #[derive(Clone)]
 pub(crate) struct Writer {
-    sender: mpsc::UnboundedSender<Work>,
+    /// Requests sent together arrive together (see `Together`).
+    sender: mpsc::UnboundedSender<Vec<Work>>,
+}
+
+/// Requests to queue together: the writer takes them all into the same group transaction
+/// (however many), in their order, each refusable on its own.
+#[derive(Default)]
+pub(crate) struct Together {
+    works: Vec<Work>,
+}
+
+impl Together {
+    /// Adds a request (see `Writer::enqueue`); its answer resolves once the group is sent and
+    /// committed.
+    pub(crate) fn request<T, F>(&mut self, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.add(None, work)
+    }
+
+    /// Adds a report on `task` (see `Writer::enqueue_report`).
+    pub(crate) fn report<T, F>(&mut self, task: TaskId, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.add(Some(task), work)
+    }
+
+    fn add<T, F>(&mut self, task: Option<TaskId>, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        let (reply_to, reply) = oneshot::channel::<Result<T>>();
+        self.works.push(Box::new(Queued {
+            work,
+            task,
+            result: None,
+            reply_to,
+            tries: 1,
+        }));
+        Pending { reply: Some(reply) }
+    }
 }
 
 /// What the writer has done since the store opened: counters for `/metrics` and the benchmark.
@@ -261,17 +306,19 @@ impl Writer {
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
-        let (reply_to, reply) = oneshot::channel::<Result<T>>();
-        let work: Work = Box::new(Queued {
-            work,
-            task,
-            result: None,
-            reply_to,
-            tries: 1,
-        });
-        Pending {
-            reply: self.sender.send(work).ok().map(|()| reply),
+        let mut together = Together::default();
+        let pending = together.add(task, work);
+        if self.send(together) {
+            pending
+        } else {
+            Pending { reply: None }
         }
+    }
+
+    /// Queues requests for the same group transaction (see `Together`); false when the writer
+    /// had stopped (then each answer is a refusal, and nothing was written).
+    pub(crate) fn send(&self, together: Together) -> bool {
+        self.sender.send(together.works).is_ok()
     }
 }
 
@@ -320,7 +367,7 @@ struct State {
     reads: TxReads,
 }
 
-fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared: &Shared) {
+fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Vec<Work>>, shared: &Shared) {
     // On SQLite this thread makes every change to jobs, so what it cached is what is stored; on
     // PostgreSQL a job stays cached only while the transaction that locked it runs.
     let mut state = State {
@@ -336,15 +383,16 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Work>, shared:
     loop {
         if again.is_empty() {
             match receiver.blocking_recv() {
-                Some(first) => batch.push(first),
+                Some(first) => batch.extend(first),
                 None => return,
             }
         } else {
             batch.append(&mut again);
         }
+        // Requests sent together stay together, even past `MAX_BATCH`.
         while batch.len() < MAX_BATCH {
             match receiver.try_recv() {
-                Ok(work) => batch.push(work),
+                Ok(works) => batch.extend(works),
                 Err(_) => break,
             }
         }
@@ -764,6 +812,24 @@ mod tests {
             "the last version of a row is the one written"
         );
         assert_eq!(counters.read().restarts, 0);
+    }
+
+    #[tokio::test]
+    async fn requests_sent_together_share_one_group_transaction_even_past_its_usual_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let (writer, counters, path) = sqlite_writer(&dir);
+        let mut together = Together::default();
+        let count = MAX_BATCH + 10;
+        let pending: Vec<Pending<()>> = (0..count)
+            .map(|n| together.request(move |ctx| insert_namespace(ctx, &format!("ns{n:04}"))))
+            .collect();
+        assert!(writer.send(together));
+        for answer in answers(pending).await {
+            answer.unwrap();
+        }
+        assert_eq!(namespaces(&path).len(), count);
+        let stats = counters.read();
+        assert_eq!((stats.commits, stats.requests), (1, count as u64));
     }
 
     #[tokio::test]

@@ -23,6 +23,7 @@ use crate::openapi::{
     ActorHeader, Body, Failures, Guarded, OtherNamespace, PROBLEM, Unprocessable,
 };
 use crate::state::AppState;
+use crate::tasks::report_view;
 
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
@@ -159,12 +160,23 @@ async fn complete_tasks(
 ) -> ApiResult<Json<api::CompleteTasksResponse>> {
     let request: api::CompleteTasks = body(&bytes)?;
     check_size("tasks", request.tasks.len())?;
-    // Items whose id cannot name a task, or whose output is over the limit, are refused here;
-    // the rest go to the store.
-    let mut checked = Vec::with_capacity(request.tasks.len());
-    let mut reports = Vec::with_capacity(request.tasks.len());
-    for task in request.tasks {
-        let verdict = check_completion(&state.limits, &task);
+    let (checked, reports) = completions(&state.limits, request.tasks);
+    let answers = state.engine.report_many(reports, caller.task_scope()).await;
+    let items = merge(checked, answers, |reported| report_view(&reported));
+    Ok(Json(api::CompleteTasksResponse { items }))
+}
+
+/// The verdict on each completion, in order, and the reports of those accepted for the store:
+/// an item whose id cannot name a task, or whose output is over the limit, is refused here.
+/// (`POST /tasks/complete` and a poll's `complete` take completions alike.)
+pub(crate) fn completions(
+    limits: &Limits,
+    tasks: Vec<api::CompleteTask>,
+) -> (Vec<ApiResult<()>>, Vec<(TaskId, Input)>) {
+    let mut checked = Vec::with_capacity(tasks.len());
+    let mut reports = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        let verdict = check_completion(limits, &task);
         if let Ok(id) = &verdict {
             reports.push((
                 id.clone(),
@@ -178,12 +190,7 @@ async fn complete_tasks(
         }
         checked.push(verdict.map(drop));
     }
-    let answers = state.engine.report_many(reports, caller.task_scope()).await;
-    let items = merge(checked, answers, |reported| api::ReportResponse {
-        task_status: reported.task.status.into(),
-        job_status: reported.job_status.into(),
-    });
-    Ok(Json(api::CompleteTasksResponse { items }))
+    (checked, reports)
 }
 
 /// The task a completion names, once its output and logs are within the task limit.
@@ -198,7 +205,7 @@ fn check_completion(limits: &Limits, task: &api::CompleteTask) -> ApiResult<Task
 
 /// The answer of each item, in request order: the refusal of an item `checked` refused, else
 /// the store's answer for it (`answers` holds one per accepted item, in order).
-fn merge<T, U>(
+pub(crate) fn merge<T, U>(
     checked: Vec<ApiResult<()>>,
     answers: Vec<starbridge_engine::Result<T>>,
     done: impl Fn(T) -> U,

@@ -615,9 +615,11 @@ fn required_text(field: &str, text: &str) -> ApiResult<()> {
 ///
 /// Revokes the lease of a task a worker runs and puts it back to `ready` for a new attempt that
 /// does not count against `max_attempts`. The worker is told by the answer to its next heartbeat
-/// or report: 409 with `reason`, so it stops. The task is claimable only from the time the revoked
-/// lease would have lapsed, so that two copies never run at once. A task waiting on the server (a
-/// sleep, signal, approval, callback or child job) holds no worker and is refused: fail or skip it.
+/// or report: 409 with `reason`, so it stops. So that two copies never run at once, the task is
+/// claimable only once that answer was given or the revoked lease would have lapsed, whichever
+/// comes first. A task awaiting its callback holds no lease: it is claimable at once, and its
+/// callback token answers 410. A task waiting on the server otherwise (a sleep, signal, approval
+/// or child job) holds no worker and is refused: fail or skip it.
 #[utoipa::path(
     post,
     path = paths::JOB_TASK_REQUEUE,

@@ -60,6 +60,8 @@ pub(crate) fn view(info: &QueueInfo) -> api::QueueView {
         priority: config.priority,
         concurrency: config.concurrency,
         paused: config.paused,
+        paused_reason: queue.paused_reason.clone(),
+        on_error: config.on_error.into(),
         max_wait_ms: config.max_wait.as_millis(),
         rate: rate_view(config),
         ready: stats.ready,
@@ -82,6 +84,7 @@ pub(crate) fn prefix_view(settings: &StoredQueuePrefix) -> api::QueuePrefixView 
         concurrency: config.concurrency,
         max_wait_ms: config.max_wait.as_millis(),
         rate: rate_view(config),
+        on_error: config.on_error.into(),
         created_at: api::timestamp_from_millis(settings.created_at.0),
         updated_at: api::timestamp_from_millis(settings.updated_at.0),
     }
@@ -345,6 +348,15 @@ fn settings_change(settings: &api::QueueSettings) -> ApiResult<QueueChange> {
                 .map_err(|error| ApiError::invalid("max_wait", error.to_string()))
         })
         .transpose()?;
+    let on_error = settings
+        .on_error
+        .as_ref()
+        .map(|on_error| {
+            known("on_error", on_error, |text| {
+                format!("unknown on_error '{text}': use pause or continue")
+            })
+        })
+        .transpose()?;
     let rate = match &settings.rate {
         None => None,
         Some(None) => Some(None),
@@ -364,6 +376,7 @@ fn settings_change(settings: &api::QueueSettings) -> ApiResult<QueueChange> {
         concurrency: settings.concurrency,
         paused: None,
         max_wait,
+        on_error,
     })
 }
 

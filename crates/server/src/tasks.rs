@@ -1,5 +1,6 @@
 //! The worker protocol: long-poll for tasks, then heartbeat, complete, fail or "check later",
-//! each report addressed by task id and lease token.
+//! each report addressed by task id and lease token. A poll may carry the worker's successes,
+//! reported as `POST /api/v1/tasks/complete` reports its items (`batch`) before it claims.
 
 use starbridge_api::paths;
 use std::time::Duration as StdDuration;
@@ -12,14 +13,15 @@ use starbridge_api as api;
 use starbridge_core::limits::MAX_CALLBACK_TIMEOUT;
 use starbridge_core::model::{Input, ReportedError};
 use starbridge_core::time::Duration;
+use starbridge_engine::Poll;
 
 use crate::auth::Caller;
+use crate::batch;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{body, task_id};
 use crate::limits::{Limit, Limits};
 use crate::openapi::{
-    BadRequest, Body, Failures, Guarded, OtherNamespace, PROBLEM, TaskPath, Unprocessable,
-    problem_answers,
+    Body, Failures, Guarded, OtherNamespace, PROBLEM, TaskPath, Unprocessable, problem_answers,
 };
 use crate::state::AppState;
 use crate::views;
@@ -86,16 +88,30 @@ fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
             format!("at most {MAX_WAIT_MS}: poll again after that"),
         ));
     }
+    if request.complete.len() > api::MAX_BATCH_ITEMS {
+        return Err(ApiError::invalid(
+            "complete",
+            format!(
+                "give at most {} items: report the rest with the next poll",
+                api::MAX_BATCH_ITEMS
+            ),
+        ));
+    }
     Ok(())
 }
 
-// Claims ready tasks; when none is ready, waits until one is or `wait_ms` passes (see
-// `Engine::poll`).
+// Commits the completions it carries, then claims ready tasks; when none is ready, waits until
+// one is or `wait_ms` passes (see `Engine::poll`).
 /// Claim ready tasks (long-poll)
 ///
-/// Claims up to `max_tasks` ready tasks of the given queues in dispatch order (priority, then age).
-/// When none is ready, waits up to `wait_ms` for one. The namespace is a body field here; the
-/// `namespace` query parameter is ignored.
+/// First reports the successes in `complete`, each as `POST /api/v1/tasks/complete` would (a
+/// refused item changes nothing and leaves the others alone), and commits them durably, with
+/// the first claim (which runs after them), before it waits; `reports` answers each, in order.
+/// A worker thus reports its last results and asks for more work in one request. Then claims
+/// up to `max_tasks` ready tasks of the given queues in dispatch order (priority, then age),
+/// tasks the completions made ready included. When none is ready, waits up to `wait_ms` for
+/// one. The namespace is a body field here; the `namespace` query parameter is ignored
+/// (completions are addressed by task id).
 #[utoipa::path(
     post,
     path = paths::TASKS_POLL,
@@ -103,8 +119,19 @@ fn check_poll(limits: &Limits, request: &api::PollRequest) -> ApiResult<()> {
     tag = "tasks",
     request_body(content = api::PollRequest),
     responses(
-        (status = 200, description = "The claimed tasks, possibly none.", body = api::PollResponse),
-        (status = 400, response = BadRequest),
+        (
+            status = 200,
+            description = "The claimed tasks, possibly none, and the answer of each completion.",
+            body = api::PollResponse,
+        ),
+        (
+            status = 400,
+            description = "The request is malformed: the problem names the field (`body` for \
+                           a body that is not a PollRequest, `complete` for more than 1000 \
+                           completions) and says how to fix it. Nothing changed, and no \
+                           completion was reported.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
         (status = 404, response = OtherNamespace),
         (status = 422, response = Unprocessable),
         Guarded, Body, Failures,
@@ -119,28 +146,35 @@ async fn poll(
     check_poll(&state.limits, &request)?;
     let namespace = caller.namespace(request.namespace.as_deref())?;
     caller.check_queues(&request.queues)?;
-    let wait = StdDuration::from_millis(request.wait_ms.unwrap_or(0));
-    let claimed = state
+    let poll = Poll {
+        namespace,
+        queues: request.queues,
+        worker: request.worker_id,
+        max: request.max_tasks.unwrap_or(1),
+        wait: StdDuration::from_millis(request.wait_ms.unwrap_or(0)),
+    };
+    let (checked, reports) = batch::completions(&state.limits, request.complete);
+    let polled = state
         .engine
-        .poll(
-            &namespace,
-            &request.queues,
-            &request.worker_id,
-            request.max_tasks.unwrap_or(1),
-            wait,
-        )
+        .poll(&poll, reports, &caller.task_scope())
         .await?;
     Ok(Json(api::PollResponse {
-        tasks: claimed.iter().map(views::leased).collect(),
+        tasks: polled.claimed.iter().map(views::leased).collect(),
         max_output_bytes: state.limits.value(Limit::Task),
+        reports: batch::merge(checked, polled.reports, |reported| report_view(&reported)),
     }))
 }
 
 fn report_response(reported: &starbridge_engine::Reported) -> Json<api::ReportResponse> {
-    Json(api::ReportResponse {
+    Json(report_view(reported))
+}
+
+/// What a report changed, as the worker protocol answers it.
+pub(crate) fn report_view(reported: &starbridge_engine::Reported) -> api::ReportResponse {
+    api::ReportResponse {
         task_status: reported.task.status.into(),
         job_status: reported.job_status.into(),
-    })
+    }
 }
 
 /// Extend a lease

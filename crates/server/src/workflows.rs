@@ -1,4 +1,4 @@
-//! Workflows: apply a definition (`PUT`), read a version, list them.
+//! Workflows: apply a definition (`PUT`), read a version, list them, delete (hide) one.
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -25,12 +25,17 @@ use crate::views;
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route(paths::WORKFLOWS, get(list_workflows))
-        .route(paths::WORKFLOW, put(apply_workflow).get(get_workflow))
+        .route(
+            paths::WORKFLOW,
+            put(apply_workflow)
+                .get(get_workflow)
+                .delete(delete_workflow),
+        )
 }
 
 /// The operations of these routes, for the OpenAPI document (`crate::openapi`).
 #[derive(utoipa::OpenApi)]
-#[openapi(paths(list_workflows, get_workflow, apply_workflow))]
+#[openapi(paths(list_workflows, get_workflow, apply_workflow, delete_workflow))]
 pub(crate) struct Api;
 
 /// List workflows
@@ -75,6 +80,8 @@ struct WorkflowQuery {
 /// Get a workflow version
 ///
 /// The latest version, or `version`. The name is not validated: a malformed name is not found.
+/// A deleted workflow has no latest version (404), while its versions stay readable by number
+/// for the jobs that ran them.
 #[utoipa::path(
     get,
     path = paths::WORKFLOW,
@@ -104,6 +111,44 @@ async fn get_workflow(
         summary: views::workflow_summary(&stored),
         definition: stored.definition,
     }))
+}
+
+/// Delete a workflow
+///
+/// Hides the workflow: it is no longer listed, has no latest version, and runs no new job, not
+/// even in a version given by number. Its versions are kept for the jobs that ran them (their
+/// pages still show them), and applying the name again stores the next version number. Refused
+/// while anything could still run it: a job of it that is unfinished or could still be retried
+/// (any status but `succeeded`; delete such jobs, e.g. with `POST /api/v1/jobs/bulk/delete` and
+/// `workflow`), a schedule of it, or a sub-workflow step of another workflow's latest version.
+/// Takes no body (one sent is ignored).
+#[utoipa::path(
+    delete,
+    path = paths::WORKFLOW,
+    operation_id = "deleteWorkflow",
+    tag = "workflows",
+    params(WorkflowPath, api::NamespaceQuery, ActorHeader),
+    responses(
+        (status = 204, description = "The workflow was deleted; the answer has no body."),
+        (status = 400, response = BadRequest),
+        (status = 404, response = NotFound),
+        (
+            status = 409,
+            description = "The workflow is still in use; `detail` names every user and what to                            do: its jobs that are not succeeded (the count and the oldest ids), its                            schedules, and the steps of other workflows that start it.",
+            body = api::Problem, content_type = PROBLEM,
+        ),
+        (status = 422, response = Unprocessable),
+        Guarded, Body, Failures,
+    ),
+)]
+async fn delete_workflow(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(query): Query<api::NamespaceQuery>,
+) -> ApiResult<StatusCode> {
+    let namespace = namespace(&query)?;
+    state.engine.delete_workflow(&namespace, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Apply a definition

@@ -240,6 +240,56 @@ async fn only_a_finished_job_is_deleted_and_its_key_is_free_again() {
     assert_ne!(again["id"], job["id"]);
 }
 
+#[tokio::test]
+async fn a_workflow_is_deleted_once_no_job_could_run_it_and_is_applied_again_as_a_new_version() {
+    let api = api();
+    let (status, _, _) = api.call("DELETE", "/api/v1/workflows/wf", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    let (_, _, job) = api
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "wf"}"#)
+        .await;
+    let job = format!("/api/v1/jobs/{}", job["id"].as_str().unwrap());
+
+    let (status, content_type, problem) = api.call("DELETE", "/api/v1/workflows/wf", "").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{problem}");
+    assert_eq!(content_type, "application/problem+json");
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("still in use") && detail.contains("1 job(s) not succeeded"),
+        "{problem}"
+    );
+    api.call("POST", &format!("{job}/cancel"), "").await;
+    api.call("DELETE", &job, "").await;
+    let (status, _, _) = api.call("DELETE", "/api/v1/workflows/wf", "").await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+
+    let (_, _, list) = api.call("GET", "/api/v1/workflows", "").await;
+    assert_eq!(list["items"], serde_json::json!([]));
+    let (status, _, _) = api.call("GET", "/api/v1/workflows/wf", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, kept) = api.call("GET", "/api/v1/workflows/wf?version=1", "").await;
+    assert_eq!(
+        (status, &kept["version"]),
+        (StatusCode::OK, &serde_json::json!(1))
+    );
+    let (status, _, _) = api
+        .call(
+            "POST",
+            "/api/v1/jobs",
+            r#"{"workflow": "wf", "version": 1}"#,
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "a deleted workflow runs no job"
+    );
+    let (status, _, applied) = api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(applied["version"], 2);
+}
+
 /// Applies `WORKFLOW` as `wf` and submits three jobs of it; their ids, oldest first.
 async fn three_jobs_of_wf(api: &Api) -> Vec<String> {
     api.call("PUT", "/api/v1/workflows/wf", WORKFLOW).await;

@@ -277,6 +277,29 @@ async fn task_outputs_progress_and_errors_over_the_task_limit_are_refused() {
     assert_eq!(refused["type"], "/problems/limit-exceeded", "{refused}");
     assert_eq!(refused["limit"]["name"], Limit::Task.name());
     assert_eq!(refused["errors"][0]["field"], "output");
+    // A poll's completions are held to it alike: the poll is answered, the item refused in
+    // `reports` exactly as the batch form refused it.
+    let refused = refused.clone();
+    let poll = json!({"worker_id": "w", "queues": ["q"], "complete": batch["tasks"]});
+    let answer = api
+        .call("POST", "/api/v1/tasks/poll", &poll.to_string())
+        .await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert_eq!(answer.body["reports"], json!([{"error": refused}]));
+    // A value no item may hold refuses the whole poll, naming the item's field.
+    let poll = json!({"worker_id": "w", "queues": ["q"], "complete": [
+        {"id": id, "lease_token": token},
+        {"id": id, "lease_token": "a\u{0}b"},
+    ]});
+    let answer = api
+        .call("POST", "/api/v1/tasks/poll", &poll.to_string())
+        .await;
+    assert_eq!(answer.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        answer.body["errors"][0]["field"], "complete[1].lease_token",
+        "{}",
+        answer.body
+    );
     // The refused reports changed nothing: an output at the limit completes the task.
     let output: Value = serde_json::from_str(&string_of(100)).unwrap();
     let answer = report("complete", json!({"lease_token": token, "output": output})).await;

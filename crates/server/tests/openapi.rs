@@ -26,6 +26,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("GET", "/api/v1/workflows"),
     ("GET", "/api/v1/workflows/{name}"),
     ("PUT", "/api/v1/workflows/{name}"),
+    ("DELETE", "/api/v1/workflows/{name}"),
     ("POST", "/api/v1/jobs"),
     ("POST", "/api/v1/jobs/batch"),
     ("GET", "/api/v1/jobs"),
@@ -497,10 +498,33 @@ const ALLOWED: &[(&str, &str)] = &[
         "a bulk action may name its jobs by `ids`, whose number is then the default `limit`",
     ),
     (
+        ".paused: description Some(\"A paused queue keeps its tasks but hands none out.\"), now",
+        "a queue that stopped on error still hands out compensations: the description points to \
+         `paused_reason`",
+    ),
+    (
+        "GET /api/v1/workflows/{name}: description",
+        "a workflow can be deleted now: the description says what reading a deleted one gives",
+    ),
+    (
         " 400: content text/plain",
         "a 400 is always a problem document (`rejections.rs` turns the framework's plain-text \
          refusals into problems); the hand-written document also listed a text/plain body that \
          is never sent",
+    ),
+    (
+        "POST /api/v1/tasks/poll: description",
+        "a poll carries the worker's completions (`complete`), reported before it claims; the \
+         hand-written document predates them",
+    ),
+    (
+        "POST /api/v1/tasks/poll 200: description",
+        "the poll's answer also holds `reports`, one per completion it carried",
+    ),
+    (
+        "POST /api/v1/tasks/poll 400: description",
+        "a poll is refused whole for more than 1000 completions (the field is `complete`), which \
+         the hand-written document predates; it has no query parameter or header to name",
     ),
     (
         "GET /metrics: description",
@@ -1338,6 +1362,11 @@ async fn responses_match_their_documented_schemas() {
     assert_eq!(detail.status, ok);
     let missing = c.call("GET", "/api/v1/workflows/nope", "").await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    c.call("PUT", "/api/v1/workflows/doomed", &other).await;
+    let deleted = c.call("DELETE", "/api/v1/workflows/doomed", "").await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT);
+    let gone = c.call("DELETE", "/api/v1/workflows/doomed", "").await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
     let bad_namespace = c.call("GET", "/api/v1/workflows?namespace=A!", "").await;
     assert_eq!(bad_namespace.status, StatusCode::BAD_REQUEST);
 
@@ -2666,6 +2695,29 @@ async fn responses_match_their_documented_schemas() {
         .call("POST", "/api/v1/tasks/complete", r#"{"tasks": []}"#)
         .await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    // A poll carrying completions: the success already reported, sent again under its lease,
+    // is answered as before; the stale one is refused; more than 1000 are refused whole.
+    let carrying = json!({"worker_id": "w", "queues": ["bq"], "namespace": "batch", "complete": [
+        {"id": tasks[0]["id"], "lease_token": tasks[0]["lease_token"], "output": {"x": 1}},
+        {"id": tasks[1]["id"], "lease_token": "stale"},
+    ]});
+    let carried = c
+        .call("POST", "/api/v1/tasks/poll", &carrying.to_string())
+        .await;
+    assert_eq!(carried.status, ok, "{}", carried.text);
+    let carried = carried.json();
+    assert_eq!(carried["reports"][0]["task_status"], "succeeded");
+    assert_eq!(carried["reports"][1]["error"]["status"], 409);
+    assert_eq!(carried["tasks"], json!([]));
+    let too_many: Vec<Value> = (0..1001)
+        .map(|_| json!({"id": "tsk_x", "lease_token": "t"}))
+        .collect();
+    let overfull = json!({"worker_id": "w", "queues": ["bq"], "complete": too_many});
+    let refused = c
+        .call("POST", "/api/v1/tasks/poll", &overfull.to_string())
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert_eq!(refused.json()["errors"][0]["field"], "complete");
 
     assert_eq!(c.call("GET", "/metrics", "").await.status, ok);
 

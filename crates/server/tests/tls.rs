@@ -76,6 +76,7 @@ async fn the_sdk_reaches_an_https_server_whose_certificate_the_given_ca_signed()
             max_tasks: None,
             wait_ms: None,
             namespace: None,
+            complete: Vec::new(),
         })
         .await
         .unwrap();

@@ -157,6 +157,40 @@ async fn a_workflow_page_shows_the_changes_between_versions() {
 }
 
 #[tokio::test]
+async fn a_workflow_page_offers_delete_and_a_deleted_version_still_shows_without_a_submit_form() {
+    let ui = ui();
+    ui.job("k").await;
+    let (_, _, page) = ui.get("/ui/workflows/etl").await;
+    assert!(
+        page.contains(r#"data-url="/api/v1/workflows/etl" data-method="DELETE""#),
+        "{page}"
+    );
+    assert!(page.contains(r#"id="submit-job""#));
+    // Its job cancelled and deleted, the workflow is deleted; its version 1 still shows.
+    let jobs = ui.engine.jobs(starbridge_engine::JobFilter {
+        namespace: "default".into(),
+        limit: 10,
+        ..Default::default()
+    });
+    for job in jobs.await.unwrap() {
+        let cancel = starbridge_core::model::OperatorCommand {
+            actor: "ops".into(),
+            reason: None,
+            action: starbridge_core::model::OperatorAction::Cancel { compensate: false },
+        };
+        ui.engine.operate("default", &job.id, cancel).await.unwrap();
+        ui.engine.delete_job("default", &job.id).await.unwrap();
+    }
+    ui.engine.delete_workflow("default", "etl").await.unwrap();
+    let (status, _, _) = ui.get("/ui/workflows/etl").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, page) = ui.get("/ui/workflows/etl?version=1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains(r#"id="workflow-deleted""#), "{page}");
+    assert!(!page.contains(r#"id="submit-job""#) && !page.contains("act-delete"));
+}
+
+#[tokio::test]
 async fn ui_assets_are_served_from_the_binary() {
     let ui = ui();
     let (status, content_type, css) = ui.get("/ui/assets/app.css").await;

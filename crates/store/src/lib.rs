@@ -125,6 +125,9 @@ pub struct StoredQueue {
     /// An operator gave the queue settings of its own (`PUT`): no prefix settings apply to it.
     /// Its `config` holds them; otherwise `config` holds the defaults and only its pause counts.
     pub configured: bool,
+    /// Why the queue paused itself (`on_error: pause`): then compensation tasks still dispatch
+    /// on it. `None` when it is not paused or an operator paused it.
+    pub paused_reason: Option<String>,
 }
 
 /// Settings for every queue whose name starts with `prefix` and has none of its own.

@@ -41,6 +41,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         8,
         include_str!("../migrations/postgres/0008_queue_prefixes.sql"),
     ),
+    (9, include_str!("../migrations/postgres/0009_operators.sql")),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

@@ -39,6 +39,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("../migrations/sqlite/0009_queue_prefixes.sql"),
     ),
+    (10, include_str!("../migrations/sqlite/0010_operators.sql")),
 ];
 
 impl From<rusqlite::Error> for Error {

@@ -120,10 +120,11 @@ impl WorkerBuilder {
         self
     }
 
-    /// Reports successes in batches (`POST /api/v1/tasks/complete`, default off): those that
-    /// finish while a report is in flight go together in the next request. Fewer requests for
-    /// many short tasks; each report is still retried and answered on its own. Needs a server
-    /// with the batch endpoint.
+    /// Reports successes that do not ride on a poll in batches (`POST
+    /// /api/v1/tasks/complete`, default off): those that finish while a report is in flight go
+    /// together in the next request. Fewer requests for many short tasks; each report is still
+    /// retried and answered on its own. Needs a server with the batch endpoint. (Successes go
+    /// with the next poll whenever one is coming soon, batched or not.)
     pub fn batch_completions(mut self, batch: bool) -> Self {
         self.batch_completions = batch;
         self
@@ -202,9 +203,7 @@ impl WorkerBuilder {
         }
         Ok(Worker {
             shared: Arc::new(Shared {
-                completions: self
-                    .batch_completions
-                    .then(|| Completions::new(self.client.clone())),
+                completions: Completions::new(self.client.clone(), self.batch_completions),
                 client: self.client,
                 worker_id,
                 handlers: self.handlers,
@@ -237,8 +236,8 @@ fn default_worker_id() -> String {
 /// What the worker's tasks share.
 struct Shared {
     client: Client,
-    /// Set when successes are reported in batches.
-    completions: Option<Arc<Completions>>,
+    /// How successes are reported: with the next poll, or on their own.
+    completions: Arc<Completions>,
     worker_id: String,
     handlers: HashMap<String, QueueHandlers>,
     everywhere: HashMap<String, Arc<dyn Handler>>,
@@ -275,6 +274,12 @@ impl Shared {
 ///   an operator's requeue or fail stops the handler within 10 s). A heartbeat answered
 ///   `409` (or `404`) means the server took the task away: the task's [`TaskContext`] is
 ///   cancelled and whatever its handler returns is **not** reported.
+/// - A success rides on the next poll (`complete` of the poll request), which the slot it frees
+///   starts, so a busy worker makes one request per task: the poll commits it before claiming
+///   more work and answers it. A success that finishes while a poll is out (after the first
+///   20 ms of it: the poll is then likely waiting for work), or that a failed poll carried, is
+///   sent on its own (see [`WorkerBuilder::batch_completions`]); a server that refuses
+///   `complete` in polls (it predates it) gets every success on its own.
 /// - A report that fails with a transport error or a 5xx is retried with capped exponential
 ///   backoff until it is accepted, a 4xx comes back, or the lease has surely expired (then the
 ///   server retries the task). A `409` report is logged and dropped.
@@ -363,6 +368,7 @@ impl Worker {
             while let Ok(permit) = Arc::clone(&slots).try_acquire_owned() {
                 permits.push(permit);
             }
+            let carrying = shared.completions.poll_sent();
             let request = PollRequest {
                 worker_id: shared.worker_id.clone(),
                 queues: self.queues.clone(),
@@ -373,6 +379,7 @@ impl Worker {
                 ),
                 wait_ms: Some(wait_ms),
                 namespace: self.namespace.clone(),
+                complete: carrying.tasks(),
             };
             let polled = tokio::select! {
                 biased;
@@ -383,6 +390,7 @@ impl Worker {
                 Ok(response) => {
                     let received = Instant::now();
                     poll_backoff.reset();
+                    shared.completions.poll_answered(carrying, response.reports);
                     if !response.tasks.is_empty() {
                         debug!(tasks = response.tasks.len(), "polled");
                     }
@@ -407,6 +415,9 @@ impl Worker {
                 }
                 Err(error) => {
                     drop(permits);
+                    if shared.completions.poll_failed(carrying, &error) {
+                        continue;
+                    }
                     let delay = poll_backoff.next_delay();
                     if error.is_retryable() {
                         warn!(error = %error_chain(&error), retry_in = ?delay, "poll failed");
@@ -418,10 +429,12 @@ impl Worker {
                         () = &mut shutdown => break,
                         () = tokio::time::sleep(delay) => {}
                     }
+                    shared.completions.polling_again();
                 }
             }
         }
 
+        shared.completions.polling_stopped();
         shared.shutdown.set();
         if !running.is_empty() {
             info!(
@@ -490,8 +503,9 @@ struct Leased {
     max_output_bytes: Option<u64>,
 }
 
-/// Runs one leased task to its report; holds a concurrency slot (`_permit`) throughout.
-async fn run_task(shared: Arc<Shared>, leased: Leased, _permit: OwnedSemaphorePermit) {
+/// Runs one leased task to its report; holds a concurrency slot (`slot`) until then, or until
+/// its success is handed to the next poll.
+async fn run_task(shared: Arc<Shared>, leased: Leased, slot: OwnedSemaphorePermit) {
     let task = &leased.task;
     let span = info_span!(
         "task",
@@ -501,10 +515,12 @@ async fn run_task(shared: Arc<Shared>, leased: Leased, _permit: OwnedSemaphorePe
         command = %task.command,
         attempt = task.attempt,
     );
-    supervise(&shared, leased).instrument(span).await;
+    supervise(&shared, leased, Some(slot))
+        .instrument(span)
+        .await;
 }
 
-async fn supervise(shared: &Shared, leased: Leased) {
+async fn supervise(shared: &Shared, leased: Leased, mut slot: Option<OwnedSemaphorePermit>) {
     let lease = Duration::from_millis(leased.task.lease_ms);
     // The latest instant the lease may last to: the server set (or extended) it to at most
     // "when we got its answer + lease".
@@ -545,7 +561,7 @@ async fn supervise(shared: &Shared, leased: Leased) {
         return;
     }
     let result = within_output_limit(result, context.max_output_bytes());
-    report(shared, &context, result, &lease_end).await;
+    report(shared, &context, result, &lease_end, &mut slot).await;
 }
 
 /// The result, or a non-retryable failure when its output is larger than the server takes
@@ -695,12 +711,14 @@ impl Report {
     }
 }
 
-/// Sends the report, retrying transport errors and 5xx until the lease has surely expired.
+/// Sends the report, retrying transport errors and 5xx until the lease has surely expired. A
+/// success handed to the next poll gives up `slot`.
 async fn report(
     shared: &Shared,
     context: &TaskContext,
     result: HandlerResult,
     lease_end: &Mutex<Instant>,
+    slot: &mut Option<OwnedSemaphorePermit>,
 ) {
     let report = Report::new(context.task().lease_token.clone(), result);
     let kind = report.kind();
@@ -715,10 +733,10 @@ async fn report(
     loop {
         let client = &shared.client;
         let sent = match &report {
-            Report::Complete(request) => match &shared.completions {
-                Some(completions) => completions.complete(context.id(), request).await,
-                None => client.complete(context.id(), request).await,
-            },
+            Report::Complete(request) => {
+                let completions = &shared.completions;
+                completions.complete(context.id(), request, slot).await
+            }
             Report::Fail(request) => client.fail(context.id(), request).await,
             Report::CheckLater(request) => client.check_later(context.id(), request).await,
             Report::AwaitCallback(request) => client.await_callback(context.id(), request).await,

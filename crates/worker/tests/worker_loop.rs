@@ -1,12 +1,13 @@
 //! Tests of the worker loop against a small in-process fake of the server's task endpoints
-//! (poll, heartbeat, complete, fail, check-later) over an in-memory list of tasks.
+//! (poll with the successes it carries, heartbeat, complete, fail, check-later) over an
+//! in-memory list of tasks.
 //!
 //! The fake reports everything it receives on a channel, before answering, so a test can wait for
 //! exactly the request it expects; timeouts here only keep a broken test from hanging.
 
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -17,9 +18,10 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use starbridge_api::{
-    BatchItem, CheckLaterRequest, CompleteRequest, CompleteTasks, CompleteTasksResponse,
-    FailRequest, HeartbeatRequest, HeartbeatResponse, JobStatus, LeasedTask, PollRequest,
-    PollResponse, Problem, ReportResponse, TaskKind, TaskStatus, Timestamp, paths,
+    BatchItem, CheckLaterRequest, CompleteRequest, CompleteTask, CompleteTasks,
+    CompleteTasksResponse, FailRequest, FieldProblem, HeartbeatRequest, HeartbeatResponse,
+    JobStatus, LeasedTask, PollRequest, PollResponse, Problem, ReportResponse, TaskKind,
+    TaskStatus, Timestamp, paths,
 };
 use starbridge_worker::shell::ShellExecutor;
 use starbridge_worker::{Client, Outcome, TaskContext, Worker, WorkerBuilder};
@@ -81,6 +83,12 @@ struct Fake {
     stale_leases: Mutex<HashSet<String>>,
     /// Batch completion requests received.
     batches: AtomicUsize,
+    /// Successes received with polls.
+    carried: AtomicUsize,
+    /// Answer this many polls that carry successes with 503, taking none of them.
+    failing_carrying_polls: AtomicU32,
+    /// Refuse polls that carry successes, as a server from before them does.
+    predates_carried_completions: AtomicBool,
     events: Mutex<Option<mpsc::UnboundedSender<Event>>>,
 }
 
@@ -110,10 +118,7 @@ impl Fake {
 
     /// True when this report should be refused with a 503.
     fn refuse_report(&self, task: &str) -> bool {
-        let refused = self
-            .failing_reports
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
+        let refused = count_down(&self.failing_reports);
         if refused {
             self.record(Event::ReportRefused {
                 task: task.to_owned(),
@@ -121,6 +126,13 @@ impl Fake {
         }
         refused
     }
+}
+
+/// Takes one from `counter` unless it is 0; true when it did.
+fn count_down(counter: &AtomicU32) -> bool {
+    counter
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 fn problem(status: StatusCode, detail: &str) -> Response {
@@ -140,6 +152,24 @@ fn problem(status: StatusCode, detail: &str) -> Response {
         .into_response()
 }
 
+/// How a server refuses a body field it does not know.
+fn unknown_field(field: &str) -> Response {
+    let message = format!("unknown field `{field}`, expected one of `worker_id`, `queues`");
+    let body = Problem {
+        kind: "/problems/invalid-request".to_owned(),
+        title: "Invalid request".to_owned(),
+        status: 400,
+        detail: format!("body: {message}"),
+        errors: vec![FieldProblem {
+            field: "body".to_owned(),
+            message,
+        }],
+        limit: None,
+    };
+    let content_type = [(header::CONTENT_TYPE, "application/problem+json")];
+    (StatusCode::BAD_REQUEST, content_type, Json(body)).into_response()
+}
+
 fn accepted(status: TaskStatus) -> Response {
     Json(ReportResponse {
         task_status: status.into(),
@@ -149,14 +179,28 @@ fn accepted(status: TaskStatus) -> Response {
 }
 
 async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -> Response {
-    if fake
-        .failing_polls
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-    {
+    if count_down(&fake.failing_polls) {
         fake.record(Event::PollRefused);
         return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
     }
+    if !request.complete.is_empty() {
+        if count_down(&fake.failing_carrying_polls) {
+            fake.record(Event::PollRefused);
+            return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
+        }
+        if fake.predates_carried_completions.load(Ordering::SeqCst) {
+            fake.record(Event::PollRefused);
+            return unknown_field("complete");
+        }
+        fake.carried
+            .fetch_add(request.complete.len(), Ordering::SeqCst);
+    }
+    // The successes it carries are reported before it claims, each as the batch form would.
+    let reports = request
+        .complete
+        .into_iter()
+        .map(|task| complete_item(&fake, task))
+        .collect();
     let max_tasks = request.max_tasks.unwrap_or(1);
     fake.record(Event::Polled {
         max_tasks,
@@ -180,6 +224,7 @@ async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -
     Json(PollResponse {
         tasks: waited.unwrap_or_default(),
         max_output_bytes: 256 * 1024,
+        reports,
     })
     .into_response()
 }
@@ -230,37 +275,40 @@ async fn complete_many(
     let items = request
         .tasks
         .into_iter()
-        .map(|task| {
-            if fake
-                .stale_leases
-                .lock()
-                .expect("stale lock")
-                .contains(&task.id)
-            {
-                return BatchItem::Refused {
-                    error: Problem {
-                        kind: "/problems/conflict".into(),
-                        title: "Conflict".into(),
-                        status: 409,
-                        detail: "stale lease".into(),
-                        errors: Vec::new(),
-                        limit: None,
-                    },
-                };
-            }
-            fake.reported();
-            fake.record(Event::Completed {
-                task: task.id,
-                output: task.output,
-                logs: task.logs,
-            });
-            BatchItem::Done(ReportResponse {
-                task_status: TaskStatus::Succeeded.into(),
-                job_status: JobStatus::Running.into(),
-            })
-        })
+        .map(|task| complete_item(&fake, task))
         .collect();
     Json(CompleteTasksResponse { items }).into_response()
+}
+
+/// One success of a batch or of a poll: refused when its lease is stale.
+fn complete_item(fake: &Fake, task: CompleteTask) -> BatchItem<ReportResponse> {
+    if fake
+        .stale_leases
+        .lock()
+        .expect("stale lock")
+        .contains(&task.id)
+    {
+        return BatchItem::Refused {
+            error: Problem {
+                kind: "/problems/conflict".into(),
+                title: "Conflict".into(),
+                status: 409,
+                detail: "stale lease".into(),
+                errors: Vec::new(),
+                limit: None,
+            },
+        };
+    }
+    fake.reported();
+    fake.record(Event::Completed {
+        task: task.id,
+        output: task.output,
+        logs: task.logs,
+    });
+    BatchItem::Done(ReportResponse {
+        task_status: TaskStatus::Succeeded.into(),
+        job_status: JobStatus::Running.into(),
+    })
 }
 
 async fn fail(
@@ -361,6 +409,14 @@ impl Server {
             }
             before.push(event);
         }
+    }
+
+    /// The reports among the events received so far.
+    fn reports_received(&mut self) -> Vec<Event> {
+        self.received()
+            .into_iter()
+            .filter(Event::is_report)
+            .collect()
     }
 
     /// Every event received so far (call after the worker stopped).
@@ -615,8 +671,12 @@ async fn a_report_refused_with_503_is_retried_until_accepted() {
 }
 
 #[tokio::test]
-async fn batched_completions_are_each_answered_retried_and_a_stale_one_dropped() {
+async fn on_an_older_server_successes_are_batched_answered_retried_and_a_stale_one_dropped() {
     let mut server = Server::start().await;
+    server
+        .fake
+        .predates_carried_completions
+        .store(true, Ordering::SeqCst);
     server.fake.failing_reports.store(1, Ordering::SeqCst);
     server
         .fake
@@ -647,11 +707,7 @@ async fn batched_completions_are_each_answered_retried_and_a_stale_one_dropped()
     worker.stop().await;
     done.sort();
     assert_eq!(done, ["t0", "t1", "t2", "t4", "t5"]);
-    let more: Vec<Event> = server
-        .received()
-        .into_iter()
-        .filter(Event::is_report)
-        .collect();
+    let more: Vec<Event> = server.reports_received();
     assert_eq!(
         more,
         [],
@@ -659,6 +715,49 @@ async fn batched_completions_are_each_answered_retried_and_a_stale_one_dropped()
     );
     // The refused batch was sent again; every request went to the batch endpoint.
     assert!(server.fake.batches.load(Ordering::SeqCst) >= 2);
+    assert_eq!(server.fake.carried.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_success_rides_on_the_next_poll_and_one_whose_poll_failed_is_reported_on_its_own() {
+    let mut server = Server::start().await;
+    server
+        .fake
+        .failing_carrying_polls
+        .store(1, Ordering::SeqCst);
+    server.fake.push(leased("t1", "work", 30_000));
+    server.fake.push(leased("t2", "work", 30_000));
+    let worker = server
+        .worker()
+        .concurrency(1)
+        .handler("q", "work", |task: TaskContext| async move {
+            Outcome::complete(json!({"id": task.id()}))
+        })
+        .build()
+        .expect("valid worker");
+    let worker = Running::start(worker);
+    let (first, before) = server.next_report().await;
+    assert_eq!(first, completed("t1", json!({"id": "t1"})));
+    assert!(before.contains(&Event::PollRefused), "{before:?}");
+    assert_eq!(
+        server.fake.carried.load(Ordering::SeqCst),
+        0,
+        "t1 went on its own"
+    );
+    let (second, _) = server.next_report().await;
+    assert_eq!(second, completed("t2", json!({"id": "t2"})));
+    assert_eq!(
+        server.fake.carried.load(Ordering::SeqCst),
+        1,
+        "t2 rode on a poll"
+    );
+    let more: Vec<Event> = server.reports_received();
+    assert_eq!(more, [], "a success was reported twice");
+    // The poll that carried t2 still waits for work: stopping cuts it off, and t2's success is
+    // sent again on its own (a real server answers it as the first time).
+    worker.stop().await;
+    let resent: Vec<Event> = server.reports_received();
+    assert_eq!(resent, [completed("t2", json!({"id": "t2"}))]);
 }
 
 #[tokio::test]
@@ -832,11 +931,7 @@ async fn graceful_shutdown_waits_for_running_handlers_to_finish_and_report() {
 
     within(starts.recv()).await.expect("the handler starts");
     worker.stop().await;
-    let reports: Vec<Event> = server
-        .received()
-        .into_iter()
-        .filter(Event::is_report)
-        .collect();
+    let reports: Vec<Event> = server.reports_received();
     assert_eq!(
         reports,
         [completed("t1", json!({"finished": "after shutdown began"}))]

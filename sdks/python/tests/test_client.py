@@ -165,6 +165,15 @@ def test_operator_actions_signals_and_approvals(client: Client) -> None:
         client.job(job.id)
     assert gone.value.status == 404
 
+    # A workflow with jobs that could still be retried is kept; without them it is hidden.
+    with pytest.raises(ProblemError) as in_use:
+        client.delete_workflow("ops")
+    assert in_use.value.status == 409
+    assert "could still run or be retried" in in_use.value.detail
+    client.bulk("delete", workflow="ops", reason="cleanup")
+    client.delete_workflow("ops")
+    assert "ops" not in [workflow.name for workflow in client.workflows()]
+
 
 class Receiver(BaseHTTPRequestHandler):
     """A webhook receiver on loopback: records each body and answers 200."""

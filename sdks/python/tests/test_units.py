@@ -13,7 +13,7 @@ from starbridge import AwaitCallback, CheckLater, NonRetryable, ProblemError, Vi
 from starbridge._definitions import name_in_text
 from starbridge._http import milliseconds, problem_from_answer
 from starbridge._task import MAX_LOG_BYTES, Flag, Task
-from starbridge._worker import heartbeat_interval, is_coroutine_function, output_refusal, report_for
+from starbridge._worker import heartbeat_interval, is_coroutine_function, output_refusal, refuses_complete, report_for
 
 
 @pytest.mark.parametrize(
@@ -141,3 +141,15 @@ def test_heartbeats_come_every_third_of_the_lease_and_at_least_every_10_s() -> N
     assert heartbeat_interval(6.0) == 2.0
     assert heartbeat_interval(300.0) == 10.0
     assert heartbeat_interval(0.15) == 0.1
+
+
+def test_a_poll_refused_for_its_complete_field_says_the_server_predates_it_and_one_item_does_not() -> None:
+    def refusal(field: str, message: str, status: int = 400) -> ProblemError:
+        return ProblemError({"status": status, "title": "Invalid request", "errors": [{"field": field, "message": message}]})
+
+    older = refusal("body", "unknown field `complete`, expected one of `worker_id`, `queues` (line 1 column 80)")
+    assert refuses_complete(older)
+    assert refuses_complete(refusal("complete", "give at most 1000 items", 422))
+    assert not refuses_complete(refusal("complete[1].lease_token", "a NUL", 422))
+    assert not refuses_complete(refusal("wait_ms", "at most 60000"))
+    assert not refuses_complete(refusal("complete", "unavailable", 503))

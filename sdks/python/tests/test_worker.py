@@ -4,10 +4,12 @@ progress and logs, a kill -9 mid-task, graceful and abandoning shutdowns, callba
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 from conftest import Server, Workers, start_server
 from support import BIN, STUCK, eventually, one_step
@@ -254,3 +256,32 @@ def test_tokens_bind_the_client_and_the_worker(tmp_path: Path, monkeypatch: pyte
     finally:
         workers.end_all()
         server.kill()
+
+
+def requests_answered(metrics: str, labels: str) -> int:
+    """The count of `starbridge_http_requests_total` in a `/metrics` text, over every status, of
+    the series whose labels hold `labels` (such as `route="/api/v1/tasks/poll"`)."""
+    pattern = re.compile(r"^starbridge_http_requests_total\{(.*)\} (\d+)$")
+    return sum(
+        int(found.group(2))
+        for found in map(pattern.match, metrics.splitlines())
+        if found is not None and labels in found.group(1)
+    )
+
+
+def test_a_busy_worker_makes_one_request_per_task_each_success_riding_on_the_next_poll(
+    client: Client, server: Server, workers: Workers
+) -> None:
+    steps = [{"id": step, "queue": "py", "command": "async_echo"} for step in ("a", "b", "c")]
+    client.apply({"name": "busy", "steps": steps})
+    ids = [client.submit("busy").id for _ in range(3)]
+    # One slot, so no success finishes while a poll is out; the last poll waits long for work.
+    workers.start("behaviours.py", "w1", CONCURRENCY="1", POLL_WAIT="60")
+    for job_id in ids:
+        assert client.wait(job_id, timeout=STUCK).status == "succeeded"
+    metrics = httpx.get(f"{server.url}/metrics").text
+    tasks = 3 * 3
+    # The last poll carried the last success and now waits for work: it is not answered yet.
+    polls = requests_answered(metrics, 'method="POST",route="/api/v1/tasks/poll"')
+    assert polls == tasks, metrics
+    assert requests_answered(metrics, 'route="/api/v1/tasks/') == polls, "no request but polls"

@@ -98,6 +98,10 @@ pub(crate) async fn get_json(http: &reqwest::Client, url: &str) -> Value {
     http.get(url).send().await.unwrap().json().await.unwrap()
 }
 
+pub(crate) async fn get_text(http: &reqwest::Client, url: &str) -> String {
+    http.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 /// A webhook subscription's deliveries, newest first, as the API at `base` lists them.
 pub(crate) async fn webhook_deliveries(
     http: &reqwest::Client,
@@ -126,6 +130,8 @@ pub(crate) struct Harness {
     pub(crate) http: reqwest::Client,
     /// More flags for every server start.
     pub(crate) server_flags: Vec<String>,
+    /// The PostgreSQL schema the server runs on (`start_on_postgres`); `None`: a SQLite file.
+    pub(crate) postgres: Option<starbridge_store::scratch::ScratchSchema>,
 }
 
 impl Harness {
@@ -133,8 +139,22 @@ impl Harness {
         Harness::start_with(&[]).await
     }
 
+    /// A harness whose server runs on a scratch schema of the test PostgreSQL server; `None`
+    /// (the test is skipped, with a message) when that server cannot be reached outside CI.
+    pub(crate) async fn start_on_postgres(label: &str) -> Option<Harness> {
+        let schema = starbridge_store::scratch::ScratchSchema::create(label)?;
+        Some(Harness::start_on(Some(schema), &[]).await)
+    }
+
     /// A harness whose server also takes `server_flags`.
     pub(crate) async fn start_with(server_flags: &[&str]) -> Harness {
+        Harness::start_on(None, server_flags).await
+    }
+
+    async fn start_on(
+        postgres: Option<starbridge_store::scratch::ScratchSchema>,
+        server_flags: &[&str],
+    ) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         // reqwest is built without a default crypto provider: the process chooses `ring`.
@@ -147,6 +167,7 @@ impl Harness {
             workers: Vec::new(),
             http: reqwest::Client::new(),
             server_flags: server_flags.iter().map(|flag| (*flag).to_owned()).collect(),
+            postgres,
         };
         harness.start_server().await;
         harness
@@ -163,7 +184,10 @@ impl Harness {
             // by default.
             .args(["--webhook-allow", "127.0.0.1"])
             .arg("--database")
-            .arg(format!("sqlite://{}", self.database().display()))
+            .arg(match &self.postgres {
+                Some(schema) => schema.url.clone(),
+                None => format!("sqlite://{}", self.database().display()),
+            })
             .args(&self.server_flags)
             .env("STARBRIDGE_LOG", "warn")
             .stdin(Stdio::null())

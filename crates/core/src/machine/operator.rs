@@ -5,8 +5,10 @@
 //! Requeue revokes a running task's lease: the task is ready again at once, but claimable only
 //! from the moment the revoked lease would have lapsed, so that two copies never run at once;
 //! meanwhile its worker's reports under the revoked lease are refused with the reason
-//! (`Rejection::LeaseRevoked`), which tells it to stop. The attempt it ran is not counted
-//! against `max_attempts`.
+//! (`Rejection::LeaseRevoked`), which tells it to stop; once a report has been refused so, the
+//! worker knows, and the task is claimable at once (`RevocationTold`). The attempt it ran is not counted
+//! against `max_attempts`. A task awaiting a callback holds no lease: requeued, it is claimable
+//! at once, and its callback token answers 410 from then on.
 //!
 //! Retry, skip-on-a-failed-job and rerun start a new *round*: the tasks they reset carry the new
 //! round number, and so do the compensations planned afterwards, so the previous round's
@@ -21,7 +23,7 @@ use super::Machine;
 use crate::ids::TaskId;
 use crate::model::{
     ChildCommand, ErrorKind, EventKind, JobStatus, OperatorAction, OperatorCommand, Rejection,
-    TaskError, TaskKind, TaskStatus,
+    TaskError, TaskKind, TaskStatus, WaitFor,
 };
 
 fn not_applicable(message: String) -> Rejection {
@@ -196,7 +198,14 @@ impl Machine<'_> {
     ) -> Result<(), Rejection> {
         let task = &self.state.tasks[index];
         let status = task.status;
-        if let Some(wait) = &task.wait {
+        // A task whose worker handed the attempt to another system holds no lease: its
+        // callback token is refused (410) once the task has moved on, so the next attempt is
+        // claimable at once.
+        let awaits_callback = task
+            .wait
+            .as_ref()
+            .is_some_and(|wait| matches!(wait.on, WaitFor::Callback { .. }));
+        if let Some(wait) = task.wait.as_ref().filter(|_| !awaits_callback) {
             let on = serde_json::to_value(&wait.on).unwrap_or(Value::Null);
             let what = on["for"].as_str().unwrap_or("something").to_owned();
             return Err(not_applicable(format!(
@@ -228,6 +237,7 @@ impl Machine<'_> {
         task.held = paused && task.kind != TaskKind::Compensation;
         task.available_at = Some(claimable_at);
         task.lease_expires_at = None;
+        task.wait = None;
         task.error = Some(TaskError {
             message: message.clone(),
             retryable: true,
@@ -241,6 +251,22 @@ impl Machine<'_> {
         self.record(EventKind::TaskRequeued, Some(index), detail);
         self.wake(index);
         Ok(())
+    }
+
+    /// The worker of a revoked lease was told to stop (its report is being refused): the task
+    /// is claimable at once rather than when the revoked lease would have lapsed.
+    pub(super) fn revocation_told(&mut self, id: &TaskId, lease_token: &str) {
+        let Some(index) = self.state.position(id) else {
+            return;
+        };
+        let now = self.now;
+        let task = &mut self.state.tasks[index];
+        if !super::is_revoked(task, lease_token) || task.available_at.is_none_or(|at| at <= now) {
+            return;
+        }
+        task.available_at = Some(now);
+        self.save_task(index);
+        self.wake(index);
     }
 
     /// Fails a waiting, ready or running task for good with the operator's message; the job
@@ -388,6 +414,7 @@ impl Machine<'_> {
                 continue;
             }
             task.status = TaskStatus::Waiting;
+            task.lease_token = None;
             task.attempt_base = task.attempt;
             task.checking = false;
             task.output = None;

@@ -23,6 +23,8 @@ struct Sim {
     to_children: Vec<Action>,
     /// The queues rendered queue templates named (`EnsureQueue`), in order.
     queues_made: Vec<String>,
+    /// The queues told of a forward task failing for good (`TaskFailedOnQueue`), with why.
+    failed_on_queues: Vec<(String, String)>,
 }
 
 impl Sim {
@@ -62,6 +64,7 @@ impl Sim {
             limits,
             to_children: Vec::new(),
             queues_made: Vec::new(),
+            failed_on_queues: Vec::new(),
         };
         sim.absorb(actions);
         sim
@@ -75,6 +78,9 @@ impl Sim {
                     self.to_children.push(action);
                 }
                 Action::EnsureQueue { queue } => self.queues_made.push(queue),
+                Action::TaskFailedOnQueue { queue, reason } => {
+                    self.failed_on_queues.push((queue, reason));
+                }
                 _ => {}
             }
         }
@@ -514,6 +520,40 @@ fn lapsed_lease_counts_as_a_failed_attempt_and_fences_the_old_worker() {
 }
 
 #[test]
+fn a_success_sent_again_under_its_lease_token_is_a_repeat_and_under_another_is_stale() {
+    let mut sim = Sim::new(SEQUENCE, json!({}));
+    let (task, token) = sim.claim("a");
+    let complete = |lease_token: &str| Input::Complete {
+        task: task.clone(),
+        lease_token: lease_token.to_owned(),
+        output: json!({"n": 1}),
+        logs: None,
+    };
+    assert!(!repeats_success(&sim.state, &complete(&token)), "not yet");
+    sim.apply(complete(&token)).unwrap();
+    assert!(repeats_success(&sim.state, &complete(&token)));
+    assert!(!repeats_success(&sim.state, &complete("other")));
+    assert!(matches!(
+        sim.apply(complete("other")),
+        Err(Rejection::StaleLease {
+            status: TaskStatus::Succeeded
+        })
+    ));
+    sim.complete("b", json!({}));
+    sim.complete("c", json!({}));
+    sim.operate(OperatorAction::Rerun { step: "a".into() })
+        .unwrap();
+    assert!(
+        !repeats_success(&sim.state, &complete(&token)),
+        "a rerun forgets the attempt that succeeded"
+    );
+    assert!(matches!(
+        sim.apply(complete(&token)),
+        Err(Rejection::StaleLease { .. })
+    ));
+}
+
+#[test]
 fn a_task_cannot_be_claimed_twice() {
     let mut sim = Sim::new(SEQUENCE, json!({}));
     let (task, _) = sim.claim("a");
@@ -642,6 +682,60 @@ fn failure_compensates_the_failed_step_then_finished_steps_in_reverse() {
     }
     assert_eq!(sim.compensation_order(), vec!["c", "b", "a"]);
     assert_eq!(sim.state.job.status, JobStatus::Failed);
+}
+
+#[test]
+fn only_a_forward_task_failing_for_good_tells_its_queue() {
+    let mut sim = Sim::new(ROLLBACK, json!({}));
+    sim.complete("a", json!({}));
+    sim.complete("b", json!({}));
+    sim.complete("mid", json!({}));
+    sim.fail("c", false);
+    assert_eq!(sim.failed_on_queues.len(), 1);
+    let (queue, reason) = &sim.failed_on_queues[0];
+    let failed = sim.find("c", TaskKind::Step);
+    assert_eq!(queue, &failed.queue);
+    assert!(
+        reason.contains(failed.id.as_str()) && reason.ends_with("failed: c broke"),
+        "{reason}"
+    );
+    // A compensation failing for good does not.
+    let id = sim.ready()[0].clone();
+    let token = sim.claim_task(&id);
+    sim.apply(Input::Fail {
+        task: id,
+        lease_token: token,
+        error: ReportedError {
+            message: "undo broke".into(),
+            retryable: false,
+            retry_after: None,
+        },
+        logs: None,
+    })
+    .unwrap();
+    assert_eq!(sim.state.job.status, JobStatus::CompensationFailed);
+    assert_eq!(sim.failed_on_queues.len(), 1);
+
+    // Nor does a retried attempt, a step that continues on failure, or an operator's fail.
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 2}}\n\
+         - {id: b, queue: q, command: c, continue_on_failure: true}\n\
+         - {id: c, queue: q, command: c}\n",
+        json!({}),
+    );
+    sim.fail("a", true);
+    assert!(sim.failed_on_queues.is_empty());
+    sim.advance(Duration::from_secs(60));
+    sim.complete("a", json!({}));
+    sim.fail("b", false);
+    assert!(sim.failed_on_queues.is_empty());
+    let c = sim.find("c", TaskKind::Step).id.clone();
+    sim.operate(OperatorAction::FailTask {
+        task: c,
+        message: "stop".into(),
+    })
+    .unwrap();
+    assert!(sim.failed_on_queues.is_empty());
 }
 
 #[test]
@@ -1318,10 +1412,11 @@ struct Held {
 fn check_invariants(sim: &Sim) {
     for task in &sim.state.tasks {
         let leased = task.lease_token.is_some();
-        assert_eq!(
-            leased,
-            task.status == TaskStatus::Running && task.wait.is_none(),
-            "a lease iff running and not waiting on the server: {task:?}"
+        let running_on_a_worker = task.status == TaskStatus::Running && task.wait.is_none();
+        assert!(
+            leased == running_on_a_worker || (leased && task.status == TaskStatus::Succeeded),
+            "a lease iff running and not waiting on the server, or the token of the attempt \
+             that succeeded: {task:?}"
         );
         if task.wait.is_some() {
             assert_eq!(

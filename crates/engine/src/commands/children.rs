@@ -213,12 +213,14 @@ pub(super) fn check_children(
             "{}.workflow",
             starbridge_core::definition::step_label(position, Some(&step.id))
         );
-        let known = match child.version {
-            Some(version) => {
-                rows::workflow(ctx.conn, namespace, &child.workflow, Some(version))?.is_some()
-            }
-            None => ctx.latest_version(namespace, &child.workflow)?.is_some(),
-        };
+        // A deleted workflow counts as not applied, whatever version a step pins.
+        let known = ctx.latest_version(namespace, &child.workflow)?.is_some()
+            && match child.version {
+                Some(version) => {
+                    rows::workflow(ctx.conn, namespace, &child.workflow, Some(version))?.is_some()
+                }
+                None => true,
+            };
         if !known {
             let version = child
                 .version

@@ -24,6 +24,8 @@ pub(crate) struct OpenQueue {
     pub(crate) free: Option<u32>,
     /// Tokens in its rate-limit bucket now, if it has a rate limit.
     pub(crate) tokens: Option<f64>,
+    /// It stopped on error (`on_error: pause`): it hands out compensation tasks only.
+    pub(crate) rollback_only: bool,
 }
 
 /// Rate-limited queues out of tokens, with when their next token arrives.
@@ -48,7 +50,12 @@ pub(crate) fn open_queues(
     for name in queues {
         let stored = rows::queue(conn, namespace, name)?;
         let bucket = stored.as_ref().and_then(|queue| queue.bucket);
-        let (config, _) = super::settings_of(name, stored.as_ref(), prefixes);
+        let (mut config, _) = super::settings_of(name, stored.as_ref(), prefixes);
+        let rollback_only =
+            config.paused && stored.as_ref().is_some_and(|q| q.paused_reason.is_some());
+        if rollback_only {
+            config.paused = false;
+        }
         if serialize && (config.is_limited() || config.rate.is_some()) {
             conn.lock_key(&format!("queue\t{namespace}\t{name}"))?;
         }
@@ -72,6 +79,7 @@ pub(crate) fn open_queues(
                 config,
                 free,
                 tokens,
+                rollback_only,
             });
         }
     }
@@ -95,6 +103,17 @@ pub(crate) fn claim(
         let limit = queue.free.map_or(max, |free| free.min(max));
         if let Some(free) = queue.free {
             free_slots.insert(queue.name.clone(), free);
+        }
+        if queue.rollback_only {
+            candidates.extend(rows::rollback_candidates(
+                ctx.conn,
+                namespace,
+                &queue.name,
+                &queue.config,
+                ctx.now,
+                limit,
+            )?);
+            continue;
         }
         for starving in [true, false] {
             candidates.extend(rows::claim_candidates(

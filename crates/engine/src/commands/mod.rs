@@ -24,12 +24,12 @@ use children::{check_children, child_versions, deliver_endings, parent_of};
 pub(crate) use claim::{claim, open_queues};
 pub(crate) use operate::{delete_job, operate};
 pub(crate) use queues::{configure_prefix, configure_queue, drop_settings, settings_of};
-pub(crate) use report::{prefetch, report};
+pub(crate) use report::{Answer, prefetch, report};
 pub use signals::SignalAccepted;
 pub(crate) use signals::{decide, signal};
 pub(crate) use submit::submit;
 pub(crate) use tick::tick;
-pub(crate) use workflows::apply_workflow;
+pub(crate) use workflows::{apply_workflow, delete_workflow};
 
 use claim::lease_of;
 use locks::start_waiting_jobs;
@@ -212,6 +212,9 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                     rows::ensure_queue(ctx.conn, namespace, &queue, ctx.now)?;
                     queues_made.insert(queue);
                 }
+            }
+            Action::TaskFailedOnQueue { queue, reason } => {
+                queues::stop_on_error(ctx, namespace, &queue, &reason)?;
             }
             Action::ReleaseLock { key } => released.push(key),
             Action::InsertSignal(signal) => rows::insert_signal(ctx.conn, &state.job, &signal)?,

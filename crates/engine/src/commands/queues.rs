@@ -4,7 +4,7 @@
 
 use crate::ctx::WriteCtx;
 use crate::{Error, QueueChange, Result, StoredQueue, StoredQueuePrefix};
-use starbridge_core::dispatch::QueueConfig;
+use starbridge_core::dispatch::{OnError, QueueConfig};
 use starbridge_core::limits::MAX_QUEUE_PREFIXES;
 use starbridge_core::routing::{QueueTarget, effective_config};
 use starbridge_store::db::Conn;
@@ -42,6 +42,7 @@ fn changes_settings(change: &QueueChange) -> bool {
         || change.concurrency.is_some()
         || change.max_wait.is_some()
         || change.rate.is_some()
+        || change.on_error.is_some()
 }
 
 /// Applies the settings of `change` to `config`, refusing values that make no sense.
@@ -71,6 +72,9 @@ fn apply_settings(config: &mut QueueConfig, change: &QueueChange) -> Result<()> 
             ));
         }
         config.rate = rate;
+    }
+    if let Some(on_error) = change.on_error {
+        config.on_error = on_error;
     }
     if let Some(max_wait) = change.max_wait {
         if max_wait.as_millis() == 0 {
@@ -111,6 +115,7 @@ pub(crate) fn configure_queue(
             created_at: ctx.now,
             updated_at: None,
             configured: false,
+            paused_reason: None,
         },
     };
     if changes_settings(&change) && !queue.configured {
@@ -121,6 +126,9 @@ pub(crate) fn configure_queue(
     apply_settings(&mut queue.config, &change)?;
     if let Some(paused) = change.paused {
         queue.config.paused = paused;
+        // An operator's pause stops everything, compensations included; resuming clears why
+        // the queue stopped itself.
+        queue.paused_reason = None;
     }
     rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
     rows::save_queue(ctx.conn, &queue, ctx.now)?;
@@ -214,6 +222,30 @@ fn wake_matching(ctx: &mut WriteCtx<'_>, namespace: &str, prefix: &str) -> Resul
     };
     for (queue, _) in rows::queue_page(ctx.conn, &search, ctx.now)? {
         ctx.wakes.push((namespace.to_owned(), queue.name));
+    }
+    Ok(())
+}
+
+/// A forward task on `queue` failed for good: a queue whose settings say `on_error: pause`
+/// pauses (unless paused already), keeping `reason`; compensation tasks still dispatch on it.
+pub(crate) fn stop_on_error(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    queue: &str,
+    reason: &str,
+) -> Result<()> {
+    let stored = rows::queue(ctx.conn, namespace, queue)?;
+    let prefixes = ctx.queue_prefixes(namespace)?;
+    let (config, _) = settings_of(queue, stored.as_ref(), &prefixes);
+    if config.on_error == OnError::Pause
+        && rows::stop_on_error(ctx.conn, namespace, queue, reason, ctx.now)?
+    {
+        tracing::warn!(
+            namespace,
+            queue,
+            reason,
+            "queue paused by its on_error setting"
+        );
     }
     Ok(())
 }

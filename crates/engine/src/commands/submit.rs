@@ -90,14 +90,13 @@ pub(crate) fn submit(
         }
         (None, Some(name)) => {
             check_name(name).map_err(|message| invalid("workflow", message))?;
-            let version = match request.version {
-                Some(version) => version,
-                None => ctx.latest_version(namespace, name)?.ok_or_else(|| {
-                    Error::NotFound(format!(
-                        "workflow '{name}' not found in namespace '{namespace}': apply it first"
-                    ))
-                })?,
-            };
+            // A deleted workflow runs no new job, not even in a version given by number.
+            let latest = ctx.latest_version(namespace, name)?.ok_or_else(|| {
+                Error::NotFound(format!(
+                    "workflow '{name}' not found in namespace '{namespace}': apply it first"
+                ))
+            })?;
+            let version = request.version.unwrap_or(latest);
             (name.clone(), version)
         }
         (None, None) => {

@@ -1,11 +1,13 @@
 //! Deleting finished jobs by hand, on both backends: what goes with the job, what frees its key,
-//! and the jobs that are refused (unfinished ones, a child whose parent is kept).
+//! and the jobs that are refused (unfinished ones, a child whose parent is kept). Deleting a
+//! workflow: what refuses it, what a deleted workflow still shows, and its re-apply.
 
 use serde_json::json;
-use starbridge_core::model::JobStatus;
+use starbridge_core::model::{JobStatus, OperatorAction, OperatorCommand};
 
-use super::{Fixture, Store, TWO_STEPS, claim_one, complete, definition, submit};
+use super::{Fixture, Store, TWO_STEPS, claim_one, complete, definition, schedule_spec, submit};
 use crate::{Error, Submit};
+use starbridge_core::schedule::{CatchUp, Overlap};
 
 fn keyed(key: &str) -> Submit {
     Submit {
@@ -93,7 +95,140 @@ async fn a_child_is_refused_while_its_parent_is_kept(f: Fixture) {
     assert!(f.store.job("default", &child).await.unwrap().is_none());
 }
 
+async fn a_workflow_in_use_is_refused_naming_every_user(f: Fixture) {
+    for (name, yaml) in [
+        ("wf", TWO_STEPS),
+        ("parent", "steps:\n- {id: run, workflow: wf}\n"),
+    ] {
+        f.store
+            .apply_workflow("default", name, definition(yaml))
+            .await
+            .unwrap();
+    }
+    let spec = schedule_spec("0 0 3 * * *", Overlap::Skip, CatchUp::Skip);
+    f.store
+        .put_schedule("default", "nightly", spec)
+        .await
+        .unwrap();
+    let running = submit(&f.store, "wf", json!({})).await.state.job.id;
+    let cancelled = submit(&f.store, "wf", json!({})).await.state.job.id;
+    let cancel = OperatorCommand {
+        actor: "ops".into(),
+        reason: None,
+        action: OperatorAction::Cancel { compensate: false },
+    };
+    f.store
+        .operate("default", &cancelled, cancel)
+        .await
+        .unwrap();
+
+    let refused = f.store.delete_workflow("default", "wf").await;
+    let Err(Error::Conflict(message)) = &refused else {
+        panic!("{refused:?}");
+    };
+    for named in [
+        running.as_str(),
+        cancelled.as_str(),
+        "2 job(s) not succeeded",
+        "schedule(s) nightly",
+        "step 'run' of workflow 'parent'",
+    ] {
+        assert!(message.contains(named), "{named} not in: {message}");
+    }
+    let elsewhere = f.store.delete_workflow("other-ns", "wf").await;
+    assert!(
+        matches!(elsewhere, Err(Error::NotFound(_))),
+        "{elsewhere:?}"
+    );
+
+    // Each user taken away in turn: the last refusal names only the cancelled job.
+    f.store.delete_workflow("default", "parent").await.unwrap();
+    f.store.delete_schedule("default", "nightly").await.unwrap();
+    finish_the_ready_tasks(&f.store, 2).await;
+    let refused = f.store.delete_workflow("default", "wf").await;
+    assert!(
+        matches!(&refused, Err(Error::Conflict(m))
+            if m.contains(cancelled.as_str()) && !m.contains(running.as_str())
+                && !m.contains("schedule") && !m.contains("parent")),
+        "{refused:?}"
+    );
+    f.store.delete_job("default", &cancelled).await.unwrap();
+    f.store.delete_workflow("default", "wf").await.unwrap();
+}
+
+async fn a_deleted_workflow_runs_no_job_keeps_its_versions_and_continues_them(f: Fixture) {
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    let done = submit(&f.store, "wf", json!({})).await.state.job.id;
+    finish_the_ready_tasks(&f.store, 2).await;
+    f.store.delete_workflow("default", "wf").await.unwrap();
+
+    let listed = f.store.workflows("default").await.unwrap();
+    assert!(listed.iter().all(|w| w.name != "wf"), "{listed:?}");
+    assert!(
+        f.store
+            .workflow("default", "wf", None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let kept = f.store.workflow("default", "wf", Some(1)).await.unwrap();
+    assert_eq!(
+        kept.map(|w| w.version),
+        Some(1),
+        "version 1 stays for its job"
+    );
+    let job = f.store.job("default", &done).await.unwrap().unwrap();
+    assert_eq!(job.job.status, JobStatus::Succeeded);
+    for version in [None, Some(1)] {
+        let request = Submit {
+            workflow: Some("wf".into()),
+            version,
+            ..Submit::default()
+        };
+        let refused = f.store.submit("default", request).await;
+        assert!(matches!(refused, Err(Error::NotFound(_))), "{refused:?}");
+    }
+    let starter = f
+        .store
+        .apply_workflow(
+            "default",
+            "parent",
+            definition("steps:\n- {id: run, workflow: wf}\n"),
+        )
+        .await;
+    assert!(
+        matches!(&starter, Err(Error::Invalid(problems))
+            if problems[0].field == "steps[0] (run).workflow"),
+        "{starter:?}"
+    );
+    let spec = schedule_spec("0 0 3 * * *", Overlap::Skip, CatchUp::Skip);
+    let scheduled = f.store.put_schedule("default", "nightly", spec).await;
+    assert!(scheduled.is_err(), "{scheduled:?}");
+    let again = f.store.delete_workflow("default", "wf").await;
+    assert!(matches!(again, Err(Error::NotFound(_))), "{again:?}");
+
+    // The same definition applied again is the next version, and runs.
+    let applied = f
+        .store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    assert_eq!((applied.version, applied.created), (2, true));
+    let listed = f.store.workflows("default").await.unwrap();
+    assert_eq!(
+        listed.iter().find(|w| w.name == "wf").map(|w| w.version),
+        Some(2)
+    );
+    let job = submit(&f.store, "wf", json!({})).await;
+    assert_eq!(job.state.job.version, 2);
+}
+
 on_both_backends!(
     a_finished_job_is_deleted_with_its_history_and_its_key_is_free_again,
     a_child_is_refused_while_its_parent_is_kept,
+    a_workflow_in_use_is_refused_naming_every_user,
+    a_deleted_workflow_runs_no_job_keeps_its_versions_and_continues_them,
 );

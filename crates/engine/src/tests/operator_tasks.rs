@@ -1,6 +1,7 @@
 //! An operator's requeue and fail of one task through the engine, on both backends: the revoked
-//! lease is fenced and told, the requeued task is claimed again only when that lease would have
-//! lapsed, and a task failed by hand answers its callback token 410.
+//! lease is fenced, the requeued task is claimed again only once its old worker has been told
+//! (a refused report, committed) or that lease would have lapsed, and a task failed by hand
+//! answers its callback token 410.
 
 use serde_json::json;
 use starbridge_core::ids::{JobId, TaskId};
@@ -25,7 +26,7 @@ async fn act(store: &Store, job: &JobId, action: OperatorAction) -> crate::Resul
     Ok(state.job.status)
 }
 
-async fn a_requeued_task_runs_again_once_its_revoked_lease_would_have_lapsed(f: Fixture) {
+async fn a_requeued_task_runs_again_once_its_old_worker_was_told(f: Fixture) {
     f.store
         .apply_workflow("default", "wf", definition(ONE_STEP))
         .await
@@ -63,7 +64,49 @@ async fn a_requeued_task_runs_again_once_its_revoked_lease_would_have_lapsed(f: 
         Err(Error::Conflict(why)) => assert!(why.contains("worker host is draining"), "{why}"),
         other => panic!("the old worker is told to stop, not {other:?}"),
     }
-    f.clock.advance(Duration::from_secs(7));
+    // Told, the old worker stops: the task is claimable at once, 7 s before its old lease ends.
+    let second = claim_one(&f.store).await;
+    assert_eq!(second.task.attempt, 2);
+    let late = complete(&f.store, &first, json!({"from": "old"})).await;
+    assert!(matches!(late, Err(Error::Conflict(_))), "{late:?}");
+    complete(&f.store, &second, json!({"from": "new"}))
+        .await
+        .unwrap();
+    let state = f.store.job("default", &job).await.unwrap().unwrap();
+    assert_eq!(state.job.status, JobStatus::Succeeded);
+}
+
+async fn a_requeued_task_runs_again_once_its_revoked_lease_would_have_lapsed(f: Fixture) {
+    f.store
+        .apply_workflow("default", "wf", definition(ONE_STEP))
+        .await
+        .unwrap();
+    let job = submit(&f.store, "wf", json!({})).await.state.job.id;
+    let first = claim_one(&f.store).await;
+    let task = first.task.id.clone();
+    f.clock.advance(Duration::from_secs(3));
+    act(
+        &f.store,
+        &job,
+        OperatorAction::Requeue { task: task.clone() },
+    )
+    .await
+    .unwrap();
+    let none = f
+        .store
+        .claim("default", vec!["q".into()], "w2", 1)
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "the revoked lease could still be running");
+    // The old worker never reports again (gone, or partitioned away).
+    f.clock.advance(Duration::from_secs(6));
+    let none = f
+        .store
+        .claim("default", vec!["q".into()], "w2", 1)
+        .await
+        .unwrap();
+    assert!(none.is_empty(), "the revoked lease still runs for a second");
+    f.clock.advance(Duration::from_secs(1));
     let second = claim_one(&f.store).await;
     assert_eq!(second.task.attempt, 2);
     let late = complete(&f.store, &first, json!({"from": "old"})).await;
@@ -116,16 +159,6 @@ async fn a_task_failed_by_hand_answers_its_callback_token_410(f: Fixture) {
         )
         .await
         .unwrap();
-    let refused = act(
-        &f.store,
-        &job,
-        OperatorAction::Requeue { task: task.clone() },
-    )
-    .await;
-    assert!(
-        matches!(&refused, Err(Error::Conflict(why)) if why.contains("callback")),
-        "{refused:?}"
-    );
     let status = act(
         &f.store,
         &job,
@@ -154,6 +187,7 @@ async fn a_task_failed_by_hand_answers_its_callback_token_410(f: Fixture) {
 }
 
 on_both_backends!(
+    a_requeued_task_runs_again_once_its_old_worker_was_told,
     a_requeued_task_runs_again_once_its_revoked_lease_would_have_lapsed,
     a_task_failed_by_hand_answers_its_callback_token_410,
 );

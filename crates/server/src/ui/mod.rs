@@ -582,10 +582,24 @@ async fn workflow_page(
     Query(query): Query<WorkflowQuery>,
 ) -> Result<Response> {
     let namespace = ns(query.namespace.as_deref())?;
-    let latest = stored_workflow(&ui, &namespace, &name, None).await?;
-    let stored = match query.version {
-        Some(v) if v != latest.version => stored_workflow(&ui, &namespace, &name, Some(v)).await?,
-        _ => latest.clone(),
+    // A deleted workflow has no latest version; its versions still show by number (job pages
+    // link them), up to the one asked for.
+    let (stored, latest, deleted) = match (
+        stored_workflow(&ui, &namespace, &name, None).await,
+        query.version,
+    ) {
+        (Ok(latest), Some(v)) if v != latest.version => (
+            stored_workflow(&ui, &namespace, &name, Some(v)).await?,
+            latest.version,
+            false,
+        ),
+        (Ok(latest), _) => (latest.clone(), latest.version, false),
+        (Err(Error::NotFound(_)), Some(v)) => {
+            let stored = stored_workflow(&ui, &namespace, &name, Some(v)).await?;
+            let version = stored.version;
+            (stored, version, true)
+        }
+        (Err(error), _) => return Err(error),
     };
     let compiled = ui
         .app
@@ -601,8 +615,9 @@ async fn workflow_page(
         &pages::WorkflowPage {
             stored: &stored,
             workflow: &compiled.workflow,
-            latest: latest.version,
+            latest,
             compared: compared.as_ref().map(|c| (c.version, &c.definition)),
+            deleted,
         },
     );
     Ok(html(pages::page(

@@ -688,8 +688,9 @@ fn task_details(job: &str, task: &TaskView, open: bool) -> String {
     out
 }
 
-/// Requeue (a running task a worker holds) and fail by hand (a waiting, ready or running task),
-/// neither for a fan-out's parent task; the API has the last word.
+/// Requeue (a running task a worker holds, or one awaiting its callback) and fail by hand (a
+/// waiting, ready or running task), neither for a fan-out's parent task; the API has the last
+/// word.
 fn task_operator_buttons(job: &str, task: &TaskView, name: &str) -> String {
     let Some(status) = task.status.known() else {
         return String::new();
@@ -697,7 +698,13 @@ fn task_operator_buttons(job: &str, task: &TaskView, name: &str) -> String {
     let base = format!("/api/v1/jobs/{}/tasks/{}", url(job), url(&task.id));
     let mut out = String::new();
     let fan_out = task.kind == TaskKind::FanOut;
-    if status == TaskStatus::Running && task.waiting_for.is_none() && !fan_out {
+    // A task waiting on the server holds no worker, but one awaiting its callback can be run
+    // again.
+    let held_by_the_server = task
+        .waiting_for
+        .as_ref()
+        .is_some_and(|wait| wait.callback.is_none());
+    if status == TaskStatus::Running && !held_by_the_server && !fan_out {
         let _ = write!(
             out,
             r#"<button type="button" id="requeue-{id}" data-url="{url}" data-confirm="Revoke the worker's lease on task {name} and run it again in a new attempt that does not count against its attempts; the worker is told to stop." data-fields="reason" data-done="Requeued">Requeue…</button> "#,
@@ -928,6 +935,9 @@ pub(crate) struct WorkflowPage<'a> {
     pub(crate) latest: u32,
     /// The version compared with, and its definition.
     pub(crate) compared: Option<(u32, &'a Value)>,
+    /// The workflow is deleted: its versions are shown for the jobs that ran them, but it runs
+    /// no new job.
+    pub(crate) deleted: bool,
 }
 
 pub(crate) fn workflow(ns: &Ns, data: &WorkflowPage<'_>) -> String {
@@ -939,6 +949,18 @@ pub(crate) fn workflow(ns: &Ns, data: &WorkflowPage<'_>) -> String {
         Esc(name),
         stored.version
     );
+    if data.deleted {
+        body.push_str(
+            r#"<p class="notice" id="workflow-deleted">This workflow is deleted: it runs no new job. Its versions stay for the jobs that ran them; applying it again stores the next version.</p>"#,
+        );
+    } else {
+        let _ = write!(
+            body,
+            r#"<div id="actions" class="actions"><button type="button" id="act-delete" class="danger" data-url="{url}" data-method="DELETE" data-then="{list}" data-confirm="Delete this workflow: it runs no new job, and it is hidden from the list. Its versions stay for the jobs that ran them. Refused while a job of it could still run or be retried, a schedule runs it, or another workflow starts it." data-fields="reason">Delete…</button></div>"#,
+            url = Esc(&ns.href(&format!("/api/v1/workflows/{}", url(name)), &[])),
+            list = Esc(&ns.href("/ui/workflows", &[])),
+        );
+    }
     if let Some(description) = &stored.description {
         let _ = write!(body, "<p>{}</p>", Esc(description));
     }
@@ -969,12 +991,14 @@ pub(crate) fn workflow(ns: &Ns, data: &WorkflowPage<'_>) -> String {
         file = Esc(&format!("{name}-v{version}")),
         drawn = graph::svg(&graph, None),
     );
-    let _ = write!(
-        body,
-        r#"<section aria-labelledby="submit-title"><h2 id="submit-title">Submit a job</h2><form id="submit-job" class="submit" data-workflow="{name}" data-version="{version}">{fields}<div class="field"><label for="submit-key">Key (optional: a repeated key returns the existing job)</label><input id="submit-key" name="key" type="text"></div><div class="buttons"><button type="submit" class="primary">Submit v{version}</button></div><p class="error" id="submit-error" role="alert"></p></form></section>"#,
-        name = Esc(name),
-        fields = super::form::fields(data.workflow.params_schema.as_ref()),
-    );
+    if !data.deleted {
+        let _ = write!(
+            body,
+            r#"<section aria-labelledby="submit-title"><h2 id="submit-title">Submit a job</h2><form id="submit-job" class="submit" data-workflow="{name}" data-version="{version}">{fields}<div class="field"><label for="submit-key">Key (optional: a repeated key returns the existing job)</label><input id="submit-key" name="key" type="text"></div><div class="buttons"><button type="submit" class="primary">Submit v{version}</button></div><p class="error" id="submit-error" role="alert"></p></form></section>"#,
+            name = Esc(name),
+            fields = super::form::fields(data.workflow.params_schema.as_ref()),
+        );
+    }
     // The diff against another version.
     if data.latest > 1 {
         let mut options: Vec<(String, String)> = Vec::new();
@@ -1258,10 +1282,26 @@ pub(crate) fn queues(ns: &Ns, data: &QueuesPage<'_>) -> String {
             || "never".to_owned(),
             |ago| format!("{} ago", duration(ago as i64)),
         );
-        let (state, action, label) = if queue.paused {
-            (badge("paused"), "resume", "Resume")
-        } else {
-            (badge("active"), "pause", "Pause")
+        let (state, action, label) = match (queue.paused, &queue.paused_reason) {
+            (true, Some(reason)) => (
+                format!(
+                    r#"{} <span class="error">stopped on error: {}</span>"#,
+                    badge("paused"),
+                    Esc(reason)
+                ),
+                "resume",
+                "Resume",
+            ),
+            (true, None) => (badge("paused"), "resume", "Resume"),
+            (false, _) if queue.on_error.known() == Some(api::OnError::Pause) => (
+                format!(
+                    r#"{} <span class="muted">pauses on error</span>"#,
+                    badge("active")
+                ),
+                "pause",
+                "Pause",
+            ),
+            (false, _) => (badge("active"), "pause", "Pause"),
         };
         let [mode, priority, limit, rate] = settings_text(
             queue.mode.as_str(),

@@ -52,15 +52,17 @@ pub use locks::{first_queued, hold_lock, lock_holders, release_lock};
 pub use namespaces::ensure_namespace;
 pub use queues::{
     QueueSearch, ensure_queue, queue, queue_line, queue_page, save_bucket, save_queue,
+    stop_on_error,
 };
 pub use signals::{consume_signal, insert_signal, pending_signals, signal_seen};
 pub use tasks::{
     TASK_WRITE, claim_candidates, job_of_task, jobs_of_tasks, next_available, pending_approvals,
-    running_count, task_values,
+    rollback_candidates, running_count, task_values,
 };
 pub use timers::{due_jobs, next_timer};
 pub use workflows::{
-    insert_workflow, latest_version, list_workflows, workflow, workflow_version_of,
+    hide_workflow, highest_version, insert_workflow, latest_version, list_workflows,
+    unsettled_jobs, workflow, workflow_version_of,
 };
 
 fn json_text(value: &Value) -> String {

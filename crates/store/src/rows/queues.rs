@@ -2,7 +2,7 @@
 //! a rate-limited queue, stored on its row after each claim; pages of them in name order, each
 //! with what it holds now.
 
-use starbridge_core::dispatch::{Bucket, QueueConfig, QueueMode, RateLimit};
+use starbridge_core::dispatch::{Bucket, OnError, QueueConfig, QueueMode, RateLimit};
 use starbridge_core::time::{Duration, Timestamp};
 
 use super::enum_column;
@@ -11,7 +11,8 @@ use crate::stats::QueueStats;
 use crate::{Result, StoredQueue};
 
 const QUEUE_COLUMNS: &str = "name, mode, priority, concurrency, paused, max_wait_ms, created_at, \
-     updated_at, rate_tokens, rate_per_ms, bucket_tokens, bucket_at, configured";
+     updated_at, rate_tokens, rate_per_ms, bucket_tokens, bucket_at, configured, on_error, \
+     paused_reason";
 
 struct RawQueue {
     name: String,
@@ -27,6 +28,8 @@ struct RawQueue {
     bucket_tokens: Option<f64>,
     bucket_at: Option<i64>,
     configured: bool,
+    on_error: String,
+    paused_reason: Option<String>,
 }
 
 fn queue_from_row(row: &mut Row) -> Result<RawQueue> {
@@ -44,6 +47,8 @@ fn queue_from_row(row: &mut Row) -> Result<RawQueue> {
         bucket_tokens: row.get(10)?,
         bucket_at: row.get(11)?,
         configured: row.get(12)?,
+        on_error: row.get(13)?,
+        paused_reason: row.get(14)?,
     })
 }
 
@@ -64,6 +69,7 @@ fn into_queue(namespace: &str, raw: RawQueue) -> Result<StoredQueue> {
                 }),
                 _ => None,
             },
+            on_error: enum_column(raw.on_error, OnError::parse)?,
         },
         bucket: match (raw.bucket_tokens, raw.bucket_at) {
             (Some(tokens), Some(at)) => Some(Bucket {
@@ -75,6 +81,7 @@ fn into_queue(namespace: &str, raw: RawQueue) -> Result<StoredQueue> {
         created_at: Timestamp(raw.created_at),
         updated_at: raw.updated_at.map(Timestamp),
         configured: raw.configured,
+        paused_reason: raw.paused_reason,
     })
 }
 
@@ -212,13 +219,14 @@ pub fn save_queue(conn: &mut dyn Conn, queue: &StoredQueue, now: Timestamp) -> R
     let config = &queue.config;
     conn.execute(
         "INSERT INTO queues (namespace, name, created_at, mode, priority, concurrency, paused, max_wait_ms, \
-         updated_at, rate_tokens, rate_per_ms, configured) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+         updated_at, rate_tokens, rate_per_ms, configured, on_error, paused_reason) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) \
          ON CONFLICT (namespace, name) DO UPDATE SET \
          mode = excluded.mode, priority = excluded.priority, concurrency = excluded.concurrency, \
          paused = excluded.paused, max_wait_ms = excluded.max_wait_ms, updated_at = excluded.updated_at, \
          rate_tokens = excluded.rate_tokens, rate_per_ms = excluded.rate_per_ms, \
-         configured = excluded.configured",
+         configured = excluded.configured, on_error = excluded.on_error, \
+         paused_reason = excluded.paused_reason",
         args![
             queue.namespace,
             queue.name,
@@ -232,9 +240,28 @@ pub fn save_queue(conn: &mut dyn Conn, queue: &StoredQueue, now: Timestamp) -> R
             config.rate.map(|rate| rate.tokens),
             config.rate.map(|rate| rate.per.as_millis()),
             queue.configured,
+            config.on_error.as_str(),
+            queue.paused_reason,
         ],
     )?;
     Ok(())
+}
+
+/// Pauses a queue that is not paused yet because a task on it failed for good (`on_error:
+/// pause`), saying why; false when it was paused already (the first reason stays).
+pub fn stop_on_error(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queue: &str,
+    reason: &str,
+    now: Timestamp,
+) -> Result<bool> {
+    let stopped = conn.execute(
+        "UPDATE queues SET paused = 1, paused_reason = ?3, updated_at = ?4 \
+         WHERE namespace = ?1 AND name = ?2 AND paused = 0",
+        args![namespace, queue, reason, now.0],
+    )?;
+    Ok(stopped > 0)
 }
 
 /// Stores a rate-limited queue's token bucket after a claim took tokens from it.

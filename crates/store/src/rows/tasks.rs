@@ -340,15 +340,51 @@ pub fn claim_candidates(
     limit: u32,
     starving: bool,
 ) -> Result<Vec<Candidate>> {
-    let sql = if starving {
-        "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_age \
+    candidates(conn, namespace, queue, config, now, limit, Some(starving))
+}
+
+/// The ready compensation tasks of a queue that stopped on error (`on_error: pause`), which
+/// still dispatches them, in dispatch order (no starving pass: they are few).
+pub fn rollback_candidates(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queue: &str,
+    config: &QueueConfig,
+    now: Timestamp,
+    limit: u32,
+) -> Result<Vec<Candidate>> {
+    candidates(conn, namespace, queue, config, now, limit, None)
+}
+
+/// `starving`: `None` for the compensations only.
+fn candidates(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queue: &str,
+    config: &QueueConfig,
+    now: Timestamp,
+    limit: u32,
+    starving: Option<bool>,
+) -> Result<Vec<Candidate>> {
+    let sql = match starving {
+        None => {
+            "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_rollback \
+             WHERE status = 'ready' AND held = 0 AND kind = 'compensation' AND namespace = ?1 \
+             AND queue = ?2 AND available_at <= ?3 \
+             ORDER BY priority DESC, available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
+        }
+        Some(true) => {
+            "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_age \
          WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
          ORDER BY available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
-    } else {
-        "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_dispatch \
+        }
+        Some(false) => {
+            "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_dispatch \
          WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
          ORDER BY priority DESC, available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
+        }
     };
+    let starving = starving == Some(true);
     let bound = if starving {
         Timestamp(
             now.0
@@ -391,15 +427,22 @@ pub fn running_count(conn: &mut dyn Conn, namespace: &str, queue: &str) -> Resul
 }
 
 /// The earliest time a ready task of this queue becomes claimable, if any is waiting.
+///
+/// `rollback_only`: count only compensation tasks (a queue stopped on error hands out no other).
 pub fn next_available(
     conn: &mut dyn Conn,
     namespace: &str,
     queue: &str,
+    rollback_only: bool,
 ) -> Result<Option<Timestamp>> {
-    let min: Option<i64> = conn.query_value(
+    let sql = if rollback_only {
+        "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_rollback \
+         WHERE status = 'ready' AND held = 0 AND kind = 'compensation' AND namespace = ?1 \
+         AND queue = ?2"
+    } else {
         "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_age \
-         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2",
-        args![namespace, queue],
-    )?;
+         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2"
+    };
+    let min: Option<i64> = conn.query_value(sql, args![namespace, queue])?;
     Ok(min.map(Timestamp))
 }

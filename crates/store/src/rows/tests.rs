@@ -3,7 +3,7 @@
 //! table alike. What the rows mean is tested in the engine's behaviour suite.
 
 use serde_json::{Value, json};
-use starbridge_core::dispatch::{Bucket, QueueConfig, QueueMode, RateLimit};
+use starbridge_core::dispatch::{Bucket, OnError, QueueConfig, QueueMode, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{
     CallbackAnswer, CallbackCallKind, CallbackGrant, ErrorKind, Event, EventKind, Job, JobLock,
@@ -667,10 +667,13 @@ fn claim_candidates_come_in_dispatch_order(db: &mut Db) {
     assert_eq!(running_count(conn, "default", "q").unwrap(), 1);
     assert_eq!(running_count(conn, "default", "other").unwrap(), 0);
     assert_eq!(
-        next_available(conn, "default", "q").unwrap(),
+        next_available(conn, "default", "q", false).unwrap(),
         Some(later(-20_000))
     );
-    assert_eq!(next_available(conn, "default", "none").unwrap(), None);
+    assert_eq!(
+        next_available(conn, "default", "none", false).unwrap(),
+        None
+    );
 }
 
 fn queue_settings_and_buckets_read_back(db: &mut Db) {
@@ -696,6 +699,7 @@ fn queue_settings_and_buckets_read_back(db: &mut Db) {
             tokens: 5,
             per: Duration::from_secs(2),
         }),
+        on_error: OnError::Pause,
     };
     let stored = StoredQueue {
         namespace: "default".to_owned(),
@@ -705,6 +709,7 @@ fn queue_settings_and_buckets_read_back(db: &mut Db) {
         created_at: NOW,
         updated_at: None,
         configured: true,
+        paused_reason: Some("task t failed".to_owned()),
     };
     save_queue(conn, &stored, later(1)).unwrap();
     let bucket = Bucket {
@@ -718,6 +723,13 @@ fn queue_settings_and_buckets_read_back(db: &mut Db) {
         (config, Some(bucket), NOW, Some(later(1)))
     );
     assert!(read.configured);
+    assert_eq!(read.paused_reason.as_deref(), Some("task t failed"));
+    // A queue stops on error once: a second failure keeps the first reason.
+    assert!(stop_on_error(conn, "default", "b", "task u failed", later(3)).unwrap());
+    assert!(!stop_on_error(conn, "default", "b", "task v failed", later(4)).unwrap());
+    let stopped = queue(conn, "default", "b").unwrap().unwrap();
+    assert!(stopped.config.paused);
+    assert_eq!(stopped.paused_reason.as_deref(), Some("task u failed"));
     let all = QueueSearch {
         namespace: "default".to_owned(),
         limit: 10,
@@ -825,6 +837,7 @@ fn queue_prefix_settings_read_back(db: &mut Db) {
                 tokens: 4,
                 per: Duration::from_secs(60),
             }),
+            on_error: OnError::Pause,
         },
         created_at: NOW,
         updated_at: NOW,

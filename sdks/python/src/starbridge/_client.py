@@ -121,6 +121,12 @@ class Client:
         query = [("version", str(version))] if version is not None else []
         return self._view(Call("GET", f"/api/v1/workflows/{segment(name)}", query))
 
+    def delete_workflow(self, name: str) -> None:
+        """`DELETE /api/v1/workflows/{name}`: hides the workflow (its versions stay for the jobs
+        that ran them; a later apply continues at the next version). 409 naming what still uses
+        it: jobs not succeeded, schedules, other workflows' sub-workflow steps."""
+        self.call(Call("DELETE", f"/api/v1/workflows/{segment(name)}"))
+
     # --- jobs ---------------------------------------------------------------------------------
 
     def submit(
@@ -388,8 +394,9 @@ class Client:
 
     def configure_queue(self, name: str, **settings: Any) -> View:
         """`PUT /api/v1/queues/{name}`: changes the settings given (`mode`, `priority`,
-        `concurrency`, `max_wait`, `rate`) and leaves the others; `concurrency=None` or
-        `rate=None` removes that limit."""
+        `concurrency`, `max_wait`, `rate`, `on_error`) and leaves the others; `concurrency=None`
+        or `rate=None` removes that limit; `on_error="pause"` stops the queue when a task on it
+        fails for good (its `paused_reason` says why)."""
         return self._view(Call("PUT", f"/api/v1/queues/{segment(name)}", body=settings, has_body=True))
 
     def pause_queue(self, name: str) -> View:

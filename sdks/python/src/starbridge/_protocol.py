@@ -11,7 +11,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from starbridge._http import Call, ProblemError, milliseconds, post, segment, without_none
 from starbridge._views import View
 
-# The most items one batch request (`POST /api/v1/tasks/complete`) may carry.
+# The most items one batch request (`POST /api/v1/tasks/complete`), or one poll's `complete`, may
+# carry.
 MAX_BATCH_ITEMS = 1000
 # How long past its `wait_ms` a long poll may take before the client gives up on it.
 POLL_TIMEOUT_MARGIN = 15.0
@@ -24,8 +25,11 @@ def poll(
     max_tasks: int,
     wait: float,
     namespace: str | None,
+    complete: Sequence[Mapping[str, Any]] = (),
 ) -> Call:
-    """`POST /api/v1/tasks/poll`: claim up to `max_tasks` tasks, waiting up to `wait` seconds."""
+    """`POST /api/v1/tasks/poll`: report the successes in `complete` (items of `complete_item`,
+    answered in the answer's `reports`), then claim up to `max_tasks` tasks, waiting up to `wait`
+    seconds."""
     wait_ms = milliseconds(wait)
     body = without_none(
         worker_id=worker_id,
@@ -34,6 +38,9 @@ def poll(
         wait_ms=wait_ms,
         namespace=namespace,
     )
+    if complete:
+        # Sent only when there are some: a server from before `complete` refuses the field.
+        body["complete"] = [dict(item) for item in complete]
     return post(
         "/api/v1/tasks/poll",
         body,
@@ -89,8 +96,18 @@ def await_callback(task_id: str, lease_token: str, timeout: float | timedelta | 
 def batch_items(answer: Any) -> list[View | ProblemError]:
     """The items of a batch answer (`{items: [result or {error: problem}]}`), in order: a
     `View` per accepted item, a `ProblemError` (not raised) per refused one."""
+    return _results(answer["items"])
+
+
+def poll_reports(answer: Any) -> list[View | ProblemError]:
+    """The answers to a poll's `complete` (its `reports`, as `batch_items`); none from a server
+    that sends no `reports`."""
+    return _results(answer.get("reports") or [])
+
+
+def _results(items: Iterable[Any]) -> list[View | ProblemError]:
     results: list[View | ProblemError] = []
-    for item in answer["items"]:
+    for item in items:
         if isinstance(item, dict) and set(item) == {"error"} and isinstance(item["error"], dict):
             results.append(ProblemError(item["error"]))
         else:

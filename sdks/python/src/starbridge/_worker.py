@@ -25,6 +25,7 @@ from starbridge import _protocol
 from starbridge._http import Call, Connection, ProblemError, decode, dumps
 from starbridge._outcomes import AwaitCallback, CheckLater, NonRetryable
 from starbridge._task import Flag, Task
+from starbridge._views import View
 
 #: How many handlers run at once unless configured.
 DEFAULT_CONCURRENCY = 4
@@ -168,24 +169,158 @@ class _Transport:
         return decode(await self._http.send(self._connection.request(self._http, call)))
 
 
-class _Completions:
-    """Batched success reports: successes that finish while a batch request is in flight wait
-    for it to end and then go together in one `POST /api/v1/tasks/complete`. Nothing is held
-    back on purpose: a lone success is sent at once, and a busy worker's reports batch
-    themselves. Each report still gets its own answer (its result or its problem), so the
-    worker handles it exactly as a single report. (A poll that carries completions would take
-    its items from the same waiting list.)"""
+# How long after a poll was sent a success that finished meanwhile still waits to ride on the
+# next poll (seconds): a poll that finds work answers well within it.
+CARRY_WAIT = 0.02
+# What a poll gives back for a success it did not answer for: it is sent on its own.
+_BACK: Any = object()
+# The poll loop's states, as far as successes care: waiting for a free slot (a success's slot
+# starts a poll at once), or backing off or stopped (no poll is coming soon). A poll in flight
+# is the time it was sent.
+_WAITING_FOR_SLOT = "waiting for a slot"
+_AWAY = "away"
 
-    def __init__(self, transport: _Transport) -> None:
+
+def refuses_complete(error: ProblemError) -> bool:
+    """Whether a refused poll was refused for its `complete` field as such: a server that
+    predates it names it as unknown (`body`: "unknown field `complete`"), or names `complete`
+    itself. (A problem naming one item, `complete[2].lease_token`, is that item's.)"""
+    return error.status in (400, 422) and any(
+        fault.field == "complete" or (fault.field == "body" and "unknown field `complete`" in fault.message)
+        for fault in error.errors
+    )
+
+
+_Carried = list[tuple[dict[str, Any], "asyncio.Future[Any]"]]
+
+
+def _settle(waiting: asyncio.Future[Any], result: View | ProblemError) -> None:
+    """Answers a waiting success with its result, or with the problem that refused it."""
+    if waiting.done():
+        return
+    if isinstance(result, ProblemError):
+        waiting.set_exception(result)
+    else:
+        waiting.set_result(result)
+
+
+class _Completions:
+    """How successes are reported: carried by the worker's next poll (`complete` of `POST
+    /api/v1/tasks/poll`), so that a busy worker makes one request per cycle, or on their own.
+
+    A success frees its task's slot, and the poll loop, which waits for a free slot, polls at
+    once and carries every success waiting. A success that finishes while a poll is in flight
+    waits for the next poll only while that poll is young (`CARRY_WAIT` since it was sent): a
+    poll still out after that is most likely waiting for work, and the success goes on its own.
+    A poll that fails hands its successes back to be sent on their own (sent again, a success
+    the poll did commit is answered as the first time, under the same lease token). A server
+    that refuses the `complete` field (one that predates it) is not asked again.
+
+    On their own, successes go one request each, or with `batch_completions` in batches: those
+    that finish while a batch request is in flight wait for it to end and then go together in
+    one `POST /api/v1/tasks/complete`. Either way each success gets its own answer (its result
+    or its problem), so the worker handles it exactly as a single report (as the Rust worker's
+    crates/worker/src/completions.rs)."""
+
+    def __init__(self, transport: _Transport, *, batch: bool) -> None:
         self._transport = transport
+        self._batch = batch
+        self._loop = asyncio.get_running_loop()
+        self._for_poll: _Carried = []
+        self._polling: float | str = _WAITING_FOR_SLOT
+        self._carry = True
         self._waiting: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         self._sender: asyncio.Task[None] | None = None
 
-    async def complete(self, item: dict[str, Any]) -> Any:
-        """Reports one success with the next batch; returns its own answer, or raises its own
-        problem."""
-        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append((item, answer))
+    async def complete(self, report: Report, release_slot: Callable[[], None]) -> Any:
+        """Reports one success, on the next poll when one is coming soon (then `release_slot`
+        gives up the task's slot so that the poll loop polls), else on its own; returns its own
+        answer, or raises its own problem."""
+        item = report.batch_item
+        assert item is not None, "a success carries its batch item"
+        now = self._loop.time()
+        until: float | None = None
+        if self._carry:
+            if self._polling == _WAITING_FOR_SLOT:
+                until = now + CARRY_WAIT
+            elif isinstance(self._polling, float) and self._polling + CARRY_WAIT > now:
+                until = self._polling + CARRY_WAIT
+        if until is not None:
+            future: asyncio.Future[Any] = self._loop.create_future()
+            entry = (item, future)
+            self._for_poll.append(entry)
+            release_slot()
+            try:
+                carried = await asyncio.wait_for(asyncio.shield(future), until - now)
+            except asyncio.TimeoutError:
+                if entry in self._for_poll:
+                    # Not taken by a poll in time: take it back.
+                    self._for_poll.remove(entry)
+                    future.cancel()
+                    carried = _BACK
+                else:
+                    carried = await future
+            if carried is not _BACK:
+                return carried
+        return await self._send_alone(report)
+
+    def poll_sent(self) -> _Carried:
+        """The successes for the poll about to be sent (at most `MAX_BATCH_ITEMS`)."""
+        self._polling = self._loop.time()
+        carried = self._for_poll[: _protocol.MAX_BATCH_ITEMS]
+        del self._for_poll[: len(carried)]
+        return carried
+
+    def poll_answered(self, carried: _Carried, answer: Any) -> None:
+        """Answers the successes a poll carried with its `reports`; the loop waits for a slot
+        next."""
+        self._polling = _WAITING_FOR_SLOT
+        try:
+            reports = _protocol.poll_reports(answer)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            reports = []
+        if len(reports) != len(carried):
+            # Not the answer of a server that took them: each is sent again on its own.
+            self._hand_back(carried)
+            return
+        for (_, future), report in zip(carried, reports):
+            _settle(future, report)
+
+    def poll_failed(self, carried: _Carried, error: Exception) -> bool:
+        """Hands the successes of a failed poll back to be sent on their own; no poll comes
+        until `polling_again`. True when the server refused to take successes with a poll at all
+        (it predates them): then none is carried again, and the poll may be sent again at once."""
+        predates = bool(carried) and isinstance(error, ProblemError) and refuses_complete(error)
+        self._polling = _AWAY
+        if predates and self._carry:
+            self._carry = False
+            log.info("the server does not take completions with a poll; reporting them on their own")
+        self._hand_back(carried)
+        return predates
+
+    def polling_again(self) -> None:
+        """The poll loop waits for a free slot again (after backing off)."""
+        self._polling = _WAITING_FOR_SLOT
+
+    def polling_stopped(self, carried: _Carried) -> None:
+        """The poll loop stopped (`carried`: what a poll cut off carried): every success goes
+        on its own from now on."""
+        self._polling = _AWAY
+        waiting, self._for_poll = self._for_poll, []
+        self._hand_back(carried + waiting)
+
+    @staticmethod
+    def _hand_back(carried: _Carried) -> None:
+        for _, future in carried:
+            if not future.done():
+                future.set_result(_BACK)
+
+    async def _send_alone(self, report: Report) -> Any:
+        if not self._batch:
+            return await self._transport.send(report.call)
+        answer: asyncio.Future[Any] = self._loop.create_future()
+        assert report.batch_item is not None, "a success carries its batch item"
+        self._waiting.append((report.batch_item, answer))
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_all())
         return await answer
@@ -203,7 +338,7 @@ class _Completions:
                     )
             except (ProblemError, httpx.RequestError) as error:
                 # Every report of the batch shares the failure; each report retries on its own
-                # (one that did commit then gets a 409, which is dropped).
+                # (one that did commit is then answered as the first time).
                 for _, waiting in batch:
                     if not waiting.done():
                         waiting.set_exception(error)
@@ -215,17 +350,26 @@ class _Completions:
                         waiting.set_exception(unreadable)
                 continue
             for (_, waiting), result in zip(batch, results):
-                if waiting.done():
-                    continue
-                if isinstance(result, ProblemError):
-                    waiting.set_exception(result)
-                else:
-                    waiting.set_result(result)
+                _settle(waiting, result)
 
     def stop(self) -> None:
         """Cancels a batch still being sent once no report waits for it any more."""
         if self._sender is not None:
             self._sender.cancel()
+
+
+class _Slot:
+    """One task's concurrency slot: given back once, when its success is handed to a poll or
+    when its supervisor ends."""
+
+    def __init__(self, slots: _Slots) -> None:
+        self._slots = slots
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._slots.give()
 
 
 class _Slots:
@@ -303,8 +447,13 @@ class Worker:
       backoff (`retry_backoff`, default 0.1 s to 5 s) until it is accepted, a 4xx comes back, or
       the lease has surely expired (then the server retries the task). A `404`/`409`/`410`
       report is logged and dropped: the task is no longer this worker's.
-    - Successes are reported in batches (`batch_completions`, default on): those that finish
-      while a report is in flight go together in the next `POST /api/v1/tasks/complete`.
+    - A success rides on the next poll (its `complete`), which the slot it frees starts, so a
+      busy worker makes one request per task: the poll commits it before claiming more work
+      and answers it. A success that finishes while a poll is out (after its first 20 ms: the
+      poll is then likely waiting for work), or that a failed poll carried, is sent on its own;
+      a server that refuses `complete` in polls (it predates it) gets every success on its own.
+    - Successes sent on their own go in batches (`batch_completions`, default on): those that
+      finish while a report is in flight go together in the next `POST /api/v1/tasks/complete`.
     - A task whose (queue, command) has no handler is reported as a non-retryable failure.
     - When the poll answer carries `max_output_bytes`, an output larger than that as JSON fails
       the step for good with an error saying so, instead of being sent.
@@ -421,7 +570,7 @@ class _Run:
         self.queues = queues
         self.transport = transport
         self.loop = asyncio.get_running_loop()
-        self.completions = _Completions(transport) if worker.batch_completions else None
+        self.completions = _Completions(transport, batch=worker.batch_completions)
         self.slots = _Slots(worker.concurrency)
         self.running: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
@@ -463,10 +612,10 @@ class _Run:
         worker = self.worker
         log.info("worker %s started: queues %s, concurrency %d", worker.worker_id, self.queues, worker.concurrency)
         await self.poll_until_stopped()
+        self.completions.polling_stopped([])
         self.shutdown.set()
         await self.drain()
-        if self.completions is not None:
-            self.completions.stop()
+        self.completions.stop()
         log.info("worker %s stopped", worker.worker_id)
 
     async def poll_until_stopped(self) -> None:
@@ -477,17 +626,21 @@ class _Run:
             if taking is None:
                 return
             free = taking.result()
+            carried = self.completions.poll_sent()
             call = _protocol.poll(
                 self.queues,
                 worker_id=worker.worker_id,
                 max_tasks=min(free, _MAX_TASKS_PER_POLL),
                 wait=worker.poll_wait,
                 namespace=worker.namespace,
+                complete=[item for item, _ in carried],
             )
             polling = await self.unless_stopped(self.transport.send(call))
             if polling is None:
-                # Tasks leased to this poll in that instant are retried once their lease lapses.
+                # Tasks leased to this poll in that instant are retried once their lease lapses;
+                # the successes it carried are sent on their own.
                 self.slots.give(free)
+                self.completions.polling_stopped(carried)
                 return
             received = self.loop.time()
             try:
@@ -495,6 +648,8 @@ class _Run:
                 tasks = list(answer["tasks"])
             except (ProblemError, httpx.RequestError, ValueError, KeyError, TypeError) as error:
                 self.slots.give(free)
+                if self.completions.poll_failed(carried, error):
+                    continue
                 delay = backoff.next_delay()
                 if isinstance(error, httpx.RequestError) or (isinstance(error, ProblemError) and error.retryable):
                     log.warning("poll failed: %s; retrying in %.2f s", error, delay)
@@ -502,8 +657,10 @@ class _Run:
                     log.error("poll failed: %s; retrying in %.2f s (is the worker configured right?)", error, delay)
                 if await self.unless_stopped(asyncio.sleep(delay)) is None:
                     return
+                self.completions.polling_again()
                 continue
             backoff.reset()
+            self.completions.poll_answered(carried, answer)
             if len(tasks) > free:
                 log.warning("the server sent %d tasks for %d free slots; leaving the rest to expire and be retried", len(tasks), free)
             leased_now = tasks[:free]
@@ -511,16 +668,17 @@ class _Run:
             max_output_bytes = answer.get("max_output_bytes")
             for leased in leased_now:
                 limit = leased.get("max_output_bytes", max_output_bytes)
-                self.start(self.supervise(leased, received, limit))
+                slot = _Slot(self.slots)
+                self.start(self.supervise(leased, received, limit, slot), slot)
 
-    def start(self, supervising: Awaitable[None]) -> None:
+    def start(self, supervising: Awaitable[None], slot: _Slot) -> None:
         running = asyncio.ensure_future(supervising)
         self.running.add(running)
-        running.add_done_callback(self.finished)
+        running.add_done_callback(lambda ended: self.finished(ended, slot))
 
-    def finished(self, running: asyncio.Task[None]) -> None:
+    def finished(self, running: asyncio.Task[None], slot: _Slot) -> None:
         self.running.discard(running)
-        self.slots.give()
+        slot.release()
         if not running.cancelled() and running.exception() is not None:
             log.error("a task supervisor failed", exc_info=running.exception())
 
@@ -550,8 +708,9 @@ class _Run:
     def handler_for(self, queue: str, command: str) -> Handler | None:
         return self.worker._handlers.get((queue, command))
 
-    async def supervise(self, leased: dict[str, Any], received: float, max_output_bytes: int | None) -> None:
-        """Runs one leased task to its report."""
+    async def supervise(self, leased: dict[str, Any], received: float, max_output_bytes: int | None, slot: _Slot) -> None:
+        """Runs one leased task to its report, holding `slot` until then (or until its success
+        is handed to the next poll)."""
         task = Task(leased, self.shutdown, self.abandoned)
         lease = leased["lease_ms"] / 1000
         # The latest instant the lease may last to: the server set (or extended) it to at most
@@ -582,7 +741,7 @@ class _Run:
             else:
                 raised = run.exception()
                 report = report_for(task, None if raised else run.result(), raised, max_output_bytes)
-        await self.report(task, report, lease_end)
+        await self.report(task, report, lease_end, slot)
 
     async def heartbeat(
         self, task: Task, lease: float, lease_end: list[float], cancellable: asyncio.Future[Any] | None
@@ -618,8 +777,9 @@ class _Run:
             else:
                 lease_end[0] = max(lease_end[0], self.loop.time() + lease)
 
-    async def report(self, task: Task, report: Report, lease_end: list[float]) -> None:
-        """Sends the report, retrying transport errors and 5xx until the lease has surely expired."""
+    async def report(self, task: Task, report: Report, lease_end: list[float], slot: _Slot) -> None:
+        """Sends the report, retrying transport errors and 5xx until the lease has surely expired.
+        A success handed to the next poll gives up `slot`."""
         if report.kind == "fail":
             error = report.call.body["error"]
             log.info("%r failed: %s (retryable: %s)", task, error["message"], error["retryable"])
@@ -627,8 +787,8 @@ class _Run:
         while True:
             failure: Exception
             try:
-                if report.batch_item is not None and self.completions is not None:
-                    answer = await self.completions.complete(report.batch_item)
+                if report.batch_item is not None:
+                    answer = await self.completions.complete(report, slot.release)
                 else:
                     answer = await self.transport.send(report.call)
             except ProblemError as error:

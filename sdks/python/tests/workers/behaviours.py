@@ -3,7 +3,8 @@
 It serves queue `py` with one handler per behaviour under test. Handlers tell the test what they
 do through files in STATE_DIR (`started-<task>-<attempt>` holds the worker's id) and wait for
 the test's go-ahead the same way (`release-<task>`), always with a deadline. Settings come from
-the environment: WORKER_ID, CONCURRENCY, GRACE (the shutdown grace, seconds).
+the environment: WORKER_ID, CONCURRENCY, GRACE (the shutdown grace, seconds), POLL_WAIT
+(seconds, default 2).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ worker = Worker(
     worker_id=worker_id,
     concurrency=int(os.environ.get("CONCURRENCY", "4")),
     shutdown_grace=float(os.environ.get("GRACE", "30")),
-    poll_wait=2.0,
+    poll_wait=float(os.environ.get("POLL_WAIT", "2")),
 )
 
 

@@ -180,3 +180,44 @@ fn failing_a_waiting_approval_by_hand_ends_the_wait() {
     assert!(sim.find("ok", TaskKind::Step).wait.is_none());
     assert_eq!(sim.state.job.status, JobStatus::Failed);
 }
+
+#[test]
+fn a_task_awaiting_its_callback_is_requeued_claimable_at_once_and_its_token_is_gone() {
+    let mut sim = Sim::new(TWO_ATTEMPTS, json!({}));
+    let (task, token) = sim.claim("a");
+    sim.apply(Input::AwaitCallback {
+        task: task.clone(),
+        lease_token: token,
+        timeout: None,
+    })
+    .unwrap();
+    let grant = sim.state.task(&task).unwrap().callback.clone().unwrap();
+    sim.operate(OperatorAction::Requeue { task: task.clone() })
+        .unwrap();
+    let requeued = sim.find("a", TaskKind::Step);
+    assert_eq!(requeued.status, TaskStatus::Ready);
+    assert_eq!(requeued.wait, None);
+    assert_eq!(
+        sim.ready(),
+        vec![task.clone()],
+        "no worker holds it: claimable at once"
+    );
+    let callback = sim.apply(Input::Callback {
+        task: task.clone(),
+        attempt: grant.attempt,
+        token_hash: grant.hash,
+        call: CallbackCall::Complete { output: json!({}) },
+        digest: "d".into(),
+    });
+    assert!(
+        matches!(callback, Err(Rejection::CallbackGone(_))),
+        "{callback:?}"
+    );
+    let (again, _) = sim.claim("a");
+    assert_eq!(again, task);
+    assert_eq!(
+        sim.find("a", TaskKind::Step).attempt,
+        2,
+        "a new attempt, not counted"
+    );
+}
