@@ -271,6 +271,16 @@ impl Browser {
         .await;
     }
 
+    /// Clicks the action button `button`, checks that its dialog asks for `fields`, types `text`
+    /// into the field `input` and confirms.
+    async fn confirm(&self, button: &str, fields: &str, input: &str, text: &str) {
+        self.click(button).await;
+        self.wait_for_fields(&format!("the fields of {button}"), fields)
+            .await;
+        self.type_into(input, text).await;
+        self.click("#act-ok").await;
+    }
+
     /// Whether the page has an element with this id.
     async fn has(&self, id: &str) -> bool {
         let script = format!("return document.getElementById('{id}') !== null");
@@ -1351,10 +1361,10 @@ async fn requeue_and_fail_on_a_task_revoke_its_lease_then_fail_it_for_good() {
             browser.has(&format!("fail-{task}")).await,
             "a running task can be failed"
         );
-        browser.click(&format!("#requeue-{task}")).await;
-        browser.wait_for_fields("the requeue's fields", "reason").await;
-        browser.type_into("#act-reason", "the worker host is draining").await;
-        browser.click("#act-ok").await;
+        let requeue = format!("#requeue-{task}");
+        browser
+            .confirm(&requeue, "reason", "#act-reason", "the worker host is draining")
+            .await;
         browser
             .wait_for("only shown ready", &node_state("only"), shown("ready"))
             .await;
@@ -1363,10 +1373,10 @@ async fn requeue_and_fail_on_a_task_revoke_its_lease_then_fail_it_for_good() {
             !browser.has(&format!("requeue-{task}")).await,
             "a ready task holds no lease to revoke"
         );
-        browser.click(&format!("#fail-{task}")).await;
-        browser.wait_for_fields("the fail's fields", "error reason").await;
-        browser.type_into("#act-message", "the provider lost the volume").await;
-        browser.click("#act-ok").await;
+        let fail = format!("#fail-{task}");
+        browser
+            .confirm(&fail, "error reason", "#act-message", "the provider lost the volume")
+            .await;
         browser
             .wait_for("only shown failed", &node_state("only"), shown("failed"))
             .await;
