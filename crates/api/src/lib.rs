@@ -394,6 +394,12 @@ pub struct BulkRequest {
     /// value of at most 255 bytes without NUL; else 400 naming the label).
     #[serde(default, skip_serializing_if = "Labels::is_empty")]
     pub labels: Labels,
+    /// Only these jobs (`job_…`), 1 to 10000 of them: an id that is not a job id is a 400 naming
+    /// it (`ids[2]`), an empty list a 400 (`ids`); an id no job of the namespace has matches
+    /// nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 10000))]
+    pub ids: Option<Vec<String>>,
     /// Why, recorded in each job's history; at most 1024 bytes.
     #[cfg_attr(feature = "openapi", schema(max_length = 1024))]
     pub reason: Option<String>,
@@ -402,7 +408,23 @@ pub struct BulkRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(default = false))]
     pub compensate: bool,
-    /// Most jobs to select, newest first: 1 to 10000 (else 400); 1000 when absent.
+    /// Required with `skip` (the step whose task is skipped) and `rerun` (the step run again,
+    /// with everything downstream of it); absent, a 400 (`step`). Ignored by the other actions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
+    pub step: Option<String>,
+    /// With `skip`: the output downstream steps will see (default null). Ignored by the other
+    /// actions.
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub output: Value,
+    /// Only count: select the jobs and answer how many (`matched`) without acting on any
+    /// (`affected` 0, `refused` empty; `step` is not needed). What a confirmation shows before
+    /// the action.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(default = false))]
+    pub dry_run: bool,
+    /// Most jobs to select, newest first: 1 to 10000 (else 400); when absent, 1000, or the
+    /// number of `ids` when they are given.
     #[cfg_attr(
         feature = "openapi",
         schema(minimum = 1, maximum = 10000, default = 1000)
@@ -1677,7 +1699,9 @@ mod tests {
             "timed_out",
             "cancelled",
         ]);
-        pinned::<BulkAction>(&["pause", "resume", "cancel", "retry", "delete"]);
+        pinned::<BulkAction>(&[
+            "pause", "resume", "cancel", "retry", "delete", "skip", "rerun",
+        ]);
         pinned::<QueueMode>(&["parallel", "serial"]);
         pinned::<OnError>(&["continue", "pause"]);
         pinned::<Overlap>(&["skip", "allow", "queue_one"]);

@@ -981,7 +981,7 @@ pub(crate) async fn schedule(context: &Context, command: &ScheduleCommand) -> Re
 
 #[derive(Args)]
 pub(crate) struct BulkArgs {
-    /// `pause`, `resume`, `cancel`, `retry` or `delete` (finished jobs).
+    /// `pause`, `resume`, `cancel`, `retry`, `skip`, `rerun` or `delete` (finished jobs).
     action: Open<api::BulkAction>,
     #[arg(long)]
     workflow: Option<String>,
@@ -998,12 +998,24 @@ pub(crate) struct BulkArgs {
     /// With `cancel`: undo finished steps first.
     #[arg(long)]
     compensate: bool,
+    /// With `skip`: the step whose task is skipped; with `rerun`: the step run again.
+    #[arg(long)]
+    step: Option<String>,
+    /// With `skip`: the output downstream steps see (JSON).
+    #[arg(long)]
+    output: Option<String>,
     /// Most jobs to act on.
     #[arg(long)]
     limit: Option<u32>,
     /// Only jobs with this label, `key=value`; repeat it for jobs with every one of several.
     #[arg(long = "label", short = 'l', value_name = "KEY=VALUE")]
     labels: Vec<String>,
+    /// Only this job; repeat it for several.
+    #[arg(long = "id", value_name = "JOB_ID")]
+    ids: Vec<String>,
+    /// Only count the jobs the action would apply to; change nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 pub(crate) async fn bulk(context: &Context, args: &BulkArgs) -> Result<ExitCode> {
@@ -1014,11 +1026,28 @@ pub(crate) async fn bulk(context: &Context, args: &BulkArgs) -> Result<ExitCode>
         created_before: args.until.clone(),
         reason: args.reason.clone(),
         compensate: args.compensate,
+        step: args.step.clone(),
+        output: args
+            .output
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .context("--output is not valid JSON")?
+            .unwrap_or(Value::Null),
+        dry_run: args.dry_run,
         limit: args.limit,
         labels: labels(&args.labels)?,
+        ids: Some(args.ids.clone()).filter(|ids| !ids.is_empty()),
     };
     let result = context.client.bulk(&args.action, &request).await?;
     show(context, &result, |result| {
+        if args.dry_run {
+            println!(
+                "{} matching jobs (dry run: nothing changed)",
+                result.matched
+            );
+            return;
+        }
         println!(
             "{} of {} matching jobs: {}",
             result.affected, result.matched, args.action

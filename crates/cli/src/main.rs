@@ -132,7 +132,7 @@ enum Command {
     /// Create, replace, show, pause, resume or delete a cron schedule.
     #[command(subcommand)]
     Schedule(client::ScheduleCommand),
-    /// Pause, resume, cancel, retry or delete every job a filter selects.
+    /// Pause, resume, cancel, retry, skip a step of, rerun or delete every job a filter selects.
     Bulk(client::BulkArgs),
     /// List webhook subscriptions.
     Webhooks,

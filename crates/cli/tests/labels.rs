@@ -160,6 +160,26 @@ async fn labels_are_merged_at_submit_filter_the_list_and_select_bulk_actions() {
     );
     assert!(String::from_utf8_lossy(&cancelled.stdout).contains("1 of 1"));
     assert_eq!(listed(&h, "status=cancelled").await, sorted(&[&infra]));
+    // A bulk rerun names the step, here of jobs named by id; a dry run only counts them.
+    let counted = h.cli(&["bulk", "rerun", "--id", &infra, "--id", &plain, "--dry-run"]);
+    assert!(
+        String::from_utf8_lossy(&counted.stdout).contains("2 matching jobs (dry run"),
+        "{}",
+        String::from_utf8_lossy(&counted.stderr)
+    );
+    assert_eq!(listed(&h, "status=cancelled").await, sorted(&[&infra]));
+    let rerun = h.cli(&[
+        "bulk", "rerun", "--id", &infra, "--id", &plain, "--step", "a",
+    ]);
+    let printed = String::from_utf8_lossy(&rerun.stdout);
+    assert!(printed.contains("1 of 2 matching jobs: rerun"), "{printed}");
+    assert!(
+        printed.contains(&format!(
+            "refused {plain}  job is running: rerun applies to a finished job"
+        )),
+        "{printed}"
+    );
+    assert!(listed(&h, "status=cancelled").await.is_empty());
 
     // Refusals name the label and say what to change.
     let (status, problem) = post(

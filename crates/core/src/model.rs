@@ -601,6 +601,12 @@ pub enum OperatorAction {
         task: TaskId,
         output: Value,
     },
+    /// Skip the task of this step (its one task; a `for_each` step's is refused as `Skip` of
+    /// it is): the form of `Skip` that applies to many jobs at once, whose task ids differ.
+    SkipStep {
+        step: String,
+        output: Value,
+    },
     /// Reset a step and everything downstream of it, keeping the rest.
     Rerun {
         step: String,
@@ -624,7 +630,7 @@ impl OperatorAction {
             OperatorAction::Resume => "resume",
             OperatorAction::Cancel { .. } => "cancel",
             OperatorAction::Retry => "retry",
-            OperatorAction::Skip { .. } => "skip",
+            OperatorAction::Skip { .. } | OperatorAction::SkipStep { .. } => "skip",
             OperatorAction::Rerun { .. } => "rerun",
             OperatorAction::Requeue { .. } => "requeue",
             OperatorAction::FailTask { .. } => "fail",
@@ -641,6 +647,8 @@ string_enum!(
         Cancel => "cancel",
         Retry => "retry",
         Delete => "delete",
+        Skip => "skip",
+        Rerun => "rerun",
     }
 );
 

@@ -401,14 +401,16 @@ async fn audited(
                 .into_response();
         }
     };
-    let reason = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|body| body.get("reason")?.as_str().map(str::to_owned));
+    let body = serde_json::from_slice::<serde_json::Value>(&bytes).ok();
+    let field = |name: &str| body.as_ref().and_then(|body| body.get(name));
+    let reason = field("reason").and_then(|reason| reason.as_str().map(str::to_owned));
+    // A bulk action's dry run only counts the jobs it would act on: it changes nothing.
+    let changes = field("dry_run") != Some(&serde_json::Value::Bool(true));
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
     let status = response.status();
-    if status.is_success() {
+    if status.is_success() && changes {
         let route = matched.as_ref().map_or(path.as_str(), MatchedPath::as_str);
         record(
             state,

@@ -308,6 +308,7 @@ async fn list_jobs(
             created_before,
             parent,
             labels,
+            ids: None,
             limit: limit + 1,
         })
         .await?;

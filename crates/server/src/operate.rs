@@ -1,6 +1,6 @@
 //! Operator actions on a job: pause, resume, cancel, retry, skip, requeue or fail a task, rerun
-//! from a step; and the bulk form of pause, resume, cancel, retry and delete (`jobs::delete_job`
-//! on one job). Each action is recorded in the job's history with who asked (the token's name
+//! from a step; and the bulk form of pause, resume, cancel, retry, skip (a step's task), rerun
+//! and delete (`jobs::delete_job` on one job). Each action is recorded in the job's history with who asked (the token's name
 //! with `--auth`; without it, the `Starbridge-Actor` header, else `anonymous`) and why
 //! (`reason`); one that does not apply to the job's current state answers 409 with the reason.
 
@@ -12,6 +12,7 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use starbridge_api as api;
 use starbridge_api::paths;
+use starbridge_core::ids::JobId;
 use starbridge_core::model::{BulkAction, OperatorAction, OperatorCommand};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -115,31 +116,34 @@ problem_answers! {
 }
 
 /// Most jobs one bulk action may touch.
-const MAX_BULK: u32 = 10_000;
+pub(crate) const MAX_BULK: u32 = 10_000;
 /// Refusals listed in a bulk answer.
 const MAX_REFUSALS_LISTED: usize = 100;
 
-// Applies pause, resume, cancel, retry or delete to every job the filter selects, one transaction
-// per job; jobs the action does not apply to are counted and listed with the reason.
-/// Pause, resume, cancel, retry or delete the jobs a filter selects
+// Applies an action to every job the filter selects, one transaction per job; jobs the action
+// does not apply to are counted and listed with the reason.
+/// Pause, resume, cancel, retry, skip, rerun or delete the jobs a filter selects
 ///
 /// Selects the jobs of the namespace that match every field given (newest first, at most `limit`),
 /// then applies the action to each as if it were asked for that job alone: one transaction per job,
-/// recorded in its history with the actor and `reason` (`delete` removes finished jobs with their
-/// history, as `DELETE /api/v1/jobs/{id}` does; the audit log keeps the `reason`). A job the action
-/// does not apply to (pausing a paused job, retrying a running one, deleting an unfinished one, …)
-/// is not an error: it is counted in `matched` but not in `affected`, and listed in `refused` with
-/// the reason. `{}` selects every job of the namespace,
-/// whatever its status, up to `limit`. `matched` never exceeds `limit`: when it equals it, more
-/// jobs may match.
+/// recorded in its history with the actor and `reason` (`skip` skips the task of `step` with
+/// `output`, as `POST /api/v1/jobs/{id}/tasks/{task}/skip` does; `rerun` runs `step` again with
+/// everything downstream of it, as `POST /api/v1/jobs/{id}/rerun` does; `delete` removes finished
+/// jobs with their history, as `DELETE /api/v1/jobs/{id}` does; the audit log keeps the `reason`).
+/// A job the action does not apply to (pausing a paused job, retrying a running one, skipping a
+/// running task, rerunning a step its workflow does not have, deleting an unfinished job, …) is not
+/// an error: it is counted in `matched` but not in `affected`, and listed in `refused` with the
+/// reason. `{}` selects every job of the namespace, whatever its status, up to `limit`. `matched`
+/// never exceeds `limit`: when it equals it, more jobs may match. With `dry_run` the jobs are only
+/// counted, without the fields the action needs (`step`), and the audit log records nothing.
 #[utoipa::path(
     post,
     path = paths::JOBS_BULK,
     operation_id = "bulkJobAction",
     tag = "jobs",
     params(
-        ("action" = BulkAction, Path, description = "The action: `pause`, `resume`, `cancel`, `retry` or `delete`. Any other is a 400 (the \
-             field is `action`)."),
+        ("action" = BulkAction, Path, description = "The action: `pause`, `resume`, `cancel`, `retry`, `skip`, `rerun` or \
+             `delete`. Any other is a 400 (the field is `action`)."),
         api::NamespaceQuery,
         ActorHeader,
     ),
@@ -155,9 +159,10 @@ const MAX_REFUSALS_LISTED: usize = 100;
                            (empty, malformed JSON, an unknown field, a wrong type; the field is \
                            `body`); an unknown `status`, a malformed `created_after` or \
                            `created_before`, a label of `labels` that breaks the rules of labels \
-                           (`labels.<key>`), a `limit` of 0 or over 10000, a `reason` over 1024 \
-                           bytes; or a malformed namespace or `Starbridge-Actor` header. Nothing \
-                           changed.",
+                           (`labels.<key>`), an empty `ids` or over 10000 of them, one that is \
+                           not a job id (`ids[<index>]`), a `limit` of 0 or over 10000, a \
+                           `reason` over 1024 bytes, `skip` or `rerun` without `step`; or a \
+                           malformed namespace or `Starbridge-Actor` header. Nothing changed.",
             body = api::Problem, content_type = PROBLEM,
         ),
         (status = 404, response = OtherNamespace),
@@ -188,19 +193,22 @@ async fn bulk(
     let namespace = namespace(&query)?;
     let request: api::BulkRequest = body(&bytes)?;
     check_reason(&request.reason)?;
-    // `None`: delete the job.
-    let action = match known("action", &action, |text| {
-        format!("'{text}' is not a bulk action: use pause, resume, cancel, retry or delete")
-    })? {
-        BulkAction::Pause => Some(OperatorAction::Pause),
-        BulkAction::Resume => Some(OperatorAction::Resume),
-        BulkAction::Retry => Some(OperatorAction::Retry),
-        BulkAction::Cancel => Some(OperatorAction::Cancel {
-            compensate: request.compensate,
-        }),
-        BulkAction::Delete => None,
+    let action = known("action", &action, |text| {
+        format!(
+            "'{text}' is not a bulk action: use pause, resume, cancel, retry, skip, rerun or delete"
+        )
+    })?;
+    // A dry run only selects: it does not need the fields of the action (`step`, `output`).
+    let action = if request.dry_run {
+        None
+    } else {
+        Some(operator_action(&state, action, &request)?)
     };
-    let limit = request.limit.unwrap_or(1000);
+    let ids = request.ids.as_deref().map(bulk_ids).transpose()?;
+    let limit = request.limit.unwrap_or_else(|| {
+        ids.as_ref()
+            .map_or(1000, |ids| u32::try_from(ids.len()).unwrap_or(MAX_BULK))
+    });
     if limit == 0 || limit > MAX_BULK {
         return Err(ApiError::invalid(
             "limit",
@@ -228,6 +236,7 @@ async fn bulk(
         before: None,
         parent: None,
         labels: label_pairs(&request.labels)?,
+        ids,
         limit,
     };
     let actor = actor(&headers)?;
@@ -236,6 +245,9 @@ async fn bulk(
         matched: jobs.len() as u64,
         affected: 0,
         refused: Vec::new(),
+    };
+    let Some(action) = action else {
+        return Ok(Json(result));
     };
     for job in jobs {
         let done = match &action {
@@ -264,6 +276,63 @@ async fn bulk(
         }
     }
     Ok(Json(result))
+}
+
+/// What a bulk action does to each job: an operator action, or `None` to delete the job. The
+/// fields an action needs are checked here, before any job is selected.
+fn operator_action(
+    state: &AppState,
+    action: BulkAction,
+    request: &api::BulkRequest,
+) -> ApiResult<Option<OperatorAction>> {
+    let step = || match request.step.as_deref() {
+        Some(step) if !step.is_empty() => Ok(step.to_owned()),
+        _ => Err(ApiError::invalid(
+            "step",
+            format!("required with {action}: name the step"),
+        )),
+    };
+    Ok(match action {
+        BulkAction::Pause => Some(OperatorAction::Pause),
+        BulkAction::Resume => Some(OperatorAction::Resume),
+        BulkAction::Retry => Some(OperatorAction::Retry),
+        BulkAction::Cancel => Some(OperatorAction::Cancel {
+            compensate: request.compensate,
+        }),
+        BulkAction::Skip => {
+            let step = step()?;
+            state.limits.json(Limit::Task, "output", &request.output)?;
+            Some(OperatorAction::SkipStep {
+                step,
+                output: request.output.clone(),
+            })
+        }
+        BulkAction::Rerun => Some(OperatorAction::Rerun { step: step()? }),
+        BulkAction::Delete => None,
+    })
+}
+
+/// The job ids of a bulk request's `ids`: 1 to `MAX_BULK` of them, each a job id.
+fn bulk_ids(ids: &[String]) -> ApiResult<Vec<JobId>> {
+    if ids.is_empty() || ids.len() > MAX_BULK as usize {
+        return Err(ApiError::invalid(
+            "ids",
+            format!(
+                "list 1 to {MAX_BULK} job ids, or leave the field out to select by the other fields"
+            ),
+        ));
+    }
+    ids.iter()
+        .enumerate()
+        .map(|(index, text)| {
+            JobId::parse(text).ok_or_else(|| {
+                ApiError::invalid(
+                    &format!("ids[{index}]"),
+                    format!("'{text}' is not a job id: pass a job's `id` (`job_…`)"),
+                )
+            })
+        })
+        .collect()
 }
 
 /// An empty body means every field takes its default.

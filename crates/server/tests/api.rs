@@ -905,7 +905,7 @@ async fn a_value_the_server_does_not_know_is_refused_naming_the_field() {
             "POST",
             "/api/v1/jobs/bulk/explode",
             "{}".to_owned(),
-            "action: 'explode' is not a bulk action: use pause, resume, cancel, retry or delete"
+            "action: 'explode' is not a bulk action: use pause, resume, cancel, retry, skip, rerun or delete"
                 .to_owned(),
         ),
         (

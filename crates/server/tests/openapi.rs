@@ -494,6 +494,10 @@ const HANDWRITTEN: &str = include_str!("fixtures/openapi-handwritten.json");
 /// part of a difference's text, and why. Each must still be found.
 const ALLOWED: &[(&str, &str)] = &[
     (
+        ".limit: description Some(\"Most jobs to select, newest first",
+        "a bulk action may name its jobs by `ids`, whose number is then the default `limit`",
+    ),
+    (
         ".paused: description Some(\"A paused queue keeps its tasks but hands none out.\"), now",
         "a queue that stopped on error still hands out compensations: the description points to \
          `paused_reason`",
@@ -2415,7 +2419,10 @@ async fn responses_match_their_documented_schemas() {
     assert_eq!(answer.status, ok, "{}", answer.text);
     assert_eq!(answer.json()["affected"], 2);
     for (action, body, field) in [
-        ("rerun", "{}", "action"),
+        ("explode", "{}", "action"),
+        ("skip", "{}", "step"),
+        ("rerun", r#"{"step": "a", "ids": ["x"]}"#, "ids[0]"),
+        ("pause", r#"{"ids": []}"#, "ids"),
         ("pause", r#"{"status": "done"}"#, "status"),
         ("pause", r#"{"limit": 0}"#, "limit"),
         ("pause", r#"{"limit": 10001}"#, "limit"),

@@ -147,6 +147,18 @@ impl Browser {
     }
 
     async fn command(&self, method: reqwest::Method, path: &str, body: Value) -> Value {
+        self.try_command(method, path, body)
+            .await
+            .unwrap_or_else(|(error, message)| panic!("webdriver {path}: {error}: {message}"))
+    }
+
+    /// A WebDriver command's value, or its error and message.
+    async fn try_command(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Value,
+    ) -> Result<Value, (Value, Value)> {
         let url = format!("{}{path}", self.session);
         let request = self.http.request(method, &url);
         let request = if body.is_null() {
@@ -155,10 +167,10 @@ impl Browser {
             request.json(&body)
         };
         let answer: Value = request.send().await.unwrap().json().await.unwrap();
-        if let Some(error) = answer["value"].get("error") {
-            panic!("webdriver {path}: {error}: {}", answer["value"]["message"]);
+        match answer["value"].get("error") {
+            Some(error) => Err((error.clone(), answer["value"]["message"].clone())),
+            None => Ok(answer["value"].clone()),
         }
-        answer["value"].clone()
     }
 
     async fn quit(&self) {
@@ -196,14 +208,24 @@ impl Browser {
             .to_owned()
     }
 
+    /// Clicks an element. A live page may swap the element for a fresh copy between finding and
+    /// clicking it (a stale element): then the fresh one is found and clicked.
     async fn click(&self, css: &str) {
-        let id = self.element(css).await;
-        self.command(
-            reqwest::Method::POST,
-            &format!("/element/{id}/click"),
-            json!({}),
-        )
-        .await;
+        let started = Instant::now();
+        loop {
+            let id = self.element(css).await;
+            let path = format!("/element/{id}/click");
+            match self
+                .try_command(reqwest::Method::POST, &path, json!({}))
+                .await
+            {
+                Ok(_) => return,
+                Err((error, _)) if error == "stale element reference" => {
+                    assert!(started.elapsed() < DEADLINE, "{css} stays stale");
+                }
+                Err((error, message)) => panic!("webdriver {path}: {error}: {message}"),
+            }
+        }
     }
 
     /// Types `text` into a field, as the keyboard would, after emptying it.
@@ -237,6 +259,32 @@ impl Browser {
             );
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// Waits until the action dialog shows exactly these fields (`data-field` names, in order).
+    async fn wait_for_fields(&self, what: &str, fields: &str) {
+        self.wait_for(
+            what,
+            "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
+            json!(fields),
+        )
+        .await;
+    }
+
+    /// Clicks the action button `button`, checks that its dialog asks for `fields`, types `text`
+    /// into the field `input` and confirms.
+    async fn confirm(&self, button: &str, fields: &str, input: &str, text: &str) {
+        self.click(button).await;
+        self.wait_for_fields(&format!("the fields of {button}"), fields)
+            .await;
+        self.type_into(input, text).await;
+        self.click("#act-ok").await;
+    }
+
+    /// Whether the page has an element with this id.
+    async fn has(&self, id: &str) -> bool {
+        let script = format!("return document.getElementById('{id}') !== null");
+        self.eval(&script).await == json!(true)
     }
 
     /// Presses a key (a WebDriver key code such as `\u{E007}`, Enter) where the focus is.
@@ -360,6 +408,12 @@ impl Setup {
             definition,
         )
         .await;
+    }
+
+    /// Applies `scratch`: one step, `only`, on queue `ui`.
+    async fn apply_scratch(&self) {
+        let definition = json!({"steps": [{"id": "only", "queue": "ui", "command": "c"}]});
+        self.apply("scratch", definition).await;
     }
 
     async fn submit(&self, workflow: &str) -> String {
@@ -641,13 +695,7 @@ async fn skipping_a_failed_task_with_an_edited_output_lets_the_job_go_on() {
             )
             .await;
         // Only the fields a skip needs are shown.
-        browser
-            .wait_for(
-                "the skip's fields",
-                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
-                json!("output reason"),
-            )
-            .await;
+        browser.wait_for_fields("the skip's fields", "output reason").await;
         browser
             .type_into("#act-output", "{\"reservation\": \"r-9\"")
             .await;
@@ -781,11 +829,7 @@ async fn a_person_approves_a_waiting_step_from_the_approvals_page() {
         browser.screenshot("approvals").await;
         browser.click(&format!("#approve-{task}")).await;
         browser
-            .wait_for(
-                "the comment asked for",
-                "return [...document.querySelectorAll('#act [data-field]')].filter(f => getComputedStyle(f).display !== 'none').map(f => f.dataset.field).join(' ')",
-                json!("comment"),
-            )
+            .wait_for_fields("the comment asked for", "comment")
             .await;
         browser.type_into("#act-comment", "window agreed with the owners").await;
         browser.click("#act-ok").await;
@@ -1114,12 +1158,7 @@ async fn the_queues_page_groups_per_host_queues_and_searches_them() {
 #[tokio::test]
 async fn delete_on_a_finished_job_removes_it_and_goes_to_the_job_list() {
     with_browser(|browser, setup| async move {
-        setup
-            .apply(
-                "scratch",
-                json!({"steps": [{"id": "only", "queue": "ui", "command": "c"}]}),
-            )
-            .await;
+        setup.apply_scratch().await;
         let job = setup.submit("scratch").await;
         let page = format!("{}/ui/jobs/{job}", setup.base);
         browser.open(&page).await;
@@ -1147,6 +1186,212 @@ async fn delete_on_a_finished_job_removes_it_and_goes_to_the_job_list() {
             .await
             .unwrap();
         assert_eq!(answer.status(), reqwest::StatusCode::NOT_FOUND);
+    })
+    .await;
+}
+
+/// The status of job `id` as the API tells it.
+async fn job_status(setup: &Setup, id: &str) -> Value {
+    let job = setup
+        .call(
+            reqwest::Method::GET,
+            &format!("/api/v1/jobs/{id}"),
+            Value::Null,
+        )
+        .await;
+    job["status"].clone()
+}
+
+/// Chooses `action` and the jobs (`selected` rows or the whole `filter`) in the job list's bulk
+/// bar, clicks Act… and waits for the dialog, which shows the jobs counted.
+async fn ask_bulk(browser: &Browser, scope: &str, action: &str) -> Value {
+    browser
+        .eval(&format!(
+            "document.getElementById('bulk-scope').value = '{scope}'; \
+             document.getElementById('bulk-action').value = '{action}'; return null;"
+        ))
+        .await;
+    browser.click("#bulk-go").await;
+    browser
+        .wait_for(
+            "the bulk dialog open",
+            "return document.getElementById('act').open",
+            json!(true),
+        )
+        .await;
+    browser
+        .eval("return document.getElementById('act-matched').textContent")
+        .await
+}
+
+/// What the bulk bar says the action did: matched, affected, refused.
+const BULK_RESULT: &str = "const n = (id) => { const e = document.getElementById(id); return e ? Number(e.textContent) : null; }; \
+     return [n('bulk-matched'), n('bulk-affected'), n('bulk-refused')];";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_actions_on_the_job_list_confirm_the_count_and_show_what_they_did() {
+    with_browser(|browser, setup| async move {
+        setup.apply_scratch().await;
+        let mut jobs = Vec::new();
+        for _ in 0..3 {
+            jobs.push(setup.submit("scratch").await);
+        }
+        browser.open(&format!("{}/", setup.base)).await;
+        // Two rows ticked, cancelled: the dialog counts them before anything changes.
+        for job in &jobs[..2] {
+            browser.click(&format!("#pick-{job}")).await;
+        }
+        browser
+            .wait_for(
+                "two selected",
+                "return document.getElementById('bulk-count').textContent",
+                json!("2 selected"),
+            )
+            .await;
+        assert_eq!(ask_bulk(&browser, "selected", "cancel").await, json!("2"));
+        browser.wait_for_fields("the cancel's fields", "compensate reason").await;
+        assert_eq!(job_status(&setup, &jobs[0]).await, "running");
+        browser.type_into("#act-reason", "not needed").await;
+        browser.screenshot("bulk-dialog").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("the cancel's result", BULK_RESULT, json!([2, 2, 0]))
+            .await;
+        for job in &jobs[..2] {
+            assert_eq!(job_status(&setup, job).await, "cancelled");
+        }
+        assert_eq!(job_status(&setup, &jobs[2]).await, "running");
+
+        // Every row of the page, paused: the two cancelled jobs are refused and listed.
+        browser
+            .wait_for(
+                "the list shows the cancelled jobs",
+                "return document.querySelectorAll('#jobs .s-cancelled').length",
+                json!(2),
+            )
+            .await;
+        browser.click("#select-page").await;
+        browser
+            .wait_for(
+                "three selected",
+                "return document.getElementById('bulk-count').textContent",
+                json!("3 selected"),
+            )
+            .await;
+        assert_eq!(ask_bulk(&browser, "selected", "pause").await, json!("3"));
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("the pause's result", BULK_RESULT, json!([3, 1, 2]))
+            .await;
+        browser
+            .wait_for(
+                "the refusals listed",
+                "return [...document.querySelectorAll('#bulk-result li')].map(li => li.textContent.includes('only a running job can be paused')).length",
+                json!(2),
+            )
+            .await;
+        assert_eq!(job_status(&setup, &jobs[2]).await, "paused");
+        browser.screenshot("bulk-result").await;
+
+        // Every job the filter matches (the cancelled ones), rerun from a step named in the dialog.
+        browser
+            .open(&format!("{}/?status=cancelled", setup.base))
+            .await;
+        assert_eq!(ask_bulk(&browser, "filter", "rerun").await, json!("2"));
+        browser.click("#act-ok").await;
+        browser
+            .wait_for(
+                "a missing step refused",
+                "return document.getElementById('act-error').textContent",
+                json!("Refused: step: required with rerun: name the step"),
+            )
+            .await;
+        browser.type_into("#act-step-name", "only").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("the rerun's result", BULK_RESULT, json!([2, 2, 0]))
+            .await;
+        for job in &jobs[..2] {
+            assert_eq!(job_status(&setup, job).await, "running");
+        }
+
+        // Every row, their step skipped with the output typed in the dialog.
+        browser.open(&format!("{}/", setup.base)).await;
+        browser.click("#select-page").await;
+        assert_eq!(ask_bulk(&browser, "selected", "skip").await, json!("3"));
+        browser
+            .wait_for_fields("the skip's fields", "step-name output reason")
+            .await;
+        browser.type_into("#act-step-name", "only").await;
+        browser.type_into("#act-output", "{\"by\": \"hand\"}").await;
+        browser.click("#act-ok").await;
+        browser
+            .wait_for("the skip's result", BULK_RESULT, json!([3, 3, 0]))
+            .await;
+        for (job, status) in jobs.iter().zip(["succeeded", "succeeded", "paused"]) {
+            let view = setup
+                .call(
+                    reqwest::Method::GET,
+                    &format!("/api/v1/jobs/{job}"),
+                    Value::Null,
+                )
+                .await;
+            assert_eq!(view["status"], status, "{view}");
+            assert_eq!(view["tasks"][0]["output"], json!({"by": "hand"}));
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_and_fail_on_a_task_revoke_its_lease_then_fail_it_for_good() {
+    with_browser(|browser, setup| async move {
+        setup.apply_scratch().await;
+        let job = setup.submit("scratch").await;
+        let (task, _) = setup.claim("ui").await;
+        browser
+            .open(&format!("{}/ui/jobs/{job}", setup.base))
+            .await;
+        browser
+            .wait_for("only shown running", &node_state("only"), shown("running"))
+            .await;
+        let open_panel = format!("document.getElementById('task-{task}').open = true; return null;");
+        browser.eval(&open_panel).await;
+        assert!(
+            browser.has(&format!("fail-{task}")).await,
+            "a running task can be failed"
+        );
+        let requeue = format!("#requeue-{task}");
+        browser
+            .confirm(&requeue, "reason", "#act-reason", "the worker host is draining")
+            .await;
+        browser
+            .wait_for("only shown ready", &node_state("only"), shown("ready"))
+            .await;
+        browser.eval(&open_panel).await;
+        assert!(
+            !browser.has(&format!("requeue-{task}")).await,
+            "a ready task holds no lease to revoke"
+        );
+        let fail = format!("#fail-{task}");
+        browser
+            .confirm(&fail, "error reason", "#act-message", "the provider lost the volume")
+            .await;
+        browser
+            .wait_for("only shown failed", &node_state("only"), shown("failed"))
+            .await;
+        let view = setup
+            .call(
+                reqwest::Method::GET,
+                &format!("/api/v1/jobs/{job}"),
+                Value::Null,
+            )
+            .await;
+        assert_eq!(view["status"], "failed");
+        assert_eq!(
+            view["tasks"][0]["error"],
+            json!({"message": "the provider lost the volume", "retryable": false, "kind": "operator"})
+        );
     })
     .await;
 }

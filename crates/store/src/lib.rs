@@ -164,6 +164,8 @@ pub struct JobFilter {
     pub parent: Option<JobId>,
     /// Only jobs with every one of these labels (`key`, `value`).
     pub labels: Vec<(String, String)>,
+    /// Only these jobs (`Some` of none: no job).
+    pub ids: Option<Vec<JobId>>,
     pub limit: u32,
 }
 

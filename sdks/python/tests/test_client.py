@@ -146,6 +146,19 @@ def test_operator_actions_signals_and_approvals(client: Client) -> None:
     assert (bulk.matched, bulk.affected, bulk.refused) == (1, 1, [])
     assert client.job(job.id).status == "cancelled"
 
+    # Bulk skip and rerun name the step; a dry run only counts the jobs.
+    other = client.submit("ops", {"order": 4})
+    counted = client.bulk("skip", ids=[other.id, job.id], dry_run=True)
+    assert (counted.matched, counted.affected) == (2, 0)
+    skipped = client.bulk("skip", ids=[other.id, job.id], step="paid", output={"ok": "in bulk"})
+    assert (skipped.matched, skipped.affected) == (2, 1)
+    assert skipped.refused[0].id == job.id
+    assert client.job(other.id).tasks[0].output == {"ok": "in bulk"}
+    rerun = client.bulk("rerun", ids=[job.id], step="paid", reason="once more")
+    assert (rerun.matched, rerun.affected, rerun.refused) == (1, 1, [])
+    assert client.cancel(job.id).status == "cancelled"
+    client.cancel(other.id)
+
     # A finished job is deleted with its history; an unknown one is a 404.
     client.delete_job(job.id)
     with pytest.raises(ProblemError) as gone:

@@ -114,18 +114,17 @@ impl Machine<'_> {
                     .ok_or_else(|| Rejection::UnknownTask(task.clone()))?;
                 self.skip_task(index, output, who, name)?;
             }
+            OperatorAction::SkipStep { step, output } => {
+                let index = self.step_task(&step)?;
+                self.skip_task(index, output, who, name)?;
+            }
             OperatorAction::Rerun { step } => {
                 if !status.can_rerun() {
                     return Err(not_applicable(format!(
                         "job is {status}: rerun applies to a finished job (pause or cancel it first)"
                     )));
                 }
-                let Some(step_index) = self.workflow.step_index(&step) else {
-                    return Err(not_applicable(format!(
-                        "workflow {} has no step '{step}'",
-                        self.workflow.name
-                    )));
-                };
+                let step_index = self.step_of_workflow(&step)?;
                 self.require_no_running_task()?;
                 let steps = self.downstream_of(step_index);
                 let undone = self.undone_tasks();
@@ -163,6 +162,29 @@ impl Machine<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The index of step `step` in the workflow; refused when it has no such step.
+    fn step_of_workflow(&self, step: &str) -> Result<usize, Rejection> {
+        self.workflow.step_index(step).ok_or_else(|| {
+            not_applicable(format!(
+                "workflow {} has no step '{step}'",
+                self.workflow.name
+            ))
+        })
+    }
+
+    /// The task of step `step`: the plain or fan-out task every job has for each step of its
+    /// workflow (not an item or a compensation).
+    fn step_task(&self, step: &str) -> Result<usize, Rejection> {
+        self.step_of_workflow(step)?;
+        self.state
+            .tasks
+            .iter()
+            .position(|task| {
+                task.step == step && matches!(task.kind, TaskKind::Step | TaskKind::FanOut)
+            })
+            .ok_or_else(|| not_applicable(format!("the job has no task of step '{step}'")))
     }
 
     /// Revokes the lease of a task a worker runs and makes it ready for a new attempt, claimable

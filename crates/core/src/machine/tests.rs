@@ -1111,6 +1111,47 @@ fn skip_resolves_a_failed_task_by_hand_and_downstream_sees_its_output() {
 }
 
 #[test]
+fn skip_by_step_resolves_the_step_task_as_skip_by_id_does() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c, input: {v: '${{ steps.a.output.v }}'}}\n",
+        json!({}),
+    );
+    sim.fail("a", false);
+    sim.operate(OperatorAction::SkipStep {
+        step: "a".into(),
+        output: json!({"v": 7}),
+    })
+    .unwrap();
+    assert_eq!(sim.state.job.status, JobStatus::Running);
+    assert_eq!(sim.status("a"), TaskStatus::Succeeded);
+    assert_eq!(sim.find("b", TaskKind::Step).input, Some(json!({"v": 7})));
+}
+
+#[test]
+fn skip_by_step_refuses_an_unknown_step_and_a_fan_out_step() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: each, queue: q, command: c, for_each: '${{ params.items }}'}\n",
+        json!({"items": [1, 2]}),
+    );
+    let unknown = sim.operate(OperatorAction::SkipStep {
+        step: "nope".into(),
+        output: json!({}),
+    });
+    assert!(
+        matches!(&unknown, Err(Rejection::NotApplicable(m)) if m.ends_with("has no step 'nope'")),
+        "{unknown:?}"
+    );
+    let fan_out = sim.operate(OperatorAction::SkipStep {
+        step: "each".into(),
+        output: json!({}),
+    });
+    assert!(
+        matches!(&fan_out, Err(Rejection::NotApplicable(m)) if m.starts_with("a fan_out task cannot be skipped")),
+        "{fan_out:?}"
+    );
+}
+
+#[test]
 fn skip_a_waiting_task_of_a_running_job() {
     let mut sim = Sim::new(SEQUENCE, json!({}));
     let b = sim.find("b", TaskKind::Step).id.clone();

@@ -19,7 +19,10 @@ pub(crate) fn operate(
 ) -> Result<JobState> {
     if matches!(
         command.action,
-        OperatorAction::Retry | OperatorAction::Rerun { .. } | OperatorAction::Skip { .. }
+        OperatorAction::Retry
+            | OperatorAction::Rerun { .. }
+            | OperatorAction::Skip { .. }
+            | OperatorAction::SkipStep { .. }
     ) && let Some(parent) = parent_of(ctx, job_id)?
     {
         return Err(Error::Conflict(format!(

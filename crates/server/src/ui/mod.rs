@@ -276,6 +276,32 @@ fn search(params: &JobsParams, namespace: &Ns, now: Timestamp) -> Result<JobSear
     })
 }
 
+/// The bulk API's selection of the jobs a list search shows, as many as one action takes (the
+/// filter fields of a `BulkRequest`), or `None` when the API cannot select the same jobs: a
+/// search by id or key prefix, or two selectors of one label key.
+fn bulk_filter(search: &JobSearch) -> Option<api::BulkRequest> {
+    if search.text.is_some() {
+        return None;
+    }
+    let labels: api::Labels = search.labels.iter().cloned().collect();
+    if labels.len() != search.labels.len() {
+        return None;
+    }
+    let rfc3339 = |time: Option<Timestamp>| {
+        time.and_then(|time| jiff::Timestamp::from_millisecond(time.0).ok())
+            .map(|time| time.to_string())
+    };
+    Some(api::BulkRequest {
+        workflow: search.workflow.clone(),
+        status: search.status.map(Into::into),
+        created_after: rfc3339(search.created_after),
+        created_before: rfc3339(search.created_before),
+        labels,
+        limit: Some(crate::operate::MAX_BULK),
+        ..api::BulkRequest::default()
+    })
+}
+
 async fn jobs_page(
     State(ui): State<UiState>,
     Query(params): Query<JobsParams>,
@@ -299,14 +325,15 @@ async fn jobs_page(
         .map(|w| w.name)
         .collect();
     let now = store.now();
-    let (problem, counts, mut jobs) = match search(&params, &namespace, now) {
+    let (problem, counts, mut jobs, bulk) = match search(&params, &namespace, now) {
         Ok(search) => {
+            let bulk = bulk_filter(&search);
             let counts = store.job_counts(search.clone(), COUNT_CAP);
             let jobs = store.browse_jobs(search);
             let (counts, jobs) = tokio::try_join!(counts, jobs)?;
-            (None, counts, jobs)
+            (None, counts, jobs, bulk)
         }
-        Err(error) => (Some(error.to_string()), Vec::new(), Vec::new()),
+        Err(error) => (Some(error.to_string()), Vec::new(), Vec::new(), None),
     };
     let more = jobs.len() > PAGE_SIZE as usize;
     jobs.truncate(PAGE_SIZE as usize);
@@ -330,6 +357,7 @@ async fn jobs_page(
             counts: &counts,
             jobs: &jobs,
             next_cursor,
+            bulk_filter: bulk.map(|filter| serde_json::to_string(&filter).unwrap_or_default()),
             now,
         },
     );
@@ -829,5 +857,37 @@ mod tests {
             let error = search(&query, &ns, now).unwrap_err().to_string();
             assert!(error.starts_with(field), "{error}");
         }
+    }
+
+    #[test]
+    fn the_bulk_filter_selects_what_the_list_search_shows_or_nothing_it_cannot() {
+        let ns = Ns("default".to_owned());
+        let now = Timestamp(1_700_000_000_000);
+        let query = JobsParams {
+            status: "failed".to_owned(),
+            workflow: "provision".to_owned(),
+            label: "team=storage, env=prod".to_owned(),
+            ..params("", "2023-11-14T22:00", "")
+        };
+        let filter = bulk_filter(&search(&query, &ns, now).unwrap()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&filter).unwrap(),
+            serde_json::json!({
+                "workflow": "provision", "status": "failed",
+                "created_after": "2023-11-14T22:00:00Z", "created_before": null,
+                "labels": {"env": "prod", "team": "storage"},
+                "reason": null, "compensate": false, "dry_run": false, "limit": 10000,
+            })
+        );
+        let by_text = JobsParams {
+            q: "job_01".to_owned(),
+            ..JobsParams::default()
+        };
+        assert!(bulk_filter(&search(&by_text, &ns, now).unwrap()).is_none());
+        let one_key_twice = JobsParams {
+            label: "team=storage, team=infra".to_owned(),
+            ..JobsParams::default()
+        };
+        assert!(bulk_filter(&search(&one_key_twice, &ns, now).unwrap()).is_none());
     }
 }

@@ -111,6 +111,8 @@ pub(crate) fn page(title: &str, section: Section, ns: &Ns, live: Live, body: &st
 const DIALOG: &str = r#"<dialog id="act" aria-labelledby="act-title"><form method="dialog">
 <h2 id="act-title">Confirm</h2><p id="act-text"></p>
 <div class="field" data-field="step"><label for="act-step">Step to run again (with everything after it)</label><select id="act-step" name="step"></select></div>
+<div class="field" data-field="step-name"><label for="act-step-name">Step (its id in the workflow)</label><input id="act-step-name" name="step-name" type="text" maxlength="128"></div>
+<div class="field" data-field="error"><label for="act-message">Error message (the task's error)</label><input id="act-message" name="error" type="text" maxlength="4096"></div>
 <div class="field" data-field="output"><label for="act-output">Output of the skipped task (JSON)</label><textarea id="act-output" name="output" rows="6" spellcheck="false">{}</textarea></div>
 <div class="field" data-field="compensate"><label><input type="checkbox" id="act-compensate" name="compensate"> Undo finished steps first (compensate)</label></div>
 <div class="field" data-field="comment"><label for="act-comment">Comment (recorded in the history)</label><input id="act-comment" name="comment" type="text" maxlength="4096"></div>
@@ -171,7 +173,47 @@ pub(crate) struct JobsPage<'a> {
     pub(crate) counts: &'a [StatusCount],
     pub(crate) jobs: &'a [JobLine],
     pub(crate) next_cursor: Option<String>,
+    /// The bulk API's filter for the jobs this search shows (JSON), or `None` when the API
+    /// cannot select them (see `bulk_bar`).
+    pub(crate) bulk_filter: Option<String>,
     pub(crate) now: Timestamp,
+}
+
+/// The bulk actions of the job list: a choice of the jobs (the rows selected, or all the filter
+/// matches up to what one action takes) and of the action. The script counts the jobs with a dry
+/// run and asks to confirm in the dialog, then shows what the action did in `bulk-result`.
+fn bulk_bar(filter: Option<&str>) -> String {
+    let (disabled, filter) = match filter {
+        Some(filter) => ("", filter),
+        None => (" disabled", ""),
+    };
+    let mut actions = String::new();
+    for (value, label) in [
+        ("pause", "Pause"),
+        ("resume", "Resume"),
+        ("cancel", "Cancel"),
+        ("retry", "Retry failed steps"),
+        ("rerun", "Rerun from a step"),
+        ("skip", "Skip a step with output"),
+        ("delete", "Delete (finished jobs)"),
+    ] {
+        let _ = write!(actions, r#"<option value="{value}">{label}</option>"#);
+    }
+    let hint = if disabled.is_empty() {
+        String::new()
+    } else {
+        r#"<span class="muted">A search by id or key (or two values of one label) cannot be acted on as a whole: select rows.</span>"#.to_owned()
+    };
+    format!(
+        r#"<section id="bulk" class="actions bulk" aria-label="Act on several jobs" data-filter="{filter}" data-max="{max}">
+<div class="field"><label for="bulk-scope">Jobs</label><select id="bulk-scope"><option value="selected">the selected rows</option><option value="filter"{disabled}>all matching the filter (at most {max_text})</option></select></div>
+<div class="field"><label for="bulk-action">Action</label><select id="bulk-action">{actions}</select></div>
+<button type="button" id="bulk-go">Act…</button> <span id="bulk-count" class="muted">0 selected</span>{hint}
+<div id="bulk-result" role="status" aria-live="polite"></div></section>"#,
+        filter = Esc(filter),
+        max = crate::operate::MAX_BULK,
+        max_text = grouped(u64::from(crate::operate::MAX_BULK)),
+    )
 }
 
 fn select(id: &str, name: &str, options: &[(&str, &str)], current: &str) -> String {
@@ -288,8 +330,9 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
         );
     }
     body.push_str("</nav>");
+    body.push_str(&bulk_bar(data.bulk_filter.as_deref()));
     body.push_str(
-        r#"<table class="list"><caption class="sr">Jobs, newest first</caption><thead><tr><th scope="col">Job</th><th scope="col">Workflow</th><th scope="col">Status</th><th scope="col">Key</th><th scope="col">Created (UTC)</th><th scope="col">Duration</th></tr></thead><tbody id="jobs" data-live>"#,
+        r#"<table class="list"><caption class="sr">Jobs, newest first</caption><thead><tr><th scope="col"><input type="checkbox" id="select-page" aria-label="Select every job on this page"></th><th scope="col">Job</th><th scope="col">Workflow</th><th scope="col">Status</th><th scope="col">Key</th><th scope="col">Created (UTC)</th><th scope="col">Duration</th></tr></thead><tbody id="jobs" data-live>"#,
     );
     for job in data.jobs {
         let ran = match (job.started_at, job.ended_at) {
@@ -299,7 +342,7 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
         };
         let _ = write!(
             body,
-            r#"<tr><td><a class="mono" href="{href}">{id}</a></td><td>{workflow} <span class="muted">v{version}</span></td><td>{status}</td><td class="mono">{key}</td><td>{created}</td><td>{ran}</td></tr>"#,
+            r#"<tr><td><input type="checkbox" class="pick" id="pick-{id}" value="{id}" aria-label="Select {id}"></td><td><a class="mono" href="{href}">{id}</a></td><td>{workflow} <span class="muted">v{version}</span></td><td>{status}</td><td class="mono">{key}</td><td>{created}</td><td>{ran}</td></tr>"#,
             href = Esc(&ns.href(&format!("/ui/jobs/{}", job.id), &[])),
             id = Esc(job.id.as_str()),
             workflow = Esc(&job.workflow),
@@ -310,7 +353,7 @@ pub(crate) fn jobs(ns: &Ns, data: &JobsPage<'_>) -> String {
         );
     }
     if data.jobs.is_empty() {
-        body.push_str(r#"<tr><td colspan="6" class="empty">No job matches.</td></tr>"#);
+        body.push_str(r#"<tr><td colspan="7" class="empty">No job matches.</td></tr>"#);
     }
     body.push_str(r#"</tbody></table><nav class="pager" aria-label="Pages">"#);
     if !query.cursor.is_empty() {
@@ -640,8 +683,53 @@ fn task_details(job: &str, task: &TaskView, open: bool) -> String {
             name = Esc(&name),
         );
     }
+    out.push_str(&task_operator_buttons(job, task, &name));
     out.push_str("</div></details>");
     out
+}
+
+/// Requeue (a running task a worker holds, or one awaiting its callback) and fail by hand (a
+/// waiting, ready or running task), neither for a fan-out's parent task; the API has the last
+/// word.
+fn task_operator_buttons(job: &str, task: &TaskView, name: &str) -> String {
+    let Some(status) = task.status.known() else {
+        return String::new();
+    };
+    let base = format!("/api/v1/jobs/{}/tasks/{}", url(job), url(&task.id));
+    let mut out = String::new();
+    let fan_out = task.kind == TaskKind::FanOut;
+    // A task waiting on the server holds no worker, but one awaiting its callback can be run
+    // again.
+    let held_by_the_server = task
+        .waiting_for
+        .as_ref()
+        .is_some_and(|wait| wait.callback.is_none());
+    if status == TaskStatus::Running && !held_by_the_server && !fan_out {
+        let _ = write!(
+            out,
+            r#"<button type="button" id="requeue-{id}" data-url="{url}" data-confirm="Revoke the worker's lease on task {name} and run it again in a new attempt that does not count against its attempts; the worker is told to stop." data-fields="reason" data-done="Requeued">Requeue…</button> "#,
+            id = Esc(&task.id),
+            url = Esc(&format!("{base}/requeue")),
+            name = Esc(name),
+        );
+    }
+    if matches!(
+        status,
+        TaskStatus::Waiting | TaskStatus::Ready | TaskStatus::Running
+    ) && !fan_out
+    {
+        let _ = write!(
+            out,
+            r#"<button type="button" id="fail-{id}" class="danger" data-url="{url}" data-confirm="Fail task {name} for good, with no retry: the job goes on as after any failure of the step." data-fields="error reason" data-done="Failed by hand">Fail…</button>"#,
+            id = Esc(&task.id),
+            url = Esc(&format!("{base}/fail")),
+            name = Esc(name),
+        );
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!("<p>{out}</p>")
 }
 
 /// A job's labels as facts, each a link to the jobs that carry it; nothing when it has none.

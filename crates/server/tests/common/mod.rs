@@ -1,6 +1,6 @@
 //! The in-process harness the server's test files share: the whole HTTP surface as the server
 //! serves it (`starbridge_server::app`: the request checks, the API and the web UI) over a fresh
-//! SQLite file, driven without a socket. Each test file uses only some of it.
+//! SQLite file (or a scratch PostgreSQL schema, `Api::on_postgres`), driven without a socket. Each test file uses only some of it.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -20,7 +20,8 @@ pub(crate) struct Api {
     pub(crate) engine: Engine,
     /// Set to true as the server does when it shuts down (ends the UI's event streams).
     pub(crate) closing: watch::Sender<bool>,
-    _dir: tempfile::TempDir,
+    /// Where the database lives (a directory or a schema), dropped after the engine.
+    _place: Box<dyn std::any::Any + Send + Sync>,
 }
 
 /// An answer: status, content type, headers and body text.
@@ -64,9 +65,34 @@ impl Api {
         Api::open(Arc::new(SystemClock), limits, false)
     }
 
+    /// No authentication and the default limits over a PostgreSQL schema of its own; `None`
+    /// when no PostgreSQL server is reachable (and none is required).
+    pub(crate) fn on_postgres(label: &str) -> Option<Api> {
+        let schema = starbridge_store::scratch::ScratchSchema::create(label)?;
+        let url = schema.url.clone();
+        let limits = Limits::default();
+        Some(Api::at(
+            url,
+            Box::new(schema),
+            Arc::new(SystemClock),
+            limits,
+            false,
+        ))
+    }
+
     fn open(clock: Arc<dyn Clock>, limits: Limits, auth: bool) -> Api {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("server.db").display());
+        Api::at(url, Box::new(dir), clock, limits, auth)
+    }
+
+    fn at(
+        url: String,
+        place: Box<dyn std::any::Any + Send + Sync>,
+        clock: Arc<dyn Clock>,
+        limits: Limits,
+        auth: bool,
+    ) -> Api {
         let options = StoreOptions {
             limits: limits.run,
             ..StoreOptions::default()
@@ -81,7 +107,7 @@ impl Api {
             app: app(state, closing_seen),
             engine,
             closing,
-            _dir: dir,
+            _place: place,
         }
     }
 

@@ -370,6 +370,15 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
     if let Some(parent) = &filter.parent {
         condition(&mut sql, "parent_job_id =", Arg::Text(parent.as_str()));
     }
+    if let Some(ids) = &filter.ids {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let first = values.len() + 1;
+        values.extend(ids.iter().map(|id| Arg::Text(id.as_str())));
+        let places: Vec<String> = (first..=values.len()).map(|n| format!("?{n}")).collect();
+        sql.push_str(&format!(" AND {jobs}id IN ({})", places.join(", ")));
+    }
     // The order (and the cursor) follows the leading index: `l.job_id` is the job's id.
     let id = if filter.labels.is_empty() {
         "id"

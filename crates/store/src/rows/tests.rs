@@ -502,6 +502,21 @@ fn labels_read_back_filter_jobs_and_go_with_their_job(db: &mut Db) {
         ),
         vec![storage[1].clone()]
     );
+    // Only the ids given, with the labels or alone; another namespace's job is not there.
+    let only = |labels: &[(&str, &str)], given: &[&Job]| JobFilter {
+        ids: Some(given.iter().map(|job| job.id.clone()).collect()),
+        ..select(labels, None, None)
+    };
+    assert_eq!(ids(conn, &only(&[], &[&bare, &both, &elsewhere])), {
+        let mut expected = vec![both.id.clone(), bare.id.clone()];
+        expected.sort_by(|a, b| b.cmp(a));
+        expected
+    });
+    assert_eq!(
+        ids(conn, &only(&[("team", "storage")], &[&bare, &team])),
+        vec![team.id.clone()]
+    );
+    assert_eq!(ids(conn, &only(&[], &[])), []);
     let search = crate::browse::JobSearch {
         namespace: "default".to_owned(),
         labels: vec![("env".to_owned(), "prod".to_owned())],

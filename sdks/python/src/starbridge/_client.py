@@ -299,21 +299,30 @@ class Client:
         labels: Mapping[str, str] | None = None,
         created_after: datetime | str | None = None,
         created_before: datetime | str | None = None,
+        ids: Sequence[str] | None = None,
         reason: str | None = None,
         compensate: bool = False,
+        step: str | None = None,
+        output: Any = None,
+        dry_run: bool = False,
         limit: int | None = None,
     ) -> View:
-        """`POST /api/v1/jobs/bulk/{action}` (`pause`, `resume`, `cancel`, `retry` or `delete`)
-        on every job the filters select (at most `limit`, newest first):
-        `{matched, affected, refused}`."""
+        """`POST /api/v1/jobs/bulk/{action}` (`pause`, `resume`, `cancel`, `retry`, `skip`,
+        `rerun` or `delete`) on every job the filters select (at most `limit`, newest first):
+        `{matched, affected, refused}`. `skip` and `rerun` need `step` (`skip` sets the step's
+        output to `output`); `ids` selects those jobs only; `dry_run` only counts them."""
         body = without_none(
             workflow=workflow,
             status=status,
             labels=dict(labels) if labels else None,
             created_after=_time(created_after),
             created_before=_time(created_before),
+            ids=list(ids) if ids is not None else None,
             reason=reason,
             compensate=compensate,
+            step=step,
+            output=output,
+            dry_run=dry_run,
             limit=limit,
         )
         return self._view(post(f"/api/v1/jobs/bulk/{segment(action)}", body))

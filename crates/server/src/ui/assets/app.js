@@ -40,7 +40,7 @@
   }
 
   // Re-reads this page and swaps in every section marked data-live whose content changed,
-  // keeping open task panels and keyboard focus.
+  // keeping open task panels, ticked rows and keyboard focus.
   let refreshing = false;
   let again = false;
   async function refresh() {
@@ -60,12 +60,17 @@
           if (open.has(details.id)) details.open = true;
           if (closed.has(details.id)) details.open = false;
         }
+        const ticked = new Set([...old.querySelectorAll("input[type=checkbox]:checked")].map((i) => i.id));
+        for (const box of next.querySelectorAll("input[type=checkbox]")) {
+          if (ticked.has(box.id)) box.setAttribute("checked", "");
+        }
         for (const attribute of next.getAttributeNames()) {
           old.setAttribute(attribute, next.getAttribute(attribute));
         }
         old.innerHTML = next.innerHTML;
       }
       document.title = fresh.title;
+      countSelected();
       if (focused && document.activeElement === document.body) {
         const element = document.getElementById(focused);
         if (element) element.focus();
@@ -122,6 +127,8 @@
     }
     document.getElementById("act-reason").value = "";
     document.getElementById("act-comment").value = "";
+    document.getElementById("act-step-name").value = "";
+    document.getElementById("act-message").value = "";
     document.getElementById("act-compensate").checked = false;
     dialog.showModal();
     const first = dialog.querySelector("[data-field]:not([hidden]) textarea, [data-field]:not([hidden]) select, [data-field]:not([hidden]) input");
@@ -131,7 +138,8 @@
   async function run(button, body) {
     button.disabled = true;
     try {
-      await send(button.dataset.url, body, button.dataset.method);
+      const answer = await send(button.dataset.url, body, button.dataset.method);
+      if (button === bulkButton) showBulkResult(answer);
       if (button.dataset.then) {
         // What the button acted on is gone (a deleted job): go where it says.
         location.assign(button.dataset.then);
@@ -149,7 +157,8 @@
 
   document.addEventListener("click", async (event) => {
     const button = event.target.closest("button[data-url]");
-    if (!button) return;
+    // The bulk button asks only after counting the jobs (see below).
+    if (!button || button === bulkButton) return;
     if (button.dataset.confirm) { ask(button); return; }
     const refused = await run(button);
     if (refused) say("Refused: " + refused, true);
@@ -161,11 +170,14 @@
     const button = pending;
     if (!button) return;
     const fields = (button.dataset.fields || "reason").split(" ");
-    const body = {};
+    let body = {};
     const reason = document.getElementById("act-reason").value.trim();
     if (reason) body.reason = reason;
     if (fields.includes("compensate")) body.compensate = document.getElementById("act-compensate").checked;
     if (fields.includes("step")) body.step = document.getElementById("act-step").value;
+    if (fields.includes("step-name")) body.step = document.getElementById("act-step-name").value.trim();
+    if (fields.includes("error")) body.error = document.getElementById("act-message").value.trim();
+    if (button === bulkButton) body = Object.assign({}, bulkSelection, body);
     if (fields.includes("comment")) {
       const comment = document.getElementById("act-comment").value.trim();
       if (comment) body.comment = comment;
@@ -189,6 +201,105 @@
       dialog.close();
     }
   });
+
+  // Bulk actions on the job list: the ticked rows (by id) or every job the filter matches (the
+  // filter as the bulk API takes it, rendered by the server), counted first by a dry run that the
+  // dialog shows; what the action did is shown under the bar.
+  const bulk = document.getElementById("bulk");
+  const bulkButton = document.getElementById("bulk-go");
+  let bulkSelection = null;
+  const BULK_FIELDS = {
+    pause: "reason", resume: "reason", retry: "reason", delete: "reason",
+    cancel: "compensate reason", rerun: "step-name reason", skip: "step-name output reason",
+  };
+
+  function ticked() {
+    return [...document.querySelectorAll("#jobs input.pick:checked")].map((box) => box.value);
+  }
+
+  function countSelected() {
+    if (!bulk) return;
+    const boxes = document.querySelectorAll("#jobs input.pick");
+    const count = ticked().length;
+    document.getElementById("bulk-count").textContent = count + " selected";
+    const all = document.getElementById("select-page");
+    all.checked = boxes.length > 0 && count === boxes.length;
+    all.indeterminate = count > 0 && count < boxes.length;
+  }
+
+  function showBulkResult(answer) {
+    const result = document.getElementById("bulk-result");
+    const refused = answer.matched - answer.affected;
+    const line = document.createElement("p");
+    const number = (id, value) => {
+      const b = document.createElement("b");
+      b.id = id;
+      b.textContent = String(value);
+      return b;
+    };
+    line.append(bulkButton.dataset.label + ": ", number("bulk-matched", answer.matched), " matched, ",
+      number("bulk-affected", answer.affected), " affected, ", number("bulk-refused", refused), " refused.");
+    const list = document.createElement("ul");
+    for (const refusal of answer.refused) {
+      const item = document.createElement("li");
+      const link = document.createElement("a");
+      link.className = "mono";
+      link.href = "/ui/jobs/" + encodeURIComponent(refusal.id) +
+        (namespace ? "?namespace=" + encodeURIComponent(namespace) : "");
+      link.textContent = refusal.id;
+      item.append(link, ": " + refusal.reason);
+      list.append(item);
+    }
+    result.replaceChildren(line);
+    if (answer.refused.length) result.append(list);
+    for (const box of document.querySelectorAll("#jobs input.pick:checked")) box.checked = false;
+    countSelected();
+  }
+
+  if (bulk) {
+    document.addEventListener("change", (event) => {
+      if (event.target.id === "select-page") {
+        for (const box of document.querySelectorAll("#jobs input.pick")) box.checked = event.target.checked;
+      }
+      if (event.target.matches("#select-page, #jobs input.pick")) countSelected();
+    });
+    bulkButton.addEventListener("click", async () => {
+      const action = document.getElementById("bulk-action");
+      const whole = document.getElementById("bulk-scope").value === "filter";
+      const ids = ticked();
+      if (!whole && ids.length === 0) {
+        say("Select rows first, or choose all matching the filter", true);
+        return;
+      }
+      const selection = whole ? JSON.parse(bulk.dataset.filter) : { ids };
+      const url = "/api/v1/jobs/bulk/" + action.value;
+      let counted;
+      try {
+        counted = await send(url, Object.assign({}, selection, { dry_run: true }));
+      } catch (error) {
+        say("Refused: " + error.message, true);
+        return;
+      }
+      bulkSelection = selection;
+      bulkButton.dataset.url = url;
+      bulkButton.dataset.fields = BULK_FIELDS[action.value];
+      bulkButton.dataset.label = action.selectedOptions[0].textContent;
+      bulkButton.dataset.done = bulkButton.dataset.label + ": done";
+      bulkButton.dataset.confirm = "";
+      ask(bulkButton);
+      document.getElementById("act-title").textContent = bulkButton.dataset.label;
+      const text = document.getElementById("act-text");
+      const matched = document.createElement("b");
+      matched.id = "act-matched";
+      matched.textContent = String(counted.matched);
+      const which = whole ? "every job the filter matches" : "the selected rows";
+      const more = whole && counted.matched >= Number(bulk.dataset.max)
+        ? " (the most one action takes: more may match)" : "";
+      text.replaceChildren(bulkButton.dataset.label + ": ", matched, " jobs, " + which + more +
+        ". Each job it does not apply to is refused and listed.");
+    });
+    countSelected();
+  }
 
   // Submitting a job from a workflow page: fields generated from the params schema.
   const submit = document.getElementById("submit-job");
