@@ -102,6 +102,7 @@ mod delete;
 mod operator_tasks;
 mod routing;
 mod waits;
+mod webhooks;
 
 fn definition(yaml: &str) -> Value {
     starbridge_core::definition::parse_document(yaml).unwrap()

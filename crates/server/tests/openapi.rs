@@ -623,6 +623,51 @@ const ALLOWED: &[(&str, &str)] = &[
         "POST /api/v1/queues/{name}/resume",
         "a queue's pause is its own: a pattern is refused",
     ),
+    (
+        "POST /api/v1/webhooks: summary",
+        "a subscription may hear of task events too (`events`, `steps`)",
+    ),
+    (
+        "POST /api/v1/webhooks: description",
+        "a subscription may hear of task events too: the description names them and says the \
+         `Starbridge-Event` header is the body's `type`",
+    ),
+    (
+        "POST /api/v1/webhooks 400: description",
+        "an unknown event in `events` is refused too",
+    ),
+    (
+        "POST /api/v1/webhooks 422: description",
+        "`events` and `steps` are checked too",
+    ),
+    (
+        ".states: description Some(\"Only changes to these job statuses",
+        "`states` filters job status changes only, not task events",
+    ),
+    (
+        ": description Some(\"The body of a message: a job's status changed.",
+        "a message may report a task event too",
+    ),
+    (
+        ".at: description Some(\"When the status changed, in Unix milliseconds.\")",
+        "a task event's `at` is when the task changed",
+    ),
+    (
+        "POST jobStatusChanged: summary",
+        "the webhook carries task events too",
+    ),
+    (
+        "POST jobStatusChanged: description",
+        "the webhook carries task events too",
+    ),
+    (
+        "required previous_status",
+        "a task event's job has no `previous_status`",
+    ),
+    (
+        ".previous_status: description Some(\"The status it changed from; null",
+        "a task event's job has no `previous_status`",
+    ),
 ];
 
 /// Text with its white space folded: a description wrapped over lines says the same.
@@ -2219,7 +2264,12 @@ async fn responses_match_their_documented_schemas() {
             "states",
         ),
         (r#"{"url": "https://h.example/x", "states": null}"#, "body"),
-        (r#"{"url": "https://h.example/x", "events": []}"#, "body"),
+        (
+            r#"{"url": "https://h.example/x", "events": ["task.failed", "task.exploded"]}"#,
+            "events[1]",
+        ),
+        (r#"{"url": "https://h.example/x", "steps": "a"}"#, "body"),
+        (r#"{"url": "https://h.example/x", "topics": []}"#, "body"),
         (r#"{"workflow": "wf2"}"#, "body"),
         ("", "body"),
     ] {
@@ -2243,6 +2293,20 @@ async fn responses_match_their_documented_schemas() {
         "secret",
     )
     .await;
+    for (body, field) in [
+        (r#"{"url": "https://h.example/x", "events": []}"#, "events"),
+        (
+            r#"{"url": "https://h.example/x", "events": ["task.failed", "task.failed"]}"#,
+            "events[1]",
+        ),
+        (
+            r#"{"url": "https://h.example/x", "events": ["task.failed"], "steps": ["a b"]}"#,
+            "steps[0]",
+        ),
+        (r#"{"url": "https://h.example/x", "steps": ["a"]}"#, "steps"),
+    ] {
+        refused(body, unprocessable, field).await;
+    }
     let bad_namespace = c
         .call(
             "POST",
@@ -2263,6 +2327,8 @@ async fn responses_match_their_documented_schemas() {
     let hook = subscribed.json();
     assert_eq!(hook["secret"], "0123456789abcdef");
     assert_eq!(hook["states"], json!(["running", "paused"]));
+    assert_eq!(hook["events"], json!(["job.status_changed"]));
+    assert_eq!(hook["steps"], json!([]));
     let hook_id = str_of(&hook["id"]);
     let everything = r#"{"url": "http://192.0.2.1:9/all", "workflow": null, "secret": null}"#;
     let everything = c.call("POST", "/api/v1/webhooks", everything).await;
