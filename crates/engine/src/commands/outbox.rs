@@ -65,23 +65,14 @@ pub struct NewWebhook {
 }
 
 pub(crate) fn create(ctx: &mut WriteCtx<'_>, namespace: &str, new: NewWebhook) -> Result<Webhook> {
-    let NewWebhook {
-        url,
-        workflow,
-        states,
-        events,
-        steps,
-        secret,
-    } = new;
-    let url = url.as_str();
-    let lower = url.to_ascii_lowercase();
-    if !(lower.starts_with("http://") || lower.starts_with("https://")) || url.len() > 2048 {
+    let lower = new.url.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) || new.url.len() > 2048 {
         return Err(invalid(
             "url",
             "must be an http:// or https:// URL of at most 2048 bytes",
         ));
     }
-    if let Some(secret) = &secret
+    if let Some(secret) = &new.secret
         && (secret.len() < 16 || secret.len() > 256)
     {
         return Err(invalid(
@@ -89,27 +80,29 @@ pub(crate) fn create(ctx: &mut WriteCtx<'_>, namespace: &str, new: NewWebhook) -
             "must be 16 to 256 bytes (or leave it out to get one)",
         ));
     }
-    let events = events.unwrap_or_else(|| webhook::DEFAULT_EVENTS.to_vec());
+    let events = new
+        .events
+        .unwrap_or_else(|| webhook::DEFAULT_EVENTS.to_vec());
     let mut problems = webhook::check_events(&events);
-    problems.extend(webhook::check_steps(&steps, &events));
+    problems.extend(webhook::check_steps(&new.steps, &events));
     if !problems.is_empty() {
         return Err(Error::Invalid(problems));
     }
     let webhook = Webhook {
         id: format!("whk_{}", uuid::Uuid::now_v7().simple()),
         namespace: namespace.to_owned(),
-        url: url.to_owned(),
-        secret: secret.unwrap_or_else(|| {
+        url: new.url,
+        secret: new.secret.unwrap_or_else(|| {
             format!(
                 "{}{}",
                 uuid::Uuid::new_v4().simple(),
                 uuid::Uuid::new_v4().simple()
             )
         }),
-        workflow,
-        states,
+        workflow: new.workflow,
+        states: new.states,
         events,
-        steps,
+        steps: new.steps,
         created_at: ctx.now,
     };
     rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;

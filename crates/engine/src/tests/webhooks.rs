@@ -2,12 +2,11 @@
 //! a task's start, retry, failure and success, and what the create refuses.
 
 use serde_json::{Value, json};
-use starbridge_core::model::{Input, ReportedError};
 use starbridge_core::time::Duration;
 use starbridge_core::webhook::WebhookEvent;
 
-use super::{Fixture, Store, claim_one, complete, definition, submit};
-use crate::{Claimed, Error, NewWebhook, TaskScope};
+use super::{Fixture, Store, claim_one, complete, definition, fail, submit};
+use crate::{Error, NewWebhook};
 
 const RETRIED: &str = "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 2, initial: 1s}}\n- {id: b, queue: q, command: c, depends_on: [a], retry: {max_attempts: 2, initial: 1s}}\n";
 
@@ -20,26 +19,6 @@ fn subscription(events: Option<Vec<WebhookEvent>>, steps: &[&str]) -> NewWebhook
         steps: steps.iter().map(|s| s.to_string()).collect(),
         secret: None,
     }
-}
-
-async fn fail(store: &Store, claimed: &Claimed) {
-    store
-        .report(
-            claimed.task.id.clone(),
-            Input::Fail {
-                task: claimed.task.id.clone(),
-                lease_token: claimed.task.lease_token.clone().unwrap(),
-                error: ReportedError {
-                    message: "boom".into(),
-                    retryable: true,
-                    retry_after: None,
-                },
-                logs: None,
-            },
-            TaskScope::default(),
-        )
-        .await
-        .unwrap();
 }
 
 /// The payloads written for a subscription, oldest first.
@@ -104,15 +83,15 @@ async fn task_events_reach_only_the_subscriptions_that_ask_for_them(f: Fixture) 
 
     let job = submit(&f.store, "wf", json!({})).await;
     let first = claim_one(&f.store).await;
-    fail(&f.store, &first).await;
+    fail(&f.store, &first, "boom").await;
     f.clock.advance(Duration::from_secs(2));
     let second = claim_one(&f.store).await;
     complete(&f.store, &second, json!({})).await.unwrap();
     let b = claim_one(&f.store).await;
-    fail(&f.store, &b).await;
+    fail(&f.store, &b, "boom").await;
     f.clock.advance(Duration::from_secs(2));
     let b_again = claim_one(&f.store).await;
-    fail(&f.store, &b_again).await;
+    fail(&f.store, &b_again, "boom").await;
 
     let all = payloads(&f.store, &every.id).await;
     assert_eq!(
