@@ -2716,6 +2716,16 @@ async fn responses_match_their_documented_schemas() {
             .await;
         assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{empty}");
     }
+    // A subscription to task events: its deliveries validate against the documented payload.
+    let task_hook = c
+        .call(
+            "POST",
+            "/api/v1/webhooks?namespace=batch",
+            r#"{"url": "http://192.0.2.1:9/tasks", "events": ["task.started", "task.succeeded"]}"#,
+        )
+        .await;
+    assert_eq!(task_hook.status, StatusCode::CREATED, "{}", task_hook.text);
+    let task_hook_id = str_of(&task_hook.json()["id"]);
     let poll = r#"{"worker_id": "w", "queues": ["bq"], "max_tasks": 10, "namespace": "batch"}"#;
     let polled = c.call("POST", "/api/v1/tasks/poll", poll).await.json();
     let tasks = polled["tasks"].as_array().unwrap();
@@ -2733,6 +2743,22 @@ async fn responses_match_their_documented_schemas() {
     let items = completed.json()["items"].as_array().unwrap().clone();
     assert_eq!(items[0]["task_status"], "succeeded");
     assert_eq!(items[0]["job_status"], "succeeded");
+    let task_events = c
+        .call(
+            "GET",
+            &format!("/api/v1/webhooks/{task_hook_id}/deliveries?namespace=batch"),
+            "",
+        )
+        .await;
+    assert_eq!(task_events.status, ok);
+    let mut types: Vec<String> = task_events.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|delivery| str_of(&delivery["payload"]["type"]))
+        .collect();
+    types.sort();
+    assert_eq!(types, ["task.started", "task.started", "task.succeeded"]);
     assert_eq!(items[1]["error"]["status"], 409);
     assert_eq!(items[2]["error"]["status"], 404);
     assert_eq!(items[3]["error"]["status"], 404);
