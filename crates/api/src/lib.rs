@@ -34,6 +34,7 @@ pub use starbridge_core::model::{
 };
 pub use starbridge_core::schedule::{CatchUpKind, Overlap};
 pub use starbridge_core::scope::Scope;
+pub use starbridge_core::webhook::{MAX_WEBHOOK_STEPS, WebhookEvent};
 pub use starbridge_core::wire::{DatabaseHealth, DeliveryState, HealthStatus, Open, WireEnum};
 
 /// The namespace used when a request names none.
@@ -1091,10 +1092,29 @@ pub struct WebhookRequest {
     pub workflow: Option<String>,
     /// Only changes to these job statuses (the status the job changed to); every change when absent
     /// or empty. An unknown status is a 400 (the field is `states`); `null` is a 400 (the field is
-    /// `body`).
+    /// `body`). Applies to `job.status_changed` messages only.
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<JobStatus>, default = json!([])))]
     pub states: Vec<Open<JobStatus>>,
+    /// What to hear of: `job.status_changed` (a job's status changed), `task.started` (a worker
+    /// claimed a task: an attempt started), `task.succeeded`, `task.retrying` (an attempt failed
+    /// and the task will be tried again) and `task.failed` (the task failed for good). When absent
+    /// or null, `["job.status_changed"]`. An unknown event is a 400 naming `events[i]`; an empty
+    /// list (`events`) or an event named twice (`events[i]`) is a 422.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Option<Vec<WebhookEvent>>, default = json!(["job.status_changed"]), min_items = 1)
+    )]
+    pub events: Option<Vec<Open<WebhookEvent>>>,
+    /// Only task events of these steps (step ids; a compensation counts as its step's); every step
+    /// when absent or empty. At most 100 (else 422 naming `steps`); a name that is not a valid step
+    /// id or is named twice is a 422 naming `steps[i]`; steps given while `events` holds no task
+    /// event is a 422 naming `steps`. Not checked against any workflow: a step no workflow has
+    /// matches nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 100, default = json!([])))]
+    pub steps: Vec<String>,
     /// The signing secret, 16 to 256 bytes (else 422); when absent or null, a random one of 64
     /// hexadecimal characters is made. Either way it is returned only in the answer to the create.
     #[cfg_attr(feature = "openapi", schema(min_length = 16, max_length = 256))]
@@ -1118,6 +1138,13 @@ pub struct WebhookView {
     /// Only changes to these job statuses; empty: every change.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<JobStatus>))]
     pub states: Vec<Open<JobStatus>>,
+    /// What it hears of (see WebhookRequest); never empty.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<WebhookEvent>))]
+    pub events: Vec<Open<WebhookEvent>>,
+    /// Only task events of these steps; empty: every step.
+    #[serde(default)]
+    pub steps: Vec<String>,
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub created_at: Timestamp,
     /// The signing secret: returned only when the subscription is created (documented as
@@ -1134,24 +1161,51 @@ pub struct WebhookList {
     pub items: Vec<WebhookView>,
 }
 
-/// The `type` of every webhook message (and its `Starbridge-Event` header).
-pub const WEBHOOK_EVENT: &str = "job.status_changed";
-
-/// The body of a message: a job's status changed. Its times are Unix milliseconds (integers), not
-/// RFC 3339 strings.
+/// The body of a message: a job's status changed (`job.status_changed`), or a task started,
+/// succeeded, failed or is to be retried (`task.*`, with `task`). Its times are Unix milliseconds
+/// (integers), not RFC 3339 strings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WebhookPayload {
-    /// [`WEBHOOK_EVENT`].
+    /// What the message reports; also its `Starbridge-Event` header.
     #[serde(rename = "type")]
-    #[cfg_attr(feature = "openapi", schema(schema_with = openapi::payload_type))]
-    pub kind: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = WebhookEvent))]
+    pub kind: Open<WebhookEvent>,
     pub namespace: String,
     /// The job after the change.
     #[cfg_attr(feature = "openapi", schema(inline))]
     pub job: WebhookJob,
-    /// When the status changed, in Unix milliseconds.
+    /// The task, in a `task.*` message; absent in a `job.status_changed` one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(inline))]
+    pub task: Option<WebhookTask>,
+    /// When the change happened, in Unix milliseconds.
     pub at: i64,
+}
+
+/// The task of a `task.*` [`WebhookPayload`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WebhookTask {
+    /// `task_…`
+    pub id: String,
+    /// The step it runs (or, for a compensation, undoes).
+    pub step: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = TaskKind))]
+    pub kind: Open<TaskKind>,
+    /// Its position in a fan-out step's list (from 0); null for other tasks.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub item: Option<u32>,
+    /// The attempt it is about (from 1); null for a task that never started one (a waiting step
+    /// that ended, a fan-out step).
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub attempt: Option<u32>,
+    /// Why it failed, in `task.failed` and `task.retrying`; null otherwise.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub error: Option<TaskError>,
+    /// When it is tried again, in Unix milliseconds, in `task.retrying`; null otherwise.
+    #[cfg_attr(feature = "openapi", schema(required = true))]
+    pub retry_at: Option<i64>,
 }
 
 /// The job of a [`WebhookPayload`].
@@ -1168,8 +1222,10 @@ pub struct WebhookJob {
     /// The status it changed to.
     #[cfg_attr(feature = "openapi", schema(value_type = JobStatus))]
     pub status: Open<JobStatus>,
-    /// The status it changed from; null when the job was just created.
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<JobStatus>, required = true))]
+    /// The status it changed from, in a `job.status_changed` message: null when the job was just
+    /// created. Absent in a `task.*` message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<JobStatus>))]
     pub previous_status: Option<Open<JobStatus>>,
     /// When the job was created, in Unix milliseconds.
     pub created_at: i64,
@@ -1710,6 +1766,13 @@ mod tests {
         pinned::<HealthStatus>(&["ok", "unhealthy"]);
         pinned::<DatabaseHealth>(&["ok", "full", "read_only", "unavailable"]);
         pinned::<DeliveryState>(&["pending", "delivered", "failed"]);
+        pinned::<WebhookEvent>(&[
+            "job.status_changed",
+            "task.started",
+            "task.succeeded",
+            "task.failed",
+            "task.retrying",
+        ]);
     }
 
     #[test]

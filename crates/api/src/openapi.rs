@@ -59,11 +59,6 @@ pub(crate) fn max_wait() -> ObjectBuilder {
         ))
 }
 
-/// `WebhookPayload.type`: the one kind of message there is.
-pub(crate) fn payload_type() -> ObjectBuilder {
-    string().enum_values(Some([crate::WEBHOOK_EVENT]))
-}
-
 /// The answer to creating a webhook: [`WebhookView`] with the subscription's `secret`, shown
 /// only then (the server sends it in `WebhookView::secret`, which other answers leave out).
 pub struct CreatedWebhook;

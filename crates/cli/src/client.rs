@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use serde_json::Value;
 use starbridge_api::client::Client;
-use starbridge_api::{self as api, JobStatus, Open, TaskKind, TaskStatus, WireEnum};
+use starbridge_api::{self as api, JobStatus, Open, TaskKind, TaskStatus, WebhookEvent, WireEnum};
 
 use crate::Format;
 use crate::output::{clip, elapsed, table, time};
@@ -1066,9 +1066,16 @@ pub(crate) enum WebhookCommand {
         /// Only jobs of this workflow.
         #[arg(long)]
         workflow: Option<String>,
-        /// Only these job statuses (repeatable; all when absent).
+        /// Only these job statuses (repeatable; all when absent; job.status_changed only).
         #[arg(long = "state")]
         states: Vec<Open<JobStatus>>,
+        /// What to hear of (repeatable): job.status_changed (the default when absent),
+        /// task.started, task.succeeded, task.failed, task.retrying.
+        #[arg(long = "event")]
+        events: Vec<Open<WebhookEvent>>,
+        /// Only task events of this step (repeatable; every step when absent).
+        #[arg(long = "step")]
+        steps: Vec<String>,
         /// Signing secret (16 to 256 bytes; generated when absent).
         #[arg(long)]
         secret: Option<String>,
@@ -1096,11 +1103,22 @@ fn print_webhooks(webhooks: &[api::WebhookView]) {
                 } else {
                     joined(&w.states)
                 },
+                joined(&w.events),
+                if w.steps.is_empty() {
+                    "*".to_owned()
+                } else {
+                    w.steps.join(",")
+                },
                 time(Some(w.created_at)),
             ]
         })
         .collect();
-    table(&["WEBHOOK", "URL", "WORKFLOW", "STATES", "CREATED"], &rows);
+    table(
+        &[
+            "WEBHOOK", "URL", "WORKFLOW", "STATES", "EVENTS", "STEPS", "CREATED",
+        ],
+        &rows,
+    );
 }
 
 pub(crate) async fn webhooks(context: &Context) -> Result<ExitCode> {
@@ -1114,12 +1132,16 @@ pub(crate) async fn webhook(context: &Context, command: &WebhookCommand) -> Resu
             url,
             workflow,
             states,
+            events,
+            steps,
             secret,
         } => {
             let request = api::WebhookRequest {
                 url: url.clone(),
                 workflow: workflow.clone(),
                 states: states.clone(),
+                events: (!events.is_empty()).then(|| events.clone()),
+                steps: steps.clone(),
                 secret: secret.clone(),
             };
             let created = context.client.add_webhook(&request).await?;
@@ -1144,6 +1166,7 @@ pub(crate) async fn webhook(context: &Context, command: &WebhookCommand) -> Resu
                     .map(|d| {
                         vec![
                             d.id.to_string(),
+                            d.payload["type"].as_str().unwrap_or("-").to_owned(),
                             d.job_id.clone(),
                             d.status.to_string(),
                             d.state.to_string(),
@@ -1156,6 +1179,7 @@ pub(crate) async fn webhook(context: &Context, command: &WebhookCommand) -> Resu
                 table(
                     &[
                         "DELIVERY",
+                        "EVENT",
                         "JOB",
                         "JOB STATUS",
                         "STATE",

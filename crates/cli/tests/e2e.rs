@@ -595,12 +595,13 @@ async fn a_schedule_set_from_the_cli_starts_jobs_on_time() {
     assert!(deleted.status.success());
 }
 
+/// One request a webhook receiver got: its `Starbridge-Signature`, `Starbridge-Delivery` and
+/// `Starbridge-Event` headers and its body.
+type Received = (String, String, String, Vec<u8>);
+
 /// A local HTTP receiver that answers 500 to its first request and 200 after, keeping every
-/// request's signature header and body.
-async fn webhook_receiver() -> (
-    String,
-    tokio::sync::mpsc::UnboundedReceiver<(String, String, Vec<u8>)>,
-) {
+/// request's headers and body.
+async fn webhook_receiver() -> (String, tokio::sync::mpsc::UnboundedReceiver<Received>) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
@@ -622,6 +623,7 @@ async fn webhook_receiver() -> (
                     let _ = sender.send((
                         header("starbridge-signature"),
                         header("starbridge-delivery"),
+                        header("starbridge-event"),
                         body.to_vec(),
                     ));
                     if calls.fetch_add(1, Ordering::SeqCst) == 0 {
@@ -672,19 +674,10 @@ async fn a_webhook_reaches_a_local_listener_signed_and_is_retried_after_an_error
             .unwrap();
         attempts.push(message);
     }
-    let (signature, delivery, body) = &attempts[1];
+    let (signature, delivery, event, body) = &attempts[1];
     assert_eq!(delivery, &attempts[0].1, "a retry keeps its delivery id");
-    let t: i64 = signature
-        .strip_prefix("t=")
-        .and_then(|rest| rest.split(',').next())
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert_eq!(
-        signature,
-        &starbridge_server::signature("0123456789abcdef-secret", t, body),
-        "the receiver can verify the signature"
-    );
+    assert_eq!(event, "job.status_changed");
+    assert_signed(signature, "0123456789abcdef-secret", body);
     let payload: Value = serde_json::from_slice(body).unwrap();
     assert_eq!(payload["job"]["id"], id);
     assert_eq!(payload["job"]["status"], "succeeded");
@@ -712,6 +705,122 @@ async fn a_webhook_reaches_a_local_listener_signed_and_is_retried_after_an_error
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Checks a `Starbridge-Signature` header as a receiver would: the HMAC of its time and the body.
+fn assert_signed(signature: &str, secret: &str, body: &[u8]) {
+    let t: i64 = signature
+        .strip_prefix("t=")
+        .and_then(|rest| rest.split(',').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        signature,
+        starbridge_server::signature(secret, t, body),
+        "the receiver can verify the signature"
+    );
+}
+
+#[tokio::test]
+async fn task_events_reach_a_local_listener_with_a_valid_signature() {
+    let mut h = Harness::start().await;
+    h.start_worker("w1", "shell");
+    h.apply(
+        "flaky",
+        "steps:\n- {id: prepare, queue: shell, command: 'true'}\n- {id: a, queue: shell, command: 'exit 3', depends_on: [prepare], retry: {max_attempts: 2, initial: 1s}}\n",
+    )
+    .await;
+    let (url, mut received) = webhook_receiver().await;
+    let secret = "task-events-secret-0123";
+    let added = h.cli(&[
+        "webhook",
+        "add",
+        &url,
+        "--workflow",
+        "flaky",
+        "--event",
+        "task.started",
+        "--event",
+        "task.retrying",
+        "--event",
+        "task.failed",
+        "--step",
+        "a",
+        "--secret",
+        secret,
+        "-o",
+        "json",
+    ]);
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let created: Value = serde_json::from_slice(&added.stdout).unwrap();
+    assert_eq!(
+        created["events"],
+        json!(["task.started", "task.retrying", "task.failed"])
+    );
+    assert_eq!(created["steps"], json!(["a"]));
+    let id = h.submit("flaky", json!({})).await;
+    assert_eq!(h.wait_for_end(&id).await["status"], "failed");
+
+    // The first request is answered 500 and sent again: keep one of each delivery.
+    let mut messages: Vec<(String, Value)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    while messages.len() < 4 {
+        let (signature, delivery, event, body) = tokio::time::timeout(STUCK, received.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_signed(&signature, secret, &body);
+        if seen.insert(delivery) {
+            let payload: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                payload["type"],
+                event.as_str(),
+                "the header names the body's type"
+            );
+            messages.push((event, payload));
+        }
+    }
+    messages.sort_by_key(|(_, payload)| {
+        (
+            payload["at"].as_i64(),
+            payload["task"]["attempt"].as_u64(),
+            payload["type"] != "task.started",
+        )
+    });
+    let seen: Vec<(&str, &Value)> = messages
+        .iter()
+        .map(|(event, payload)| (event.as_str(), &payload["task"]["attempt"]))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("task.started", &json!(1)),
+            ("task.retrying", &json!(1)),
+            ("task.started", &json!(2)),
+            ("task.failed", &json!(2)),
+        ]
+    );
+    for (_, payload) in &messages {
+        assert_eq!(payload["job"]["id"], id);
+        assert_eq!(payload["task"]["step"], "a", "only the step asked for");
+    }
+    assert_eq!(
+        messages[3].1["task"]["error"]["message"],
+        messages[1].1["task"]["error"]["message"]
+    );
+    assert!(
+        messages[3].1["task"]["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains('3'),
+        "{}",
+        messages[3].1
+    );
 }
 
 /// Intervals `[start, end]` in milliseconds that shell steps appended to `$E2E_DIR/<file>`.

@@ -1301,7 +1301,8 @@ pub fn step_label(position: usize, id: Option<&str>) -> String {
     }
 }
 
-fn check_step_id(id: &str) -> Result<(), String> {
+/// Validates a step id: a letter or `_`, then letters, digits, `_` or `-`, at most 128 bytes.
+pub fn check_step_id(id: &str) -> Result<(), String> {
     let mut chars = id.chars();
     let valid = id.len() <= MAX_NAME_BYTES
         && chars

@@ -289,6 +289,7 @@ mod tests {
         agrees::<HealthStatus>();
         agrees::<DatabaseHealth>();
         agrees::<DeliveryState>();
+        agrees::<crate::webhook::WebhookEvent>();
     }
 
     #[test]

@@ -43,7 +43,9 @@ use starbridge_store::{browse, stats};
 
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use commands::outbox::{Attempt, DELIVERY_LEASE, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF};
+pub use commands::outbox::{
+    Attempt, DELIVERY_LEASE, MAX_DELIVERY_ATTEMPTS, MAX_DELIVERY_BACKOFF, NewWebhook,
+};
 pub use commands::schedules::{ScheduleSpec, time_zone};
 pub use commands::tokens::NewToken;
 pub use commands::{CallbackAccepted, SignalAccepted};
@@ -813,27 +815,11 @@ impl Engine {
     }
 
     /// Subscribes `url` to job status changes (of `workflow`, with one of `states`; empty: all).
-    pub async fn create_webhook(
-        &self,
-        namespace: &str,
-        url: &str,
-        workflow: Option<String>,
-        states: Vec<JobStatus>,
-        secret: Option<String>,
-    ) -> Result<Webhook> {
-        let (namespace, url) = (namespace.to_owned(), url.to_owned());
+    pub async fn create_webhook(&self, namespace: &str, new: NewWebhook) -> Result<Webhook> {
+        let namespace = namespace.to_owned();
         self.inner
             .writer
-            .write(move |ctx| {
-                commands::outbox::create(
-                    ctx,
-                    &namespace,
-                    &url,
-                    workflow.clone(),
-                    states.clone(),
-                    secret.clone(),
-                )
-            })
+            .write(move |ctx| commands::outbox::create(ctx, &namespace, new.clone()))
             .await
     }
 

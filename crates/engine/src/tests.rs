@@ -103,6 +103,7 @@ mod operator_tasks;
 mod poll;
 mod routing;
 mod waits;
+mod webhooks;
 
 fn definition(yaml: &str) -> Value {
     starbridge_core::definition::parse_document(yaml).unwrap()
@@ -146,6 +147,27 @@ async fn complete(store: &Store, claimed: &Claimed, output: Value) -> Result<Rep
             TaskScope::default(),
         )
         .await
+}
+
+/// Reports a retryable failure of a claimed task's attempt.
+async fn fail(store: &Store, claimed: &Claimed, message: &str) {
+    store
+        .report(
+            claimed.task.id.clone(),
+            Input::Fail {
+                task: claimed.task.id.clone(),
+                lease_token: claimed.task.lease_token.clone().unwrap(),
+                error: ReportedError {
+                    message: message.into(),
+                    retryable: true,
+                    retry_after: None,
+                },
+                logs: None,
+            },
+            TaskScope::default(),
+        )
+        .await
+        .unwrap();
 }
 
 async fn applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one(f: Fixture) {
@@ -587,23 +609,7 @@ async fn the_next_timer_and_next_available_time_are_reported(f: Fixture) {
         f.store.next_timer().await.unwrap(),
         claimed.task.lease_expires_at
     );
-    f.store
-        .report(
-            claimed.task.id.clone(),
-            Input::Fail {
-                task: claimed.task.id.clone(),
-                lease_token: claimed.task.lease_token.clone().unwrap(),
-                error: ReportedError {
-                    message: "boom".into(),
-                    retryable: true,
-                    retry_after: None,
-                },
-                logs: None,
-            },
-            TaskScope::default(),
-        )
-        .await
-        .unwrap();
+    fail(&f.store, &claimed, "boom").await;
     let due = f
         .store
         .next_available("default", vec!["q".into()])

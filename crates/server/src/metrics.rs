@@ -1,16 +1,20 @@
-//! `GET /metrics`: Prometheus text exposition (format 0.0.4), written by hand.
+//! `GET /metrics`: Prometheus text exposition (format 0.0.4), encoded by the Prometheus client
+//! library (`prometheus-client`) from its metric types.
 //!
 //! Two kinds of metrics. Gauges of jobs and tasks are read from the store at scrape time with one
-//! query (`Engine::stats`); when that read fails, `starbridge_store_up` is 0 and those gauges are
-//! left out, so the process counters can still be scraped. HTTP request counters and latency
-//! histograms are kept in memory by a middleware (`layer`) around every route, labelled with the
-//! route template (`MatchedPath`) so that ids do not multiply the series.
+//! query (`Engine::stats`) and put, with the writer's counters and the process's figures, in a
+//! registry made for that scrape; when the store read fails, `starbridge_store_up` is 0 and those
+//! gauges are left out, so the process counters can still be scraped. HTTP request counters and
+//! latency histograms live as long as the router, kept by a middleware (`layer`) around every
+//! route, labelled with the route template (`MatchedPath`) so that ids do not multiply the series.
+//!
+//! The library adds a counter's `_total` and ends every HELP text with a full stop, so counters
+//! are registered without the one and HELP texts are written without the other.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::Instant;
 
 use axum::Extension;
@@ -18,6 +22,13 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{FromFnLayer, Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::prometheus_text::{CONTENT_TYPE, encode};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use starbridge_engine::{QueueStats, Stats, WriterStats};
 
 use starbridge_api::paths;
@@ -30,59 +41,89 @@ const BUCKETS: [f64; 13] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// The `content-type` of the exposition format.
-const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
 /// The route label of a request that matched no route.
 const UNMATCHED: &str = "unmatched";
 
-#[derive(Default)]
-struct Histogram {
-    /// Non-cumulative counts per bucket of `BUCKETS`; the `+Inf` bucket is `count`.
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+/// The labels of a request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: &'static str,
+    route: String,
+    status: u16,
 }
 
-impl Histogram {
-    fn observe(&mut self, seconds: f64) {
-        if let Some(index) = BUCKETS.iter().position(|bound| seconds <= *bound) {
-            self.buckets[index] += 1;
-        }
-        self.count += 1;
-        self.sum += seconds;
-    }
+/// The labels of a request duration histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: &'static str,
+    route: String,
 }
 
-#[derive(Default)]
-struct Http {
-    /// By (method, route, status).
-    requests: BTreeMap<(&'static str, String, u16), u64>,
-    /// By (method, route).
-    durations: BTreeMap<(&'static str, String), Histogram>,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    namespace: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    namespace: String,
+    queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: &'static str,
+}
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(BUCKETS)
 }
 
 /// The HTTP counters of one router, shared by its middleware and its `/metrics` handler.
-#[derive(Default)]
 pub(crate) struct HttpMetrics {
-    inner: Mutex<Http>,
+    requests: Family<RequestLabels, Counter>,
+    durations: Family<RouteLabels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for HttpMetrics {
+    fn default() -> HttpMetrics {
+        HttpMetrics {
+            requests: Family::default(),
+            durations: Family::new_with_constructor(duration_histogram),
+        }
+    }
 }
 
 impl HttpMetrics {
-    fn lock(&self) -> MutexGuard<'_, Http> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn record(&self, method: &'static str, route: String, status: u16, seconds: f64) {
+        self.durations
+            .get_or_create(&RouteLabels {
+                method,
+                route: route.clone(),
+            })
+            .observe(seconds);
+        self.requests
+            .get_or_create(&RequestLabels {
+                method,
+                route,
+                status,
+            })
+            .inc();
     }
 
-    fn record(&self, method: &'static str, route: String, status: u16, seconds: f64) {
-        let mut http = self.lock();
-        *http
-            .requests
-            .entry((method, route.clone(), status))
-            .or_default() += 1;
-        http.durations
-            .entry((method, route))
-            .or_default()
-            .observe(seconds);
+    /// Adds the request counter and the duration histogram (sharing their series) to `registry`.
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "starbridge_http_requests",
+            "HTTP requests answered, by method, route template and status",
+            self.requests.clone(),
+        );
+        registry.register(
+            "starbridge_http_request_duration_seconds",
+            "Time to answer an HTTP request, until its response head is ready, by method and route template",
+            self.durations.clone(),
+        );
     }
 }
 
@@ -172,255 +213,154 @@ pub(crate) async fn serve(
     response
 }
 
-/// Escapes a label value: backslash, double quote and line feed.
-fn escape_label(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// Writes the HELP and TYPE lines of a metric.
-fn describe(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-/// Writes one sample; `labels` are (name, unescaped value) pairs.
-fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
-    out.push_str(name);
-    if !labels.is_empty() {
-        out.push('{');
-        for (index, (label, value)) in labels.iter().enumerate() {
-            if index > 0 {
-                out.push(',');
-            }
-            let _ = write!(out, "{label}=\"{}\"", escape_label(value));
-        }
-        out.push('}');
-    }
-    let _ = writeln!(out, " {value}");
-}
-
 fn render(stats: Option<&Stats>, writer: &WriterStats, http: &HttpMetrics) -> String {
-    let mut out = String::new();
-    describe(
-        &mut out,
+    let mut registry = Registry::default();
+    let build = Family::<VersionLabel, Gauge>::default();
+    build
+        .get_or_create(&VersionLabel {
+            version: env!("CARGO_PKG_VERSION"),
+        })
+        .set(1);
+    registry.register(
         "starbridge_build_info",
-        "gauge",
-        "The running server's version; always 1.",
+        "The running server's version; always 1",
+        build,
     );
-    sample(
-        &mut out,
-        "starbridge_build_info",
-        &[("version", env!("CARGO_PKG_VERSION"))],
-        1,
-    );
-    describe(
-        &mut out,
+    registry.register(
         "starbridge_store_up",
-        "gauge",
-        "Whether this scrape could read the store (1) or not (0, and the job and task gauges are left out).",
-    );
-    sample(
-        &mut out,
-        "starbridge_store_up",
-        &[],
-        u8::from(stats.is_some()),
+        "Whether this scrape could read the store (1) or not (0, and the job and task gauges are left out)",
+        ConstGauge::new(i64::from(stats.is_some())),
     );
     if let Some(stats) = stats {
-        render_store(&mut out, stats);
+        register_store(&mut registry, stats);
     }
-    render_writer(&mut out, writer);
+    register_writer(&mut registry, writer);
     if let Some(process) = crate::process::read() {
-        render_process(&mut out, &process);
+        register_process(&mut registry, &process);
     }
-    render_http(&mut out, &http.lock());
+    http.register(&mut registry);
+    let mut out = String::new();
+    // Writing to a `String` cannot fail.
+    let _ = encode(&mut out, &registry);
     out
 }
 
-fn render_store(out: &mut String, stats: &Stats) {
-    describe(
-        out,
-        "starbridge_jobs",
-        "gauge",
-        "Jobs by namespace and status.",
-    );
+fn register_store(registry: &mut Registry, stats: &Stats) {
+    let jobs = Family::<JobLabels, Gauge>::default();
     for ((namespace, status), count) in &stats.jobs {
-        let labels = [
-            ("namespace", namespace.as_str()),
-            ("status", status.as_str()),
-        ];
-        sample(out, "starbridge_jobs", &labels, count);
+        let labels = JobLabels {
+            namespace: namespace.clone(),
+            status: status.clone(),
+        };
+        jobs.get_or_create(&labels).set(gauge_value(*count));
     }
-    queue_gauge(
-        out,
-        stats,
+    registry.register("starbridge_jobs", "Jobs by namespace and status", jobs);
+    registry.register(
         "starbridge_tasks_ready",
-        "Ready tasks by namespace and queue, including those waiting out a retry backoff or a check-later delay; tasks of paused jobs are not counted.",
-        |q| q.ready.to_string(),
+        "Ready tasks by namespace and queue, including those waiting out a retry backoff or a check-later delay; tasks of paused jobs are not counted",
+        queue_gauge::<i64, AtomicI64>(stats, |q| gauge_value(q.ready)),
     );
-    queue_gauge(
-        out,
-        stats,
+    registry.register(
         "starbridge_tasks_running",
-        "Tasks held by a worker (leased) by namespace and queue.",
-        |q| q.running.to_string(),
+        "Tasks held by a worker (leased) by namespace and queue",
+        queue_gauge::<i64, AtomicI64>(stats, |q| gauge_value(q.running)),
     );
-    queue_gauge(
-        out,
-        stats,
+    registry.register(
         "starbridge_oldest_ready_task_age_seconds",
-        "How long the oldest claimable ready task of a queue has been claimable; 0 when none is.",
-        |q| seconds(q.oldest_ready_age.as_millis()),
+        "How long the oldest claimable ready task of a queue has been claimable; 0 when none is",
+        queue_gauge::<f64, AtomicU64>(stats, |q| q.oldest_ready_age.as_millis() as f64 / 1000.0),
     );
+}
+
+/// A count as a gauge value.
+fn gauge_value(count: impl TryInto<i64>) -> i64 {
+    count.try_into().unwrap_or(i64::MAX)
+}
+
+/// A gauge with one series per known queue.
+fn queue_gauge<N, A>(stats: &Stats, value: fn(&QueueStats) -> N) -> Family<QueueLabels, Gauge<N, A>>
+where
+    Gauge<N, A>: Default,
+    A: prometheus_client::metrics::gauge::Atomic<N>,
+{
+    let family = Family::<QueueLabels, Gauge<N, A>>::default();
+    for ((namespace, queue), counts) in &stats.queues {
+        let labels = QueueLabels {
+            namespace: namespace.clone(),
+            queue: queue.clone(),
+        };
+        family.get_or_create(&labels).set(value(counts));
+    }
+    family
 }
 
 /// The group-commit writer's counters: how many requests share a commit, and how busy it is.
-fn render_writer(out: &mut String, writer: &WriterStats) {
-    let counters: [(&str, &str, String); 7] = [
+fn register_writer(registry: &mut Registry, writer: &WriterStats) {
+    let counts = [
         (
-            "starbridge_store_commits_total",
-            "Group transactions committed by this node's writer.",
-            writer.commits.to_string(),
+            "starbridge_store_commits",
+            "Group transactions committed by this node's writer",
+            writer.commits,
         ),
         (
-            "starbridge_store_failed_commits_total",
-            "Group transactions that failed; every request in them was refused.",
-            writer.failed_commits.to_string(),
+            "starbridge_store_failed_commits",
+            "Group transactions that failed; every request in them was refused",
+            writer.failed_commits,
         ),
         (
-            "starbridge_store_write_requests_total",
-            "Write requests run by the writer (divide by commits for the group size).",
-            writer.requests.to_string(),
+            "starbridge_store_write_requests",
+            "Write requests run by the writer (divide by commits for the group size)",
+            writer.requests,
         ),
         (
-            "starbridge_store_write_retries_total",
-            "Write requests run again because another node held their rows.",
-            writer.retried.to_string(),
+            "starbridge_store_write_retries",
+            "Write requests run again because another node held their rows",
+            writer.retried,
         ),
         (
-            "starbridge_store_write_restarts_total",
-            "Group transactions run again with a savepoint per request because a request was refused or failed after writing.",
-            writer.restarts.to_string(),
-        ),
-        (
-            "starbridge_store_write_seconds_total",
-            "Time the writer spent in transactions, from BEGIN to the end of COMMIT.",
-            writer.busy.as_secs_f64().to_string(),
-        ),
-        (
-            "starbridge_store_commit_seconds_total",
-            "Time the writer spent in COMMIT (on SQLite mostly the fsync of the write-ahead log).",
-            writer.committing.as_secs_f64().to_string(),
+            "starbridge_store_write_restarts",
+            "Group transactions run again with a savepoint per request because a request was refused or failed after writing",
+            writer.restarts,
         ),
     ];
-    for (name, help, value) in counters {
-        describe(out, name, "counter", help);
-        sample(out, name, &[], value);
+    for (name, help, value) in counts {
+        registry.register(name, help, ConstCounter::new(value));
+    }
+    let times = [
+        (
+            "starbridge_store_write_seconds",
+            "Time the writer spent in transactions, from BEGIN to the end of COMMIT",
+            writer.busy,
+        ),
+        (
+            "starbridge_store_commit_seconds",
+            "Time the writer spent in COMMIT (on SQLite mostly the fsync of the write-ahead log)",
+            writer.committing,
+        ),
+    ];
+    for (name, help, value) in times {
+        registry.register(name, help, ConstCounter::new(value.as_secs_f64()));
     }
 }
 
 /// This process's CPU time and memory (the names of Prometheus's process collector, and the
 /// peak, which it has not).
-fn render_process(out: &mut String, process: &crate::process::ProcessStats) {
-    let series = [
-        (
-            "process_cpu_seconds_total",
-            "counter",
-            "Total user and system CPU time spent in seconds.",
-            process.cpu.as_secs_f64().to_string(),
-        ),
-        (
-            "process_resident_memory_bytes",
-            "gauge",
-            "Resident memory size in bytes.",
-            process.resident_bytes.to_string(),
-        ),
-        (
-            "starbridge_process_peak_resident_memory_bytes",
-            "gauge",
-            "The most resident memory the process has had, in bytes.",
-            process.peak_resident_bytes.to_string(),
-        ),
-    ];
-    for (name, kind, help, value) in series {
-        describe(out, name, kind, help);
-        sample(out, name, &[], value);
-    }
-}
-
-/// A gauge with one sample per known queue.
-fn queue_gauge(
-    out: &mut String,
-    stats: &Stats,
-    name: &str,
-    help: &str,
-    value: fn(&QueueStats) -> String,
-) {
-    describe(out, name, "gauge", help);
-    for ((namespace, queue), counts) in &stats.queues {
-        let labels = [("namespace", namespace.as_str()), ("queue", queue.as_str())];
-        sample(out, name, &labels, value(counts));
-    }
-}
-
-fn seconds(millis: u64) -> String {
-    // Exact for any realistic age; a float keeps the millisecond fraction.
-    format!("{}", millis as f64 / 1000.0)
-}
-
-fn render_http(out: &mut String, http: &Http) {
-    describe(
-        out,
-        "starbridge_http_requests_total",
-        "counter",
-        "HTTP requests answered, by method, route template and status.",
+fn register_process(registry: &mut Registry, process: &crate::process::ProcessStats) {
+    registry.register(
+        "process_cpu_seconds",
+        "Total user and system CPU time spent in seconds",
+        ConstCounter::new(process.cpu.as_secs_f64()),
     );
-    for ((method, route, status), count) in &http.requests {
-        let status = status.to_string();
-        let labels = [
-            ("method", *method),
-            ("route", route.as_str()),
-            ("status", status.as_str()),
-        ];
-        sample(out, "starbridge_http_requests_total", &labels, count);
-    }
-    let name = "starbridge_http_request_duration_seconds";
-    describe(
-        out,
-        name,
-        "histogram",
-        "Time to answer an HTTP request, until its response head is ready, by method and route template.",
+    registry.register(
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes",
+        ConstGauge::new(process.resident_bytes),
     );
-    for ((method, route), histogram) in &http.durations {
-        let mut cumulative = 0;
-        for (bound, count) in BUCKETS.iter().zip(histogram.buckets) {
-            cumulative += count;
-            let le = bound.to_string();
-            let labels = [
-                ("method", *method),
-                ("route", route.as_str()),
-                ("le", le.as_str()),
-            ];
-            sample(out, &format!("{name}_bucket"), &labels, cumulative);
-        }
-        let labels = [
-            ("method", *method),
-            ("route", route.as_str()),
-            ("le", "+Inf"),
-        ];
-        sample(out, &format!("{name}_bucket"), &labels, histogram.count);
-        let labels = [("method", *method), ("route", route.as_str())];
-        sample(out, &format!("{name}_sum"), &labels, histogram.sum);
-        sample(out, &format!("{name}_count"), &labels, histogram.count);
-    }
+    registry.register(
+        "starbridge_process_peak_resident_memory_bytes",
+        "The most resident memory the process has had, in bytes",
+        ConstGauge::new(process.peak_resident_bytes),
+    );
 }
 
 #[cfg(test)]
@@ -429,11 +369,15 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(escape_label(r#"a\b"c"#), r#"a\\b\"c"#);
-        assert_eq!(escape_label("line\nnext"), "line\\nnext");
-        let mut out = String::new();
-        sample(&mut out, "m", &[("q", "x\"y")], 2);
-        assert_eq!(out, "m{q=\"x\\\"y\"} 2\n");
+        let http = HttpMetrics::default();
+        http.record("GET", "x\"y\\z\nw".to_owned(), 200, 0.1);
+        let text = render(None, &WriterStats::default(), &http);
+        assert!(
+            text.contains(
+                "starbridge_http_requests_total{method=\"GET\",route=\"x\\\"y\\\\z\\nw\",status=\"200\"} 1\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
@@ -460,6 +404,22 @@ mod tests {
         assert!(
             text.contains(
                 "starbridge_http_requests_total{method=\"GET\",route=\"/x\",status=\"500\"} 1\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn help_texts_end_with_one_full_stop_and_counters_with_total() {
+        let text = render(None, &WriterStats::default(), &HttpMetrics::default());
+        assert!(
+            text.contains("# HELP starbridge_build_info The running server's version; always 1.\n"),
+            "{text}"
+        );
+        assert!(!text.contains(".."), "{text}");
+        assert!(
+            text.contains(
+                "# TYPE starbridge_store_commits_total counter\nstarbridge_store_commits_total 0\n"
             ),
             "{text}"
         );

@@ -78,6 +78,7 @@ pub(crate) async fn serve() -> impl IntoResponse {
             api::openapi::CreatedWebhook,
             api::openapi::QueueAnswer,
             api::WebhookPayload,
+            api::WebhookEvent,
             api::RateView,
             api::RateSettings,
             api::ProblemLimit,
@@ -579,7 +580,8 @@ fn job_status_changed() -> PathItem {
         .operation_id(Some("jobStatusChanged"))
         .tag("webhooks")
         .summary(Some(
-            "A job's status changed (sent by the server to each matching subscription)",
+            "A job's status changed, or a task event (sent by the server to each matching \
+             subscription)",
         ))
         .description(Some(WEBHOOK_DESCRIPTION))
         .parameter(header(
@@ -600,7 +602,7 @@ fn job_status_changed() -> PathItem {
         .parameter(header(
             "Starbridge-Event",
             "What the message reports; the same as the body's `type`.",
-            string().enum_values(Some([api::WEBHOOK_EVENT])),
+            string().enum_values(Some(api::WebhookEvent::ALL.iter().map(|e| e.as_str()))),
         ))
         .request_body(Some(
             RequestBodyBuilder::new()
@@ -634,7 +636,11 @@ fn job_status_changed() -> PathItem {
 
 const WEBHOOK_DESCRIPTION: &str = "Sent to the `url` of every subscription whose `workflow` \
 (when set) is the job's and whose `states` (when not empty) hold the job's new status, for every \
-change of a job's status, its creation included. The message is written in the same transaction \
+change of a job's status, its creation included (`type: job.status_changed`); and to every \
+subscription whose `events` name a task event, whose `workflow` (when set) is the job's and whose \
+`steps` (when not empty) hold the task's step, when a task of the job starts, succeeds, fails for \
+good or fails an attempt that will be retried (`task.started`, `task.succeeded`, `task.failed`, \
+`task.retrying`, with `task`). The message is written in the same transaction \
 as the change, so a committed change is always sent and a rolled-back one never is. Each attempt \
 is a `POST` with `Content-Type: application/json` and `User-Agent: starbridge/<version>`; the \
 receiver has 10 seconds to answer. A 2xx answer delivers the message (its body is ignored). \

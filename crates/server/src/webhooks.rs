@@ -20,9 +20,10 @@ use starbridge_api as api;
 use starbridge_core::definition::Problem;
 use starbridge_core::destination::{DestinationPolicy, Verdict, redact_url};
 use starbridge_core::model::JobStatus;
+use starbridge_core::webhook::WebhookEvent;
 use starbridge_core::wire::DeliveryState;
 use starbridge_engine::loops::deliveries::{ALLOW_FLAG, Refused};
-use starbridge_engine::{Delivery, Scope, Webhook};
+use starbridge_engine::{Delivery, NewWebhook, Scope, Webhook};
 use utoipa::IntoParams;
 
 use crate::auth::Caller;
@@ -120,6 +121,8 @@ fn view(webhook: &Webhook, with_secret: bool, full_url: bool) -> api::WebhookVie
         },
         workflow: webhook.workflow.clone(),
         states: webhook.states.iter().map(|&state| state.into()).collect(),
+        events: webhook.events.iter().map(|&event| event.into()).collect(),
+        steps: webhook.steps.clone(),
         created_at: api::timestamp_from_millis(webhook.created_at.0),
         secret: with_secret.then(|| webhook.secret.clone()),
     }
@@ -147,14 +150,17 @@ fn delivery_view(delivery: &Delivery) -> api::DeliveryView {
     }
 }
 
-/// Subscribe a URL to job status changes
+/// Subscribe a URL to job status changes and task events
 ///
-/// From now on, every change of the status of a job of the namespace (its creation included) that
-/// matches `workflow` and `states` is written to the subscription's outbox in the same transaction
-/// as the change, then POSTed to `url` as JSON (see the `jobStatusChanged` webhook for the body)
-/// with the headers `Starbridge-Signature: t=<unix seconds>,v1=<hex>`, where `<hex>` is the
-/// HMAC-SHA256 of `<t>.<body>` keyed with the secret, `Starbridge-Delivery` (the delivery id, the
-/// same across retries) and `Starbridge-Event: job.status_changed`. A 2xx answer delivers it;
+/// From now on, every event of the subscription's `events` in the namespace is written to its
+/// outbox in the same transaction as the change: a change of the status of a job (its creation
+/// included) that matches `workflow` and `states` (`job.status_changed`), and a task of a job of
+/// `workflow` and of one of `steps` starting, succeeding, failing for good or failing an attempt
+/// that will be retried (`task.started`, `task.succeeded`, `task.failed`, `task.retrying`). Each
+/// is POSTed to `url` as JSON (see the `jobStatusChanged` webhook for the body) with the headers
+/// `Starbridge-Signature: t=<unix seconds>,v1=<hex>`, where `<hex>` is the HMAC-SHA256 of
+/// `<t>.<body>` keyed with the secret, `Starbridge-Delivery` (the delivery id, the same across
+/// retries) and `Starbridge-Event` (the body's `type`). A 2xx answer delivers it;
 /// anything else is retried with backoff, up to 20 attempts. Delivery is at least once and not in
 /// order. The secret is in this answer only: keep it.
 #[utoipa::path(
@@ -174,8 +180,9 @@ fn delivery_view(delivery: &Delivery) -> api::DeliveryView {
             status = 400,
             description = "The body is not a WebhookRequest object (empty, malformed JSON, an \
                            unknown field, a missing `url`, a wrong type, `states: null`; the field \
-                           is `body`), an unknown job status in `states` (`states`), or a malformed \
-                           namespace or `Starbridge-Actor` header.",
+                           is `body`), an unknown job status in `states` (`states`), an unknown \
+                           event in `events` (`events[i]`), or a malformed namespace or \
+                           `Starbridge-Actor` header.",
             body = api::Problem, content_type = PROBLEM,
         ),
         (status = 404, response = OtherNamespace),
@@ -185,8 +192,11 @@ fn delivery_view(delivery: &Delivery) -> api::DeliveryView {
                            bytes (`url`), a `url` whose destination the server's policy refuses \
                            (`url`, the message starting with `destination refused by policy` and \
                            naming the server flag `--webhook-allow` that opens it; see \
-                           WebhookRequest), or a `secret` shorter than 16 or longer than 256 bytes \
-                           (`secret`). Nothing changed.",
+                           WebhookRequest), a `secret` shorter than 16 or longer than 256 bytes \
+                           (`secret`), an empty `events` (`events`) or an event named twice \
+                           (`events[i]`), more than 100 `steps` or steps without a task event in \
+                           `events` (`steps`), or a step that is no valid step id or is named \
+                           twice (`steps[i]`). Nothing changed.",
             body = api::Problem, content_type = PROBLEM,
         ),
         Guarded, Body, Failures,
@@ -209,17 +219,32 @@ async fn create(
             })
         })
         .collect::<ApiResult<Vec<_>>>()?;
+    let events = match &request.events {
+        None => None,
+        Some(events) => Some(
+            events
+                .iter()
+                .enumerate()
+                .map(|(position, event)| {
+                    known(&format!("events[{position}]"), event, |text| {
+                        let valid: Vec<&str> =
+                            WebhookEvent::ALL.iter().map(|e| e.as_str()).collect();
+                        format!("unknown event '{text}': use {}", valid.join(", "))
+                    })
+                })
+                .collect::<ApiResult<Vec<_>>>()?,
+        ),
+    };
     check_destination(&state.webhook_policy, &request.url).await?;
-    let webhook = state
-        .engine
-        .create_webhook(
-            &namespace,
-            &request.url,
-            request.workflow,
-            states,
-            request.secret,
-        )
-        .await?;
+    let new = NewWebhook {
+        url: request.url,
+        workflow: request.workflow,
+        states,
+        events,
+        steps: request.steps,
+        secret: request.secret,
+    };
+    let webhook = state.engine.create_webhook(&namespace, new).await?;
     // Creating needs `operate`, which sees full URLs.
     Ok((StatusCode::CREATED, Json(view(&webhook, true, true))))
 }

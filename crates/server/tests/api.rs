@@ -940,6 +940,15 @@ async fn a_value_the_server_does_not_know_is_refused_naming_the_field() {
         ),
         (
             "POST",
+            "/api/v1/webhooks",
+            r#"{"url": "http://hooks.example/x", "events": ["task.failed", "task.exploded"]}"#
+                .to_owned(),
+            "events[1]: unknown event 'task.exploded': use job.status_changed, task.started, \
+             task.succeeded, task.failed, task.retrying"
+                .to_owned(),
+        ),
+        (
+            "POST",
             "/api/v1/tokens",
             r#"{"name": "t", "scopes": ["read", "root"]}"#.to_owned(),
             "scopes: unknown scope 'root': use admin, operate, submit, work or read".to_owned(),

@@ -641,6 +641,51 @@ const ALLOWED: &[(&str, &str)] = &[
         "POST /api/v1/queues/{name}/resume",
         "a queue's pause is its own: a pattern is refused",
     ),
+    (
+        "POST /api/v1/webhooks: summary",
+        "a subscription may hear of task events too (`events`, `steps`)",
+    ),
+    (
+        "POST /api/v1/webhooks: description",
+        "a subscription may hear of task events too: the description names them and says the \
+         `Starbridge-Event` header is the body's `type`",
+    ),
+    (
+        "POST /api/v1/webhooks 400: description",
+        "an unknown event in `events` is refused too",
+    ),
+    (
+        "POST /api/v1/webhooks 422: description",
+        "`events` and `steps` are checked too",
+    ),
+    (
+        ".states: description Some(\"Only changes to these job statuses",
+        "`states` filters job status changes only, not task events",
+    ),
+    (
+        ": description Some(\"The body of a message: a job's status changed.",
+        "a message may report a task event too",
+    ),
+    (
+        ".at: description Some(\"When the status changed, in Unix milliseconds.\")",
+        "a task event's `at` is when the task changed",
+    ),
+    (
+        "POST jobStatusChanged: summary",
+        "the webhook carries task events too",
+    ),
+    (
+        "POST jobStatusChanged: description",
+        "the webhook carries task events too",
+    ),
+    (
+        "required previous_status",
+        "a task event's job has no `previous_status`",
+    ),
+    (
+        ".previous_status: description Some(\"The status it changed from; null",
+        "a task event's job has no `previous_status`",
+    ),
 ];
 
 /// Text with its white space folded: a description wrapped over lines says the same.
@@ -2237,7 +2282,12 @@ async fn responses_match_their_documented_schemas() {
             "states",
         ),
         (r#"{"url": "https://h.example/x", "states": null}"#, "body"),
-        (r#"{"url": "https://h.example/x", "events": []}"#, "body"),
+        (
+            r#"{"url": "https://h.example/x", "events": ["task.failed", "task.exploded"]}"#,
+            "events[1]",
+        ),
+        (r#"{"url": "https://h.example/x", "steps": "a"}"#, "body"),
+        (r#"{"url": "https://h.example/x", "topics": []}"#, "body"),
         (r#"{"workflow": "wf2"}"#, "body"),
         ("", "body"),
     ] {
@@ -2261,6 +2311,20 @@ async fn responses_match_their_documented_schemas() {
         "secret",
     )
     .await;
+    for (body, field) in [
+        (r#"{"url": "https://h.example/x", "events": []}"#, "events"),
+        (
+            r#"{"url": "https://h.example/x", "events": ["task.failed", "task.failed"]}"#,
+            "events[1]",
+        ),
+        (
+            r#"{"url": "https://h.example/x", "events": ["task.failed"], "steps": ["a b"]}"#,
+            "steps[0]",
+        ),
+        (r#"{"url": "https://h.example/x", "steps": ["a"]}"#, "steps"),
+    ] {
+        refused(body, unprocessable, field).await;
+    }
     let bad_namespace = c
         .call(
             "POST",
@@ -2281,6 +2345,8 @@ async fn responses_match_their_documented_schemas() {
     let hook = subscribed.json();
     assert_eq!(hook["secret"], "0123456789abcdef");
     assert_eq!(hook["states"], json!(["running", "paused"]));
+    assert_eq!(hook["events"], json!(["job.status_changed"]));
+    assert_eq!(hook["steps"], json!([]));
     let hook_id = str_of(&hook["id"]);
     let everything = r#"{"url": "http://192.0.2.1:9/all", "workflow": null, "secret": null}"#;
     let everything = c.call("POST", "/api/v1/webhooks", everything).await;
@@ -2671,6 +2737,16 @@ async fn responses_match_their_documented_schemas() {
             .await;
         assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{empty}");
     }
+    // A subscription to task events: its deliveries validate against the documented payload.
+    let task_hook = c
+        .call(
+            "POST",
+            "/api/v1/webhooks?namespace=batch",
+            r#"{"url": "http://192.0.2.1:9/tasks", "events": ["task.started", "task.succeeded"]}"#,
+        )
+        .await;
+    assert_eq!(task_hook.status, StatusCode::CREATED, "{}", task_hook.text);
+    let task_hook_id = str_of(&task_hook.json()["id"]);
     let poll = r#"{"worker_id": "w", "queues": ["bq"], "max_tasks": 10, "namespace": "batch"}"#;
     let polled = c.call("POST", "/api/v1/tasks/poll", poll).await.json();
     let tasks = polled["tasks"].as_array().unwrap();
@@ -2688,6 +2764,22 @@ async fn responses_match_their_documented_schemas() {
     let items = completed.json()["items"].as_array().unwrap().clone();
     assert_eq!(items[0]["task_status"], "succeeded");
     assert_eq!(items[0]["job_status"], "succeeded");
+    let task_events = c
+        .call(
+            "GET",
+            &format!("/api/v1/webhooks/{task_hook_id}/deliveries?namespace=batch"),
+            "",
+        )
+        .await;
+    assert_eq!(task_events.status, ok);
+    let mut types: Vec<String> = task_events.json()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|delivery| str_of(&delivery["payload"]["type"]))
+        .collect();
+    types.sort();
+    assert_eq!(types, ["task.started", "task.started", "task.succeeded"]);
     assert_eq!(items[1]["error"]["status"], 409);
     assert_eq!(items[2]["error"]["status"], 404);
     assert_eq!(items[3]["error"]["status"], 404);

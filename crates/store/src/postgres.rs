@@ -42,6 +42,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../migrations/postgres/0008_queue_prefixes.sql"),
     ),
     (9, include_str!("../migrations/postgres/0009_operators.sql")),
+    (
+        11,
+        include_str!("../migrations/postgres/0011_webhook_events.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

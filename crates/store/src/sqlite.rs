@@ -40,6 +40,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../migrations/sqlite/0009_queue_prefixes.sql"),
     ),
     (10, include_str!("../migrations/sqlite/0010_operators.sql")),
+    (
+        12,
+        include_str!("../migrations/sqlite/0012_webhook_events.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {

@@ -243,6 +243,12 @@ def test_queues_schedules_webhooks_tokens_and_health(client: Client, receiver: s
     assert [hook.id for hook in client.webhooks()] == [webhook.id]
     client.delete_webhook(webhook.id)
     assert client.webhooks() == []
+    with pytest.raises(ProblemError) as unknown:
+        client.add_webhook(receiver, events=["task.failed", "task.exploded"])
+    assert unknown.value.fields == ["events[1]"]
+    tasks = client.add_webhook(receiver, workflow="ops", events=["task.failed", "task.retrying"], steps=["x"])
+    assert (tasks.events, tasks.steps) == (["task.failed", "task.retrying"], ["x"])
+    client.delete_webhook(tasks.id)
 
     created = client.create_token("ci-reader", ["read"], reason="dashboards")
     assert created.secret.startswith("sbt_") and created.token.scopes == ["read"]

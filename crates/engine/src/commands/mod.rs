@@ -44,6 +44,7 @@ use starbridge_core::ids::{IdSource, JobId, TaskId};
 use starbridge_core::labels::{self, Labels};
 use starbridge_core::machine::{self, Ctx};
 use starbridge_core::model::{Action, Input, JobState, Rejection};
+use starbridge_core::webhook;
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 use std::collections::HashSet;
@@ -205,6 +206,9 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                     .and_then(|id| state.task(id))
                     .map(|task| task.step.as_str());
                 ctx.conn.defer_event(&state.job.id, step, &event);
+                if let Some(kind) = webhook::task_event(&event) {
+                    crate::commands::outbox::enqueue_task_event(ctx, state, &event, kind)?;
+                }
             }
             Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
             Action::EnsureQueue { queue } => {

@@ -1,14 +1,16 @@
 //! Webhook subscriptions and their outbox: the rules (what a subscription may be, its id and
 //! secret, which status changes it wants, when a message is sent again or given up, the lease
 //! of a claimed message); the rows are the store's (`rows::webhooks`, `rows::deliveries`).
-//! When a job's status changes, a delivery row is written for every matching subscription in
-//! the same transaction as the change, so a committed change is always reported (at least once)
-//! and a rolled-back one never is. The deliverer (`loops::deliveries`) sends the rows and records each
+//! When a job's status changes, or a task starts, succeeds, fails or is to be retried (which
+//! history entries those are is core's `webhook::task_event`), a delivery row is written for
+//! every matching subscription in the same transaction as the change, so a committed change is
+//! always reported (at least once) and a rolled-back one never is. The deliverer (`loops::deliveries`) sends the rows and records each
 //! attempt here.
 
-use serde_json::json;
-use starbridge_core::model::{Job, JobStatus};
+use serde_json::{Value, json};
+use starbridge_core::model::{Event, Job, JobState, JobStatus};
 use starbridge_core::time::Duration;
+use starbridge_core::webhook::{self, WebhookEvent};
 use starbridge_store::db::Conn;
 use starbridge_store::rows;
 
@@ -23,26 +25,54 @@ pub const MAX_DELIVERY_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// Whether a subscription wants to hear of this job's (new) status.
 fn matches(webhook: &Webhook, job: &Job) -> bool {
-    webhook.workflow.as_ref().is_none_or(|w| *w == job.workflow)
+    webhook.events.contains(&WebhookEvent::JobStatusChanged)
+        && webhook.workflow.as_ref().is_none_or(|w| *w == job.workflow)
         && (webhook.states.is_empty() || webhook.states.contains(&job.status))
 }
 
-pub(crate) fn create(
-    ctx: &mut WriteCtx<'_>,
-    namespace: &str,
-    url: &str,
-    workflow: Option<String>,
-    states: Vec<JobStatus>,
-    secret: Option<String>,
-) -> Result<Webhook> {
-    let lower = url.to_ascii_lowercase();
-    if !(lower.starts_with("http://") || lower.starts_with("https://")) || url.len() > 2048 {
+/// Whether a subscription wants to hear of this event of a task of `step` in `job`.
+fn wants_task_event(webhook: &Webhook, job: &Job, step: &str, event: WebhookEvent) -> bool {
+    webhook.events.contains(&event)
+        && webhook.workflow.as_ref().is_none_or(|w| *w == job.workflow)
+        && (webhook.steps.is_empty() || webhook.steps.iter().any(|s| s == step))
+}
+
+/// The job as a message shows it.
+fn job_fields(job: &Job) -> Value {
+    json!({
+        "id": job.id,
+        "workflow": job.workflow,
+        "version": job.version,
+        "key": job.key,
+        "status": job.status,
+        "created_at": job.created_at.0,
+        "ended_at": job.ended_at.map(|t| t.0),
+        "output": job.output,
+        "failed_steps": job.failed_steps,
+    })
+}
+
+/// What a new subscription asks for, as checked here.
+#[derive(Debug, Clone)]
+pub struct NewWebhook {
+    pub url: String,
+    pub workflow: Option<String>,
+    pub states: Vec<JobStatus>,
+    /// `None`: `webhook::DEFAULT_EVENTS`.
+    pub events: Option<Vec<WebhookEvent>>,
+    pub steps: Vec<String>,
+    pub secret: Option<String>,
+}
+
+pub(crate) fn create(ctx: &mut WriteCtx<'_>, namespace: &str, new: NewWebhook) -> Result<Webhook> {
+    let lower = new.url.to_ascii_lowercase();
+    if !(lower.starts_with("http://") || lower.starts_with("https://")) || new.url.len() > 2048 {
         return Err(invalid(
             "url",
             "must be an http:// or https:// URL of at most 2048 bytes",
         ));
     }
-    if let Some(secret) = &secret
+    if let Some(secret) = &new.secret
         && (secret.len() < 16 || secret.len() > 256)
     {
         return Err(invalid(
@@ -50,19 +80,29 @@ pub(crate) fn create(
             "must be 16 to 256 bytes (or leave it out to get one)",
         ));
     }
+    let events = new
+        .events
+        .unwrap_or_else(|| webhook::DEFAULT_EVENTS.to_vec());
+    let mut problems = webhook::check_events(&events);
+    problems.extend(webhook::check_steps(&new.steps, &events));
+    if !problems.is_empty() {
+        return Err(Error::Invalid(problems));
+    }
     let webhook = Webhook {
         id: format!("whk_{}", uuid::Uuid::now_v7().simple()),
         namespace: namespace.to_owned(),
-        url: url.to_owned(),
-        secret: secret.unwrap_or_else(|| {
+        url: new.url,
+        secret: new.secret.unwrap_or_else(|| {
             format!(
                 "{}{}",
                 uuid::Uuid::new_v4().simple(),
                 uuid::Uuid::new_v4().simple()
             )
         }),
-        workflow,
-        states,
+        workflow: new.workflow,
+        states: new.states,
+        events,
+        steps: new.steps,
         created_at: ctx.now,
     };
     rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
@@ -89,24 +129,61 @@ pub(crate) fn enqueue(
 ) -> Result<()> {
     let subscriptions = ctx.webhooks(&job.namespace)?;
     for webhook in subscriptions.iter().filter(|w| matches(w, job)) {
+        let mut fields = job_fields(job);
+        fields["previous_status"] = json!(previous);
         let payload = json!({
-            "type": "job.status_changed",
+            "type": WebhookEvent::JobStatusChanged,
             "namespace": job.namespace,
-            "job": {
-                "id": job.id,
-                "workflow": job.workflow,
-                "version": job.version,
-                "key": job.key,
-                "status": job.status,
-                "previous_status": previous,
-                "created_at": job.created_at.0,
-                "ended_at": job.ended_at.map(|t| t.0),
-                "output": job.output,
-                "failed_steps": job.failed_steps,
-            },
+            "job": fields,
             "at": ctx.now.0,
         });
         rows::deliveries::insert(ctx.conn, &webhook.id, job, &payload, ctx.now)?;
+        ctx.deliveries = true;
+    }
+    Ok(())
+}
+
+/// Writes a delivery for every subscription that wants this task event (`kind`, the reading of
+/// `entry` of the job's history), the task as `state` leaves it. The payload is made only for a
+/// subscription that wants it.
+pub(crate) fn enqueue_task_event(
+    ctx: &mut WriteCtx<'_>,
+    state: &JobState,
+    entry: &Event,
+    kind: WebhookEvent,
+) -> Result<()> {
+    let job = &state.job;
+    let subscriptions = ctx.webhooks(&job.namespace)?;
+    if !subscriptions.iter().any(|w| w.events.contains(&kind)) {
+        return Ok(());
+    }
+    let Some(task) = entry.task.as_ref().and_then(|id| state.task(id)) else {
+        return Ok(());
+    };
+    let failed = matches!(kind, WebhookEvent::TaskFailed | WebhookEvent::TaskRetrying);
+    let mut payload = None;
+    for webhook in subscriptions
+        .iter()
+        .filter(|w| wants_task_event(w, job, &task.step, kind))
+    {
+        let payload = payload.get_or_insert_with(|| {
+            json!({
+                "type": kind,
+                "namespace": job.namespace,
+                "job": job_fields(job),
+                "task": {
+                    "id": task.id,
+                    "step": task.step,
+                    "kind": task.kind,
+                    "item": task.item,
+                    "attempt": entry.attempt,
+                    "error": if failed { json!(task.error) } else { Value::Null },
+                    "retry_at": entry.detail.get("retry_at"),
+                },
+                "at": entry.at.0,
+            })
+        });
+        rows::deliveries::insert(ctx.conn, &webhook.id, job, payload, ctx.now)?;
         ctx.deliveries = true;
     }
     Ok(())

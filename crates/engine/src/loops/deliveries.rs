@@ -81,7 +81,7 @@ async fn send(
             signature(&due.secret, now_seconds, &body),
         )
         .header("starbridge-delivery", due.delivery.id.to_string())
-        .header("starbridge-event", "job.status_changed")
+        .header("starbridge-event", event_of(&due.delivery.payload))
         .body(body)
         .send()
         .await;
@@ -110,6 +110,13 @@ async fn send(
             },
         },
     }
+}
+
+/// What a message reports, for its `Starbridge-Event` header: its body's `type`.
+fn event_of(payload: &serde_json::Value) -> &str {
+    payload["type"]
+        .as_str()
+        .unwrap_or(starbridge_core::webhook::WebhookEvent::JobStatusChanged.as_str())
 }
 
 /// The error recorded for a refused delivery.

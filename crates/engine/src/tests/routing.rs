@@ -9,7 +9,7 @@ use starbridge_core::model::{
 };
 use starbridge_core::time::Duration;
 
-use super::{Fixture, Store, claim_n, complete, definition, submit};
+use super::{Fixture, Store, claim_n, complete, definition, fail, submit};
 use crate::{Error, NewToken, QueueChange, QueueSearch, Scope, TaskScope};
 
 async fn apply(store: &Store, yaml: &str) {
@@ -28,26 +28,6 @@ async fn queue_names(store: &Store) -> Vec<String> {
     };
     let page = store.queue_page(search).await.unwrap();
     page.queues.into_iter().map(|q| q.queue.name).collect()
-}
-
-async fn fail(store: &Store, claimed: &crate::Claimed) {
-    store
-        .report(
-            claimed.task.id.clone(),
-            Input::Fail {
-                task: claimed.task.id.clone(),
-                lease_token: claimed.task.lease_token.clone().unwrap(),
-                error: ReportedError {
-                    message: "broke".into(),
-                    retryable: true,
-                    retry_after: None,
-                },
-                logs: None,
-            },
-            TaskScope::default(),
-        )
-        .await
-        .unwrap();
 }
 
 async fn a_fan_out_puts_each_item_on_its_own_queue(f: Fixture) {
@@ -94,7 +74,7 @@ async fn a_rendered_queue_is_kept_across_retries_and_rendered_again_by_a_rerun(f
         .unwrap();
     let first = claim_n(&f.store, &["agent-b"], 1).await.remove(0);
     assert_eq!((first.task.step.as_str(), first.task.attempt), ("run", 1));
-    fail(&f.store, &first).await;
+    fail(&f.store, &first, "broke").await;
     f.clock.advance(Duration::from_secs(1));
     let retry = claim_n(&f.store, &["agent-b"], 1).await.remove(0);
     assert_eq!(retry.task.attempt, 2, "the retry is on the same queue");

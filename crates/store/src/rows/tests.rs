@@ -12,13 +12,14 @@ use starbridge_core::model::{
 };
 use starbridge_core::schedule::{CatchUp, Overlap};
 use starbridge_core::time::{Duration, Timestamp};
+use starbridge_core::webhook::WebhookEvent;
 
 use super::audit::AuditEntry;
 use super::schedules::StoredSchedule;
 use super::tokens::{Scope, Token};
 use super::webhooks::Webhook;
 use super::*;
-use crate::db::{Queries, args};
+use crate::db::{Conn, Queries, args};
 use crate::deferred::WriteConn;
 use crate::scratch::ScratchSchema;
 use crate::{JobFilter, StoreOptions, StoredQueue, StoredQueuePrefix, StoredWorkflow};
@@ -1012,6 +1013,8 @@ fn webhooks_and_their_deliveries_read_back(db: &mut Db) {
         secret: "s".repeat(32),
         workflow: Some("wf".to_owned()),
         states: vec![JobStatus::Failed, JobStatus::Succeeded],
+        events: vec![WebhookEvent::JobStatusChanged, WebhookEvent::TaskFailed],
+        steps: vec!["build".to_owned(), "deploy".to_owned()],
         created_at: NOW,
     };
     let conn = &mut db.conn;
@@ -1021,6 +1024,18 @@ fn webhooks_and_their_deliveries_read_back(db: &mut Db) {
         Some(hook.clone())
     );
     assert_eq!(webhooks::get(conn, "other", "whk_1").unwrap(), None);
+    // A subscription written before it could choose its events hears of job status changes.
+    conn.execute(
+        "INSERT INTO webhooks (id, namespace, url, secret, workflow, states, created_at) \
+         VALUES ('whk_0', 'older', 'https://example.com/old', 'secret', NULL, '[]', 0)",
+        args![],
+    )
+    .unwrap();
+    let older = webhooks::get(conn, "older", "whk_0").unwrap().unwrap();
+    assert_eq!(
+        (older.events, older.steps),
+        (vec![WebhookEvent::JobStatusChanged], vec![])
+    );
     assert_eq!(
         webhooks::list(conn, "default").unwrap(),
         std::slice::from_ref(&hook)

@@ -3,6 +3,7 @@
 
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
+use starbridge_core::webhook::WebhookEvent;
 
 use crate::Result;
 use crate::db::{Conn, Queries, Row, args};
@@ -17,14 +18,23 @@ pub struct Webhook {
     pub workflow: Option<String>,
     /// Job statuses reported; empty means every status.
     pub states: Vec<JobStatus>,
+    /// What it hears of (never empty).
+    pub events: Vec<WebhookEvent>,
+    /// The steps its task events are limited to; empty means every step.
+    pub steps: Vec<String>,
     pub created_at: Timestamp,
 }
 
-const COLUMNS: &str = "id, namespace, url, secret, workflow, states, created_at";
+const COLUMNS: &str = "id, namespace, url, secret, workflow, states, created_at, events, steps";
+
+/// A JSON list of texts, as the `states`, `events` and `steps` columns hold them.
+fn texts(column: String) -> Vec<String> {
+    serde_json::from_str(&column).unwrap_or_default()
+}
 
 fn from_row(row: &mut Row) -> Result<Webhook> {
-    let states: String = row.get(5)?;
-    let states: Vec<String> = serde_json::from_str(&states).unwrap_or_default();
+    let states = texts(row.get(5)?);
+    let events = texts(row.get(7)?);
     Ok(Webhook {
         id: row.get(0)?,
         namespace: row.get(1)?,
@@ -33,6 +43,11 @@ fn from_row(row: &mut Row) -> Result<Webhook> {
         workflow: row.get(4)?,
         states: states.iter().filter_map(|s| JobStatus::parse(s)).collect(),
         created_at: Timestamp(row.get(6)?),
+        events: events
+            .iter()
+            .filter_map(|e| WebhookEvent::parse(e))
+            .collect(),
+        steps: texts(row.get(8)?),
     })
 }
 
@@ -57,9 +72,10 @@ pub fn get(conn: &mut dyn Conn, namespace: &str, id: &str) -> Result<Option<Webh
 /// Stores a new subscription.
 pub fn insert(conn: &mut dyn Conn, webhook: &Webhook) -> Result<()> {
     let states: Vec<&str> = webhook.states.iter().map(|s| s.as_str()).collect();
+    let events: Vec<&str> = webhook.events.iter().map(|e| e.as_str()).collect();
     conn.execute(
-        "INSERT INTO webhooks (id, namespace, url, secret, workflow, states, created_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO webhooks (id, namespace, url, secret, workflow, states, created_at, \
+         events, steps) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         args![
             webhook.id,
             webhook.namespace,
@@ -68,6 +84,8 @@ pub fn insert(conn: &mut dyn Conn, webhook: &Webhook) -> Result<()> {
             webhook.workflow,
             serde_json::to_string(&states).unwrap_or_default(),
             webhook.created_at.0,
+            serde_json::to_string(&events).unwrap_or_default(),
+            serde_json::to_string(&webhook.steps).unwrap_or_default(),
         ],
     )?;
     Ok(())

@@ -468,11 +468,22 @@ class Client:
         *,
         workflow: str | None = None,
         states: Sequence[str] | None = None,
+        events: Sequence[str] | None = None,
+        steps: Sequence[str] | None = None,
         secret: str | None = None,
     ) -> View:
-        """Subscribes `url` to job status changes (of `workflow`, to `states`); the answer
-        carries the signing `secret`, shown this once."""
-        body = without_none(url=url, workflow=workflow, states=list(states) if states is not None else None, secret=secret)
+        """Subscribes `url` to `events` (default `["job.status_changed"]`; also `task.started`,
+        `task.succeeded`, `task.failed`, `task.retrying`) of jobs of `workflow`: job status
+        changes to `states`, task events of `steps` (every step when absent). The answer carries
+        the signing `secret`, shown this once."""
+        body = without_none(
+            url=url,
+            workflow=workflow,
+            states=list(states) if states is not None else None,
+            events=list(events) if events is not None else None,
+            steps=list(steps) if steps is not None else None,
+            secret=secret,
+        )
         return self._view(post("/api/v1/webhooks", body))
 
     def delete_webhook(self, webhook_id: str) -> None:
