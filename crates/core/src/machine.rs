@@ -19,8 +19,8 @@ use crate::labels::Labels;
 use crate::limits::{Limits, json_exceeds};
 use crate::model::{
     Action, CallbackGrant, ChildCommand, ErrorKind, Event, EventKind, Input, Job, JobLock,
-    JobState, JobStatus, ParentLink, Rejection, Task, TaskError, TaskKind, TaskStatus, Wait,
-    WaitFor, WindDown,
+    JobState, JobStatus, ParentLink, Rejection, Task, TaskError, TaskKind, TaskLimits, TaskStatus,
+    Wait, WaitFor, WindDown,
 };
 use crate::routing::QueueRoute;
 use crate::time::{Duration, Timestamp};
@@ -84,34 +84,41 @@ pub enum CreateError {
     LockKey(String),
 }
 
-/// Renders the workflow's lock key for these params: a non-empty string of at most 256 bytes.
+/// Renders the workflow's lock key for these params.
 fn lock_of(workflow: &Workflow, context: &Value) -> Result<Option<JobLock>, CreateError> {
     let Some(lock) = &workflow.lock else {
         return Ok(None);
     };
-    let key = match lock.key.render(context) {
-        Ok(Value::String(key)) => key,
-        Ok(Value::Number(n)) => n.to_string(),
-        Ok(Value::Bool(b)) => b.to_string(),
-        Ok(other) => {
-            return Err(CreateError::LockKey(format!(
-                "the key must render to a string, got {}",
-                type_name(&other)
-            )));
-        }
-        Err(error) => return Err(CreateError::LockKey(error.to_string())),
-    };
-    if key.is_empty() || key.len() > crate::limits::MAX_LOCK_KEY_BYTES {
-        return Err(CreateError::LockKey(format!(
-            "the key renders to {} bytes: it must be 1 to {}",
-            key.len(),
-            crate::limits::MAX_LOCK_KEY_BYTES
-        )));
-    }
+    let key = render_key(&lock.key, context).map_err(CreateError::LockKey)?;
     Ok(Some(JobLock {
         key,
         slots: lock.slots,
     }))
+}
+
+/// Renders the key of a lock or a rate: a non-empty string of at most 256 bytes (a number or a
+/// boolean is taken as its text).
+fn render_key(template: &crate::expr::Template, context: &Value) -> Result<String, String> {
+    let key = match template.render(context) {
+        Ok(Value::String(key)) => key,
+        Ok(Value::Number(n)) => n.to_string(),
+        Ok(Value::Bool(b)) => b.to_string(),
+        Ok(other) => {
+            return Err(format!(
+                "the key must render to a string, got {}",
+                type_name(&other)
+            ));
+        }
+        Err(error) => return Err(error.to_string()),
+    };
+    if key.is_empty() || key.len() > crate::limits::MAX_LOCK_KEY_BYTES {
+        return Err(format!(
+            "the key renders to {} bytes: it must be 1 to {}",
+            key.len(),
+            crate::limits::MAX_LOCK_KEY_BYTES
+        ));
+    }
+    Ok(key)
 }
 
 /// Creates a job and its tasks and makes its first steps ready; a job with a lock starts
@@ -263,6 +270,7 @@ fn new_task(
         pending_outcome: None,
         callback: None,
         child: None,
+        limits: None,
     }
 }
 
@@ -327,8 +335,14 @@ impl Machine<'_> {
     }
 
     fn save_task(&mut self, index: usize) {
-        self.actions
-            .push(Action::SaveTask(self.state.tasks[index].id.clone()));
+        let task = &mut self.state.tasks[index];
+        // Only a ready task waits parked for a step's lock or rate.
+        if task.status != TaskStatus::Ready
+            && let Some(limits) = task.limits.as_deref_mut()
+        {
+            limits.parked = None;
+        }
+        self.actions.push(Action::SaveTask(task.id.clone()));
     }
 
     fn save_job(&mut self) {
@@ -999,6 +1013,39 @@ impl Machine<'_> {
         Ok(())
     }
 
+    /// Renders the keys of the step's `lock` and `rate` and keeps them with the task, for all
+    /// its attempts; `Err` names the field whose key does not render.
+    fn render_limits(
+        &mut self,
+        index: usize,
+        step_index: usize,
+        context: &Value,
+    ) -> Result<(), (&'static str, String)> {
+        let step = &self.workflow.steps[step_index];
+        if step.lock.is_none() && step.rate.is_none() {
+            return Ok(());
+        }
+        let lock = step
+            .lock
+            .as_ref()
+            .map(|lock| render_key(&lock.key, context))
+            .transpose()
+            .map_err(|error| ("lock.key", error))?;
+        let rate = step
+            .rate
+            .as_ref()
+            .map(|rate| render_key(&rate.key, context))
+            .transpose()
+            .map_err(|error| ("rate.key", error))?;
+        self.state.tasks[index].limits = Some(Box::new(TaskLimits {
+            lock,
+            rate,
+            slot: None,
+            parked: None,
+        }));
+        Ok(())
+    }
+
     fn make_ready(&mut self, index: usize, input: Value) {
         let now = self.now;
         let task = &mut self.state.tasks[index];
@@ -1130,12 +1177,17 @@ impl Machine<'_> {
                             }
                             Ok(input) => {
                                 let route = step.handler().map(|handler| &handler.queue);
-                                match route.map_or(Ok(()), |route| {
-                                    self.render_queue(task_index, route, &context)
-                                }) {
+                                match route
+                                    .map_or(Ok(()), |route| {
+                                        self.render_queue(task_index, route, &context)
+                                    })
+                                    .map_err(|error| ("queue", error))
+                                    .and_then(|()| {
+                                        self.render_limits(task_index, step_index, &context)
+                                    }) {
                                     Ok(()) => self.make_ready(task_index, input),
-                                    Err(error) => {
-                                        self.expression_failure(task_index, "queue", error);
+                                    Err((field, error)) => {
+                                        self.expression_failure(task_index, field, error);
                                     }
                                 }
                             }
@@ -1182,11 +1234,13 @@ impl Machine<'_> {
         let mut context = context;
         let priority = self.state.tasks[parent].priority;
         let deadline = self.state.tasks[parent].deadline_at;
-        // An item's queue template is rendered with its input: both may read `item` and `index`.
+        // An item's queue template, lock and rate keys are rendered with its input: all may
+        // read `item` and `index`.
         let route = step
             .handler()
             .map(|handler| &handler.queue)
             .filter(|route| route.is_template());
+        let renders_with_item = route.is_some() || step.lock.is_some() || step.rate.is_some();
         for (position, item) in items.into_iter().enumerate() {
             let position_u32 = u32::try_from(position).unwrap_or(u32::MAX);
             let input = match step.input() {
@@ -1196,7 +1250,7 @@ impl Machine<'_> {
                     template.render(&context).map_err(|e| e.to_string())
                 }
                 None => {
-                    if route.is_some() {
+                    if renders_with_item {
                         context["item"] = item.clone();
                         context["index"] = Value::from(position);
                     }
@@ -1234,6 +1288,10 @@ impl Machine<'_> {
                 && let Err(error) = self.render_queue(index, route, &context)
             {
                 self.expression_failure(index, "queue", error);
+                return;
+            }
+            if let Err((field, error)) = self.render_limits(index, step_index, &context) {
+                self.expression_failure(index, field, error);
                 return;
             }
         }

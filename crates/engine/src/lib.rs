@@ -614,6 +614,15 @@ impl Engine {
             .await
     }
 
+    /// Deletes the token buckets of steps' per-key rates that refilled with no task parked on
+    /// them (the same as no bucket); returns how many went.
+    pub async fn prune_rate_buckets(&self) -> Result<u64> {
+        self.inner
+            .writer
+            .write(move |ctx| rows::rates::prune_rate_buckets(ctx.conn, ctx.now))
+            .await
+    }
+
     /// A job with its tasks, if it exists in this namespace.
     pub async fn job(&self, namespace: &str, id: &JobId) -> Result<Option<JobState>> {
         let (namespace, id) = (namespace.to_owned(), id.clone());

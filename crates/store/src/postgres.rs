@@ -41,6 +41,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
         8,
         include_str!("../migrations/postgres/0008_queue_prefixes.sql"),
     ),
+    // 9 is left to another change under way.
+    (
+        10,
+        include_str!("../migrations/postgres/0010_step_limits.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

@@ -39,6 +39,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("../migrations/sqlite/0009_queue_prefixes.sql"),
     ),
+    // 10 is left to another change under way.
+    (
+        11,
+        include_str!("../migrations/sqlite/0011_step_limits.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {

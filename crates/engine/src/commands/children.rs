@@ -93,8 +93,8 @@ pub(super) fn child_versions(
     Ok(versions)
 }
 
-/// The lock keys `parent` and its ancestors hold.
-fn ancestors_locks(ctx: &mut WriteCtx<'_>, parent: &JobState) -> Result<Vec<String>> {
+/// The lock keys `parent` and its ancestors hold (as their workflows' locks).
+pub(super) fn ancestors_locks(ctx: &mut WriteCtx<'_>, parent: &JobState) -> Result<Vec<String>> {
     let mut keys: Vec<String> = parent.job.lock.iter().map(|l| l.key.clone()).collect();
     let mut next = parent.job.parent.as_ref().map(|link| link.job.clone());
     while let Some(id) = next {

@@ -180,6 +180,7 @@ fn task(job: &Job, seq: u32, queue: &str, priority: i32, available_at: Timestamp
         pending_outcome: None,
         callback: None,
         child: None,
+        limits: None,
     }
 }
 
