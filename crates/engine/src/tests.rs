@@ -101,6 +101,7 @@ mod children;
 mod delete;
 mod operator_tasks;
 mod routing;
+mod step_limits;
 mod waits;
 
 fn definition(yaml: &str) -> Value {

@@ -179,13 +179,14 @@ pub(super) fn release_ended(
         let Some(task) = state.tasks.iter_mut().find(|task| &task.id == id) else {
             continue;
         };
+        // A granted slot becomes a claimed one as its claim goes through (`take`).
         let holds = match task.limits.as_ref().and_then(|limits| limits.slot) {
             None => continue,
             Some(Slot::Claimed) => {
                 task.status == TaskStatus::Running
                     || (task.status == TaskStatus::Ready && task.checking)
             }
-            Some(Slot::Granted) => task.status == TaskStatus::Ready,
+            Some(Slot::Granted) => matches!(task.status, TaskStatus::Ready | TaskStatus::Running),
         };
         if holds {
             continue;

@@ -857,14 +857,20 @@ fn lock_slots_go_to_the_oldest_queued_job(db: &mut Db) {
     let first = JobId::from_unique("a-first");
     assert_eq!(
         first_queued(conn, "default", "db").unwrap(),
-        Some(first.clone())
+        Some((first.clone(), NOW))
     );
     assert_eq!(first_queued(conn, "default", "other").unwrap(), None);
     assert_eq!(lock_holders(conn, "default", "db").unwrap(), 0);
     hold_lock(conn, "default", "db", &first, NOW).unwrap();
     assert_eq!(lock_holders(conn, "default", "db").unwrap(), 1);
     assert_eq!(lock_holders(conn, "other", "db").unwrap(), 0);
+    // A task's slot of its step's lock counts against the same key.
+    let task = TaskId::from_unique("t");
+    hold_task_lock(conn, "default", "db", &first, &task, NOW).unwrap();
+    assert_eq!(lock_holders(conn, "default", "db").unwrap(), 2);
     release_lock(conn, &first).unwrap();
+    assert_eq!(lock_holders(conn, "default", "db").unwrap(), 1);
+    release_task_lock(conn, &task).unwrap();
     assert_eq!(lock_holders(conn, "default", "db").unwrap(), 0);
 }
 
