@@ -2249,6 +2249,86 @@ steps:
     }
 
     #[test]
+    fn a_step_lock_and_rate_read_params_steps_and_a_fan_outs_item() {
+        let workflow = parse(
+            "steps:\n- {id: pick, queue: q, command: c}\n- id: call\n  queue: q\n  command: c\n  for_each: '${{ params.hosts }}'\n  lock: {key: 'host-${{ item }}-${{ steps.pick.output.zone }}', slots: 3}\n  rate: {key: '${{ params.tenant }}', limit: 10/1m}\n- {id: http, queue: q, http: {url: 'https://example.com'}, lock: {key: k}, rate: {key: k, limit: {tokens: 5, per: 30}}}\n",
+        )
+        .unwrap();
+        let call = &workflow.steps[1];
+        assert_eq!(call.lock.as_ref().unwrap().slots, 3);
+        let rate = call.rate.as_ref().unwrap().limit;
+        assert_eq!((rate.tokens, rate.per), (10, Duration::from_secs(60)));
+        let http = workflow.steps[2].rate.as_ref().unwrap().limit;
+        assert_eq!((http.tokens, http.per), (5, Duration::from_secs(30)));
+        assert_eq!(workflow.steps[2].lock.as_ref().unwrap().slots, 1);
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, lock: {key: '${{ item }}'}}\n",
+            "steps[0] (a).lock.key",
+            "item",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, rate: {key: '${{ steps.b.output }}', limit: 1/1s}}\n- {id: b, queue: q, command: c}\n",
+            "steps[0] (a).rate.key",
+            "'b'",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, lock: {key: k, slots: 0}}\n",
+            "steps[0] (a).lock.slots",
+            "between 1",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, lock: {key: [k]}}\n",
+            "steps[0] (a).lock.key",
+            "must be a string",
+        );
+    }
+
+    #[test]
+    fn a_step_rate_limit_is_refused_unless_it_is_starts_per_duration() {
+        for (limit, message) in [
+            ("ten/1m", "not a number of starts"),
+            ("10", "not a rate"),
+            ("0/1m", "at least 1 start"),
+            ("10/soon", "duration"),
+            ("{tokens: 10}", "`per` is missing"),
+        ] {
+            check_error(
+                &format!(
+                    "steps:\n- {{id: a, queue: q, command: c, rate: {{key: k, limit: {limit}}}}}\n"
+                ),
+                "steps[0] (a).rate.limit",
+                message,
+            );
+        }
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, rate: {key: k}}\n",
+            "steps[0] (a).rate",
+            "limit",
+        );
+    }
+
+    #[test]
+    fn only_steps_a_worker_runs_take_a_lock_or_a_rate() {
+        for step in [
+            "{id: a, sleep: 1m, lock: {key: k}}",
+            "{id: a, signal: go, rate: {key: k, limit: 1/1s}}",
+            "{id: a, set: {x: 1}, lock: {key: k}}",
+            "{id: a, workflow: other, lock: {key: k}}",
+        ] {
+            let field = if step.contains("lock") {
+                "lock"
+            } else {
+                "rate"
+            };
+            check_error(
+                &format!("steps:\n- {step}\n"),
+                &format!("steps[0] (a).{field}"),
+                "only a step a worker runs",
+            );
+        }
+    }
+
+    #[test]
     fn exponential_backoff_doubles_and_caps() {
         let policy = RetryPolicy {
             max_attempts: 10,
