@@ -232,7 +232,8 @@ pub struct TaskView {
     pub attempts: Vec<AttemptView>,
     /// Why the task is not running yet, for people (the wording may change): `waiting for a, b` (a
     /// waiting task's unfinished dependencies), `job paused`, `retry in 4s` or `check again in 4s`,
-    /// `queue q paused`, `queue q rate limited (10 per 1m)`, `queue q at its limit (2/2 running)`,
+    /// `waiting for lock db-x (2/2 held)` or `rate limited on key t1 (10 per 1m)` (a task parked
+    /// by its step's `lock` or `rate`), `queue q paused`, `queue q rate limited (10 per 1m)`, `queue q at its limit (2/2 running)`,
     /// `no worker has polled queue q yet`, `no worker has polled queue q since the server started`,
     /// `no worker polling queue q for 5m` (after 5 minutes without a poll); for a running task
     /// that waits on the server (see `waiting_for`), what it waits for: `sleeping until <time>`,

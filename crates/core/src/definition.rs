@@ -62,8 +62,10 @@ impl utoipa::PartialSchema for WorkflowDefinition {
                  `timeout`, `success`) or one of `workflow` (a sub-workflow, with an optional \
                  `version`), `sleep`, `sleep_until`, `signal`, `approval`, `set` and `fail`, and \
                  `depends_on`, `input`, `when`, `for_each`, `concurrency`, `timeout`, \
-                 `step_timeout`, `retry`, `priority`, `compensate`, `poll_interval` and \
-                 `continue_on_failure` as its kind allows. Validated when applied; a `name` must \
+                 `step_timeout`, `retry`, `priority`, `compensate`, `poll_interval`, \
+                 `continue_on_failure`, `lock` (`key`, `slots`: each attempt holds a slot of the \
+                 rendered key from claim to end) and `rate` (`key`, `limit` such as `10/1m`: \
+                 task starts per rendered key) as its kind allows. Validated when applied; a `name` must \
                  equal the name it is applied as.",
             ))
             .additional_properties(Some(AdditionalProperties::FreeForm(true)))
