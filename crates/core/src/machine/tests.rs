@@ -383,7 +383,7 @@ fn step_lock_and_rate_keys_are_rendered_per_task_when_it_is_made_ready() {
 
 #[test]
 fn a_step_lock_key_that_does_not_render_fails_the_step_naming_the_field() {
-    let mut sim = Sim::new(
+    let sim = Sim::new(
         "steps:\n- {id: a, queue: q, command: c, lock: {key: '${{ params.db }}'}}\n",
         json!({"db": ["not", "text"]}),
     );
