@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use starbridge_store::scratch::ScratchSchema;
 
 use common::cluster::{CLUSTER_STUCK, Cluster};
-use common::{Harness, get_json};
+use common::{Harness, get_json, submit_job};
 
 /// The cluster tests load the machine: one at a time.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -132,16 +132,7 @@ steps:
 async fn three_per_key_of_which_2_start(http: &reqwest::Client, base: &str) {
     let mut ids = Vec::new();
     for tenant in ["a", "a", "a", "b", "b", "b"] {
-        let job: Value = http
-            .post(format!("{base}/api/v1/jobs"))
-            .json(&json!({"workflow": "rated", "params": {"tenant": tenant}}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        ids.push(job["id"].as_str().unwrap().to_owned());
+        ids.push(submit_job(http, base, "rated", json!({"tenant": tenant})).await);
     }
     for started in [0, 1, 3, 4] {
         let task = wait_for_task(http, base, &ids[started], |task| {

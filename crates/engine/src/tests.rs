@@ -148,6 +148,27 @@ async fn complete(store: &Store, claimed: &Claimed, output: Value) -> Result<Rep
         .await
 }
 
+/// Reports the claimed attempt failed, with a retryable error.
+async fn fail(store: &Store, claimed: &crate::Claimed) {
+    store
+        .report(
+            claimed.task.id.clone(),
+            Input::Fail {
+                task: claimed.task.id.clone(),
+                lease_token: claimed.task.lease_token.clone().unwrap(),
+                error: ReportedError {
+                    message: "broke".into(),
+                    retryable: true,
+                    retry_after: None,
+                },
+                logs: None,
+            },
+            TaskScope::default(),
+        )
+        .await
+        .unwrap();
+}
+
 async fn applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one(f: Fixture) {
     let first = f
         .store
@@ -587,23 +608,7 @@ async fn the_next_timer_and_next_available_time_are_reported(f: Fixture) {
         f.store.next_timer().await.unwrap(),
         claimed.task.lease_expires_at
     );
-    f.store
-        .report(
-            claimed.task.id.clone(),
-            Input::Fail {
-                task: claimed.task.id.clone(),
-                lease_token: claimed.task.lease_token.clone().unwrap(),
-                error: ReportedError {
-                    message: "boom".into(),
-                    retryable: true,
-                    retry_after: None,
-                },
-                logs: None,
-            },
-            TaskScope::default(),
-        )
-        .await
-        .unwrap();
+    fail(&f.store, &claimed).await;
     let due = f
         .store
         .next_available("default", vec!["q".into()])

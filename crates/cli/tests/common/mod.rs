@@ -95,6 +95,25 @@ pub(crate) async fn apply_yaml(http: &reqwest::Client, base: &str, name: &str, y
     );
 }
 
+/// Submits a job of `workflow` with `params` through the API at `base`; returns its id.
+pub(crate) async fn submit_job(
+    http: &reqwest::Client,
+    base: &str,
+    workflow: &str,
+    params: Value,
+) -> String {
+    let response: Value = http
+        .post(format!("{base}/api/v1/jobs"))
+        .json(&json!({"workflow": workflow, "params": params}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    response["id"].as_str().expect("job id").to_owned()
+}
+
 /// The JSON answer of `GET url`.
 pub(crate) async fn get_json(http: &reqwest::Client, url: &str) -> Value {
     http.get(url).send().await.unwrap().json().await.unwrap()
@@ -234,17 +253,7 @@ impl Harness {
     }
 
     pub(crate) async fn submit(&self, workflow: &str, params: Value) -> String {
-        let response: Value = self
-            .http
-            .post(format!("{}/api/v1/jobs", self.url))
-            .json(&json!({"workflow": workflow, "params": params}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        response["id"].as_str().expect("job id").to_owned()
+        submit_job(&self.http, &self.url, workflow, params).await
     }
 
     pub(crate) async fn events(&self, id: &str) -> Vec<Value> {

@@ -9,7 +9,7 @@ use starbridge_core::model::{
 };
 use starbridge_core::time::Duration;
 
-use super::{Fixture, Store, claim_n, complete, definition, submit};
+use super::{Fixture, Store, claim_n, complete, definition, fail, submit};
 use crate::{Error, NewToken, QueueChange, QueueSearch, Scope, TaskScope};
 
 async fn apply(store: &Store, yaml: &str) {
@@ -28,26 +28,6 @@ async fn queue_names(store: &Store) -> Vec<String> {
     };
     let page = store.queue_page(search).await.unwrap();
     page.queues.into_iter().map(|q| q.queue.name).collect()
-}
-
-async fn fail(store: &Store, claimed: &crate::Claimed) {
-    store
-        .report(
-            claimed.task.id.clone(),
-            Input::Fail {
-                task: claimed.task.id.clone(),
-                lease_token: claimed.task.lease_token.clone().unwrap(),
-                error: ReportedError {
-                    message: "broke".into(),
-                    retryable: true,
-                    retry_after: None,
-                },
-                logs: None,
-            },
-            TaskScope::default(),
-        )
-        .await
-        .unwrap();
 }
 
 async fn a_fan_out_puts_each_item_on_its_own_queue(f: Fixture) {

@@ -5,11 +5,10 @@
 use serde_json::{Value, json};
 use starbridge_core::dispatch::task_waiting_reason;
 use starbridge_core::ids::JobId;
-use starbridge_core::model::{Input, ReportedError, TaskStatus};
+use starbridge_core::model::TaskStatus;
 use starbridge_core::time::Duration;
 
-use super::{Fixture, Store, claim_n, complete, definition, submit};
-use crate::TaskScope;
+use super::{Fixture, Store, claim_n, complete, definition, fail, submit};
 
 async fn apply(store: &Store, name: &str, yaml: &str) {
     store
@@ -68,23 +67,7 @@ async fn a_step_lock_runs_its_slots_parks_the_rest_and_hands_freed_slots_in_arri
     // A failed attempt frees its slot between retries: the slot goes to the oldest waiter, and
     // the retry waits in line behind the other.
     let first = claimed.iter().find(|c| c.task.job_id == jobs[0]).unwrap();
-    f.store
-        .report(
-            first.task.id.clone(),
-            Input::Fail {
-                task: first.task.id.clone(),
-                lease_token: first.task.lease_token.clone().unwrap(),
-                error: ReportedError {
-                    message: "try again".into(),
-                    retryable: true,
-                    retry_after: None,
-                },
-                logs: None,
-            },
-            TaskScope::default(),
-        )
-        .await
-        .unwrap();
+    fail(&f.store, first).await;
     let granted = waiting_reason(&f.store, &jobs[2]).await.unwrap_or_default();
     assert!(!granted.starts_with("waiting for lock"), "{granted}");
     let next = claim_n(&f.store, &["q"], 10).await;
