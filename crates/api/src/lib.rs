@@ -728,8 +728,8 @@ pub struct QueueView {
     /// the limit wait ready.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub rate: Option<RateView>,
-    /// Ready tasks not held by a paused job, including those whose retry backoff or check-later
-    /// delay has not passed yet.
+    /// Ready tasks not held by a paused job nor parked by their step's `lock` or `rate`,
+    /// including those whose retry backoff or check-later delay has not passed yet.
     pub ready: u64,
     /// Tasks leased to a worker.
     pub running: u64,
