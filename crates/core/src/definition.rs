@@ -64,7 +64,8 @@ impl utoipa::PartialSchema for WorkflowDefinition {
                  `depends_on`, `input`, `when`, `for_each`, `concurrency`, `timeout`, \
                  `step_timeout`, `retry`, `priority`, `compensate`, `poll_interval`, \
                  `continue_on_failure`, `lock` (`key`, `slots`: each attempt holds a slot of the \
-                 rendered key from claim to end) and `rate` (`key`, `limit` such as `10/1m`: \
+                 rendered key from claim to end; a sub-workflow step's child holds it for its \
+                 run) and `rate` (`key`, `limit` such as `10/1m`: \
                  task starts per rendered key) as its kind allows. Validated when applied; a `name` must \
                  equal the name it is applied as.",
             ))
@@ -1296,15 +1297,20 @@ fn refusal(kind: &str, field: &str) -> Option<String> {
         "step_timeout" => matches!(kind, "set" | "fail"),
         "compensate" => !matches!(kind, "task" | "http" | "workflow" | "signal" | "approval"),
         "for_each" | "continue_on_failure" => kind == "fail",
-        "lock" | "rate" => !matches!(kind, "task" | "http"),
+        "lock" => !matches!(kind, "task" | "http" | "workflow"),
+        "rate" => !matches!(kind, "task" | "http"),
         _ => false,
     };
     if !refused {
         return None;
     }
     Some(match (kind, field) {
+        ("workflow", "rate") => {
+            "a sub-workflow step starts child jobs, not tasks a worker claims, so it takes no `rate`: put the `rate` on the child workflow's steps"
+                .to_owned()
+        }
         (_, "lock" | "rate") => format!(
-            "only a step a worker runs (`queue` with `command` or `http`) takes a `{field}`: a `{kind}` step claims no worker slot; drop it (a sub-workflow's own workflow `lock` limits its child jobs)"
+            "only a step a worker runs (`queue` with `command` or `http`) or a sub-workflow step (`lock` only) takes a `{field}`: a `{kind}` step holds nothing while it waits; drop it"
         ),
         (_, "version") => {
             "only a sub-workflow step (`workflow`) takes a `version`: drop it".to_owned()
@@ -2310,12 +2316,11 @@ steps:
     }
 
     #[test]
-    fn only_steps_a_worker_runs_take_a_lock_or_a_rate() {
+    fn only_steps_a_worker_runs_take_a_lock_or_a_rate_and_sub_workflow_steps_a_lock() {
         for step in [
             "{id: a, sleep: 1m, lock: {key: k}}",
             "{id: a, signal: go, rate: {key: k, limit: 1/1s}}",
             "{id: a, set: {x: 1}, lock: {key: k}}",
-            "{id: a, workflow: other, lock: {key: k}}",
         ] {
             let field = if step.contains("lock") {
                 "lock"
@@ -2328,6 +2333,15 @@ steps:
                 "only a step a worker runs",
             );
         }
+        // A sub-workflow step's child holds its lock; it claims no task to pay a rate with.
+        let workflow =
+            parse("steps:\n- {id: a, workflow: other, lock: {key: k, slots: 2}}\n").unwrap();
+        assert_eq!(workflow.steps[0].lock.as_ref().unwrap().slots, 2);
+        check_error(
+            "steps:\n- {id: a, workflow: other, rate: {key: k, limit: 1/1s}}\n",
+            "steps[0] (a).rate",
+            "takes no `rate`",
+        );
     }
 
     #[test]

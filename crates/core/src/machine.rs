@@ -55,6 +55,9 @@ pub struct NewJob {
     /// Lock keys the job's ancestors hold: a lock with one of them takes no slot (it is the
     /// ancestor's), so a parent holding the only slot does not wait for its own child.
     pub held_by_ancestors: Vec<String>,
+    /// The rendered `lock` of the parent's sub-workflow step that starts the job: the job holds
+    /// it as its lock, for its whole run (the step's attempt).
+    pub step_lock: Option<JobLock>,
 }
 
 impl NewJob {
@@ -72,6 +75,7 @@ impl NewJob {
             depth: 0,
             child_versions: BTreeMap::new(),
             held_by_ancestors: Vec::new(),
+            step_lock: None,
             labels: Labels::default(),
         }
     }
@@ -157,7 +161,15 @@ pub fn create_job(
         labels: new.labels,
     };
     let context = json!({"params": job.params, "job": {"id": job.id, "namespace": job.namespace, "workflow": job.workflow, "version": job.version, "key": job.key, "priority": job.priority}});
-    job.lock = lock_of(workflow, &context)?;
+    job.lock = match (lock_of(workflow, &context)?, new.step_lock) {
+        (Some(own), Some(step)) if own.key != step.key => {
+            return Err(CreateError::LockKey(format!(
+                "the step's lock {} and the workflow's lock {} cannot both be held: a job holds one lock, drop one of them",
+                step.key, own.key
+            )));
+        }
+        (own, step) => step.or(own),
+    };
     let held_by_ancestor = job
         .lock
         .take_if(|lock| new.held_by_ancestors.contains(&lock.key))
@@ -1173,7 +1185,12 @@ impl Machine<'_> {
                         match input.and_then(|input| self.within_task_limit(input, "input")) {
                             Ok(input) if step.child().is_some() => {
                                 self.state.tasks[task_index].input = Some(input);
-                                self.start_child_attempt(task_index);
+                                match self.render_limits(task_index, step_index, &context) {
+                                    Ok(()) => self.start_child_attempt(task_index),
+                                    Err((field, error)) => {
+                                        self.expression_failure(task_index, field, error);
+                                    }
+                                }
                             }
                             Ok(input) => {
                                 let route = step.handler().map(|handler| &handler.queue);

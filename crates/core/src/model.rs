@@ -784,6 +784,8 @@ pub struct ChildStart {
     pub version: u32,
     pub params: Value,
     pub priority: i32,
+    /// The step's rendered `lock`, which the child holds as its own.
+    pub lock: Option<JobLock>,
 }
 
 /// What a parent does to a child job.

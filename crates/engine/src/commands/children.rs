@@ -69,6 +69,7 @@ fn create_child(ctx: &mut WriteCtx<'_>, parent: &JobState, start: ChildStart) ->
     new.depth = parent.job.depth + 1;
     new.child_versions = child_versions(ctx, &namespace, &compiled.workflow)?;
     new.held_by_ancestors = ancestors_locks(ctx, parent)?;
+    new.step_lock = start.lock;
     new.parent = Some(start.parent);
     create_job(ctx, &compiled.workflow, new).map(|_| ())
 }

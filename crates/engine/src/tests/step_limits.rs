@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 use starbridge_core::dispatch::task_waiting_reason;
 use starbridge_core::ids::JobId;
-use starbridge_core::model::TaskStatus;
+use starbridge_core::model::{JobStatus, TaskStatus};
 use starbridge_core::time::Duration;
 
 use super::{Fixture, Store, claim_n, complete, definition, fail, submit};
@@ -183,10 +183,65 @@ async fn a_step_rate_bucket_is_pruned_once_it_refilled(f: Fixture) {
     assert_eq!(f.store.prune_rate_buckets().await.unwrap(), 1);
 }
 
+async fn a_sub_workflow_steps_lock_is_held_by_its_child_for_the_childs_run(f: Fixture) {
+    apply(
+        &f.store,
+        "child",
+        "steps:\n- {id: work, queue: q, command: c}\n",
+    )
+    .await;
+    apply(
+        &f.store,
+        "parent",
+        "steps:\n- {id: run, workflow: child, lock: {key: 'db-${{ params.db }}'}}\n",
+    )
+    .await;
+    let first = submit(&f.store, "parent", json!({"db": "x"}))
+        .await
+        .state
+        .job
+        .id;
+    let second = submit(&f.store, "parent", json!({"db": "x"}))
+        .await
+        .state
+        .job
+        .id;
+    let child_of = |state: &starbridge_core::model::JobState| {
+        state.tasks[0].child.as_deref().cloned().unwrap()
+    };
+    let first_child = child_of(&f.store.job("default", &first).await.unwrap().unwrap());
+    let second_child = child_of(&f.store.job("default", &second).await.unwrap().unwrap());
+    let status = async |id: &JobId| {
+        f.store
+            .job("default", id)
+            .await
+            .unwrap()
+            .unwrap()
+            .job
+            .status
+    };
+    assert_eq!(status(&first_child).await, JobStatus::Running);
+    assert_eq!(
+        status(&second_child).await,
+        JobStatus::Queued,
+        "the slot is held"
+    );
+    assert_eq!(f.store.lock_usage("default", "db-x").await.unwrap(), 1);
+
+    // The child's run is the step's attempt: its end frees the slot for the next child.
+    let work = claim_n(&f.store, &["q"], 10).await;
+    assert_eq!(work.len(), 1);
+    assert_eq!(work[0].task.job_id, first_child);
+    complete(&f.store, &work[0], Value::Null).await.unwrap();
+    assert_eq!(status(&second_child).await, JobStatus::Running);
+    assert_eq!(f.store.lock_usage("default", "db-x").await.unwrap(), 1);
+}
+
 on_both_backends!(
     a_step_lock_runs_its_slots_parks_the_rest_and_hands_freed_slots_in_arrival_order,
     a_poll_claims_a_free_task_behind_any_number_of_parked_ones,
     a_step_lock_held_by_the_jobs_own_workflow_lock_takes_no_slot,
     a_step_rate_limits_each_key_on_its_own_and_parked_tasks_start_as_it_refills,
     a_step_rate_bucket_is_pruned_once_it_refilled,
+    a_sub_workflow_steps_lock_is_held_by_its_child_for_the_childs_run,
 );
