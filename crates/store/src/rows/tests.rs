@@ -997,7 +997,7 @@ fn rate_buckets_read_back_fall_due_and_are_pruned_once_refilled(db: &mut Db) {
     );
     assert_eq!(
         rates::due_rate_buckets(conn, later(30_000), 10).unwrap(),
-        [id.clone()]
+        std::slice::from_ref(&id)
     );
     assert_eq!(
         rates::prune_rate_buckets(conn, later(120_000)).unwrap(),
