@@ -1049,10 +1049,19 @@ impl Machine<'_> {
             .map(|rate| render_key(&rate.key, context))
             .transpose()
             .map_err(|error| ("rate.key", error))?;
+        // A task made ready again while it still holds a slot (an operator's reset in the same
+        // change that ended its attempt) keeps the slot, under the key it was taken with, for
+        // the engine to free.
+        let held = self.state.tasks[index]
+            .limits
+            .as_deref()
+            .filter(|limits| limits.slot.is_some())
+            .map(|limits| (limits.lock.clone(), limits.slot));
+        let (lock, slot) = held.unwrap_or((lock, None));
         self.state.tasks[index].limits = Some(Box::new(TaskLimits {
             lock,
             rate,
-            slot: None,
+            slot,
             parked: None,
         }));
         Ok(())
