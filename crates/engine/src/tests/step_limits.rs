@@ -5,7 +5,9 @@
 use serde_json::{Value, json};
 use starbridge_core::dispatch::task_waiting_reason;
 use starbridge_core::ids::JobId;
-use starbridge_core::model::{JobStatus, TaskStatus};
+use starbridge_core::model::{Input, JobStatus, TaskStatus};
+
+use crate::TaskScope;
 use starbridge_core::time::Duration;
 
 use super::{Fixture, Store, claim_n, complete, definition, fail, submit};
@@ -86,6 +88,47 @@ async fn a_step_lock_runs_its_slots_parks_the_rest_and_hands_freed_slots_in_arri
     assert_eq!(after.len(), 1);
     assert_eq!(after[0].task.job_id, jobs[3]);
     assert_eq!(f.store.lock_usage("default", "db-x").await.unwrap(), 2);
+}
+
+async fn a_check_later_gap_keeps_the_attempts_slot_and_its_token(f: Fixture) {
+    apply(
+        &f.store,
+        "locked",
+        "steps:\n- {id: a, queue: q, command: c, lock: {key: one}, rate: {key: r, limit: 1/1h}}\n",
+    )
+    .await;
+    let first = submit(&f.store, "locked", json!({})).await.state.job.id;
+    let claimed = claim_n(&f.store, &["q"], 1).await.remove(0);
+    f.store
+        .report(
+            claimed.task.id.clone(),
+            Input::CheckLater {
+                task: claimed.task.id.clone(),
+                lease_token: claimed.task.lease_token.clone().unwrap(),
+                after: Duration::from_secs(5),
+                progress: None,
+            },
+            TaskScope::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(f.store.lock_usage("default", "one").await.unwrap(), 1);
+    let second = submit(&f.store, "locked", json!({})).await.state.job.id;
+    assert!(claim_n(&f.store, &["q"], 1).await.is_empty());
+    assert_eq!(
+        waiting_reason(&f.store, &second).await.as_deref(),
+        Some("waiting for lock one (1/1 held)")
+    );
+    f.clock.advance(Duration::from_secs(5));
+    let checked = claim_n(&f.store, &["q"], 1).await;
+    assert_eq!(
+        checked.len(),
+        1,
+        "the same attempt goes on, with no new slot or token"
+    );
+    assert_eq!(checked[0].task.job_id, first);
+    assert_eq!(checked[0].task.attempt, 1);
+    assert_eq!(f.store.lock_usage("default", "one").await.unwrap(), 1);
 }
 
 async fn a_poll_claims_a_free_task_behind_any_number_of_parked_ones(f: Fixture) {
@@ -238,6 +281,7 @@ async fn a_sub_workflow_steps_lock_is_held_by_its_child_for_the_childs_run(f: Fi
 }
 
 on_both_backends!(
+    a_check_later_gap_keeps_the_attempts_slot_and_its_token,
     a_step_lock_runs_its_slots_parks_the_rest_and_hands_freed_slots_in_arrival_order,
     a_poll_claims_a_free_task_behind_any_number_of_parked_ones,
     a_step_lock_held_by_the_jobs_own_workflow_lock_takes_no_slot,
