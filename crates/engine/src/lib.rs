@@ -930,7 +930,7 @@ impl Engine {
             .await
     }
 
-    /// How many jobs hold a slot of this lock.
+    /// How many jobs and tasks hold a slot of this lock.
     pub async fn lock_usage(&self, namespace: &str, key: &str) -> Result<u32> {
         let (namespace, key) = (namespace.to_owned(), key.to_owned());
         self.inner
