@@ -97,6 +97,8 @@ where
     F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send,
 {
     fn run(&mut self, ctx: &mut WriteCtx<'_>) -> Ran {
+        // Lock slots the command freed for parked tasks are handed out once it is done, with
+        // every job it changed back in the job cache.
         let result =
             (self.work)(ctx).and_then(|value| crate::commands::hand_out_freed(ctx).map(|()| value));
         if matches!(result, Err(Error::Contended(_))) && self.tries < MAX_TRIES {
