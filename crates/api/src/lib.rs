@@ -233,7 +233,8 @@ pub struct TaskView {
     pub attempts: Vec<AttemptView>,
     /// Why the task is not running yet, for people (the wording may change): `waiting for a, b` (a
     /// waiting task's unfinished dependencies), `job paused`, `retry in 4s` or `check again in 4s`,
-    /// `queue q paused`, `queue q rate limited (10 per 1m)`, `queue q at its limit (2/2 running)`,
+    /// `waiting for lock db-x (2/2 held)` or `rate limited on key t1 (10 per 1m)` (a task parked
+    /// by its step's `lock` or `rate`), `queue q paused`, `queue q rate limited (10 per 1m)`, `queue q at its limit (2/2 running)`,
     /// `no worker has polled queue q yet`, `no worker has polled queue q since the server started`,
     /// `no worker polling queue q for 5m` (after 5 minutes without a poll); for a running task
     /// that waits on the server (see `waiting_for`), what it waits for: `sleeping until <time>`,
@@ -775,8 +776,8 @@ pub struct QueueView {
     /// the limit wait ready.
     #[cfg_attr(feature = "openapi", schema(required = true))]
     pub rate: Option<RateView>,
-    /// Ready tasks not held by a paused job, including those whose retry backoff or check-later
-    /// delay has not passed yet.
+    /// Ready tasks not held by a paused job nor parked by their step's `lock` or `rate`,
+    /// including those whose retry backoff or check-later delay has not passed yet.
     pub ready: u64,
     /// Tasks leased to a worker.
     pub running: u64,

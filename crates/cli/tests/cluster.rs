@@ -8,17 +8,16 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use starbridge_store::scratch::ScratchSchema;
 
-use common::free_port;
+use common::cluster::Cluster;
 
-const BIN: &str = env!("CARGO_BIN_EXE_starbridge");
 /// How long a run may take before it is declared stuck (a liveness bound, not a benchmark).
 const STUCK: Duration = Duration::from_secs(300);
 
@@ -54,144 +53,7 @@ steps:
     retry: { max_attempts: 20, initial: 100ms, max_interval: 1s }
 "#;
 
-struct Node {
-    url: String,
-    listen: String,
-    process: Option<Child>,
-}
-
-struct Cluster {
-    dir: tempfile::TempDir,
-    database: String,
-    nodes: Vec<Node>,
-    workers: Vec<Child>,
-    http: reqwest::Client,
-    // Dropped last: the nodes and workers are gone by then.
-    _schema: ScratchSchema,
-}
-
 impl Cluster {
-    async fn start(schema: ScratchSchema, nodes: usize) -> Cluster {
-        // reqwest is built without a default crypto provider: the process chooses `ring`.
-        starbridge_server::tls::install_crypto_provider();
-        let mut cluster = Cluster {
-            dir: tempfile::tempdir().unwrap(),
-            database: schema.url.clone(),
-            nodes: Vec::new(),
-            workers: Vec::new(),
-            http: reqwest::Client::new(),
-            _schema: schema,
-        };
-        for _ in 0..nodes {
-            let port = free_port();
-            cluster.nodes.push(Node {
-                url: format!("http://127.0.0.1:{port}"),
-                listen: format!("127.0.0.1:{port}"),
-                process: None,
-            });
-        }
-        // All nodes start at once: their migrations must not race.
-        for index in 0..nodes {
-            cluster.spawn_node(index);
-        }
-        for index in 0..nodes {
-            cluster.wait_healthy(index).await;
-        }
-        cluster
-    }
-
-    fn spawn_node(&mut self, index: usize) {
-        let node = &mut self.nodes[index];
-        let child = Command::new(BIN)
-            .args([
-                "server",
-                "--listen",
-                &node.listen,
-                "--database",
-                &self.database,
-            ])
-            .args(["--db-lock-timeout", "100ms", "--db-connect-timeout", "2s"])
-            .env("STARBRIDGE_LOG", "error")
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        node.process = Some(child);
-    }
-
-    async fn wait_healthy(&self, index: usize) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if self.healthy(index).await {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node {index} did not become healthy"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn healthy(&self, index: usize) -> bool {
-        let url = format!("{}/healthz", self.nodes[index].url);
-        matches!(self.http.get(url).send().await, Ok(r) if r.status().is_success())
-    }
-
-    fn kill_node(&mut self, index: usize) {
-        if let Some(mut process) = self.nodes[index].process.take() {
-            process.kill().unwrap(); // SIGKILL: no shutdown code runs
-            process.wait().unwrap();
-        }
-    }
-
-    fn start_worker(&mut self, node: usize, name: &str) {
-        let child = Command::new(BIN)
-            .args(["worker", "--queue", "shell", "--concurrency", "12"])
-            .args(["--worker-id", name, "--server", &self.nodes[node].url])
-            .env("STARBRIDGE_LOG", "error")
-            .env("E2E_DIR", self.dir.path())
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.workers.push(child);
-    }
-
-    async fn apply(&self, node: usize, name: &str, yaml: &str) {
-        common::apply_yaml(&self.http, &self.nodes[node].url, name, yaml).await;
-    }
-
-    /// Submits `count` jobs, spread over the nodes, 16 requests at a time; returns their ids.
-    async fn submit_many(&self, workflow: &str, count: usize) -> Vec<String> {
-        let mut ids = Vec::with_capacity(count);
-        let mut pending = tokio::task::JoinSet::new();
-        for n in 0..count {
-            let url = format!("{}/api/v1/jobs", self.nodes[n % self.nodes.len()].url);
-            let (http, workflow) = (self.http.clone(), workflow.to_owned());
-            pending.spawn(async move {
-                // As a real client would: a 503 is retried, and the key makes that safe.
-                let body = json!({"workflow": workflow, "key": format!("job-{n}")});
-                let deadline = Instant::now() + Duration::from_secs(30);
-                loop {
-                    let response = http.post(&url).json(&body).send().await.unwrap();
-                    if response.status().is_success() {
-                        let job: Value = response.json().await.unwrap();
-                        return job["id"].as_str().unwrap().to_owned();
-                    }
-                    assert_eq!(response.status(), 503, "submit refused");
-                    assert!(Instant::now() < deadline, "submit kept failing");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            });
-            if pending.len() >= 16 {
-                ids.push(pending.join_next().await.unwrap().unwrap());
-            }
-        }
-        while let Some(id) = pending.join_next().await {
-            ids.push(id.unwrap());
-        }
-        ids
-    }
-
     fn effects(&self) -> Vec<String> {
         read_effects(self.dir.path())
     }
@@ -202,61 +64,6 @@ impl Cluster {
         while self.effects().len() < count {
             assert!(Instant::now() < deadline, "the run stalled");
             tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Every job, read from the first live node, once none is running any more.
-    async fn wait_all_ended(&self, ids: &[String]) -> Vec<Value> {
-        let deadline = Instant::now() + STUCK;
-        let node = self
-            .nodes
-            .iter()
-            .find(|node| node.process.is_some())
-            .expect("a live node");
-        let mut ended = HashMap::new();
-        loop {
-            for id in ids {
-                if ended.contains_key(id) {
-                    continue;
-                }
-                let url = format!("{}/api/v1/jobs/{id}", node.url);
-                if let Ok(response) = self.http.get(url).send().await
-                    && response.status().is_success()
-                    && let Ok(job) = response.json::<Value>().await
-                    && [
-                        "succeeded",
-                        "failed",
-                        "cancelled",
-                        "timed_out",
-                        "compensation_failed",
-                    ]
-                    .contains(&job["status"].as_str().unwrap_or(""))
-                {
-                    ended.insert(id.clone(), job);
-                }
-            }
-            if ended.len() == ids.len() {
-                return ids.iter().map(|id| ended.remove(id).unwrap()).collect();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} of {} jobs never ended",
-                ids.len() - ended.len(),
-                ids.len()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for worker in &mut self.workers {
-            let _ = worker.kill();
-            let _ = worker.wait();
-        }
-        for index in 0..self.nodes.len() {
-            self.kill_node(index);
         }
     }
 }

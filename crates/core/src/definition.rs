@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::dispatch::RateLimit;
 use crate::expr::{self, Expr, Template};
 use crate::labels::{self, Labels};
 use crate::limits::MAX_NAME_BYTES;
@@ -61,8 +62,11 @@ impl utoipa::PartialSchema for WorkflowDefinition {
                  `timeout`, `success`) or one of `workflow` (a sub-workflow, with an optional \
                  `version`), `sleep`, `sleep_until`, `signal`, `approval`, `set` and `fail`, and \
                  `depends_on`, `input`, `when`, `for_each`, `concurrency`, `timeout`, \
-                 `step_timeout`, `retry`, `priority`, `compensate`, `poll_interval` and \
-                 `continue_on_failure` as its kind allows. Validated when applied; a `name` must \
+                 `step_timeout`, `retry`, `priority`, `compensate`, `poll_interval`, \
+                 `continue_on_failure`, `lock` (`key`, `slots`: each attempt holds a slot of the \
+                 rendered key from claim to end; a sub-workflow step's child holds it for its \
+                 run) and `rate` (`key`, `limit` such as `10/1m`: \
+                 task starts per rendered key) as its kind allows. Validated when applied; a `name` must \
                  equal the name it is applied as.",
             ))
             .additional_properties(Some(AdditionalProperties::FreeForm(true)))
@@ -95,11 +99,30 @@ pub struct Workflow {
     pub source: Value,
 }
 
-/// A named concurrency limit: the key is a template over `params` and `job`.
+/// A named concurrency limit: the key is a template (over `params` and `job` for a workflow's
+/// lock; a step's may read `steps` and, in a fan-out, `item` and `index` too).
 #[derive(Debug, Clone)]
 pub struct LockDefinition {
     pub key: Template,
     pub slots: u32,
+}
+
+/// A step's rate limit per rendered key: at most `limit` task starts of the tasks with the same
+/// key (across jobs and workflows of the namespace).
+#[derive(Debug, Clone)]
+pub struct KeyedRate {
+    pub key: Template,
+    pub limit: RateLimit,
+}
+
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a rate: a mapping with `key` and `limit` (such as `10/1m`)"
+)]
+struct RawRate {
+    key: Value,
+    limit: Value,
 }
 
 /// Largest number of slots a lock may have.
@@ -132,6 +155,10 @@ pub struct Step {
     pub compensate: Option<Handler>,
     /// A terminal failure of this step is recorded and the job goes on.
     pub continue_on_failure: bool,
+    /// A slot each attempt holds, from its claim to its end.
+    pub lock: Option<LockDefinition>,
+    /// A token each attempt takes when it is claimed.
+    pub rate: Option<KeyedRate>,
 }
 
 /// What a step does. Parsing decides it in one place (`Checker::step_kind`), so a new kind is a
@@ -516,6 +543,8 @@ struct RawStep {
     retry: Option<Value>,
     compensate: Option<Value>,
     continue_on_failure: Option<bool>,
+    lock: Option<Value>,
+    rate: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -665,37 +694,45 @@ impl Checker {
         policy
     }
 
-    fn lock(&mut self, value: &Value) -> Option<LockDefinition> {
-        let raw: RawLock = self.read("lock", value.clone())?;
-        if !raw.key.is_string() {
-            self.problem(
-                "lock.key",
-                "must be a string (it may contain ${{ … }} expressions)",
-            );
-            return None;
-        }
-        let key = self.template("lock.key", Some(&raw.key))?;
-        let roots = ["params", "job"];
-        for path in key.references() {
-            if let Some(root) = path.first()
-                && !roots.contains(&root.as_str())
-            {
-                self.problem(
-                    "lock.key",
-                    format!("unknown name '{root}': a lock key may read params and job"),
-                );
-                return None;
-            }
-        }
+    /// The lock at `field` (`lock`, or a step's `steps[0] (a).lock`); the names its key reads
+    /// are checked where it stands.
+    fn lock(&mut self, field: &str, value: &Value) -> Option<LockDefinition> {
+        let raw: RawLock = self.read(field, value.clone())?;
+        let key = self.key(&format!("{field}.key"), &raw.key)?;
         let slots = raw.slots.unwrap_or(1);
         if slots == 0 || slots > MAX_LOCK_SLOTS {
             self.problem(
-                "lock.slots",
+                format!("{field}.slots"),
                 format!("must be between 1 and {MAX_LOCK_SLOTS}"),
             );
             return None;
         }
         Some(LockDefinition { key, slots })
+    }
+
+    /// A step's `rate` at `field`: a key and a limit written `10/1m` or `{tokens: 10, per: 1m}`.
+    fn rate(&mut self, field: &str, value: &Value) -> Option<KeyedRate> {
+        let raw: RawRate = self.read(field, value.clone())?;
+        let key = self.key(&format!("{field}.key"), &raw.key);
+        let limit = RateLimit::from_json(&raw.limit)
+            .map_err(|message| self.problem(format!("{field}.limit"), message))
+            .ok();
+        Some(KeyedRate {
+            key: key?,
+            limit: limit?,
+        })
+    }
+
+    /// The key of a lock or rate: a string template.
+    fn key(&mut self, field: &str, value: &Value) -> Option<Template> {
+        if !value.is_string() {
+            self.problem(
+                field,
+                "must be a string (it may contain ${{ … }} expressions)",
+            );
+            return None;
+        }
+        self.template(field, Some(value))
     }
 
     fn template(&mut self, field: &str, value: Option<&Value>) -> Option<Template> {
@@ -747,6 +784,8 @@ impl Checker {
             ("continue_on_failure", raw.continue_on_failure.is_some()),
             ("version", raw.version.is_some()),
             ("poll_interval", raw.poll_interval.is_some()),
+            ("lock", raw.lock.is_some()),
+            ("rate", raw.rate.is_some()),
         ];
         for (field, set) in fields {
             if let Some(message) = set.then(|| refusal(kind, field)).flatten() {
@@ -1005,7 +1044,21 @@ impl Workflow {
         let mut checker = Checker {
             problems: Vec::new(),
         };
-        let lock = raw.lock.as_ref().and_then(|value| checker.lock(value));
+        let lock = raw.lock.as_ref().and_then(|value| {
+            let lock = checker.lock("lock", value)?;
+            for path in lock.key.references() {
+                if let Some(root) = path.first()
+                    && !["params", "job"].contains(&root.as_str())
+                {
+                    checker.problem(
+                        "lock.key",
+                        format!("unknown name '{root}': a lock key may read params and job"),
+                    );
+                    return None;
+                }
+            }
+            Some(lock)
+        });
         match &raw.params {
             None | Some(Value::Object(_) | Value::Bool(true)) => {}
             Some(Value::Bool(false)) => checker.problem(
@@ -1111,6 +1164,14 @@ impl Workflow {
                 let raw = checker.read::<RawHandler>(&field, value)?;
                 Some(checker.handler(&field, raw, false))
             });
+            let lock = raw_step
+                .lock
+                .as_ref()
+                .and_then(|value| checker.lock(&format!("{label}.lock"), value));
+            let rate = raw_step
+                .rate
+                .as_ref()
+                .and_then(|value| checker.rate(&format!("{label}.rate"), value));
             steps.push((
                 label,
                 Step {
@@ -1124,6 +1185,8 @@ impl Workflow {
                     step_timeout,
                     compensate,
                     continue_on_failure: raw_step.continue_on_failure.unwrap_or(false),
+                    lock,
+                    rate,
                 },
             ));
         }
@@ -1234,12 +1297,21 @@ fn refusal(kind: &str, field: &str) -> Option<String> {
         "step_timeout" => matches!(kind, "set" | "fail"),
         "compensate" => !matches!(kind, "task" | "http" | "workflow" | "signal" | "approval"),
         "for_each" | "continue_on_failure" => kind == "fail",
+        "lock" => !matches!(kind, "task" | "http" | "workflow"),
+        "rate" => !matches!(kind, "task" | "http"),
         _ => false,
     };
     if !refused {
         return None;
     }
     Some(match (kind, field) {
+        ("workflow", "rate") => {
+            "a sub-workflow step starts child jobs, not tasks a worker claims, so it takes no `rate`: put the `rate` on the child workflow's steps"
+                .to_owned()
+        }
+        (_, "lock" | "rate") => format!(
+            "only a step a worker runs (`queue` with `command` or `http`) or a sub-workflow step (`lock` only) takes a `{field}`: a `{kind}` step holds nothing while it waits; drop it"
+        ),
         (_, "version") => {
             "only a sub-workflow step (`workflow`) takes a `version`: drop it".to_owned()
         }
@@ -1467,6 +1539,12 @@ fn check_references(
             compensate.queue.references(),
             Scope::Compensation,
         ));
+    }
+    if let Some(lock) = &step.lock {
+        sites.push((format!("{label}.lock.key"), lock.key.references(), scope));
+    }
+    if let Some(rate) = &step.rate {
+        sites.push((format!("{label}.rate.key"), rate.key.references(), scope));
     }
     let reader = format!("'{}'", step.id);
     check_sites(checker, &reader, sites, upstream, index_of);
@@ -2176,6 +2254,94 @@ steps:
             "lock: {key: '${{ steps.a.output }}'}\nsteps:\n- {id: a, queue: q, command: c}\n",
             "lock.key",
             "may read params and job",
+        );
+    }
+
+    #[test]
+    fn a_step_lock_and_rate_read_params_steps_and_a_fan_outs_item() {
+        let workflow = parse(
+            "steps:\n- {id: pick, queue: q, command: c}\n- id: call\n  queue: q\n  command: c\n  for_each: '${{ params.hosts }}'\n  lock: {key: 'host-${{ item }}-${{ steps.pick.output.zone }}', slots: 3}\n  rate: {key: '${{ params.tenant }}', limit: 10/1m}\n- {id: http, queue: q, http: {url: 'https://example.com'}, lock: {key: k}, rate: {key: k, limit: {tokens: 5, per: 30}}}\n",
+        )
+        .unwrap();
+        let call = &workflow.steps[1];
+        assert_eq!(call.lock.as_ref().unwrap().slots, 3);
+        let rate = call.rate.as_ref().unwrap().limit;
+        assert_eq!((rate.tokens, rate.per), (10, Duration::from_secs(60)));
+        let http = workflow.steps[2].rate.as_ref().unwrap().limit;
+        assert_eq!((http.tokens, http.per), (5, Duration::from_secs(30)));
+        assert_eq!(workflow.steps[2].lock.as_ref().unwrap().slots, 1);
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, lock: {key: '${{ item }}'}}\n",
+            "steps[0] (a).lock.key",
+            "item",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, rate: {key: '${{ steps.b.output }}', limit: 1/1s}}\n- {id: b, queue: q, command: c}\n",
+            "steps[0] (a).rate.key",
+            "'b'",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, lock: {key: k, slots: 0}}\n",
+            "steps[0] (a).lock.slots",
+            "between 1",
+        );
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, lock: {key: [k]}}\n",
+            "steps[0] (a).lock.key",
+            "must be a string",
+        );
+    }
+
+    #[test]
+    fn a_step_rate_limit_is_refused_unless_it_is_starts_per_duration() {
+        for (limit, message) in [
+            ("ten/1m", "not a number of starts"),
+            ("10", "not a rate"),
+            ("0/1m", "at least 1 start"),
+            ("10/soon", "duration"),
+            ("{tokens: 10}", "`per` is missing"),
+        ] {
+            check_error(
+                &format!(
+                    "steps:\n- {{id: a, queue: q, command: c, rate: {{key: k, limit: {limit}}}}}\n"
+                ),
+                "steps[0] (a).rate.limit",
+                message,
+            );
+        }
+        check_error(
+            "steps:\n- {id: a, queue: q, command: c, rate: {key: k}}\n",
+            "steps[0] (a).rate",
+            "limit",
+        );
+    }
+
+    #[test]
+    fn only_steps_a_worker_runs_take_a_lock_or_a_rate_and_sub_workflow_steps_a_lock() {
+        for step in [
+            "{id: a, sleep: 1m, lock: {key: k}}",
+            "{id: a, signal: go, rate: {key: k, limit: 1/1s}}",
+            "{id: a, set: {x: 1}, lock: {key: k}}",
+        ] {
+            let field = if step.contains("lock") {
+                "lock"
+            } else {
+                "rate"
+            };
+            check_error(
+                &format!("steps:\n- {step}\n"),
+                &format!("steps[0] (a).{field}"),
+                "only a step a worker runs",
+            );
+        }
+        // A sub-workflow step's child holds its lock; it claims no task to pay a rate with.
+        let workflow =
+            parse("steps:\n- {id: a, workflow: other, lock: {key: k, slots: 2}}\n").unwrap();
+        assert_eq!(workflow.steps[0].lock.as_ref().unwrap().slots, 2);
+        check_error(
+            "steps:\n- {id: a, workflow: other, rate: {key: k, limit: 1/1s}}\n",
+            "steps[0] (a).rate",
+            "takes no `rate`",
         );
     }
 

@@ -57,6 +57,45 @@ pub struct Bucket {
 }
 
 impl RateLimit {
+    /// Reads a limit written `10/1m` (tokens per duration) or as `{tokens: 10, per: "1m"}` (a
+    /// queue's form; `per` may be a number of seconds).
+    pub fn from_json(value: &serde_json::Value) -> Result<RateLimit, String> {
+        const FORMS: &str = "write it as `10/1m` (starts per duration) or `{tokens: 10, per: 1m}`";
+        let (tokens, per) = match value {
+            serde_json::Value::String(text) => {
+                let Some((tokens, per)) = text.split_once('/') else {
+                    return Err(format!("'{text}' is not a rate: {FORMS}"));
+                };
+                let tokens = tokens
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| format!("'{tokens}' is not a number of starts: {FORMS}"))?;
+                (tokens, serde_json::Value::String(per.trim().to_owned()))
+            }
+            serde_json::Value::Object(map) => {
+                let tokens = map
+                    .get("tokens")
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|tokens| u32::try_from(tokens).ok())
+                    .ok_or_else(|| format!("`tokens` must be a whole number: {FORMS}"))?;
+                let per = map
+                    .get("per")
+                    .cloned()
+                    .ok_or_else(|| format!("`per` is missing: {FORMS}"))?;
+                (tokens, per)
+            }
+            _ => return Err(format!("not a rate: {FORMS}")),
+        };
+        if tokens == 0 {
+            return Err("must allow at least 1 start".to_owned());
+        }
+        let per = Duration::from_json(&per).map_err(|error| error.to_string())?;
+        if per.as_millis() == 0 {
+            return Err("the duration must be longer than zero".to_owned());
+        }
+        Ok(RateLimit { tokens, per })
+    }
+
     /// Tokens available at `now`; a queue never limited before starts full.
     pub fn available(&self, bucket: Option<Bucket>, now: Timestamp) -> f64 {
         let capacity = f64::from(self.tokens);
@@ -197,6 +236,9 @@ pub fn task_waiting_reason(
         TaskStatus::Ready => {
             if task.held {
                 return Some("job paused".to_owned());
+            }
+            if let Some(parked) = task.limits.as_ref().and_then(|l| l.parked.as_ref()) {
+                return Some(parked.reason.clone());
             }
             if let Some(at) = task.available_at
                 && at > now
@@ -349,6 +391,7 @@ mod tests {
         use crate::model::{Task, TaskKind, TaskStatus};
         Task {
             child: None,
+            limits: None,
             id: TaskId::from_unique("t"),
             job_id: JobId::from_unique("j"),
             seq: 0,

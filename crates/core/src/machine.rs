@@ -19,8 +19,8 @@ use crate::labels::Labels;
 use crate::limits::{Limits, json_exceeds};
 use crate::model::{
     Action, CallbackGrant, ChildCommand, ErrorKind, Event, EventKind, Input, Job, JobLock,
-    JobState, JobStatus, ParentLink, Rejection, Task, TaskError, TaskKind, TaskStatus, Wait,
-    WaitFor, WindDown,
+    JobState, JobStatus, ParentLink, Rejection, Task, TaskError, TaskKind, TaskLimits, TaskStatus,
+    Wait, WaitFor, WindDown,
 };
 use crate::routing::QueueRoute;
 use crate::time::{Duration, Timestamp};
@@ -55,6 +55,9 @@ pub struct NewJob {
     /// Lock keys the job's ancestors hold: a lock with one of them takes no slot (it is the
     /// ancestor's), so a parent holding the only slot does not wait for its own child.
     pub held_by_ancestors: Vec<String>,
+    /// The rendered `lock` of the parent's sub-workflow step that starts the job: the job holds
+    /// it as its lock, for its whole run (the step's attempt).
+    pub step_lock: Option<JobLock>,
 }
 
 impl NewJob {
@@ -72,6 +75,7 @@ impl NewJob {
             depth: 0,
             child_versions: BTreeMap::new(),
             held_by_ancestors: Vec::new(),
+            step_lock: None,
             labels: Labels::default(),
         }
     }
@@ -84,34 +88,41 @@ pub enum CreateError {
     LockKey(String),
 }
 
-/// Renders the workflow's lock key for these params: a non-empty string of at most 256 bytes.
+/// Renders the workflow's lock key for these params.
 fn lock_of(workflow: &Workflow, context: &Value) -> Result<Option<JobLock>, CreateError> {
     let Some(lock) = &workflow.lock else {
         return Ok(None);
     };
-    let key = match lock.key.render(context) {
-        Ok(Value::String(key)) => key,
-        Ok(Value::Number(n)) => n.to_string(),
-        Ok(Value::Bool(b)) => b.to_string(),
-        Ok(other) => {
-            return Err(CreateError::LockKey(format!(
-                "the key must render to a string, got {}",
-                type_name(&other)
-            )));
-        }
-        Err(error) => return Err(CreateError::LockKey(error.to_string())),
-    };
-    if key.is_empty() || key.len() > crate::limits::MAX_LOCK_KEY_BYTES {
-        return Err(CreateError::LockKey(format!(
-            "the key renders to {} bytes: it must be 1 to {}",
-            key.len(),
-            crate::limits::MAX_LOCK_KEY_BYTES
-        )));
-    }
+    let key = render_key(&lock.key, context).map_err(CreateError::LockKey)?;
     Ok(Some(JobLock {
         key,
         slots: lock.slots,
     }))
+}
+
+/// Renders the key of a lock or a rate: a non-empty string of at most 256 bytes (a number or a
+/// boolean is taken as its text).
+fn render_key(template: &crate::expr::Template, context: &Value) -> Result<String, String> {
+    let key = match template.render(context) {
+        Ok(Value::String(key)) => key,
+        Ok(Value::Number(n)) => n.to_string(),
+        Ok(Value::Bool(b)) => b.to_string(),
+        Ok(other) => {
+            return Err(format!(
+                "the key must render to a string, got {}",
+                type_name(&other)
+            ));
+        }
+        Err(error) => return Err(error.to_string()),
+    };
+    if key.is_empty() || key.len() > crate::limits::MAX_LOCK_KEY_BYTES {
+        return Err(format!(
+            "the key renders to {} bytes: it must be 1 to {}",
+            key.len(),
+            crate::limits::MAX_LOCK_KEY_BYTES
+        ));
+    }
+    Ok(key)
 }
 
 /// Creates a job and its tasks and makes its first steps ready; a job with a lock starts
@@ -150,7 +161,15 @@ pub fn create_job(
         labels: new.labels,
     };
     let context = json!({"params": job.params, "job": {"id": job.id, "namespace": job.namespace, "workflow": job.workflow, "version": job.version, "key": job.key, "priority": job.priority}});
-    job.lock = lock_of(workflow, &context)?;
+    job.lock = match (lock_of(workflow, &context)?, new.step_lock) {
+        (Some(own), Some(step)) if own.key != step.key => {
+            return Err(CreateError::LockKey(format!(
+                "the step's lock {} and the workflow's lock {} cannot both be held: a job holds one lock, drop one of them",
+                step.key, own.key
+            )));
+        }
+        (own, step) => step.or(own),
+    };
     let held_by_ancestor = job
         .lock
         .take_if(|lock| new.held_by_ancestors.contains(&lock.key))
@@ -263,6 +282,7 @@ fn new_task(
         pending_outcome: None,
         callback: None,
         child: None,
+        limits: None,
     }
 }
 
@@ -342,8 +362,14 @@ impl Machine<'_> {
     }
 
     fn save_task(&mut self, index: usize) {
-        self.actions
-            .push(Action::SaveTask(self.state.tasks[index].id.clone()));
+        let task = &mut self.state.tasks[index];
+        // Only a ready task waits parked for a step's lock or rate.
+        if task.status != TaskStatus::Ready
+            && let Some(limits) = task.limits.as_deref_mut()
+        {
+            limits.parked = None;
+        }
+        self.actions.push(Action::SaveTask(task.id.clone()));
     }
 
     fn save_job(&mut self) {
@@ -1036,6 +1062,48 @@ impl Machine<'_> {
         Ok(())
     }
 
+    /// Renders the keys of the step's `lock` and `rate` and keeps them with the task, for all
+    /// its attempts; `Err` names the field whose key does not render.
+    fn render_limits(
+        &mut self,
+        index: usize,
+        step_index: usize,
+        context: &Value,
+    ) -> Result<(), (&'static str, String)> {
+        let step = &self.workflow.steps[step_index];
+        if step.lock.is_none() && step.rate.is_none() {
+            return Ok(());
+        }
+        let lock = step
+            .lock
+            .as_ref()
+            .map(|lock| render_key(&lock.key, context))
+            .transpose()
+            .map_err(|error| ("lock.key", error))?;
+        let rate = step
+            .rate
+            .as_ref()
+            .map(|rate| render_key(&rate.key, context))
+            .transpose()
+            .map_err(|error| ("rate.key", error))?;
+        // A task made ready again while it still holds a slot (an operator's reset in the same
+        // change that ended its attempt) keeps the slot, under the key it was taken with, for
+        // the engine to free.
+        let held = self.state.tasks[index]
+            .limits
+            .as_deref()
+            .filter(|limits| limits.slot.is_some())
+            .map(|limits| (limits.lock.clone(), limits.slot));
+        let (lock, slot) = held.unwrap_or((lock, None));
+        self.state.tasks[index].limits = Some(Box::new(TaskLimits {
+            lock,
+            rate,
+            slot,
+            parked: None,
+        }));
+        Ok(())
+    }
+
     fn make_ready(&mut self, index: usize, input: Value) {
         let now = self.now;
         let task = &mut self.state.tasks[index];
@@ -1163,16 +1231,26 @@ impl Machine<'_> {
                         match input.and_then(|input| self.within_task_limit(input, "input")) {
                             Ok(input) if step.child().is_some() => {
                                 self.state.tasks[task_index].input = Some(input);
-                                self.start_child_attempt(task_index);
+                                match self.render_limits(task_index, step_index, &context) {
+                                    Ok(()) => self.start_child_attempt(task_index),
+                                    Err((field, error)) => {
+                                        self.expression_failure(task_index, field, error);
+                                    }
+                                }
                             }
                             Ok(input) => {
                                 let route = step.handler().map(|handler| &handler.queue);
-                                match route.map_or(Ok(()), |route| {
-                                    self.render_queue(task_index, route, &context)
-                                }) {
+                                match route
+                                    .map_or(Ok(()), |route| {
+                                        self.render_queue(task_index, route, &context)
+                                    })
+                                    .map_err(|error| ("queue", error))
+                                    .and_then(|()| {
+                                        self.render_limits(task_index, step_index, &context)
+                                    }) {
                                     Ok(()) => self.make_ready(task_index, input),
-                                    Err(error) => {
-                                        self.expression_failure(task_index, "queue", error);
+                                    Err((field, error)) => {
+                                        self.expression_failure(task_index, field, error);
                                     }
                                 }
                             }
@@ -1219,11 +1297,13 @@ impl Machine<'_> {
         let mut context = context;
         let priority = self.state.tasks[parent].priority;
         let deadline = self.state.tasks[parent].deadline_at;
-        // An item's queue template is rendered with its input: both may read `item` and `index`.
+        // An item's queue template, lock and rate keys are rendered with its input: all may
+        // read `item` and `index`.
         let route = step
             .handler()
             .map(|handler| &handler.queue)
             .filter(|route| route.is_template());
+        let renders_with_item = route.is_some() || step.lock.is_some() || step.rate.is_some();
         for (position, item) in items.into_iter().enumerate() {
             let position_u32 = u32::try_from(position).unwrap_or(u32::MAX);
             let input = match step.input() {
@@ -1233,7 +1313,7 @@ impl Machine<'_> {
                     template.render(&context).map_err(|e| e.to_string())
                 }
                 None => {
-                    if route.is_some() {
+                    if renders_with_item {
                         context["item"] = item.clone();
                         context["index"] = Value::from(position);
                     }
@@ -1271,6 +1351,10 @@ impl Machine<'_> {
                 && let Err(error) = self.render_queue(index, route, &context)
             {
                 self.expression_failure(index, "queue", error);
+                return;
+            }
+            if let Err((field, error)) = self.render_limits(index, step_index, &context) {
+                self.expression_failure(index, field, error);
                 return;
             }
         }

@@ -318,6 +318,55 @@ pub struct Task {
     /// A sub-workflow step's child job of the latest attempt (kept after it ended, so that a
     /// rollback finds it); for a compensation, the child it rolls back.
     pub child: Option<Box<JobId>>,
+    /// The rendered keys of its step's `lock` and `rate`, and where it stands with them.
+    pub limits: Option<Box<TaskLimits>>,
+}
+
+/// A task of a step with a `lock` or a `rate`: the keys rendered when it was made ready (kept
+/// for all its attempts), the lock slot it holds and what it waits for, parked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<Slot>,
+    /// Ready but out of the claim order until a slot or a token is handed to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<Parked>,
+}
+
+/// How a task holds a slot of its step's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Slot {
+    /// Handed to it, parked, when a slot freed: its next claim starts in it.
+    Granted,
+    /// Taken by its claim: held until the attempt ends (check-later gaps and waits included).
+    Claimed,
+}
+
+/// What a parked task waits for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Parked {
+    /// Which waiters it is in line with: see [`Parked::lock_line`] and [`Parked::rate_line`].
+    pub line: String,
+    pub since: Timestamp,
+    /// Why, in words for operators.
+    pub reason: String,
+}
+
+impl Parked {
+    /// The line of tasks waiting for a slot of lock `key`.
+    pub fn lock_line(key: &str) -> String {
+        format!("lock\t{key}")
+    }
+
+    /// The line of tasks waiting for a token of the bucket of `key` under `limit`.
+    pub fn rate_line(key: &str, limit: crate::dispatch::RateLimit) -> String {
+        format!("rate\t{}/{}\t{key}", limit.tokens, limit.per.as_millis())
+    }
 }
 
 /// A running task's wait on the server: since when, and for what.
@@ -777,6 +826,8 @@ pub struct ChildStart {
     pub version: u32,
     pub params: Value,
     pub priority: i32,
+    /// The step's rendered `lock`, which the child holds as its own.
+    pub lock: Option<JobLock>,
 }
 
 /// What a parent does to a child job.

@@ -20,6 +20,9 @@ pub(crate) struct WriteCtx<'a> {
     /// Reads that hold for the whole transaction.
     pub(crate) reads: &'a mut TxReads,
     pub(crate) wakes: Vec<(String, String)>,
+    /// Lock keys (with their namespace) whose slots freed for parked tasks: handed out when the
+    /// request's command is done (`commands::hand_out_freed`).
+    pub(crate) freed_locks: Vec<(String, String)>,
     /// Set when webhook deliveries were written: the deliverer is woken after commit.
     pub(crate) deliveries: bool,
     pub(crate) limits: Limits,

@@ -684,6 +684,15 @@ impl Engine {
             .await
     }
 
+    /// Deletes the token buckets of steps' per-key rates that refilled with no task parked on
+    /// them (the same as no bucket); returns how many went.
+    pub async fn prune_rate_buckets(&self) -> Result<u64> {
+        self.inner
+            .writer
+            .write(move |ctx| rows::rates::prune_rate_buckets(ctx.conn, ctx.now))
+            .await
+    }
+
     /// A job with its tasks, if it exists in this namespace.
     pub async fn job(&self, namespace: &str, id: &JobId) -> Result<Option<JobState>> {
         let (namespace, id) = (namespace.to_owned(), id.clone());
@@ -980,7 +989,7 @@ impl Engine {
             .await
     }
 
-    /// How many jobs hold a slot of this lock.
+    /// How many jobs and tasks hold a slot of this lock.
     pub async fn lock_usage(&self, namespace: &str, key: &str) -> Result<u32> {
         let (namespace, key) = (namespace.to_owned(), key.to_owned());
         self.inner

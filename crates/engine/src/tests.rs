@@ -102,6 +102,7 @@ mod delete;
 mod operator_tasks;
 mod poll;
 mod routing;
+mod step_limits;
 mod waits;
 mod webhooks;
 

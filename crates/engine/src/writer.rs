@@ -97,7 +97,10 @@ where
     F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send,
 {
     fn run(&mut self, ctx: &mut WriteCtx<'_>) -> Ran {
-        let result = (self.work)(ctx);
+        // Lock slots the command freed for parked tasks are handed out once it is done, with
+        // every job it changed back in the job cache.
+        let result =
+            (self.work)(ctx).and_then(|value| crate::commands::hand_out_freed(ctx).map(|()| value));
         if matches!(result, Err(Error::Contended(_))) && self.tries < MAX_TRIES {
             self.tries += 1;
             self.result = None;
@@ -546,6 +549,7 @@ fn context<'a>(conn: &'a mut WriteConn, state: &'a mut State, shared: &'a Shared
         jobs: &mut state.jobs,
         reads: &mut state.reads,
         wakes: Vec::new(),
+        freed_locks: Vec::new(),
         deliveries: false,
         limits: shared.limits,
         loaded_workflows: Vec::new(),

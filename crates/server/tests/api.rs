@@ -122,6 +122,41 @@ async fn definition_type_errors_name_the_field_in_yaml_and_inline_json() {
 }
 
 #[tokio::test]
+async fn a_step_lock_or_rate_that_does_not_fit_is_refused_naming_the_field() {
+    let api = api();
+    for (yaml, expected_field, expected) in [
+        (
+            "steps:\n- {id: a, sleep: 1m, lock: {key: k}}\n",
+            "steps[0] (a).lock",
+            "only a step a worker runs",
+        ),
+        (
+            "steps:\n- {id: a, queue: q, command: c, rate: {key: k, limit: 10/soon}}\n",
+            "steps[0] (a).rate.limit",
+            "soon",
+        ),
+        (
+            "steps:\n- {id: a, queue: q, command: c, lock: {key: '${{ item }}'}}\n",
+            "steps[0] (a).lock.key",
+            "item",
+        ),
+    ] {
+        let (status, content_type, problem) = api.call("PUT", "/api/v1/workflows/wf", yaml).await;
+        let (field, message) = first_problem(status, &content_type, &problem);
+        assert_eq!(field, expected_field, "{problem}");
+        assert!(message.contains(expected), "{message}");
+    }
+    let (status, _, body) = api
+        .call(
+            "PUT",
+            "/api/v1/workflows/wf",
+            "steps:\n- {id: a, queue: q, command: c, lock: {key: k, slots: 2}, rate: {key: k, limit: 10/1m}}\n",
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+}
+
+#[tokio::test]
 async fn yaml_no_and_y_are_commands_not_booleans() {
     let api = api();
     let (status, _, body) = api

@@ -551,6 +551,12 @@ const ALLOWED: &[(&str, &str)] = &[
          over 7 days like a check-later's `after_ms`",
     ),
     (
+        ".ready: description",
+        "a queue's ready count leaves out tasks parked by their step's `lock` or `rate` too (they \
+         are out of the claim order, like those of a paused job), which the hand-written \
+         document predates",
+    ),
+    (
         "waiting_reason: description",
         "a task waiting on the server (a sleep, signal, approval or callback) is running, and \
          says what it waits for: the old text said running tasks had no reason",

@@ -43,6 +43,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (9, include_str!("../migrations/postgres/0009_operators.sql")),
     (
+        10,
+        include_str!("../migrations/postgres/0010_step_limits.sql"),
+    ),
+    (
         11,
         include_str!("../migrations/postgres/0011_webhook_events.sql"),
     ),

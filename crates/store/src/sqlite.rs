@@ -41,6 +41,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ),
     (10, include_str!("../migrations/sqlite/0010_operators.sql")),
     (
+        11,
+        include_str!("../migrations/sqlite/0011_step_limits.sql"),
+    ),
+    (
         12,
         include_str!("../migrations/sqlite/0012_webhook_events.sql"),
     ),

@@ -29,7 +29,8 @@ pub struct Stats {
 /// The tasks of one queue.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct QueueStats {
-    /// Ready tasks that polls may be handed (not held by a paused job), including those whose
+    /// Ready tasks that polls may be handed (not held by a paused job nor parked by their step's
+    /// `lock` or `rate`), including those whose
     /// retry backoff or "check later" delay has not passed yet.
     pub ready: u64,
     /// Tasks a worker holds (leased).

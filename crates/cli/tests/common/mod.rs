@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub(crate) mod cluster;
+
 /// A loopback port nothing listens on at the moment.
 pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -91,6 +93,25 @@ pub(crate) async fn apply_yaml(http: &reqwest::Client, base: &str, name: &str, y
         "apply failed: {}",
         response.text().await.unwrap()
     );
+}
+
+/// Submits a job of `workflow` with `params` through the API at `base`; returns its id.
+pub(crate) async fn submit_job(
+    http: &reqwest::Client,
+    base: &str,
+    workflow: &str,
+    params: Value,
+) -> String {
+    let response: Value = http
+        .post(format!("{base}/api/v1/jobs"))
+        .json(&json!({"workflow": workflow, "params": params}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    response["id"].as_str().expect("job id").to_owned()
 }
 
 /// The JSON answer of `GET url`.
@@ -256,17 +277,7 @@ impl Harness {
     }
 
     pub(crate) async fn submit(&self, workflow: &str, params: Value) -> String {
-        let response: Value = self
-            .http
-            .post(format!("{}/api/v1/jobs", self.url))
-            .json(&json!({"workflow": workflow, "params": params}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        response["id"].as_str().expect("job id").to_owned()
+        submit_job(&self.http, &self.url, workflow, params).await
     }
 
     pub(crate) async fn events(&self, id: &str) -> Vec<Value> {

@@ -16,8 +16,8 @@ use super::Machine;
 use super::waits::waiting_detail;
 use crate::ids::JobId;
 use crate::model::{
-    Action, ChildCommand, ChildStart, ErrorKind, EventKind, JobStatus, Outcome, ParentLink,
-    Rejection, TaskError, TaskKind, TaskStatus, Wait, WaitFor, WindDown,
+    Action, ChildCommand, ChildStart, ErrorKind, EventKind, JobLock, JobStatus, Outcome,
+    ParentLink, Rejection, TaskError, TaskKind, TaskStatus, Wait, WaitFor, WindDown,
 };
 
 impl Machine<'_> {
@@ -52,7 +52,18 @@ impl Machine<'_> {
         };
         let child = self.ids.job_id();
         let now = self.now;
+        let slots = workflow
+            .step_index(&self.state.tasks[index].step)
+            .and_then(|position| workflow.steps[position].lock.as_ref())
+            .map(|lock| lock.slots);
         let task = &mut self.state.tasks[index];
+        // The child holds the step's lock for its run: the attempt's slot.
+        let lock = task
+            .limits
+            .as_ref()
+            .and_then(|limits| limits.lock.clone())
+            .zip(slots)
+            .map(|(key, slots)| JobLock { key, slots });
         task.attempt += 1;
         task.status = TaskStatus::Running;
         task.ready_at.get_or_insert(now);
@@ -73,6 +84,7 @@ impl Machine<'_> {
             version,
             params: task.input.clone().unwrap_or(Value::Null),
             priority: self.state.job.priority,
+            lock,
         };
         let detail = waiting_detail(task.wait.as_deref());
         self.save_task(index);

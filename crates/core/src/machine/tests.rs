@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::ids::{SequentialIds, TaskId};
-use crate::model::{EventKind, OperatorAction, OperatorCommand, ReportedError};
+use crate::model::{EventKind, OperatorAction, OperatorCommand, Parked, ReportedError};
 use crate::time::Duration;
 
 /// A job driven by hand: claims and reports by step id, with a controllable clock.
@@ -354,6 +354,67 @@ fn fan_out_makes_one_task_per_item_within_concurrency_and_gathers_outputs() {
         sim.find("after", TaskKind::Step).input,
         Some(json!({"all": [{"done": 0}, {"done": 1}, {"done": 2}]}))
     );
+}
+
+#[test]
+fn step_lock_and_rate_keys_are_rendered_per_task_when_it_is_made_ready() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: list, queue: q, command: c}\n- {id: each, queue: q, command: c, for_each: '${{ steps.list.output.hosts }}', lock: {key: 'host-${{ item }}'}, rate: {key: '${{ params.tenant }}', limit: 1/1s}}\n",
+        json!({"tenant": "t1"}),
+    );
+    assert_eq!(
+        sim.find("list", TaskKind::Step).limits,
+        None,
+        "no lock, no rate"
+    );
+    sim.complete("list", json!({"hosts": ["h0", "h1"]}));
+    let keys: Vec<(Option<String>, Option<String>)> = sim
+        .state
+        .tasks
+        .iter()
+        .filter(|t| t.kind == TaskKind::Item)
+        .map(|t| {
+            let limits = t.limits.as_deref().unwrap();
+            (limits.lock.clone(), limits.rate.clone())
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            (Some("host-h0".into()), Some("t1".into())),
+            (Some("host-h1".into()), Some("t1".into()))
+        ]
+    );
+}
+
+#[test]
+fn a_step_lock_key_that_does_not_render_fails_the_step_naming_the_field() {
+    let sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, lock: {key: '${{ params.db }}'}}\n",
+        json!({"db": ["not", "text"]}),
+    );
+    assert_eq!(sim.status("a"), TaskStatus::Failed);
+    let error = sim.find("a", TaskKind::Step).error.clone().unwrap();
+    assert!(error.message.contains("lock.key"), "{}", error.message);
+}
+
+#[test]
+fn a_parked_task_that_leaves_ready_is_parked_no_more() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, lock: {key: k}}\n",
+        json!({}),
+    );
+    let index = sim.state.tasks.iter().position(|t| t.step == "a").unwrap();
+    sim.state.tasks[index].limits.as_deref_mut().unwrap().parked = Some(Parked {
+        line: Parked::lock_line("k"),
+        since: sim.now,
+        reason: "waiting for lock k (1/1 held)".into(),
+    });
+    sim.operate(OperatorAction::Cancel { compensate: false })
+        .unwrap();
+    let task = sim.find("a", TaskKind::Step);
+    assert_eq!(task.status, TaskStatus::Cancelled);
+    assert_eq!(task.limits.as_deref().unwrap().parked, None);
 }
 
 #[test]

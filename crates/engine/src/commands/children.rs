@@ -69,6 +69,7 @@ fn create_child(ctx: &mut WriteCtx<'_>, parent: &JobState, start: ChildStart) ->
     new.depth = parent.job.depth + 1;
     new.child_versions = child_versions(ctx, &namespace, &compiled.workflow)?;
     new.held_by_ancestors = ancestors_locks(ctx, parent)?;
+    new.step_lock = start.lock;
     new.parent = Some(start.parent);
     create_job(ctx, &compiled.workflow, new).map(|_| ())
 }
@@ -93,8 +94,8 @@ pub(super) fn child_versions(
     Ok(versions)
 }
 
-/// The lock keys `parent` and its ancestors hold.
-fn ancestors_locks(ctx: &mut WriteCtx<'_>, parent: &JobState) -> Result<Vec<String>> {
+/// The lock keys `parent` and its ancestors hold (as their workflows' locks).
+pub(super) fn ancestors_locks(ctx: &mut WriteCtx<'_>, parent: &JobState) -> Result<Vec<String>> {
     let mut keys: Vec<String> = parent.job.lock.iter().map(|l| l.key.clone()).collect();
     let mut next = parent.job.parent.as_ref().map(|link| link.job.clone());
     while let Some(id) = next {

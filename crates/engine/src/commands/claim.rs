@@ -11,10 +11,14 @@ use starbridge_core::time::Duration;
 use starbridge_core::time::Timestamp;
 use starbridge_store::db::Conn;
 use starbridge_store::rows;
-use starbridge_store::rows::RowLock;
+use starbridge_store::rows::{Pass, RowLock};
 use std::collections::HashMap;
 
+use super::step_limits::{self, Gate};
 use super::{apply, workflow_of};
+
+/// How many ready tasks a claim reads per queue in a round after one that parked tasks.
+const PARKING_ROUND: u32 = 256;
 
 /// A polled queue that may hand out work now.
 pub(crate) struct OpenQueue {
@@ -87,7 +91,10 @@ pub(crate) fn open_queues(
 }
 
 /// Claims up to `max` ready tasks of the given queues, in dispatch order, within each queue's
-/// mode, concurrency and pause (see `starbridge_core::dispatch`).
+/// mode, concurrency and pause (see `starbridge_core::dispatch`), and each task's step lock and
+/// rate (see `step_limits`). A task that cannot have its slot or token is parked out of the
+/// claim order, and the claim reads on past it: a round that parked tasks is followed by
+/// another, until `max` tasks are claimed or the queues have no more ready tasks.
 pub(crate) fn claim(
     ctx: &mut WriteCtx<'_>,
     namespace: &str,
@@ -95,103 +102,121 @@ pub(crate) fn claim(
     worker: &str,
     max: u32,
 ) -> Result<Vec<Claimed>> {
-    let mut candidates = Vec::new();
     let mut free_slots: HashMap<String, u32> = HashMap::new();
     let prefixes = ctx.queue_prefixes(namespace)?;
     let (open, _) = open_queues(ctx.conn, namespace, queues, &prefixes, ctx.now, true)?;
     for queue in &open {
-        let limit = queue.free.map_or(max, |free| free.min(max));
         if let Some(free) = queue.free {
             free_slots.insert(queue.name.clone(), free);
-        }
-        if queue.rollback_only {
-            candidates.extend(rows::rollback_candidates(
-                ctx.conn,
-                namespace,
-                &queue.name,
-                &queue.config,
-                ctx.now,
-                limit,
-            )?);
-            continue;
-        }
-        for starving in [true, false] {
-            candidates.extend(rows::claim_candidates(
-                ctx.conn,
-                namespace,
-                &queue.name,
-                &queue.config,
-                ctx.now,
-                limit,
-                starving,
-            )?);
         }
     }
     let mut claimed = Vec::new();
     // Each job is loaded once per claim, however many of its tasks are claimed, and those not
     // cached together (`None`: another node holds it).
     let mut jobs: HashMap<JobId, Option<JobState>> = HashMap::new();
-    let mut missing = Vec::new();
-    for candidate in &candidates {
-        if jobs.contains_key(&candidate.job) {
-            continue;
-        }
-        match ctx.jobs.take(&candidate.job) {
-            Some(state) => {
-                jobs.insert(candidate.job.clone(), Some(state));
-            }
-            None => {
-                jobs.insert(candidate.job.clone(), None);
-                missing.push(candidate.job.clone());
-            }
-        }
-    }
-    for state in rows::lock_job_states(ctx.conn, &missing, RowLock::Skip)? {
-        jobs.insert(state.job.id.clone(), Some(state));
-    }
-    for candidate in dispatch::order(candidates, usize::MAX) {
-        if claimed.len() >= max as usize {
-            break;
-        }
-        if let Some(free) = free_slots.get_mut(&candidate.queue) {
-            if *free == 0 {
+    let mut round_limit = max;
+    loop {
+        let mut candidates = Vec::new();
+        for queue in &open {
+            let free = free_slots.get(&queue.name).copied();
+            let limit = free.map_or(round_limit, |free| free.min(round_limit));
+            if limit == 0 {
                 continue;
             }
-            *free -= 1;
-        }
-        // A job another node is changing right now is left for a later claim.
-        let Some(Some(state)) = jobs.get_mut(&candidate.job) else {
-            continue;
-        };
-        let compiled = workflow_of(ctx, state)?;
-        let lease_token = uuid::Uuid::new_v4().simple().to_string();
-        let callback_secret = crate::secrets::random_hex();
-        let task_id = candidate.task;
-        let input = Input::Claim {
-            task: task_id.clone(),
-            worker: worker.to_owned(),
-            lease_token,
-            callback_hash: crate::secrets::hash(&callback_secret),
-        };
-        match apply(ctx, &compiled.workflow, state, input) {
-            Ok(()) => {
-                let task = state
-                    .task(&task_id)
-                    .cloned()
-                    .ok_or_else(|| Error::Corrupt(format!("claimed task {task_id} vanished")))?;
-                let lease = lease_of(&compiled.workflow, &task);
-                let callback_token = super::callback_token(&task, &callback_secret);
-                claimed.push(Claimed {
-                    task,
-                    lease,
-                    callback_token,
-                });
+            let passes: &[Pass] = if queue.rollback_only {
+                &[Pass::Compensations]
+            } else {
+                &[Pass::Starving, Pass::ByPriority]
+            };
+            for &pass in passes {
+                candidates.extend(rows::claim_candidates(
+                    ctx.conn,
+                    namespace,
+                    &queue.name,
+                    &queue.config,
+                    ctx.now,
+                    limit,
+                    pass,
+                )?);
             }
-            Err(Error::Conflict(reason)) => {
-                tracing::debug!(%task_id, %reason, "ready task not claimable");
-            }
-            Err(error) => return Err(error),
         }
+        let fetched = candidates.len();
+        let mut missing = Vec::new();
+        for candidate in &candidates {
+            if jobs.contains_key(&candidate.job) {
+                continue;
+            }
+            match ctx.jobs.take(&candidate.job) {
+                Some(state) => {
+                    jobs.insert(candidate.job.clone(), Some(state));
+                }
+                None => {
+                    jobs.insert(candidate.job.clone(), None);
+                    missing.push(candidate.job.clone());
+                }
+            }
+        }
+        for state in rows::lock_job_states(ctx.conn, &missing, RowLock::Skip)? {
+            jobs.insert(state.job.id.clone(), Some(state));
+        }
+        let mut parked = 0;
+        for candidate in dispatch::order(candidates, usize::MAX) {
+            if claimed.len() >= max as usize {
+                break;
+            }
+            if free_slots.get(&candidate.queue) == Some(&0) {
+                continue;
+            }
+            // A job another node is changing right now is left for a later claim.
+            let Some(Some(state)) = jobs.get_mut(&candidate.job) else {
+                continue;
+            };
+            let compiled = workflow_of(ctx, state)?;
+            let task_id = candidate.task;
+            let takes = match step_limits::gate(ctx, &compiled.workflow, state, &task_id)? {
+                Gate::Go(takes) => takes,
+                Gate::Parked => {
+                    parked += 1;
+                    continue;
+                }
+            };
+            if let Some(free) = free_slots.get_mut(&candidate.queue) {
+                *free -= 1;
+            }
+            let lease_token = uuid::Uuid::new_v4().simple().to_string();
+            let callback_secret = crate::secrets::random_hex();
+            let input = Input::Claim {
+                task: task_id.clone(),
+                worker: worker.to_owned(),
+                lease_token,
+                callback_hash: crate::secrets::hash(&callback_secret),
+            };
+            match apply(ctx, &compiled.workflow, state, input) {
+                Ok(()) => {
+                    step_limits::take(ctx, state, &task_id, takes)?;
+                    let task = state.task(&task_id).cloned().ok_or_else(|| {
+                        Error::Corrupt(format!("claimed task {task_id} vanished"))
+                    })?;
+                    let lease = lease_of(&compiled.workflow, &task);
+                    let callback_token = super::callback_token(&task, &callback_secret);
+                    claimed.push(Claimed {
+                        task,
+                        lease,
+                        callback_token,
+                    });
+                }
+                Err(Error::Conflict(reason)) => {
+                    tracing::debug!(%task_id, %reason, "ready task not claimable");
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        // Parked tasks left the claim order: read on past them while work is wanted. Later
+        // rounds read more at once, as what parks tends to come in crowds.
+        if parked == 0 || claimed.len() >= max as usize || fetched == 0 {
+            break;
+        }
+        round_limit = round_limit.max(PARKING_ROUND);
     }
     for state in jobs.into_values().flatten() {
         ctx.jobs.keep(state);

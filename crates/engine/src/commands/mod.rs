@@ -13,6 +13,7 @@ mod queues;
 mod report;
 pub(crate) mod schedules;
 mod signals;
+mod step_limits;
 mod submit;
 mod tick;
 pub(crate) mod tokens;
@@ -27,12 +28,13 @@ pub(crate) use queues::{configure_prefix, configure_queue, drop_settings, settin
 pub(crate) use report::{Answer, prefetch, report};
 pub use signals::SignalAccepted;
 pub(crate) use signals::{decide, signal};
+pub(crate) use step_limits::hand_out_freed;
 pub(crate) use submit::submit;
 pub(crate) use tick::tick;
 pub(crate) use workflows::{apply_workflow, delete_workflow};
 
 use claim::lease_of;
-use locks::start_waiting_jobs;
+use locks::hand_out_slots;
 use workflows::{check_no_nul, store_workflow};
 
 use crate::cache::Compiled;
@@ -136,6 +138,7 @@ fn apply(
     };
     let before = state.job.status;
     let actions = machine::apply(workflow, state, input, &mut machine_ctx).map_err(refusal)?;
+    step_limits::release_ended(ctx, workflow, state, &actions)?;
     let follow_ups = persist(ctx, state, actions)?;
     if state.job.status != before {
         crate::commands::outbox::enqueue(ctx, &state.job, Some(before))?;
@@ -230,7 +233,7 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
     }
     for key in released {
         rows::release_lock(ctx.conn, &state.job.id)?;
-        start_waiting_jobs(ctx, namespace, &key)?;
+        hand_out_slots(ctx, namespace, &key, false)?;
     }
     Ok(follow_ups)
 }

@@ -13,8 +13,8 @@ use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
 use super::{
-    UuidIds, carry_out, check_labels, check_no_nul, child_versions, invalid, load_job, new_job_id,
-    persist, start_waiting_jobs, store_workflow,
+    UuidIds, carry_out, check_labels, check_no_nul, child_versions, hand_out_slots, invalid,
+    load_job, new_job_id, persist, store_workflow,
 };
 
 pub(crate) fn submit(
@@ -160,7 +160,7 @@ pub(crate) fn create_job(
     carry_out(ctx, &mut state, follow_ups)?;
     ctx.jobs.keep(state.clone());
     if let Some(lock) = state.job.lock.clone() {
-        start_waiting_jobs(ctx, &namespace, &lock.key)?;
+        hand_out_slots(ctx, &namespace, &lock.key, false)?;
         if let Some(started) = load_job(ctx, &state.job.id, RowLock::None)? {
             ctx.jobs.keep(started.clone());
             state = started;

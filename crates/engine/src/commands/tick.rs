@@ -1,4 +1,5 @@
-//! Time passing: lapsed leases, passed deadlines, due schedule fires.
+//! Time passing: lapsed leases, passed deadlines, due schedule fires, rate buckets whose
+//! parked tasks are due a token.
 
 use crate::Result;
 use crate::ctx::WriteCtx;
@@ -8,8 +9,9 @@ use starbridge_store::rows::RowLock;
 
 use super::{apply, deliver_endings, workflow_of};
 
-/// Handles every lapsed lease and passed deadline due at `ctx.now`, and hands ended children to
-/// their parents; returns how many jobs moved.
+/// Handles every lapsed lease and passed deadline due at `ctx.now`, hands ended children to
+/// their parents and refilled rate tokens to parked tasks; returns how many jobs and buckets
+/// moved.
 pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
     crate::commands::schedules::fire_due(ctx)?;
     let due = rows::due_jobs(ctx.conn, ctx.now, u32::try_from(limit).unwrap_or(u32::MAX))?;
@@ -33,5 +35,6 @@ pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
         applied?;
     }
     let delivered = deliver_endings(ctx, u32::try_from(limit).unwrap_or(u32::MAX))?;
-    Ok(due.len() + delivered)
+    let buckets = super::step_limits::wake_rates(ctx, u32::try_from(limit).unwrap_or(u32::MAX))?;
+    Ok(due.len() + delivered + buckets)
 }

@@ -1,5 +1,5 @@
-//! The pruner: deletes finished jobs (with their tasks and history) past the retention now and
-//! then.
+//! The pruner: deletes finished jobs (with their tasks and history) past the retention, and the
+//! idle token buckets of steps' per-key rates, now and then.
 
 use std::time::Duration as StdDuration;
 
@@ -21,6 +21,9 @@ pub async fn run_pruner(store: Engine, mut stop: watch::Receiver<bool>) {
                 Err(error) => tracing::warn!(%error, "pruner: database error"),
             }
             break;
+        }
+        if let Err(error) = store.prune_rate_buckets().await {
+            tracing::warn!(%error, "pruner: database error");
         }
         tokio::select! {
             () = tokio::time::sleep(PRUNE_EVERY) => {}

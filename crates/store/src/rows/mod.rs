@@ -2,7 +2,7 @@
 //! both backends (see `db`): jobs (`jobs`), their labels (`labels`), tasks with the claim's candidates (`tasks`), history
 //! (`events`), queues with their rate buckets (`queues`), the settings of queue name prefixes
 //! (`queue_prefixes`), workflow versions (`workflows`), lock
-//! slots (`locks`), lease, deadline and wait timers (`timers`), signals sent to jobs
+//! slots of jobs and tasks (`locks`), the token buckets of steps' per-key rates (`rates`), lease, deadline and wait timers (`timers`), signals sent to jobs
 //! (`signals`), the endings of child jobs for their parents (`children`), namespaces (`namespaces`), the health
 //! probe (`health`), schedules (`schedules`), webhook subscriptions (`webhooks`) and their
 //! outbox (`deliveries`), API tokens (`tokens`) and the audit log (`audit`). The rest of the
@@ -30,6 +30,7 @@ mod locks;
 mod namespaces;
 pub mod queue_prefixes;
 mod queues;
+pub mod rates;
 pub mod schedules;
 mod signals;
 mod tasks;
@@ -48,7 +49,10 @@ pub use jobs::{
     lock_job_state, lock_job_states, prune_finished,
 };
 pub use labels::{JOB_LABEL_WRITE, label_values};
-pub use locks::{first_queued, hold_lock, lock_holders, release_lock};
+pub use locks::{
+    first_parked, first_queued, hold_lock, hold_task_lock, lock_holders, release_lock,
+    release_task_lock,
+};
 pub use namespaces::ensure_namespace;
 pub use queues::{
     QueueSearch, ensure_queue, queue, queue_line, queue_page, save_bucket, save_queue,
@@ -56,8 +60,8 @@ pub use queues::{
 };
 pub use signals::{consume_signal, insert_signal, pending_signals, signal_seen};
 pub use tasks::{
-    TASK_WRITE, claim_candidates, job_of_task, jobs_of_tasks, next_available, pending_approvals,
-    rollback_candidates, running_count, task_values,
+    Pass, TASK_WRITE, claim_candidates, job_of_task, jobs_of_tasks, next_available,
+    pending_approvals, running_count, task_values,
 };
 pub use timers::{due_jobs, next_timer};
 pub use workflows::{

@@ -14,7 +14,7 @@ use crate::{Error, Result};
 pub(super) const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queue, command, status, \
      priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, worker_id, \
      input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq, \
-     held, round, attempt_base, wait, pending_outcome, callback, child_job_id";
+     held, round, attempt_base, wait, pending_outcome, callback, child_job_id, limits";
 
 pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
     Ok(RawTask {
@@ -53,6 +53,7 @@ pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
         pending_outcome: row.get(32)?,
         callback: row.get(33)?,
         child_job_id: row.get(34)?,
+        limits: row.get(35)?,
     })
 }
 
@@ -85,13 +86,15 @@ pub(super) struct RawTask {
     started_at: Option<i64>,
     ended_at: Option<i64>,
     completed_seq: Option<i64>,
-    held: bool,
+    /// 0: claimable; 1: its job is paused; 2: parked for a step's lock or rate.
+    held: i64,
     round: u32,
     attempt_base: u32,
     wait: Option<String>,
     pending_outcome: Option<String>,
     callback: Option<String>,
     child_job_id: Option<String>,
+    limits: Option<String>,
 }
 
 impl RawTask {
@@ -129,7 +132,7 @@ impl RawTask {
             started_at: ts(self.started_at),
             ended_at: ts(self.ended_at),
             completed_seq: self.completed_seq.and_then(|n| u64::try_from(n).ok()),
-            held: self.held,
+            held: self.held == HELD_PAUSED,
             round: self.round,
             attempt_base: self.attempt_base,
             wait: parse_json(self.wait)?,
@@ -139,9 +142,15 @@ impl RawTask {
                 .child_job_id
                 .map(|id| JobId::parse(&id).map(Box::new).ok_or_else(|| corrupt(&id)))
                 .transpose()?,
+            limits: parse_json(self.limits)?,
         })
     }
 }
+
+/// The `held` column of a ready task its paused job holds back (0: claimable).
+const HELD_PAUSED: i64 = 1;
+/// The `held` column of a ready task parked for a step's lock or rate.
+const HELD_PARKED: i64 = 2;
 
 /// Tasks of a namespace waiting for approval, oldest first, with their job's workflow.
 pub fn pending_approvals(
@@ -236,6 +245,9 @@ pub const TASK_WRITE: RowWrite = RowWrite {
         "pending_outcome",
         "callback",
         "child_job_id",
+        "limits",
+        "parked",
+        "parked_at",
     ],
     upsert: Some((
         "id",
@@ -268,6 +280,9 @@ pub const TASK_WRITE: RowWrite = RowWrite {
             "pending_outcome",
             "callback",
             "child_job_id",
+            "limits",
+            "parked",
+            "parked_at",
         ],
     )),
 };
@@ -283,6 +298,19 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         WaitFor::Child { .. } => "child",
         WaitFor::ChildRetry { .. } => "child_retry",
     });
+    // Out of the claim order while paused, or parked (which only a ready task is).
+    let parked = task
+        .limits
+        .as_ref()
+        .and_then(|limits| limits.parked.as_ref())
+        .filter(|_| task.status == TaskStatus::Ready);
+    let held = if task.held {
+        HELD_PAUSED
+    } else if parked.is_some() {
+        HELD_PARKED
+    } else {
+        0
+    };
     args![
         task.id.as_str(),
         task.job_id.as_str(),
@@ -313,7 +341,7 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         task.started_at.map(|t| t.0),
         task.ended_at.map(|t| t.0),
         task.completed_seq,
-        task.held,
+        held,
         task.round,
         task.attempt_base,
         opt_json_text(task.wait.as_ref()),
@@ -322,15 +350,29 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         opt_json_text(task.pending_outcome.as_ref()),
         opt_json_text(task.callback.as_ref()),
         task.child.as_deref().map(JobId::as_str),
+        opt_json_text(task.limits.as_ref()),
+        parked.map(|parked| parked.line.as_str()),
+        parked.map(|parked| parked.since.0),
     ]
     .iter()
     .map(SqlValue::of)
     .collect()
 }
 
-/// Ready tasks of one queue in priority order (priority, then age, then id), or, with
-/// `starving_before`, those that became claimable before that time, oldest first. On
-/// PostgreSQL the rows are locked, skipping those another node's claim holds.
+/// Which ready tasks of a queue a claim reads, and in which order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pass {
+    /// Those claimable since before the queue's `max_wait`, oldest first.
+    Starving,
+    /// Every claimable one, by priority, then age, then id.
+    ByPriority,
+    /// Claimable compensations only, by priority: a queue stopped on error (`on_error:
+    /// pause`) hands out no other.
+    Compensations,
+}
+
+/// Ready tasks of one queue that a claim may take, as `pass` selects and orders them, at most
+/// `limit`. On PostgreSQL the rows are locked, skipping those another node's claim holds.
 pub fn claim_candidates(
     conn: &mut dyn Conn,
     namespace: &str,
@@ -338,53 +380,28 @@ pub fn claim_candidates(
     config: &QueueConfig,
     now: Timestamp,
     limit: u32,
-    starving: bool,
+    pass: Pass,
 ) -> Result<Vec<Candidate>> {
-    candidates(conn, namespace, queue, config, now, limit, Some(starving))
-}
-
-/// The ready compensation tasks of a queue that stopped on error (`on_error: pause`), which
-/// still dispatches them, in dispatch order (no starving pass: they are few).
-pub fn rollback_candidates(
-    conn: &mut dyn Conn,
-    namespace: &str,
-    queue: &str,
-    config: &QueueConfig,
-    now: Timestamp,
-    limit: u32,
-) -> Result<Vec<Candidate>> {
-    candidates(conn, namespace, queue, config, now, limit, None)
-}
-
-/// `starving`: `None` for the compensations only.
-fn candidates(
-    conn: &mut dyn Conn,
-    namespace: &str,
-    queue: &str,
-    config: &QueueConfig,
-    now: Timestamp,
-    limit: u32,
-    starving: Option<bool>,
-) -> Result<Vec<Candidate>> {
-    let sql = match starving {
-        None => {
+    let sql = match pass {
+        Pass::Compensations => {
             "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_rollback \
              WHERE status = 'ready' AND held = 0 AND kind = 'compensation' AND namespace = ?1 \
              AND queue = ?2 AND available_at <= ?3 \
              ORDER BY priority DESC, available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
         }
-        Some(true) => {
+        Pass::Starving => {
             "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_age \
-         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
-         ORDER BY available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
+             WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
+             AND available_at <= ?3 ORDER BY available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
         }
-        Some(false) => {
+        Pass::ByPriority => {
             "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_dispatch \
-         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 AND available_at <= ?3 \
-         ORDER BY priority DESC, available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
+             WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
+             AND available_at <= ?3 ORDER BY priority DESC, available_at, id LIMIT ?4 \
+             FOR UPDATE SKIP LOCKED"
         }
     };
-    let starving = starving == Some(true);
+    let starving = pass == Pass::Starving;
     let bound = if starving {
         Timestamp(
             now.0

@@ -7,8 +7,8 @@ use starbridge_core::dispatch::{Bucket, OnError, QueueConfig, QueueMode, RateLim
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{
     CallbackAnswer, CallbackCallKind, CallbackGrant, ErrorKind, Event, EventKind, Job, JobLock,
-    JobStatus, Outcome, ParentLink, Signal, Task, TaskError, TaskKind, TaskStatus, Wait, WaitFor,
-    WindDown,
+    JobStatus, Outcome, ParentLink, Parked, Signal, Task, TaskError, TaskKind, TaskLimits,
+    TaskStatus, Wait, WaitFor, WindDown,
 };
 use starbridge_core::schedule::{CatchUp, Overlap};
 use starbridge_core::time::{Duration, Timestamp};
@@ -108,6 +108,8 @@ on_both_backends!(
     queue_pages_filter_by_prefix_and_text_and_count_what_each_holds,
     queue_prefix_settings_read_back,
     lock_slots_go_to_the_oldest_queued_job,
+    parked_tasks_leave_the_claim_order_and_wait_in_line,
+    rate_buckets_read_back_fall_due_and_are_pruned_once_refilled,
     workflow_versions_read_back,
     schedules_read_back_and_fall_due,
     webhooks_and_their_deliveries_read_back,
@@ -181,6 +183,7 @@ fn task(job: &Job, seq: u32, queue: &str, priority: i32, available_at: Timestamp
         pending_outcome: None,
         callback: None,
         child: None,
+        limits: None,
     }
 }
 
@@ -649,16 +652,19 @@ fn claim_candidates_come_in_dispatch_order(db: &mut Db) {
             .map(|candidate| candidate.task.as_str()[4..].to_owned())
             .collect()
     };
-    let by_priority = claim_candidates(conn, "default", "q", &config, NOW, 10, false).unwrap();
+    let by_priority =
+        claim_candidates(conn, "default", "q", &config, NOW, 10, Pass::ByPriority).unwrap();
     assert!(by_priority.iter().all(|c| !c.starving && c.job == job.id));
     assert_eq!(
         seqs(by_priority),
         ["claims-4", "claims-5", "claims-3"],
         "priority, then age: held, running and future tasks are not candidates"
     );
-    let limited = claim_candidates(conn, "default", "q", &config, NOW, 1, false).unwrap();
+    let limited =
+        claim_candidates(conn, "default", "q", &config, NOW, 1, Pass::ByPriority).unwrap();
     assert_eq!(seqs(limited), ["claims-4"]);
-    let starving = claim_candidates(conn, "default", "q", &config, NOW, 10, true).unwrap();
+    let starving =
+        claim_candidates(conn, "default", "q", &config, NOW, 10, Pass::Starving).unwrap();
     assert!(starving.iter().all(|c| c.starving));
     assert_eq!(
         seqs(starving),
@@ -885,15 +891,159 @@ fn lock_slots_go_to_the_oldest_queued_job(db: &mut Db) {
     let first = JobId::from_unique("a-first");
     assert_eq!(
         first_queued(conn, "default", "db").unwrap(),
-        Some(first.clone())
+        Some((first.clone(), NOW))
     );
     assert_eq!(first_queued(conn, "default", "other").unwrap(), None);
     assert_eq!(lock_holders(conn, "default", "db").unwrap(), 0);
     hold_lock(conn, "default", "db", &first, NOW).unwrap();
     assert_eq!(lock_holders(conn, "default", "db").unwrap(), 1);
     assert_eq!(lock_holders(conn, "other", "db").unwrap(), 0);
+    // A task's slot of its step's lock counts against the same key.
+    let task = TaskId::from_unique("t");
+    hold_task_lock(conn, "default", "db", &first, &task, NOW).unwrap();
+    assert_eq!(lock_holders(conn, "default", "db").unwrap(), 2);
     release_lock(conn, &first).unwrap();
+    assert_eq!(lock_holders(conn, "default", "db").unwrap(), 1);
+    release_task_lock(conn, &task).unwrap();
     assert_eq!(lock_holders(conn, "default", "db").unwrap(), 0);
+}
+
+fn parked_tasks_leave_the_claim_order_and_wait_in_line(db: &mut Db) {
+    let job = job("parks", NOW);
+    let parked = |seq: u32, since: Timestamp| {
+        let mut task = task(&job, seq, "q", 0, NOW);
+        task.limits = Some(Box::new(TaskLimits {
+            lock: Some("db".to_owned()),
+            rate: None,
+            slot: None,
+            parked: Some(Parked {
+                line: Parked::lock_line("db"),
+                since,
+                reason: "waiting for lock db (1/1 held)".to_owned(),
+            }),
+        }));
+        task
+    };
+    let mut paused = parked(3, NOW);
+    paused.held = true;
+    let tasks = [
+        parked(1, later(5)),
+        parked(2, NOW),
+        paused,
+        task(&job, 4, "q", 0, NOW),
+    ];
+    db.insert(&job, &tasks, &[]);
+    let conn = &mut db.conn;
+    let candidates = claim_candidates(
+        conn,
+        "default",
+        "q",
+        &QueueConfig::default(),
+        NOW,
+        10,
+        Pass::ByPriority,
+    )
+    .unwrap();
+    let ids: Vec<&str> = candidates.iter().map(|c| &c.task.as_str()[4..]).collect();
+    assert_eq!(ids, ["parks-4"], "parked tasks are out of the claim order");
+    let line = first_parked(conn, "default", &Parked::lock_line("db"), 10).unwrap();
+    let ids: Vec<&str> = line
+        .iter()
+        .map(|(_, task, _)| &task.as_str()[4..])
+        .collect();
+    assert_eq!(
+        ids,
+        ["parks-2", "parks-3", "parks-1"],
+        "longest parked first"
+    );
+    assert!(
+        first_parked(conn, "default", &Parked::lock_line("other"), 10)
+            .unwrap()
+            .is_empty()
+    );
+    // A parked task reads back parked; its job's pause is its own.
+    let state = load_job_state(conn, &job.id).unwrap().unwrap();
+    let by_id = |unique: &str| {
+        state
+            .tasks
+            .iter()
+            .find(|task| task.id.as_str().ends_with(unique))
+            .unwrap()
+    };
+    assert!(!by_id("parks-2").held);
+    assert!(by_id("parks-3").held);
+    assert_eq!(by_id("parks-1").limits, tasks[0].limits);
+}
+
+fn rate_buckets_read_back_fall_due_and_are_pruned_once_refilled(db: &mut Db) {
+    let conn = &mut db.conn;
+    let id = rates::BucketId {
+        namespace: "default".to_owned(),
+        key: "tenant-a".to_owned(),
+        limit: RateLimit {
+            tokens: 2,
+            per: Duration::from_secs(60),
+        },
+    };
+    let other_limit = rates::BucketId {
+        limit: RateLimit {
+            tokens: 5,
+            per: Duration::from_secs(60),
+        },
+        ..id.clone()
+    };
+    assert_eq!(
+        rates::rate_bucket(conn, &id).unwrap(),
+        None,
+        "a new bucket is full"
+    );
+    let bucket = Bucket {
+        tokens: 0.0,
+        at: NOW,
+    };
+    rates::save_rate_bucket(conn, &id, bucket).unwrap();
+    rates::set_rate_wake(conn, &id, Some(later(30_000))).unwrap();
+    assert_eq!(
+        rates::rate_bucket(conn, &id).unwrap(),
+        Some((bucket, Some(later(30_000))))
+    );
+    assert_eq!(
+        rates::rate_bucket(conn, &other_limit).unwrap(),
+        None,
+        "a limit has its own"
+    );
+    // Taking a token keeps the wake-up of the tasks parked on the bucket.
+    let taken = Bucket {
+        tokens: 0.5,
+        at: later(1),
+    };
+    rates::save_rate_bucket(conn, &id, taken).unwrap();
+    assert_eq!(
+        rates::rate_bucket(conn, &id).unwrap(),
+        Some((taken, Some(later(30_000))))
+    );
+    assert!(
+        rates::due_rate_buckets(conn, later(29_999), 10)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        rates::due_rate_buckets(conn, later(30_000), 10).unwrap(),
+        std::slice::from_ref(&id)
+    );
+    assert_eq!(
+        rates::prune_rate_buckets(conn, later(120_000)).unwrap(),
+        0,
+        "tasks wait on it"
+    );
+    rates::set_rate_wake(conn, &id, None).unwrap();
+    assert_eq!(
+        rates::prune_rate_buckets(conn, later(60_000)).unwrap(),
+        0,
+        "not refilled"
+    );
+    assert_eq!(rates::prune_rate_buckets(conn, later(60_001)).unwrap(), 1);
+    assert_eq!(rates::rate_bucket(conn, &id).unwrap(), None);
 }
 
 fn workflow_versions_read_back(db: &mut Db) {

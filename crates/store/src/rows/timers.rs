@@ -44,8 +44,8 @@ pub fn due_jobs(conn: &mut dyn Conn, now: Timestamp, limit: u32) -> Result<Vec<J
     Ok(job_ids(ids))
 }
 
-/// The next time a lease lapses, a deadline passes or a wait ends, or since when a child's
-/// ending waits for its parent.
+/// The next time a lease lapses, a deadline passes, a wait ends or a rate's parked tasks are
+/// due a token, or since when a child's ending waits for its parent.
 pub fn next_timer(conn: &mut dyn Conn) -> Result<Option<Timestamp>> {
     let min: Option<i64> = conn.query_value(
         "SELECT MIN(t) FROM ( \
@@ -53,7 +53,8 @@ pub fn next_timer(conn: &mut dyn Conn) -> Result<Option<Timestamp>> {
          UNION ALL SELECT MIN(deadline_at) FROM tasks WHERE deadline_at IS NOT NULL AND status IN ('ready', 'running') \
          UNION ALL SELECT MIN(deadline_at) FROM jobs WHERE deadline_at IS NOT NULL AND status = 'running' \
          UNION ALL SELECT MIN(wake_at) FROM tasks WHERE status = 'running' AND held = 0 AND wake_at IS NOT NULL \
-         UNION ALL SELECT MIN(ended_at) FROM child_endings) AS timers",
+         UNION ALL SELECT MIN(ended_at) FROM child_endings \
+         UNION ALL SELECT MIN(wake_at) FROM rate_buckets WHERE wake_at IS NOT NULL) AS timers",
         &[],
     )?;
     Ok(min.map(Timestamp))

@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::Sim;
-use crate::ids::JobId;
+use crate::definition::Workflow;
+use crate::ids::{JobId, SequentialIds};
 use crate::limits::Limits;
-use crate::machine::NewJob;
+use crate::machine::{CreateError, Ctx, NewJob, create_job};
 use crate::model::{
-    Action, ChildCommand, ChildStart, ErrorKind, EventKind, Input, JobStatus, OperatorAction,
-    Rejection, TaskKind, TaskStatus, WaitFor, WindDown,
+    Action, ChildCommand, ChildStart, ErrorKind, EventKind, Input, JobLock, JobStatus,
+    OperatorAction, Rejection, TaskKind, TaskStatus, WaitFor, WindDown,
 };
-use crate::time::Duration;
+use crate::time::{Duration, Timestamp};
 
 /// A parent job whose `migrate` workflow is at version 3.
 fn parent(yaml: &str, params: Value) -> Sim {
@@ -439,4 +440,39 @@ fn failing_a_sub_workflow_step_by_hand_cancels_its_child_with_compensation() {
         sim.find("prepare", TaskKind::Compensation).status,
         TaskStatus::Ready
     );
+}
+
+#[test]
+fn a_sub_workflow_steps_lock_goes_with_its_child_and_a_child_holds_one_lock() {
+    let parent = parent(
+        "steps:\n- {id: run, workflow: migrate, lock: {key: 'db-${{ params.db }}', slots: 3}}\n",
+        json!({"db": "main"}),
+    );
+    let lock = parent.started()[0].lock.clone().unwrap();
+    assert_eq!((lock.key.as_str(), lock.slots), ("db-main", 3));
+
+    let started = |workflow_lock: &str, step_lock: &JobLock| {
+        let mut new = NewJob::new(JobId::from_unique("c"), "default".into(), 1, json!({}));
+        new.step_lock = Some(step_lock.clone());
+        let yaml = format!("{workflow_lock}steps:\n- {{id: a, queue: q, command: c}}\n");
+        let workflow = Workflow::from_document("child", &yaml).unwrap();
+        let mut ids = SequentialIds::default();
+        let mut ctx = Ctx {
+            now: Timestamp(0),
+            ids: &mut ids,
+            limits: Limits::default(),
+        };
+        create_job(&workflow, new, &mut ctx).map(|(state, _)| state.job)
+    };
+    let child = started("", &lock).unwrap();
+    assert_eq!(
+        child.status,
+        JobStatus::Queued,
+        "it waits for the step's slot"
+    );
+    assert_eq!(child.lock, Some(lock.clone()));
+    let same_key = started("lock: {key: db-main}\n", &lock).unwrap();
+    assert_eq!(same_key.lock, Some(lock.clone()));
+    let CreateError::LockKey(message) = started("lock: {key: other}\n", &lock).unwrap_err();
+    assert!(message.contains("a job holds one lock"), "{message}");
 }
