@@ -565,6 +565,10 @@ pub struct LeasedTask {
     /// (`/api/v1/callbacks/{token}/…`) after the worker's `await-callback`. Shown only here.
     #[serde(default)]
     pub callback_token: String,
+    /// The attempt's W3C trace context (`00-<trace id>-<span id>-01`), present only while the
+    /// server exports traces (`--otlp-endpoint`): a worker's own spans belong under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// The claimed tasks; empty when none became ready within `wait_ms`.

@@ -52,6 +52,10 @@ pub(crate) struct ServerArgs {
         value_delimiter = ','
     )]
     webhook_allow: Vec<String>,
+    /// Export OpenTelemetry traces over OTLP/HTTP (protobuf) to this base URL (spans go to
+    /// URL/v1/traces): a span per job, per task attempt and per API request. Off when unset.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -333,6 +337,14 @@ impl ServerArgs {
         };
         let store = Engine::open_with(database.url(), options, Arc::new(SystemClock))
             .with_context(|| format!("cannot open {}", database.url()))?;
+        if let Some(endpoint) = self
+            .otlp_endpoint
+            .as_deref()
+            .filter(|endpoint| !endpoint.trim().is_empty())
+        {
+            store.export_traces(endpoint)?;
+            tracing::info!(endpoint, "exporting traces over OTLP (--otlp-endpoint)");
+        }
         let mut server = Server::bind(store.clone(), &self.listen)
             .await?
             .with_limits(limits)

@@ -1,6 +1,6 @@
 //! The pure domain of Starbridge: workflow definitions and their validation, the expression
 //! language, job labels, the job and task state machines, and retry arithmetic; where tasks go
-//! (`routing`: queue templates and patterns); API token scopes (`scope`); what webhook subscribers may hear of (`webhook`);
+//! (`routing`: queue templates and patterns); API token scopes (`scope`); what webhook subscribers may hear of (`webhook`); W3C trace context (`trace`);
 //! and every closed set of values the HTTP API carries as strings, with the open form in which
 //! clients read them (`wire`).
 //!
@@ -21,6 +21,7 @@ pub mod schedule;
 pub mod scope;
 pub mod text;
 pub mod time;
+pub mod trace;
 pub mod webhook;
 pub mod wire;
 

@@ -20,6 +20,10 @@ pub(crate) struct WriteCtx<'a> {
     /// Reads that hold for the whole transaction.
     pub(crate) reads: &'a mut TxReads,
     pub(crate) wakes: Vec<(String, String)>,
+    /// The spans this request ended, handed to the exporter after commit (see `traces`).
+    pub(crate) spans: Vec<crate::traces::FinishedSpan>,
+    /// Whether tracing is on: jobs get a trace at submit, and ended spans are noted.
+    pub(crate) tracing: bool,
     /// Lock keys (with their namespace) whose slots freed for parked tasks: handed out when the
     /// request's command is done (`commands::hand_out_freed`).
     pub(crate) freed_locks: Vec<(String, String)>,

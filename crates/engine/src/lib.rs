@@ -24,10 +24,11 @@ pub mod loops;
 mod notify;
 mod poll;
 mod secrets;
+pub mod traces;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 use starbridge_core::dispatch::{OnError, QueueMode, QueueState, RateLimit};
@@ -125,6 +126,8 @@ pub struct Submit {
     /// Whether an inline `definition` equal to none of the workflow's versions may become its
     /// new latest version (the `operate` scope); without it only an existing version runs.
     pub may_add_version: bool,
+    /// The submitter's W3C `traceparent`: a traced job continues its trace.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -163,6 +166,8 @@ pub struct Claimed {
     pub lease: Duration,
     /// The attempt's callback token, shown only here (the store keeps its hash).
     pub callback_token: String,
+    /// The attempt's W3C `traceparent`, while tracing is on and the job has a trace.
+    pub traceparent: Option<String>,
 }
 
 /// A worker's long poll: up to `max` tasks of `queues` in `namespace` for `worker`, waiting up
@@ -233,6 +238,8 @@ struct Parts {
     probing: Arc<tokio::sync::Mutex<()>>,
     /// Claims counted for PostgreSQL's vacuumer (see `loops::vacuum`).
     upkeep: Arc<loops::vacuum::Upkeep>,
+    /// Where finished spans go, once `Engine::export_traces` turned tracing on.
+    spans: Arc<OnceLock<Arc<traces::SpanSink>>>,
 }
 
 impl Engine {
@@ -271,6 +278,7 @@ impl Engine {
         }
         let counters = Arc::new(writer::Counters::default());
         let last_write = Arc::new(health::LastWrite::default());
+        let spans: Arc<OnceLock<Arc<traces::SpanSink>>> = Arc::default();
         let writer = Writer::start(
             opened.writer,
             Shared {
@@ -282,6 +290,7 @@ impl Engine {
                 limits: options.limits,
                 counters: counters.clone(),
                 last_write: last_write.clone(),
+                spans: spans.clone(),
             },
         );
         let parts = Parts {
@@ -296,6 +305,7 @@ impl Engine {
             last_write,
             probing: Arc::default(),
             upkeep,
+            spans,
         };
         Ok(Engine {
             inner: Arc::new(parts),
@@ -315,6 +325,22 @@ impl Engine {
 
     pub fn options(&self) -> &StoreOptions {
         &self.inner.options
+    }
+
+    /// Turns OpenTelemetry traces on: from now on jobs submitted get a trace, and the spans of
+    /// jobs, attempts and API requests go to the OTLP/HTTP `endpoint` (see `traces`). Must run
+    /// inside a Tokio runtime; a second call changes nothing.
+    pub fn export_traces(&self, endpoint: &str) -> std::result::Result<(), traces::ExporterError> {
+        if self.inner.spans.get().is_none() {
+            let sink = traces::start(endpoint, self.inner.reader.clone())?;
+            let _ = self.inner.spans.set(sink);
+        }
+        Ok(())
+    }
+
+    /// Where finished spans go, while tracing is on.
+    pub fn spans(&self) -> Option<&Arc<traces::SpanSink>> {
+        self.inner.spans.get()
     }
 
     /// What the group-commit writer has done since the store opened.

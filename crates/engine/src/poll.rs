@@ -13,7 +13,7 @@ use starbridge_core::ids::TaskId;
 use starbridge_core::model::Input;
 use tokio::time::Instant;
 
-use crate::{Engine, Poll, Polled, Result, TaskScope, writer};
+use crate::{Claimed, Engine, Poll, Polled, Result, TaskScope, writer};
 
 impl Engine {
     /// Commits `reports` (each as `Engine::report` would, a task outside `scope` not found), then
@@ -45,6 +45,7 @@ impl Engine {
                 self.notifier().claimed(namespace, &task.task.queue, 1);
             }
             if !claimed.is_empty() || Instant::now() >= deadline {
+                self.add_traceparents(&mut claimed).await?;
                 return Ok(Polled { reports, claimed });
             }
             let mut wake_at = deadline;
@@ -59,5 +60,38 @@ impl Engine {
             woken = self.notifier().register(namespace, queues);
             claimed = self.claim(namespace, queues.clone(), worker, *max).await?;
         }
+    }
+
+    /// While tracing is on, gives each claimed task its attempt's `traceparent` (the job's
+    /// stored trace, the attempt's span), read after the claim committed.
+    async fn add_traceparents(&self, claimed: &mut [Claimed]) -> Result<()> {
+        if self.spans().is_none() || claimed.is_empty() {
+            return Ok(());
+        }
+        let jobs: Vec<_> = claimed
+            .iter()
+            .map(|claim| claim.task.job_id.clone())
+            .collect();
+        let traces = self
+            .inner
+            .reader
+            .read(move |conn| {
+                jobs.iter()
+                    .map(|job| starbridge_store::rows::trace_of(conn, job))
+                    .collect::<starbridge_store::Result<Vec<_>>>()
+            })
+            .await?;
+        for (claim, trace) in claimed.iter_mut().zip(traces) {
+            claim.traceparent = trace.map(|trace| {
+                starbridge_core::trace::traceparent(
+                    trace.trace_id,
+                    starbridge_core::trace::attempt_span_id(
+                        claim.task.id.as_str(),
+                        claim.task.attempt,
+                    ),
+                )
+            });
+        }
+        Ok(())
     }
 }

@@ -262,6 +262,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Arc<Counters>,
     /// Where each group transaction's outcome goes, for health.
     pub(crate) last_write: Arc<LastWrite>,
+    /// Where the spans a committed transaction ended go, while tracing is on.
+    pub(crate) spans: Arc<std::sync::OnceLock<Arc<crate::traces::SpanSink>>>,
 }
 
 impl Writer {
@@ -475,6 +477,13 @@ fn commit_batch(
         }
     }
     // Many requests of a batch wake the same queue: wake each once.
+    if committed.is_ok()
+        && let Some(sink) = shared.spans.get()
+    {
+        for span in transaction.spans {
+            sink.send(span);
+        }
+    }
     let mut wakes = transaction.wakes;
     wakes.sort_unstable();
     wakes.dedup();
@@ -519,6 +528,8 @@ enum Guard {
 struct Transaction {
     ran: Vec<Ran>,
     wakes: Vec<(String, String)>,
+    /// The spans its kept requests ended (noted only while tracing is on).
+    spans: Vec<crate::traces::FinishedSpan>,
     deliveries: bool,
     committed: Result<()>,
 }
@@ -549,6 +560,8 @@ fn context<'a>(conn: &'a mut WriteConn, state: &'a mut State, shared: &'a Shared
         jobs: &mut state.jobs,
         reads: &mut state.reads,
         wakes: Vec::new(),
+        spans: Vec::new(),
+        tracing: shared.spans.get().is_some(),
         freed_locks: Vec::new(),
         deliveries: false,
         limits: shared.limits,
@@ -567,6 +580,7 @@ fn run_transaction(
     let mut transaction = Transaction {
         ran: Vec::with_capacity(batch.len()),
         wakes: Vec::new(),
+        spans: Vec::new(),
         deliveries: false,
         committed: Ok(()),
     };
@@ -619,9 +633,11 @@ fn run_transaction(
         let (mark, writes_before) = (conn.mark(), conn.writes());
         let mut ctx = context(conn, state, shared);
         let ran = request.run(&mut ctx);
-        let (mut wakes, deliveries, loaded) = (ctx.wakes, ctx.deliveries, ctx.loaded_workflows);
+        let (mut wakes, mut spans, deliveries, loaded) =
+            (ctx.wakes, ctx.spans, ctx.deliveries, ctx.loaded_workflows);
         if ran == Ran::Kept {
             transaction.wakes.append(&mut wakes);
+            transaction.spans.append(&mut spans);
             transaction.deliveries |= deliveries;
             state.jobs.request_kept();
         } else {
@@ -704,6 +720,7 @@ mod tests {
                 limits: Limits::default(),
                 counters: counters.clone(),
                 last_write: Arc::default(),
+                spans: Arc::default(),
             },
         );
         (writer, counters, path)

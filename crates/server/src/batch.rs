@@ -98,13 +98,14 @@ async fn submit_jobs(
     let request: api::SubmitJobs = body(&bytes)?;
     check_size("jobs", request.jobs.len())?;
     let actor = actor(&headers)?;
+    let traceparent = crate::traces::traceparent(&state.engine, &headers);
     // Items over a limit are refused here, the rest go to the store.
     let mut checked = Vec::with_capacity(request.jobs.len());
     let mut requests = Vec::with_capacity(request.jobs.len());
     for job in request.jobs {
         let verdict = check_submit(&state.limits, &job);
         if verdict.is_ok() {
-            requests.push(submission(job, actor.clone(), &caller));
+            requests.push(submission(job, actor.clone(), &caller, traceparent.clone()));
         }
         checked.push(verdict);
     }

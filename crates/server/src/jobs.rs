@@ -155,7 +155,15 @@ async fn submit_job(
     let actor = actor(&headers)?;
     let submitted = state
         .engine
-        .submit(&namespace, submission(request, actor.clone(), &caller))
+        .submit(
+            &namespace,
+            submission(
+                request,
+                actor.clone(),
+                &caller,
+                crate::traces::traceparent(&state.engine, &headers),
+            ),
+        )
         .await?;
     if submitted.added_version.is_some() {
         audit_added_version(&state, &namespace, &actor, &submitted.state.job.workflow).await;
@@ -173,7 +181,13 @@ async fn submit_job(
 /// `job_created` event (submissions are not in the audit log: the job's history names them,
 /// and a workflow version an inline definition makes is audited as an apply). Only a caller
 /// that may operate may make a version that way.
-pub(crate) fn submission(request: api::SubmitJob, actor: String, caller: &Caller) -> Submit {
+/// A traced job continues the caller's `traceparent`.
+pub(crate) fn submission(
+    request: api::SubmitJob,
+    actor: String,
+    caller: &Caller,
+    traceparent: Option<String>,
+) -> Submit {
     Submit {
         workflow: request.workflow,
         version: request.version,
@@ -184,6 +198,7 @@ pub(crate) fn submission(request: api::SubmitJob, actor: String, caller: &Caller
         actor: Some(actor),
         labels: request.labels,
         may_add_version: caller.may_operate(),
+        traceparent,
     }
 }
 

@@ -27,6 +27,7 @@ mod state;
 mod tasks;
 pub mod tls;
 mod tokens;
+mod traces;
 mod ui;
 mod views;
 mod webhooks;

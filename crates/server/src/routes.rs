@@ -1,5 +1,6 @@
 //! The route table: assembles every resource's routes under the layers they share
-//! (authorization, problem documents for the framework's own refusals, the body limit, metrics).
+//! (authorization, problem documents for the framework's own refusals, the body limit, metrics,
+//! trace spans).
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -11,6 +12,7 @@ use crate::state::AppState;
 
 pub fn router(state: AppState) -> Router {
     let limits = state.limits.clone();
+    let engine = state.engine.clone();
     Router::new()
         .route(paths::HEALTH, get(crate::health::health))
         .route(paths::METRICS, get(crate::metrics::serve))
@@ -39,6 +41,10 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(DefaultBodyLimit::max(limits.body_bytes))
         .layer(crate::metrics::layer())
+        .layer(axum::middleware::from_fn_with_state(
+            engine,
+            crate::traces::record,
+        ))
 }
 
 async fn not_found() -> ApiError {

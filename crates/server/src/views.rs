@@ -257,6 +257,7 @@ pub(crate) fn leased(claimed: &Claimed) -> api::LeasedTask {
         lease_ms: claimed.lease.as_millis(),
         progress: task.progress.clone(),
         callback_token: claimed.callback_token.clone(),
+        traceparent: claimed.traceparent.clone(),
     }
 }
 

@@ -50,6 +50,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("../migrations/postgres/0011_webhook_events.sql"),
     ),
+    (
+        12,
+        include_str!("../migrations/postgres/0012_job_traces.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

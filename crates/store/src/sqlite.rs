@@ -48,6 +48,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
         12,
         include_str!("../migrations/sqlite/0012_webhook_events.sql"),
     ),
+    (13, include_str!("../migrations/sqlite/0013_job_traces.sql")),
 ];
 
 impl From<rusqlite::Error> for Error {

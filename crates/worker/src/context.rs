@@ -150,6 +150,13 @@ impl TaskContext {
         &self.inner.task.callback_token
     }
 
+    /// The attempt's W3C `traceparent`, while the server exports traces: spans a handler makes
+    /// belong under it (the HTTP executor sends it as the `traceparent` header, the shell
+    /// executor as the `TRACEPARENT` variable).
+    pub fn traceparent(&self) -> Option<&str> {
+        self.inner.task.traceparent.as_deref()
+    }
+
     /// Progress recorded by an earlier check-later of this attempt, if any.
     pub fn progress(&self) -> Option<&Value> {
         self.inner.task.progress.as_ref()

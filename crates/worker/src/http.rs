@@ -174,10 +174,18 @@ impl HttpExecutor {
         let filled = self
             .fill_secrets(request, &host, redactor)
             .and_then(|filled| Ok((header_map(&filled.headers)?, filled)));
-        let (headers, filled) = match filled {
+        let (mut headers, filled) = match filled {
             Ok(filled) => filled,
             Err(message) => return Outcome::fail_permanently(message),
         };
+        // The attempt's trace goes on to the service, unless the step sets the header itself.
+        let traceparent = HeaderName::from_static("traceparent");
+        if let Some(value) = task.traceparent()
+            && !headers.contains_key(&traceparent)
+            && let Ok(value) = HeaderValue::from_str(value)
+        {
+            headers.insert(traceparent, value);
+        }
         let limit = task
             .max_output_bytes()
             .and_then(|bytes| usize::try_from(bytes).ok())

@@ -175,6 +175,7 @@ impl ShellExecutor {
             .env("STARBRIDGE_IDEMPOTENCY_KEY", task.idempotency_key())
             .env("STARBRIDGE_CALLBACK_TOKEN", task.callback_token())
             .envs(input_variables(task.input()))
+            .envs(task.traceparent().map(|value| ("TRACEPARENT", value)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

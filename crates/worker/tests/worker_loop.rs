@@ -482,6 +482,7 @@ fn leased(id: &str, command: &str, lease_ms: u64) -> LeasedTask {
         lease_ms,
         progress: None,
         callback_token: format!("sbc_{id}"),
+        traceparent: None,
     }
 }
 

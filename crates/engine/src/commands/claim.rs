@@ -203,6 +203,7 @@ pub(crate) fn claim(
                         task,
                         lease,
                         callback_token,
+                        traceparent: None,
                     });
                 }
                 Err(Error::Conflict(reason)) => {

@@ -209,6 +209,11 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                     .and_then(|id| state.task(id))
                     .map(|task| task.step.as_str());
                 ctx.conn.defer_event(&state.job.id, step, &event);
+                if ctx.tracing
+                    && let Some(span) = crate::traces::ended(state, &event)
+                {
+                    ctx.spans.push(span);
+                }
                 if let Some(kind) = webhook::task_event(&event) {
                     crate::commands::outbox::enqueue_task_event(ctx, state, &event, kind)?;
                 }

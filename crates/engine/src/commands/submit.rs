@@ -125,6 +125,10 @@ pub(crate) fn submit(
     new.labels = labels;
     new.child_versions = child_versions(ctx, namespace, &compiled.workflow)?;
     let state = create_job(ctx, &compiled.workflow, new)?;
+    if ctx.tracing {
+        let trace = crate::traces::fresh_trace(request.traceparent.as_deref());
+        rows::set_trace(ctx.conn, &state.job.id, &trace)?;
+    }
     Ok(Submitted {
         state,
         created: true,

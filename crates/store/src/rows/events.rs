@@ -70,3 +70,20 @@ pub fn events(
         },
     )
 }
+
+/// When a task's attempt was first claimed (a "check later" attempt is claimed again): the start
+/// of the attempt's span.
+pub fn attempt_claimed_at(
+    conn: &mut dyn Conn,
+    job: &JobId,
+    task: &TaskId,
+    attempt: u32,
+) -> Result<Option<Timestamp>> {
+    let at: Option<Option<i64>> = conn.query_opt(
+        "SELECT MIN(at) FROM events \
+         WHERE job_id = ?1 AND task_id = ?2 AND attempt = ?3 AND kind = 'task_claimed'",
+        args![job.as_str(), task.as_str(), attempt],
+        |row| row.get(0),
+    )?;
+    Ok(at.flatten().map(Timestamp))
+}

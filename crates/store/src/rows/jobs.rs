@@ -8,6 +8,7 @@ use serde_json::Value;
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Job, JobLock, JobState, JobStatus, ParentLink, Task, WindDown};
 use starbridge_core::time::Timestamp;
+use starbridge_core::trace::JobTrace;
 
 use super::labels::capped_count;
 use super::signals::pending_signals;
@@ -431,4 +432,39 @@ pub fn delete_job(conn: &mut dyn Conn, id: &str) -> Result<()> {
         conn.execute(sql, args![id])?;
     }
     Ok(())
+}
+
+/// Stores the trace of a job just created (only while tracing is on).
+pub fn set_trace(conn: &mut dyn Conn, id: &JobId, trace: &JobTrace) -> Result<()> {
+    let (trace_id, span_id) = (
+        format!("{:032x}", trace.trace_id),
+        format!("{:016x}", trace.span_id),
+    );
+    let parent = trace.parent_span_id.map(|span| format!("{span:016x}"));
+    conn.execute(
+        "UPDATE jobs SET trace_id = ?1, span_id = ?2, parent_span_id = ?3 WHERE id = ?4",
+        args![trace_id, span_id, parent, id.as_str()],
+    )?;
+    Ok(())
+}
+
+/// The trace stored with a job, if it was submitted while tracing was on.
+pub fn trace_of(conn: &mut dyn Conn, id: &JobId) -> Result<Option<JobTrace>> {
+    let found: Option<(Option<String>, Option<String>, Option<String>)> = conn.query_opt(
+        "SELECT trace_id, span_id, parent_span_id FROM jobs WHERE id = ?1",
+        args![id.as_str()],
+        |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+    )?;
+    let Some((Some(trace_id), Some(span_id), parent)) = found else {
+        return Ok(None);
+    };
+    let corrupt = || Error::Corrupt(format!("job {id} has a malformed trace id"));
+    Ok(Some(JobTrace {
+        trace_id: u128::from_str_radix(&trace_id, 16).map_err(|_| corrupt())?,
+        span_id: u64::from_str_radix(&span_id, 16).map_err(|_| corrupt())?,
+        parent_span_id: match parent {
+            Some(parent) => Some(u64::from_str_radix(&parent, 16).map_err(|_| corrupt())?),
+            None => None,
+        },
+    }))
 }

@@ -9,7 +9,11 @@ use starbridge_api::{LeasedTask, TaskKind, timestamp_from_millis};
 use super::*;
 
 fn task(command: &str, input: Value) -> TaskContext {
-    TaskContext::new(LeasedTask {
+    TaskContext::new(leased(command, input))
+}
+
+fn leased(command: &str, input: Value) -> LeasedTask {
+    LeasedTask {
         id: "tsk_1".to_owned(),
         lease_token: "lease".to_owned(),
         job_id: "job_1".to_owned(),
@@ -25,7 +29,8 @@ fn task(command: &str, input: Value) -> TaskContext {
         lease_ms: 30_000,
         progress: None,
         callback_token: "sbc_1".to_owned(),
-    })
+        traceparent: None,
+    }
 }
 
 async fn run(command: &str) -> HandlerResult {
@@ -120,6 +125,24 @@ async fn exit_76_awaits_a_callback_with_the_token_in_the_environment() {
     );
     let result = run("exit 76").await;
     assert_eq!(result.outcome, Outcome::AwaitCallback { timeout: None });
+}
+
+#[tokio::test]
+async fn the_attempts_traceparent_is_in_the_environment_only_when_traced() {
+    let script = r#"printf '{"traceparent": "%s"}\n' "${TRACEPARENT-unset}""#;
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let mut traced = leased(script, json!({}));
+    traced.traceparent = Some(traceparent.to_owned());
+    let result = ShellExecutor::new().run(TaskContext::new(traced)).await;
+    assert_eq!(
+        result.outcome,
+        Outcome::Complete(json!({"traceparent": traceparent}))
+    );
+    let result = run(script).await;
+    assert_eq!(
+        result.outcome,
+        Outcome::Complete(json!({"traceparent": "unset"}))
+    );
 }
 
 #[tokio::test]

@@ -1,0 +1,383 @@
+//! OpenTelemetry traces over OTLP (HTTP/protobuf), on when the server is given an endpoint
+//! (`Engine::export_traces`). Spans are built from durable facts once they are final: a job's
+//! span when the job ends, an attempt's span when the attempt ends (both under the trace stored
+//! with the job at submit, `rows::jobs::set_trace`), an API request's span when it is answered.
+//! The writer only notes what ended in a transaction (`ended`) and hands the notes over after
+//! the commit without waiting (`SpanSink::send`, dropped when the queue is full); the export loop
+//! (`run_export`) reads the stored trace ids and the attempt's claim time from the read pool,
+//! and sends the spans in batches. When tracing is off, nothing of this runs or is stored.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter, SpanLinks};
+use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::model::{Event, EventKind, JobState};
+use starbridge_core::time::Timestamp;
+use starbridge_core::trace::{JobTrace, attempt_span_id, parse_traceparent};
+use starbridge_store::reader::ReadPool;
+use starbridge_store::rows;
+use tokio::sync::mpsc;
+
+use crate::Result;
+
+/// Spans waiting for the export loop at most; more are dropped (and counted), never waited for.
+const QUEUED_SPANS: usize = 16_384;
+/// Spans sent in one OTLP request at most.
+const EXPORT_BATCH: usize = 512;
+
+/// A span whose work is over, as the engine or the server noted it.
+#[derive(Debug, Clone)]
+pub enum FinishedSpan {
+    /// A job ended.
+    Job {
+        job: JobId,
+        workflow: String,
+        namespace: String,
+        status: String,
+        started: Timestamp,
+        ended: Timestamp,
+    },
+    /// A task's attempt ended.
+    Attempt {
+        job: JobId,
+        task: TaskId,
+        step: String,
+        queue: String,
+        command: String,
+        worker: Option<String>,
+        attempt: u32,
+        outcome: String,
+        /// When the task first started, for an attempt without a claim (a waiting step).
+        fallback_start: Timestamp,
+        ended: Timestamp,
+    },
+    /// An API request was answered.
+    Request {
+        method: String,
+        /// The route's template (`/api/v1/jobs/{id}`), never the raw path.
+        route: String,
+        status: u16,
+        /// The caller's `traceparent` header, if any.
+        traceparent: Option<String>,
+        started: SystemTime,
+        ended: SystemTime,
+    },
+}
+
+/// Where finished spans go: the export loop's queue. Sending never waits.
+#[derive(Debug)]
+pub struct SpanSink {
+    sender: mpsc::Sender<FinishedSpan>,
+    dropped: AtomicU64,
+}
+
+impl SpanSink {
+    pub fn send(&self, span: FinishedSpan) {
+        if self.sender.try_send(span).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Spans dropped because the export queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// A fresh trace for a job being submitted: the caller's trace (from its `traceparent`) or a
+/// new one, and a new span id for the job.
+pub(crate) fn fresh_trace(traceparent: Option<&str>) -> JobTrace {
+    let random = |bits: u128| bits.max(1);
+    let parent = traceparent.and_then(parse_traceparent);
+    JobTrace {
+        trace_id: parent.map_or_else(|| random(uuid::Uuid::new_v4().as_u128()), |(id, _)| id),
+        span_id: (random(uuid::Uuid::new_v4().as_u128()) as u64).max(1),
+        parent_span_id: parent.map(|(_, span)| span),
+    }
+}
+
+/// The span an event of a job's history ends, if any: a task's attempt (succeeded, failed,
+/// cancelled, requeued) or the job itself.
+pub(crate) fn ended(state: &JobState, event: &Event) -> Option<FinishedSpan> {
+    let job = &state.job;
+    match event.kind {
+        EventKind::JobSucceeded
+        | EventKind::JobFailed
+        | EventKind::JobCompensationFailed
+        | EventKind::JobCancelled => Some(FinishedSpan::Job {
+            job: job.id.clone(),
+            workflow: job.workflow.clone(),
+            namespace: job.namespace.clone(),
+            status: job.status.to_string(),
+            started: job.created_at,
+            ended: event.at,
+        }),
+        EventKind::TaskSucceeded
+        | EventKind::TaskFailed
+        | EventKind::TaskCancelled
+        | EventKind::TaskRequeued => {
+            let task = state.task(event.task.as_ref()?)?;
+            Some(FinishedSpan::Attempt {
+                job: job.id.clone(),
+                task: task.id.clone(),
+                step: task.step.clone(),
+                queue: task.queue.clone(),
+                command: task.command.clone(),
+                worker: event.worker.clone(),
+                attempt: event.attempt?,
+                outcome: event.kind.as_str().trim_start_matches("task_").to_owned(),
+                fallback_start: task.started_at.unwrap_or(event.at),
+                ended: event.at,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The OTLP HTTP client: the workspace's reqwest client behind opentelemetry's `HttpClient`.
+#[derive(Debug)]
+struct OtlpClient(reqwest::Client);
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OtlpClient {
+    async fn send_bytes(
+        &self,
+        request: opentelemetry_http::Request<bytes::Bytes>,
+    ) -> std::result::Result<
+        opentelemetry_http::Response<bytes::Bytes>,
+        opentelemetry_http::HttpError,
+    > {
+        let (parts, body) = request.into_parts();
+        let mut sent = self
+            .0
+            .request(parts.method, parts.uri.to_string())
+            .body(body);
+        for (name, value) in &parts.headers {
+            sent = sent.header(name, value);
+        }
+        let answer = sent.send().await?;
+        let mut response = opentelemetry_http::Response::builder().status(answer.status().as_u16());
+        for (name, value) in answer.headers() {
+            response = response.header(name.as_str(), value.as_bytes());
+        }
+        Ok(response.body(answer.bytes().await?)?)
+    }
+}
+
+/// The OTLP traces URL of an endpoint: `/v1/traces` under it, as `OTEL_EXPORTER_OTLP_ENDPOINT`
+/// is read.
+pub fn traces_url(endpoint: &str) -> String {
+    format!("{}/v1/traces", endpoint.trim_end_matches('/'))
+}
+
+/// An OTLP endpoint the exporter cannot send to.
+#[derive(Debug, thiserror::Error)]
+#[error("--otlp-endpoint: {0}")]
+pub struct ExporterError(String);
+
+/// Starts exporting to `endpoint` (an OTLP/HTTP base URL): returns the sink spans go to. Must
+/// run inside a Tokio runtime.
+pub(crate) fn start(
+    endpoint: &str,
+    reader: Arc<ReadPool>,
+) -> std::result::Result<Arc<SpanSink>, ExporterError> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|error| ExporterError(error.to_string()))?;
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_http_client(OtlpClient(client))
+        .with_endpoint(traces_url(endpoint))
+        .build()
+        .map_err(|error| ExporterError(error.to_string()))?;
+    exporter.set_resource(&Resource::builder().with_service_name("starbridge").build());
+    let (sender, receiver) = mpsc::channel(QUEUED_SPANS);
+    tokio::spawn(run_export(receiver, reader, exporter));
+    Ok(Arc::new(SpanSink {
+        sender,
+        dropped: AtomicU64::new(0),
+    }))
+}
+
+/// The export loop: takes what is queued (up to a batch), builds the spans and sends them.
+async fn run_export(
+    mut receiver: mpsc::Receiver<FinishedSpan>,
+    reader: Arc<ReadPool>,
+    exporter: opentelemetry_otlp::SpanExporter,
+) {
+    let scope = InstrumentationScope::builder("starbridge")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build();
+    let mut finished = Vec::with_capacity(EXPORT_BATCH);
+    while receiver.recv_many(&mut finished, EXPORT_BATCH).await > 0 {
+        let mut batch = Vec::with_capacity(finished.len());
+        for span in finished.drain(..) {
+            match span_data(span, &reader, &scope).await {
+                Ok(Some(data)) => batch.push(data),
+                Ok(None) => {}
+                Err(error) => tracing::warn!(%error, "reading a span's trace failed"),
+            }
+        }
+        if !batch.is_empty()
+            && let Err(error) = exporter.export(batch).await
+        {
+            tracing::warn!(%error, "exporting spans over OTLP failed");
+        }
+    }
+}
+
+fn time_of(at: Timestamp) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(at.0).unwrap_or(0))
+}
+
+fn text(key: &'static str, value: impl Into<String>) -> KeyValue {
+    KeyValue::new(key, value.into())
+}
+
+/// The OTLP span of a finished one; `None` for a job or attempt without a stored trace (a job
+/// submitted while tracing was off).
+async fn span_data(
+    span: FinishedSpan,
+    reader: &Arc<ReadPool>,
+    scope: &InstrumentationScope,
+) -> Result<Option<SpanData>> {
+    let job_trace =
+        |job: JobId| async move { reader.read(move |conn| rows::trace_of(conn, &job)).await };
+    let (trace_id, span_id, parent, kind, name, start, end, attributes, failed) = match span {
+        FinishedSpan::Job {
+            job,
+            workflow,
+            namespace,
+            status,
+            started,
+            ended,
+        } => {
+            let Some(trace) = job_trace(job.clone()).await? else {
+                return Ok(None);
+            };
+            let failed = status != "succeeded";
+            (
+                trace.trace_id,
+                trace.span_id,
+                trace.parent_span_id,
+                SpanKind::Internal,
+                Cow::Owned(format!("job {workflow}")),
+                time_of(started),
+                time_of(ended),
+                vec![
+                    text("starbridge.job.id", job.as_str()),
+                    text("starbridge.workflow", workflow),
+                    text("starbridge.namespace", namespace),
+                    text("starbridge.job.status", status),
+                ],
+                failed,
+            )
+        }
+        FinishedSpan::Attempt {
+            job,
+            task,
+            step,
+            queue,
+            command,
+            worker,
+            attempt,
+            outcome,
+            fallback_start,
+            ended,
+        } => {
+            let Some(trace) = job_trace(job.clone()).await? else {
+                return Ok(None);
+            };
+            let (claim_job, claim_task) = (job.clone(), task.clone());
+            let claimed = reader
+                .read(move |conn| rows::attempt_claimed_at(conn, &claim_job, &claim_task, attempt))
+                .await?;
+            let mut attributes = vec![
+                text("starbridge.job.id", job.as_str()),
+                text("starbridge.task.id", task.as_str()),
+                text("starbridge.step", step.clone()),
+                text("starbridge.queue", queue),
+                text("starbridge.command", command),
+                KeyValue::new("starbridge.attempt", i64::from(attempt)),
+                text("starbridge.outcome", outcome.clone()),
+            ];
+            if let Some(worker) = worker {
+                attributes.push(text("starbridge.worker", worker));
+            }
+            (
+                trace.trace_id,
+                attempt_span_id(task.as_str(), attempt),
+                Some(trace.span_id),
+                SpanKind::Internal,
+                Cow::Owned(format!("task {step} attempt {attempt}")),
+                time_of(claimed.unwrap_or(fallback_start)),
+                time_of(ended),
+                attributes,
+                outcome != "succeeded",
+            )
+        }
+        FinishedSpan::Request {
+            method,
+            route,
+            status,
+            traceparent,
+            started,
+            ended,
+        } => {
+            let parent = traceparent.as_deref().and_then(parse_traceparent);
+            let fresh = fresh_trace(None);
+            (
+                parent.map_or(fresh.trace_id, |(trace, _)| trace),
+                fresh.span_id,
+                parent.map(|(_, span)| span),
+                SpanKind::Server,
+                Cow::Owned(format!("{method} {route}")),
+                started,
+                ended,
+                vec![
+                    text("http.request.method", method),
+                    text("http.route", route),
+                    KeyValue::new("http.response.status_code", i64::from(status)),
+                ],
+                status >= 500,
+            )
+        }
+    };
+    Ok(Some(SpanData {
+        span_context: SpanContext::new(
+            TraceId::from(trace_id),
+            SpanId::from(span_id),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::default(),
+        ),
+        parent_span_id: parent.map_or(SpanId::INVALID, SpanId::from),
+        parent_span_is_remote: false,
+        span_kind: kind,
+        name,
+        start_time: start,
+        end_time: end.max(start),
+        attributes,
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links: SpanLinks::default(),
+        status: if failed {
+            Status::Error {
+                description: Cow::Borrowed(""),
+            }
+        } else {
+            Status::Ok
+        },
+        instrumentation_scope: scope.clone(),
+    }))
+}
