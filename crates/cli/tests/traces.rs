@@ -1,7 +1,7 @@
 //! OpenTelemetry traces end to end: a real server with `--otlp-endpoint` pointing at an OTLP/HTTP
 //! receiver this test starts (it decodes the protobuf requests), a real worker process running a
 //! shell step that fails once and then succeeds. The job's span continues the submitter's
-//! `traceparent`, each attempt's span sits under the job's, the worker's command sees its
+//! `traceparent`, each attempt's span sits under the job's (the server restarted in between), the worker's command sees its
 //! attempt's `traceparent`, and API requests are named by route template (a callback token in the
 //! path never shows). Without the flag nothing is stored, handed to workers or exported.
 
@@ -120,14 +120,44 @@ async fn worker_output(harness: &Harness, job: &str) -> Value {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_traced_job_exports_its_span_tree_and_hands_each_attempt_its_traceparent() {
     let (endpoint, received) = otlp_receiver().await;
-    let mut harness = Harness::start_with(&["--otlp-endpoint", &endpoint]).await;
+    let harness = Harness::start_with(&["--otlp-endpoint", &endpoint]).await;
+    exports_the_span_tree(harness, &received).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_traced_job_exports_its_span_tree_on_postgres() {
+    let (endpoint, received) = otlp_receiver().await;
+    let Some(harness) =
+        Harness::start_on_postgres_with("traces", &["--otlp-endpoint", &endpoint]).await
+    else {
+        return;
+    };
+    exports_the_span_tree(harness, &received).await;
+}
+
+/// Runs the traced workflow on `harness` (a server exporting to the receiver that fills
+/// `received`) and checks what was exported and what the worker saw.
+async fn exports_the_span_tree(mut harness: Harness, received: &Received) {
     harness.apply("traced", WORKFLOW).await;
-    harness.start_worker("tracer", "shell");
     let job_id = submit_with_traceparent(&harness).await;
+    // The submit request's span continues the submitter's trace, named by its route (waited
+    // for before the server is killed, which would lose it).
+    let submit = span_where(received, |span| span.name == "POST /api/v1/jobs").await;
+    assert_eq!(hex(&submit.trace_id), SUBMITTER_TRACE);
+    assert_eq!(hex(&submit.parent_span_id), SUBMITTER_SPAN);
+    assert_eq!(
+        attribute(&submit, "http.response.status_code"),
+        Some(json!(201))
+    );
+
+    // The trace is stored with the job: a server started anew continues it.
+    harness.kill_server();
+    harness.start_server().await;
+    harness.start_worker("tracer", "shell");
     let job = harness.wait_for_end(&job_id).await;
     assert_eq!(job["status"], "succeeded", "{job:#}");
 
-    let job_span = span_where(&received, |span| span.name == "job traced").await;
+    let job_span = span_where(received, |span| span.name == "job traced").await;
     assert_eq!(hex(&job_span.trace_id), SUBMITTER_TRACE);
     assert_eq!(hex(&job_span.parent_span_id), SUBMITTER_SPAN);
     assert_eq!(
@@ -141,7 +171,7 @@ async fn a_traced_job_exports_its_span_tree_and_hands_each_attempt_its_tracepare
 
     let mut attempts = Vec::new();
     for attempt in [1, 2] {
-        let span = span_where(&received, |span| {
+        let span = span_where(received, |span| {
             span.name == format!("task work attempt {attempt}")
         })
         .await;
@@ -175,15 +205,6 @@ async fn a_traced_job_exports_its_span_tree_and_hands_each_attempt_its_tracepare
         "{output:#}"
     );
 
-    // The submit request's span continues the submitter's trace, named by its route.
-    let submit = span_where(&received, |span| span.name == "POST /api/v1/jobs").await;
-    assert_eq!(hex(&submit.trace_id), SUBMITTER_TRACE);
-    assert_eq!(hex(&submit.parent_span_id), SUBMITTER_SPAN);
-    assert_eq!(
-        attribute(&submit, "http.response.status_code"),
-        Some(json!(201))
-    );
-
     // A token in the path: the span is named by the template, and the token shows nowhere.
     let response = harness
         .http
@@ -196,7 +217,7 @@ async fn a_traced_job_exports_its_span_tree_and_hands_each_attempt_its_tracepare
         .await
         .unwrap();
     assert!(response.status().is_client_error());
-    let callback = span_where(&received, |span| {
+    let callback = span_where(received, |span| {
         span.name == "POST /api/v1/callbacks/{token}/complete"
     })
     .await;
@@ -204,6 +225,20 @@ async fn a_traced_job_exports_its_span_tree_and_hands_each_attempt_its_tracepare
         attribute(&callback, "http.route"),
         Some(json!("/api/v1/callbacks/{token}/complete"))
     );
+    // Spans go out in order: by now every span of the job has, each once.
+    let names: Vec<String> = received
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|span| span.name.clone())
+        .collect();
+    for name in ["job traced", "task work attempt 1", "task work attempt 2"] {
+        assert_eq!(
+            names.iter().filter(|seen| *seen == name).count(),
+            1,
+            "{name}"
+        );
+    }
     let everything = format!("{:?}", received.lock().unwrap());
     assert!(!everything.contains("sbc_secretvalue"));
     harness.kill_server();

@@ -163,8 +163,16 @@ impl Harness {
     /// A harness whose server runs on a scratch schema of the test PostgreSQL server; `None`
     /// (the test is skipped, with a message) when that server cannot be reached outside CI.
     pub(crate) async fn start_on_postgres(label: &str) -> Option<Harness> {
+        Harness::start_on_postgres_with(label, &[]).await
+    }
+
+    /// `start_on_postgres` with more server flags.
+    pub(crate) async fn start_on_postgres_with(
+        label: &str,
+        server_flags: &[&str],
+    ) -> Option<Harness> {
         let schema = starbridge_store::scratch::ScratchSchema::create(label)?;
-        Some(Harness::start_on(Some(schema), &[]).await)
+        Some(Harness::start_on(Some(schema), server_flags).await)
     }
 
     /// A harness whose server also takes `server_flags`.
