@@ -59,13 +59,20 @@ def test_durations_are_seconds_or_timedeltas() -> None:
         milliseconds(-1)
 
 
-def leased_task() -> Task:
+def leased_task(**more: Any) -> Task:
     leased = {
         "id": "tsk_1", "lease_token": "lease", "job_id": "job_1", "step": "s", "kind": "step", "item": None,
         "queue": "q", "command": "c", "input": {"n": 1}, "attempt": 1, "idempotency_key": "tsk_1:1",
         "lease_expires_at": "2026-11-24T07:11:54.224Z", "lease_ms": 300000, "progress": None, "callback_token": "cb",
+        **more,
     }
     return Task(leased, Flag(), Flag())
+
+
+def test_a_task_has_its_attempts_traceparent_only_when_the_server_traces() -> None:
+    assert leased_task().traceparent is None
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert leased_task(traceparent=traceparent).traceparent == traceparent
 
 
 def report_body(returned: Any = None, raised: BaseException | None = None, limit: int | None = None) -> tuple[str, dict[str, Any]]:

@@ -42,8 +42,10 @@ class Task:
     `attempt` (from 1),
     `idempotency_key` (`<task id>:<attempt>`: the same across check-laters of one attempt; hand
     it to external systems so a retried attempt does not repeat a side effect), `callback_token`
-    (a secret, for `AwaitCallback`), `previous_progress` (what an earlier check-later of this
-    attempt recorded) and `leased` (the whole leased task as the server sent it).
+    (a secret, for `AwaitCallback`), `traceparent` (the attempt's W3C trace context while the
+    server exports OpenTelemetry traces, else `None`: spans the handler makes belong under it),
+    `previous_progress` (what an earlier check-later of this attempt recorded) and `leased` (the
+    whole leased task as the server sent it).
     """
 
     def __init__(self, leased: dict[str, Any], shutdown: Flag, abandoned: Flag) -> None:
@@ -59,6 +61,7 @@ class Task:
         self.attempt: int = leased["attempt"]
         self.idempotency_key: str = leased["idempotency_key"]
         self.callback_token: str = leased.get("callback_token") or ""
+        self.traceparent: str | None = leased.get("traceparent")
         self.previous_progress: Any = leased.get("progress")
         self._lock = threading.Lock()
         self._lines: deque[str] = deque()
