@@ -20,7 +20,7 @@ use crate::extract::{body, namespace, task_id};
 use crate::jobs::{check_submit, submission};
 use crate::limits::{Limit, Limits};
 use crate::openapi::{
-    ActorHeader, Body, Failures, Guarded, OtherNamespace, PROBLEM, Unprocessable,
+    ActorHeader, Body, Failures, Guarded, OtherNamespace, PROBLEM, TraceparentHeader, Unprocessable,
 };
 use crate::state::AppState;
 use crate::tasks::report_view;
@@ -67,7 +67,7 @@ fn item<T, U>(result: Result<T, ApiError>, done: impl FnOnce(T) -> U) -> api::Ba
     path = paths::JOBS_BATCH,
     operation_id = "submitJobs",
     tag = "jobs",
-    params(api::NamespaceQuery, ActorHeader),
+    params(api::NamespaceQuery, ActorHeader, TraceparentHeader),
     request_body(content = api::SubmitJobs),
     responses(
         (

@@ -22,7 +22,7 @@ use crate::extract::{
 use crate::limits::{Limit, Limits};
 use crate::openapi::{
     ActorHeader, BadRequest, Body, Failures, Guarded, JobPath, NotFound, OtherNamespace, PROBLEM,
-    Unprocessable,
+    TraceparentHeader, Unprocessable,
 };
 use crate::state::AppState;
 use crate::views;
@@ -100,7 +100,7 @@ async fn job_view_with(
     path = paths::JOBS,
     operation_id = "submitJob",
     tag = "jobs",
-    params(api::NamespaceQuery, ActorHeader),
+    params(api::NamespaceQuery, ActorHeader, TraceparentHeader),
     request_body(content = api::SubmitJob),
     responses(
         (

@@ -400,6 +400,10 @@ shared_parameters! {
         Header,
         string().min_length(Some(1)).max_length(Some(128))
     );
+    /// The W3C trace context of the caller's span (`00-<trace id>-<span id>-<flags>`). Read only
+    /// while the server exports OpenTelemetry traces (`--otlp-endpoint`): a job submitted with it
+    /// continues that trace, and the request's own span is its child. Ignored when malformed.
+    TraceparentHeader("traceparent", Header, string());
 }
 
 /// Schemas the derive writes as `allOf` of a struct and the fields flattened into it
