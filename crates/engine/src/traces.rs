@@ -96,11 +96,12 @@ impl SpanSink {
 /// A fresh trace for a job being submitted: the caller's trace (from its `traceparent`) or a
 /// new one, and a new span id for the job.
 pub(crate) fn fresh_trace(traceparent: Option<&str>) -> JobTrace {
-    let random = |bits: u128| bits.max(1);
+    // A version 4 UUID holds 122 random bits; a span id takes its low 64 (62 of them random).
+    let random = || uuid::Uuid::new_v4().as_u128();
     let parent = traceparent.and_then(parse_traceparent);
     JobTrace {
-        trace_id: parent.map_or_else(|| random(uuid::Uuid::new_v4().as_u128()), |(id, _)| id),
-        span_id: (random(uuid::Uuid::new_v4().as_u128()) as u64).max(1),
+        trace_id: parent.map_or_else(|| random().max(1), |(id, _)| id),
+        span_id: (random() as u64).max(1),
         parent_span_id: parent.map(|(_, span)| span),
     }
 }
@@ -248,6 +249,51 @@ fn text(key: &'static str, value: impl Into<String>) -> KeyValue {
     KeyValue::new(key, value.into())
 }
 
+/// A span's facts once its trace is known, before they become OTLP's `SpanData`.
+struct Facts {
+    trace_id: u128,
+    span_id: u64,
+    parent: Option<u64>,
+    kind: SpanKind,
+    name: String,
+    start: SystemTime,
+    end: SystemTime,
+    attributes: Vec<KeyValue>,
+    failed: bool,
+}
+
+impl Facts {
+    fn into_span(self, scope: &InstrumentationScope) -> SpanData {
+        SpanData {
+            span_context: SpanContext::new(
+                TraceId::from(self.trace_id),
+                SpanId::from(self.span_id),
+                TraceFlags::SAMPLED,
+                false,
+                TraceState::default(),
+            ),
+            parent_span_id: self.parent.map_or(SpanId::INVALID, SpanId::from),
+            parent_span_is_remote: false,
+            span_kind: self.kind,
+            name: Cow::Owned(self.name),
+            start_time: self.start,
+            end_time: self.end.max(self.start),
+            attributes: self.attributes,
+            dropped_attributes_count: 0,
+            events: SpanEvents::default(),
+            links: SpanLinks::default(),
+            status: if self.failed {
+                Status::Error {
+                    description: Cow::Borrowed(""),
+                }
+            } else {
+                Status::Ok
+            },
+            instrumentation_scope: scope.clone(),
+        }
+    }
+}
+
 /// The OTLP span of a finished one; `None` for a job or attempt without a stored trace (a job
 /// submitted while tracing was off).
 async fn span_data(
@@ -255,9 +301,7 @@ async fn span_data(
     reader: &Arc<ReadPool>,
     scope: &InstrumentationScope,
 ) -> Result<Option<SpanData>> {
-    let job_trace =
-        |job: JobId| async move { reader.read(move |conn| rows::trace_of(conn, &job)).await };
-    let (trace_id, span_id, parent, kind, name, start, end, attributes, failed) = match span {
+    let facts = match span {
         FinishedSpan::Job {
             job,
             workflow,
@@ -266,26 +310,25 @@ async fn span_data(
             started,
             ended,
         } => {
-            let Some(trace) = job_trace(job.clone()).await? else {
+            let Some(trace) = job_trace(reader, &job).await? else {
                 return Ok(None);
             };
-            let failed = status != "succeeded";
-            (
-                trace.trace_id,
-                trace.span_id,
-                trace.parent_span_id,
-                SpanKind::Internal,
-                Cow::Owned(format!("job {workflow}")),
-                time_of(started),
-                time_of(ended),
-                vec![
+            Facts {
+                trace_id: trace.trace_id,
+                span_id: trace.span_id,
+                parent: trace.parent_span_id,
+                kind: SpanKind::Internal,
+                name: format!("job {workflow}"),
+                start: time_of(started),
+                end: time_of(ended),
+                failed: status != "succeeded",
+                attributes: vec![
                     text("starbridge.job.id", job.as_str()),
                     text("starbridge.workflow", workflow),
                     text("starbridge.namespace", namespace),
                     text("starbridge.job.status", status),
                 ],
-                failed,
-            )
+            }
         }
         FinishedSpan::Attempt {
             job,
@@ -299,7 +342,7 @@ async fn span_data(
             fallback_start,
             ended,
         } => {
-            let Some(trace) = job_trace(job.clone()).await? else {
+            let Some(trace) = job_trace(reader, &job).await? else {
                 return Ok(None);
             };
             let (claim_job, claim_task) = (job.clone(), task.clone());
@@ -318,17 +361,17 @@ async fn span_data(
             if let Some(worker) = worker {
                 attributes.push(text("starbridge.worker", worker));
             }
-            (
-                trace.trace_id,
-                attempt_span_id(task.as_str(), attempt),
-                Some(trace.span_id),
-                SpanKind::Internal,
-                Cow::Owned(format!("task {step} attempt {attempt}")),
-                time_of(claimed.unwrap_or(fallback_start)),
-                time_of(ended),
+            Facts {
+                trace_id: trace.trace_id,
+                span_id: attempt_span_id(task.as_str(), attempt),
+                parent: Some(trace.span_id),
+                kind: SpanKind::Internal,
+                name: format!("task {step} attempt {attempt}"),
+                start: time_of(claimed.unwrap_or(fallback_start)),
+                end: time_of(ended),
+                failed: outcome != "succeeded",
                 attributes,
-                outcome != "succeeded",
-            )
+            }
         }
         FinishedSpan::Request {
             method,
@@ -338,50 +381,66 @@ async fn span_data(
             started,
             ended,
         } => {
-            let parent = traceparent.as_deref().and_then(parse_traceparent);
+            let caller = traceparent.as_deref().and_then(parse_traceparent);
             let fresh = fresh_trace(None);
-            (
-                parent.map_or(fresh.trace_id, |(trace, _)| trace),
-                fresh.span_id,
-                parent.map(|(_, span)| span),
-                SpanKind::Server,
-                Cow::Owned(format!("{method} {route}")),
-                started,
-                ended,
-                vec![
+            Facts {
+                trace_id: caller.map_or(fresh.trace_id, |(trace, _)| trace),
+                span_id: fresh.span_id,
+                parent: caller.map(|(_, span)| span),
+                kind: SpanKind::Server,
+                name: format!("{method} {route}"),
+                start: started,
+                end: ended,
+                failed: status >= 500,
+                attributes: vec![
                     text("http.request.method", method),
                     text("http.route", route),
                     KeyValue::new("http.response.status_code", i64::from(status)),
                 ],
-                status >= 500,
-            )
+            }
         }
     };
-    Ok(Some(SpanData {
-        span_context: SpanContext::new(
-            TraceId::from(trace_id),
-            SpanId::from(span_id),
-            TraceFlags::SAMPLED,
-            false,
-            TraceState::default(),
-        ),
-        parent_span_id: parent.map_or(SpanId::INVALID, SpanId::from),
-        parent_span_is_remote: false,
-        span_kind: kind,
-        name,
-        start_time: start,
-        end_time: end.max(start),
-        attributes,
-        dropped_attributes_count: 0,
-        events: SpanEvents::default(),
-        links: SpanLinks::default(),
-        status: if failed {
-            Status::Error {
-                description: Cow::Borrowed(""),
-            }
-        } else {
-            Status::Ok
-        },
-        instrumentation_scope: scope.clone(),
-    }))
+    Ok(Some(facts.into_span(scope)))
+}
+
+/// The trace stored with a job, read from the read pool.
+async fn job_trace(reader: &Arc<ReadPool>, job: &JobId) -> Result<Option<JobTrace>> {
+    let job = job.clone();
+    reader.read(move |conn| rows::trace_of(conn, &job)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_continues_the_submitters_trace_under_a_span_of_its_own() {
+        let trace = fresh_trace(Some(
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ));
+        assert_eq!(trace.trace_id, 0x0af7651916cd43dd8448eb211c80319c);
+        assert_eq!(trace.parent_span_id, Some(0xb7ad6b7169203331));
+        assert_ne!(trace.span_id, 0xb7ad6b7169203331);
+    }
+
+    #[test]
+    fn a_job_without_a_usable_traceparent_starts_a_trace() {
+        let first = fresh_trace(None);
+        let second = fresh_trace(Some("not a traceparent"));
+        assert_eq!((first.parent_span_id, second.parent_span_id), (None, None));
+        assert_ne!(first.trace_id, second.trace_id);
+        assert!(first.trace_id != 0 && first.span_id != 0);
+    }
+
+    #[test]
+    fn spans_go_to_v1_traces_under_the_endpoint() {
+        assert_eq!(
+            traces_url("http://collector:4318/"),
+            "http://collector:4318/v1/traces"
+        );
+        assert_eq!(
+            traces_url("http://collector:4318/otlp"),
+            "http://collector:4318/otlp/v1/traces"
+        );
+    }
 }
