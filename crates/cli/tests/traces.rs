@@ -2,8 +2,8 @@
 //! receiver this test starts (it decodes the protobuf requests), a real worker process running a
 //! shell step that fails once and then succeeds. The job's span continues the submitter's
 //! `traceparent`, each attempt's span sits under the job's (the server restarted in between), the worker's command sees its
-//! attempt's `traceparent`, and API requests are named by route template (a callback token in the
-//! path never shows). Without the flag nothing is stored, handed to workers or exported.
+//! attempt's `traceparent` (as does the service an `http` step calls), and API requests are
+//! named by route template (a callback token in the path never shows). Without the flag nothing is stored, handed to workers or exported.
 
 mod common;
 
@@ -241,6 +241,50 @@ async fn exports_the_span_tree(mut harness: Harness, received: &Received) {
     }
     let everything = format!("{:?}", received.lock().unwrap());
     assert!(!everything.contains("sbc_secretvalue"));
+    harness.kill_server();
+}
+
+/// A service that answers with the `traceparent` header it was sent; returns its base URL.
+async fn traceparent_echo() -> String {
+    let app = axum::Router::new().route(
+        "/echo",
+        post(|headers: axum::http::HeaderMap| async move {
+            let traceparent = headers
+                .get("traceparent")
+                .map(|value| value.to_str().unwrap().to_owned());
+            axum::Json(json!({"traceparent": traceparent}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_http_executor_sends_the_attempts_traceparent_to_the_service() {
+    let (endpoint, received) = otlp_receiver().await;
+    let service = traceparent_echo().await;
+    let mut harness = Harness::start_with(&["--otlp-endpoint", &endpoint]).await;
+    harness
+        .apply(
+            "called",
+            &format!(
+                "name: called\nsteps:\n  - id: call\n    queue: http\n    http: {{ method: POST, url: \"{service}/echo\" }}\n"
+            ),
+        )
+        .await;
+    harness.start_worker_with("caller", "http", &["--http-allow", "127.0.0.1"], &[]);
+    let job_id = harness.submit("called", json!({})).await;
+    let job = harness.wait_for_end(&job_id).await;
+    assert_eq!(job["status"], "succeeded", "{job:#}");
+    let attempt = span_where(&received, |span| span.name == "task call attempt 1").await;
+    let output = worker_output(&harness, &job_id).await;
+    assert_eq!(
+        output["body"]["traceparent"],
+        format!("00-{}-{}-01", hex(&attempt.trace_id), hex(&attempt.span_id)),
+        "{output:#}"
+    );
     harness.kill_server();
 }
 
