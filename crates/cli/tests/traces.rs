@@ -1,9 +1,10 @@
 //! OpenTelemetry traces end to end: a real server with `--otlp-endpoint` pointing at an OTLP/HTTP
 //! receiver this test starts (it decodes the protobuf requests), a real worker process running a
 //! shell step that fails once and then succeeds. The job's span continues the submitter's
-//! `traceparent`, each attempt's span sits under the job's (the server restarted in between), the worker's command sees its
-//! attempt's `traceparent` (as does the service an `http` step calls), and API requests are
-//! named by route template (a callback token in the path never shows). Without the flag nothing is stored, handed to workers or exported.
+//! `traceparent`, each attempt's span sits under the job's (the server restarted in between),
+//! the worker's command sees its attempt's `traceparent` (as does the service an `http` step
+//! calls), and API requests are named by route template (a callback token in the path never
+//! shows). Without the flag nothing is stored, handed to workers or exported.
 
 mod common;
 
