@@ -10,10 +10,12 @@ use starbridge_api::paths;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+/// The route table; with the request span layer when the engine exports traces
+/// (`Engine::export_traces` called before).
 pub fn router(state: AppState) -> Router {
     let limits = state.limits.clone();
     let engine = state.engine.clone();
-    Router::new()
+    let router = Router::new()
         .route(paths::HEALTH, get(crate::health::health))
         .route(paths::METRICS, get(crate::metrics::serve))
         .route(paths::OPENAPI, get(crate::openapi::serve))
@@ -40,11 +42,17 @@ pub fn router(state: AppState) -> Router {
             crate::rejections::problems_for_rejections,
         ))
         .layer(DefaultBodyLimit::max(limits.body_bytes))
-        .layer(crate::metrics::layer())
-        .layer(axum::middleware::from_fn_with_state(
+        .layer(crate::metrics::layer());
+    // Request spans only while tracing is on (turned on before the router is built): off, a
+    // request passes no layer for them.
+    if engine.spans().is_some() {
+        router.layer(axum::middleware::from_fn_with_state(
             engine,
             crate::traces::record,
         ))
+    } else {
+        router
+    }
 }
 
 async fn not_found() -> ApiError {

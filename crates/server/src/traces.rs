@@ -1,7 +1,8 @@
 //! The server's part of OpenTelemetry traces (see `starbridge_engine::traces`): a span per API
 //! request, named by its route template (`POST /api/v1/callbacks/{token}/complete`: paths may
 //! hold credentials, so the raw path is never used), and the submitter's `traceparent` header
-//! handed to the jobs it submits. While tracing is off, the middleware only looks that up.
+//! handed to the jobs it submits. While tracing is off, the router leaves the middleware out
+//! (`routes::router`) and no header is read.
 
 use std::time::SystemTime;
 
@@ -27,7 +28,7 @@ pub(crate) fn traceparent(engine: &Engine, headers: &HeaderMap) -> Option<String
         .map(str::to_owned)
 }
 
-/// Middleware around every route: the request's span, once answered.
+/// Middleware around every route while tracing is on: the request's span, once answered.
 pub(crate) async fn record(State(engine): State<Engine>, request: Request, next: Next) -> Response {
     let Some(sink) = engine.spans().cloned() else {
         return next.run(request).await;
