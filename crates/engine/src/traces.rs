@@ -191,6 +191,14 @@ pub(crate) fn start(
     endpoint: &str,
     reader: Arc<ReadPool>,
 ) -> std::result::Result<Arc<SpanSink>, ExporterError> {
+    match reqwest::Url::parse(endpoint) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => {}
+        _ => {
+            return Err(ExporterError(format!(
+                "'{endpoint}' is not an http:// or https:// URL with a host"
+            )));
+        }
+    }
     // An error only means a provider is installed already, which is as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
     // The endpoint is the operator's own collector: no destination policy, as for webhooks.
@@ -430,6 +438,22 @@ mod tests {
         assert_eq!((first.parent_span_id, second.parent_span_id), (None, None));
         assert_ne!(first.trace_id, second.trace_id);
         assert!(first.trace_id != 0 && first.span_id != 0);
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_is_not_an_http_url_is_refused() {
+        let reader = Arc::new(ReadPool::new(
+            Arc::new(|| Err(starbridge_store::Error::Closed)),
+            1,
+        ));
+        for endpoint in ["collector:4318", "ftp://collector", "http://"] {
+            let error = start(endpoint, reader.clone()).unwrap_err();
+            assert!(
+                error.to_string().starts_with("--otlp-endpoint: '"),
+                "{error}"
+            );
+        }
+        assert!(start("http://127.0.0.1:4318", reader).is_ok());
     }
 
     #[test]
