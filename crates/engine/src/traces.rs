@@ -56,7 +56,8 @@ pub enum FinishedSpan {
         worker: Option<String>,
         attempt: u32,
         outcome: String,
-        /// When the task first started, for an attempt without a claim (a waiting step).
+        /// When the task first started: no attempt was claimed before it, and an attempt
+        /// without a claim (a waiting step) starts there.
         fallback_start: Timestamp,
         ended: Timestamp,
     },
@@ -355,7 +356,10 @@ async fn span_data(
             };
             let (claim_job, claim_task) = (job.clone(), task.clone());
             let claimed = reader
-                .read(move |conn| rows::attempt_claimed_at(conn, &claim_job, &claim_task, attempt))
+                .read(move |conn| {
+                    let within = (fallback_start, ended);
+                    rows::attempt_claimed_at(conn, &claim_job, &claim_task, attempt, within)
+                })
                 .await?;
             let mut attributes = vec![
                 text("starbridge.job.id", job.as_str()),

@@ -72,17 +72,20 @@ pub fn events(
 }
 
 /// When a task's attempt was first claimed (a "check later" attempt is claimed again): the start
-/// of the attempt's span.
+/// of the attempt's span. `within` bounds the claim's time (from the task's first start to the
+/// attempt's end), which keeps the read to the history of those days.
 pub fn attempt_claimed_at(
     conn: &mut dyn Conn,
     job: &JobId,
     task: &TaskId,
     attempt: u32,
+    within: (Timestamp, Timestamp),
 ) -> Result<Option<Timestamp>> {
     let at: Option<Option<i64>> = conn.query_opt(
         "SELECT MIN(at) FROM events \
-         WHERE job_id = ?1 AND task_id = ?2 AND attempt = ?3 AND kind = 'task_claimed'",
-        args![job.as_str(), task.as_str(), attempt],
+         WHERE job_id = ?1 AND task_id = ?2 AND attempt = ?3 AND kind = 'task_claimed' \
+         AND at >= ?4 AND at <= ?5",
+        args![job.as_str(), task.as_str(), attempt, within.0.0, within.1.0],
         |row| row.get(0),
     )?;
     Ok(at.flatten().map(Timestamp))
