@@ -50,6 +50,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("../migrations/postgres/0011_webhook_events.sql"),
     ),
+    (
+        14,
+        include_str!("../migrations/postgres/0014_event_partitions.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.
