@@ -467,7 +467,7 @@ mod tests {
         assert_eq!(
             count(
                 &mut conn,
-                "SELECT COUNT(*) FROM pg_class WHERE relname = 'events_job' AND relkind = 'I'"
+                "SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass('events_job') AND relkind = 'I'"
             ),
             1,
             "a job's history keeps its index, on every partition"
@@ -502,7 +502,7 @@ mod tests {
         assert_eq!(
             count(
                 &mut conn,
-                "SELECT COUNT(*) FROM pg_class WHERE relname = 'events' AND relkind = 'p'"
+                "SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass('events') AND relkind = 'p'"
             ),
             1
         );
