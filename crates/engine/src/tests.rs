@@ -488,13 +488,7 @@ async fn history_retires_by_day_after_the_retention_and_a_running_job_keeps_its_
     } else {
         assert_eq!(retired, HistoryPartitions::default());
     }
-    assert!(
-        f.store
-            .events("default", &finished, 0, 10)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(f.store.job("default", &finished).await.unwrap().is_none());
     let history = f
         .store
         .events("default", &running, 0, 10)

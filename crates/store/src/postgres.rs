@@ -421,6 +421,28 @@ mod tests {
         .unwrap();
     }
 
+    /// `load_history` with fresh planner statistics, saying how long it took.
+    fn timed_load(conn: &mut PgConn, label: &str, jobs: i64, per_job: i64, days: i64) {
+        let loading = Instant::now();
+        load_history(conn, jobs, per_job, days);
+        conn.batch("ANALYZE jobs, events").unwrap();
+        eprintln!(
+            "{label}: {} events loaded in {:?}",
+            jobs * per_job,
+            loading.elapsed()
+        );
+    }
+
+    /// Every event's `(seq, job_id, at)`, in order.
+    fn stored_history(conn: &mut PgConn) -> Vec<(i64, String, i64)> {
+        conn.query_map(
+            "SELECT seq, job_id, at FROM events ORDER BY seq",
+            &[],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .unwrap()
+    }
+
     fn count(conn: &mut PgConn, sql: &str) -> i64 {
         conn.query_value(sql, &[]).unwrap()
     }
@@ -431,24 +453,12 @@ mod tests {
             return;
         };
         load_history(&mut conn, 4, 3, 2);
-        let before: Vec<(i64, String, i64)> = conn
-            .query_map(
-                "SELECT seq, job_id, at FROM events ORDER BY seq",
-                &[],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .unwrap();
+        let before = stored_history(&mut conn);
         assert_eq!(before.len(), 12);
 
         assert_eq!(connector.migrate(DAY_START).unwrap(), 1);
         let mut conn = connector.connect().unwrap();
-        let after: Vec<(i64, String, i64)> = conn
-            .query_map(
-                "SELECT seq, job_id, at FROM events ORDER BY seq",
-                &[],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .unwrap();
+        let after = stored_history(&mut conn);
         assert_eq!(after, before, "every event, with its sequence number");
         let by_partition: Vec<(String, i64)> = conn
             .query_map(
@@ -547,14 +557,7 @@ mod tests {
         let Some((_old, _, mut conn)) = before_partitioning("benchdelete") else {
             return;
         };
-        let loading = Instant::now();
-        load_history(&mut conn, jobs, per_job, days);
-        conn.batch("ANALYZE jobs, events").unwrap();
-        eprintln!(
-            "one table: {} events loaded in {:?}",
-            jobs * per_job,
-            loading.elapsed()
-        );
+        timed_load(&mut conn, "one table", jobs, per_job, days);
         let deleting = Instant::now();
         let deleted = batches(
             &mut conn,
@@ -586,14 +589,7 @@ mod tests {
         let mut conn = connector.connect().unwrap();
         conn.batch("SET statement_timeout = 0").unwrap();
         rows::partitions::make_event_partitions(&mut conn, Timestamp(DAY_START)).unwrap();
-        let loading = Instant::now();
-        load_history(&mut conn, jobs, per_job, days);
-        conn.batch("ANALYZE jobs, events").unwrap();
-        eprintln!(
-            "partitioned: {} events loaded in {:?}",
-            jobs * per_job,
-            loading.elapsed()
-        );
+        timed_load(&mut conn, "partitioned", jobs, per_job, days);
         let pruning = Instant::now();
         let pruned = batches(
             &mut conn,
