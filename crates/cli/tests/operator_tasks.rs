@@ -1,7 +1,7 @@
 //! An operator's requeue and fail of one task end to end, with the real binary as server, shell
 //! worker and CLI: a requeue stops the running command (its heartbeat is refused, which kills
 //! its process group) and the next attempt runs once; a task failed by hand makes the job
-//! compensate.
+//! compensate. Each runs on SQLite and on PostgreSQL.
 
 mod common;
 
@@ -70,9 +70,7 @@ steps:
     retry: { max_attempts: 1 }
 "#;
 
-#[tokio::test]
-async fn a_requeue_kills_the_running_command_and_the_next_attempt_runs_once() {
-    let mut h = Harness::start().await;
+async fn a_requeue_kills_the_running_command_and_the_next_attempt_runs_once(mut h: Harness) {
     h.apply("slow", SLOW_FIRST).await;
     h.start_worker("w1", "shell");
     let id = h.submit("slow", json!({})).await;
@@ -107,9 +105,7 @@ async fn a_requeue_kills_the_running_command_and_the_next_attempt_runs_once() {
     assert!(!again.status.success(), "a finished task is not requeued");
 }
 
-#[tokio::test]
-async fn a_task_failed_by_hand_stops_its_command_and_the_job_compensates() {
-    let mut h = Harness::start().await;
+async fn a_task_failed_by_hand_stops_its_command_and_the_job_compensates(mut h: Harness) {
     h.apply(
         "undo",
         r#"
@@ -155,3 +151,8 @@ steps:
     assert_eq!(work["error"]["message"], "the disk is gone");
     assert_eq!(work["attempt"], 1, "no retry though attempts were left");
 }
+
+on_both_backends!(
+    a_requeue_kills_the_running_command_and_the_next_attempt_runs_once,
+    a_task_failed_by_hand_stops_its_command_and_the_job_compensates,
+);

@@ -76,15 +76,4 @@ async fn a_failure_stops_the_queue_while_the_job_rolls_back(mut h: Harness) {
     );
 }
 
-#[tokio::test]
-async fn a_failure_stops_the_queue_while_the_job_rolls_back_on_sqlite() {
-    a_failure_stops_the_queue_while_the_job_rolls_back(Harness::start().await).await;
-}
-
-#[tokio::test]
-async fn a_failure_stops_the_queue_while_the_job_rolls_back_on_postgres() {
-    let Some(h) = Harness::start_on_postgres("stop_on_error").await else {
-        return;
-    };
-    a_failure_stops_the_queue_while_the_job_rolls_back(h).await;
-}
+on_both_backends!(a_failure_stops_the_queue_while_the_job_rolls_back);

@@ -67,6 +67,21 @@ pub use starbridge_store::{
     WorkerLoad, WriteFault, sqlite_path,
 };
 pub use writer::WriterStats;
+
+/// What `Engine::retire_history` changed: the history partitions it made and dropped.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct HistoryPartitions {
+    pub made: Vec<String>,
+    pub dropped: Vec<String>,
+}
+
+/// The end time before which finished jobs are past a retention of `retain`.
+fn retention_cutoff(now: Timestamp, retain: Duration) -> Timestamp {
+    Timestamp(
+        now.0
+            .saturating_sub(i64::try_from(retain.as_millis()).unwrap_or(i64::MAX)),
+    )
+}
 use writer::{Shared, Writer};
 
 #[derive(Debug, Clone, Copy)]
@@ -697,15 +712,32 @@ impl Engine {
         self.inner
             .writer
             .write(move |ctx| {
-                let before = Timestamp(
-                    ctx.now
-                        .0
-                        .saturating_sub(i64::try_from(retain.as_millis()).unwrap_or(i64::MAX)),
-                );
+                let before = retention_cutoff(ctx.now, retain);
                 // Only finished jobs go, which the job cache never holds; forget it anyway,
                 // since rows change outside the commands.
                 ctx.jobs.clear();
                 rows::prune_finished(ctx.conn, before, PRUNE_BATCH)
+            })
+            .await
+    }
+
+    /// On PostgreSQL, makes the coming days' history partitions and drops the days past the
+    /// retention that hold no kept job's history (see `rows::partitions`); call it after
+    /// `prune`. Nothing to do on SQLite.
+    pub async fn retire_history(&self) -> Result<HistoryPartitions> {
+        let retain = self.inner.options.retain_finished;
+        self.inner
+            .writer
+            .write(move |ctx| {
+                let made = rows::partitions::make_event_partitions(ctx.conn, ctx.now)?;
+                let dropped = match retain {
+                    Some(retain) => rows::partitions::drop_retired_event_partitions(
+                        ctx.conn,
+                        retention_cutoff(ctx.now, retain),
+                    )?,
+                    None => Vec::new(),
+                };
+                Ok(HistoryPartitions { made, dropped })
             })
             .await
     }

@@ -457,6 +457,64 @@ async fn finished_jobs_are_pruned_after_their_retention_and_running_ones_stay(f:
     complete(&f.store, &claimed, json!({})).await.unwrap();
 }
 
+async fn history_retires_by_day_after_the_retention_and_a_running_job_keeps_its_day(f: Fixture) {
+    let postgres = f.store.path().is_none();
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    let first = f.store.retire_history().await.unwrap();
+    assert_eq!(first.made.len(), if postgres { 8 } else { 0 });
+    assert!(first.dropped.is_empty());
+    let finished = submit(&f.store, "wf", json!({})).await.state.job.id;
+    for _ in 0..2 {
+        let task = claim_one(&f.store).await;
+        complete(&f.store, &task, json!({})).await.unwrap();
+    }
+    let running = submit(&f.store, "wf", json!({})).await.state.job.id;
+
+    let day = 86_400_000;
+    let retention = f.store.options().retain_finished.unwrap();
+    f.clock
+        .advance(Duration::from_millis(retention.as_millis() + 2 * day));
+    assert_eq!(f.store.prune().await.unwrap(), 1);
+    let retired = f.store.retire_history().await.unwrap();
+    if postgres {
+        assert!(!retired.dropped.is_empty(), "the empty days went");
+        assert!(
+            !retired.dropped.contains(&first.made[0]),
+            "the running job's day stays: {retired:?}"
+        );
+    } else {
+        assert_eq!(retired, HistoryPartitions::default());
+    }
+    assert!(f.store.job("default", &finished).await.unwrap().is_none());
+    let history = f
+        .store
+        .events("default", &running, 0, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(history[0].event.kind, EventKind::JobCreated);
+
+    for _ in 0..2 {
+        let task = claim_one(&f.store).await;
+        complete(&f.store, &task, json!({})).await.unwrap();
+    }
+    f.clock
+        .advance(Duration::from_millis(retention.as_millis() + 1));
+    assert_eq!(f.store.prune().await.unwrap(), 1);
+    let retired = f.store.retire_history().await.unwrap();
+    assert_eq!(
+        first
+            .made
+            .first()
+            .is_some_and(|day| retired.dropped.contains(day)),
+        postgres,
+        "the job's day retires after it: {retired:?}"
+    );
+}
+
 async fn a_token_authenticates_until_revoked_and_only_its_hash_is_kept(f: Fixture) {
     let new = NewToken {
         name: "ci-worker".into(),
@@ -1543,6 +1601,7 @@ on_both_backends!(
     a_token_authenticates_until_revoked_and_only_its_hash_is_kept,
     the_audit_log_lists_entries_newest_first_per_namespace,
     finished_jobs_are_pruned_after_their_retention_and_running_ones_stay,
+    history_retires_by_day_after_the_retention_and_a_running_job_keeps_its_day,
     applying_the_same_body_keeps_the_version_and_a_change_makes_a_new_one,
     invalid_definition_is_refused_with_problems_and_nothing_is_stored,
     submit_with_the_same_key_returns_the_existing_job,

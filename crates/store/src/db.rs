@@ -336,8 +336,8 @@ pub trait Queries: Conn {
 
 impl<C: Conn + ?Sized> Queries for C {}
 
-/// Applies, in one transaction opened with `begin`, the migrations newer than the last one
-/// recorded; returns how many. Both backends' DDL is transactional, so a failed migration leaves
+/// Applies, in one transaction opened with `begin`, the migrations not recorded yet, in the
+/// order given; returns how many. Both backends' DDL is transactional, so a failed migration leaves
 /// the schema as it was.
 pub fn migrate(
     conn: &mut dyn Conn,
@@ -350,12 +350,19 @@ pub fn migrate(
         conn.batch(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
         )?;
-        let current: i64 = conn.query_value(
-            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
-            &[],
-        )?;
+        // Every version not applied yet runs, in order, even one below the highest applied: a
+        // migration numbered into a gap by a change merged later is not skipped.
+        let done: std::collections::HashSet<i64> = conn
+            .query_map("SELECT version FROM schema_migrations", &[], |row| {
+                row.get(0)
+            })?
+            .into_iter()
+            .collect();
         let mut applied = 0;
-        for (version, sql) in migrations.iter().filter(|(version, _)| *version > current) {
+        for (version, sql) in migrations
+            .iter()
+            .filter(|(version, _)| !done.contains(version))
+        {
             conn.batch(sql)?;
             conn.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",

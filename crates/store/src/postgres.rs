@@ -54,6 +54,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         12,
         include_str!("../migrations/postgres/0012_job_traces.sql"),
     ),
+    (
+        14,
+        include_str!("../migrations/postgres/0014_event_partitions.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.
@@ -367,5 +371,246 @@ impl PgConn {
         vacuumed?;
         unlocked?;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use starbridge_core::time::Timestamp;
+
+    use super::*;
+    use crate::db::Queries;
+    use crate::rows;
+    use crate::scratch::ScratchSchema;
+
+    const DAY: i64 = 86_400_000;
+    /// 2023-11-14 00:00 UTC.
+    const DAY_START: i64 = 1_699_920_000_000;
+    /// The migration that partitions the history.
+    const PARTITIONING: i64 = 14;
+
+    /// A connection to a schema migrated up to (not including) `PARTITIONING`; `None` when no
+    /// PostgreSQL server is reachable.
+    fn before_partitioning(label: &str) -> Option<(ScratchSchema, Connector, PgConn)> {
+        let schema = ScratchSchema::create(label)?;
+        let connector = Connector::new(&schema.url, &StoreOptions::default()).unwrap();
+        let mut conn = connector.connect().unwrap();
+        let earlier: Vec<(i64, &str)> = MIGRATIONS
+            .iter()
+            .copied()
+            .filter(|(version, _)| *version < PARTITIONING)
+            .collect();
+        crate::db::migrate(&mut conn, "BEGIN", &earlier, DAY_START).unwrap();
+        conn.batch("SET statement_timeout = 0").unwrap();
+        Some((schema, connector, conn))
+    }
+
+    /// Adds `jobs` finished jobs with `per_job` events each; job `n` runs on day `n % days`
+    /// after `DAY_START`.
+    fn load_history(conn: &mut PgConn, jobs: i64, per_job: i64, days: i64) {
+        conn.batch(&format!(
+            "INSERT INTO jobs (id, namespace, workflow, version, status, params, priority, \
+             created_at, ended_at, compensation_planned, completions, round) \
+             SELECT 'job_' || n, 'default', 'wf', 1, 'succeeded', '{{}}', 0, \
+             {DAY_START} + (n % {days}) * {DAY}, {DAY_START} + (n % {days}) * {DAY} + 60000, 0, 0, 0 \
+             FROM generate_series(1, {jobs}) n; \
+             INSERT INTO events (job_id, task_id, step, at, kind, attempt, worker_id, detail) \
+             SELECT 'job_' || n, 'task_' || n || '_' || e, 's' || e, \
+             {DAY_START} + (n % {days}) * {DAY} + e, 'task_succeeded', 1, 'worker-1', \
+             '{{\"output\":{{\"rows\":42}}}}' \
+             FROM generate_series(1, {jobs}) n, generate_series(1, {per_job}) e"
+        ))
+        .unwrap();
+    }
+
+    /// `load_history` with fresh planner statistics, saying how long it took.
+    fn timed_load(conn: &mut PgConn, label: &str, jobs: i64, per_job: i64, days: i64) {
+        let loading = Instant::now();
+        load_history(conn, jobs, per_job, days);
+        conn.batch("ANALYZE jobs, events").unwrap();
+        eprintln!(
+            "{label}: {} events loaded in {:?}",
+            jobs * per_job,
+            loading.elapsed()
+        );
+    }
+
+    /// Every event's `(seq, job_id, at)`, in order.
+    fn stored_history(conn: &mut PgConn) -> Vec<(i64, String, i64)> {
+        conn.query_map(
+            "SELECT seq, job_id, at FROM events ORDER BY seq",
+            &[],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .unwrap()
+    }
+
+    fn count(conn: &mut PgConn, sql: &str) -> i64 {
+        conn.query_value(sql, &[]).unwrap()
+    }
+
+    #[test]
+    fn migration_partitions_a_populated_history_by_day_keeping_every_event() {
+        let Some((_schema, connector, mut conn)) = before_partitioning("migratehistory") else {
+            return;
+        };
+        load_history(&mut conn, 4, 3, 2);
+        let before = stored_history(&mut conn);
+        assert_eq!(before.len(), 12);
+
+        assert_eq!(connector.migrate(DAY_START).unwrap(), 1);
+        let mut conn = connector.connect().unwrap();
+        let after = stored_history(&mut conn);
+        assert_eq!(after, before, "every event, with its sequence number");
+        let by_partition: Vec<(String, i64)> = conn
+            .query_map(
+                "SELECT tableoid::regclass::TEXT, COUNT(*) FROM events GROUP BY 1 ORDER BY 1",
+                &[],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            by_partition,
+            [
+                ("events_20231114".to_owned(), 6),
+                ("events_20231115".to_owned(), 6)
+            ]
+        );
+        assert_eq!(
+            count(
+                &mut conn,
+                "SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass('events_job') AND relkind = 'I'"
+            ),
+            1,
+            "a job's history keeps its index, on every partition"
+        );
+        let history = rows::events(
+            &mut conn,
+            &starbridge_core::ids::JobId::from_unique("1"),
+            0,
+            10,
+        )
+        .unwrap();
+        assert_eq!(history.len(), 3);
+        conn.execute(
+            "INSERT INTO events (job_id, at, kind, detail) VALUES ('job_1', ?1, 'job_created', '{}')",
+            crate::db::args![DAY_START],
+        )
+        .unwrap();
+        assert_eq!(
+            count(&mut conn, "SELECT MAX(seq) FROM events"),
+            13,
+            "numbering goes on after the moved events"
+        );
+    }
+
+    #[test]
+    fn migration_partitions_an_empty_history_with_only_the_default_partition() {
+        let Some((_schema, connector, _conn)) = before_partitioning("migrateempty") else {
+            return;
+        };
+        assert_eq!(connector.migrate(DAY_START).unwrap(), 1);
+        let mut conn = connector.connect().unwrap();
+        assert_eq!(
+            count(
+                &mut conn,
+                "SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass('events') AND relkind = 'p'"
+            ),
+            1
+        );
+        let partitions: Vec<String> = conn
+            .query_map(
+                "SELECT c.relname::TEXT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+                 WHERE i.inhparent = to_regclass('events')",
+                &[],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(partitions, ["events_default"]);
+    }
+
+    /// Retiring a week of history of finished jobs, by today's per-job delete and by dropping
+    /// day partitions. Run on purpose (it loads 10M events twice):
+    /// `cargo test -p starbridge-store --lib -- --ignored --nocapture retiring_history`;
+    /// `STARBRIDGE_BENCH_JOBS` changes the job count (100 events each).
+    #[test]
+    #[ignore = "a measurement: loads 10M events twice"]
+    fn retiring_history_by_partition_drop_against_per_job_delete() {
+        let jobs: i64 = std::env::var("STARBRIDGE_BENCH_JOBS")
+            .ok()
+            .and_then(|jobs| jobs.parse().ok())
+            .unwrap_or(100_000);
+        let (per_job, days) = (100, 7);
+        let cutoff = Timestamp(DAY_START + 8 * DAY);
+        let batches = |conn: &mut PgConn, mut step: Box<dyn FnMut(&mut PgConn) -> usize>| {
+            let mut total = 0;
+            loop {
+                conn.batch("BEGIN").unwrap();
+                let done = step(conn);
+                conn.batch("COMMIT").unwrap();
+                total += done;
+                if done == 0 {
+                    return total;
+                }
+            }
+        };
+
+        // Today: each job's history deleted with it, `PRUNE_BATCH` jobs per transaction.
+        let Some((_old, _, mut conn)) = before_partitioning("benchdelete") else {
+            return;
+        };
+        timed_load(&mut conn, "one table", jobs, per_job, days);
+        let deleting = Instant::now();
+        let deleted = batches(
+            &mut conn,
+            Box::new(move |conn| {
+                let ids: Vec<String> = conn
+                    .query_map(
+                        "SELECT id FROM jobs WHERE ended_at < ?1 ORDER BY ended_at LIMIT 500",
+                        crate::db::args![cutoff.0],
+                        |row| row.get(0),
+                    )
+                    .unwrap();
+                for id in &ids {
+                    rows::delete_job(conn, id).unwrap();
+                }
+                ids.len()
+            }),
+        );
+        assert_eq!(deleted, usize::try_from(jobs).unwrap());
+        eprintln!(
+            "one table: {deleted} jobs and their history deleted in {:?}",
+            deleting.elapsed()
+        );
+
+        // Partitioned: the pruner deletes the jobs' rows, then drops the days.
+        let Some((_new, connector, _)) = before_partitioning("benchdrop") else {
+            return;
+        };
+        connector.migrate(DAY_START).unwrap();
+        let mut conn = connector.connect().unwrap();
+        conn.batch("SET statement_timeout = 0").unwrap();
+        rows::partitions::make_event_partitions(&mut conn, Timestamp(DAY_START)).unwrap();
+        timed_load(&mut conn, "partitioned", jobs, per_job, days);
+        let pruning = Instant::now();
+        let pruned = batches(
+            &mut conn,
+            Box::new(move |conn| rows::prune_finished(conn, cutoff, 500).unwrap()),
+        );
+        assert_eq!(pruned, usize::try_from(jobs).unwrap());
+        let jobs_gone = pruning.elapsed();
+        conn.batch("BEGIN").unwrap();
+        let dropped = rows::partitions::drop_retired_event_partitions(&mut conn, cutoff).unwrap();
+        conn.batch("COMMIT").unwrap();
+        assert_eq!(dropped.len(), 8, "{dropped:?}");
+        assert_eq!(count(&mut conn, "SELECT COUNT(*) FROM events"), 0);
+        eprintln!(
+            "partitioned: {pruned} jobs deleted in {jobs_gone:?}, then {} days of history \
+             dropped; {:?} in all",
+            dropped.len(),
+            pruning.elapsed()
+        );
     }
 }

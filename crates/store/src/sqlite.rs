@@ -380,6 +380,38 @@ mod tests {
     }
 
     #[test]
+    fn a_migration_numbered_into_a_gap_still_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer =
+            SqliteConn::open_writer(&dir.path().join("gap.db"), Durability::Full).unwrap();
+        let first: &[(i64, &str)] = &[(1, "CREATE TABLE a (x)"), (3, "CREATE TABLE c (x)")];
+        let later: &[(i64, &str)] = &[
+            (1, "CREATE TABLE a (x)"),
+            (2, "CREATE TABLE b (x)"),
+            (3, "CREATE TABLE c (x)"),
+        ];
+        assert_eq!(
+            crate::db::migrate(&mut writer, "BEGIN", first, 0).unwrap(),
+            2
+        );
+        assert_eq!(
+            crate::db::migrate(&mut writer, "BEGIN", later, 0).unwrap(),
+            1
+        );
+        assert_eq!(
+            crate::db::migrate(&mut writer, "BEGIN", later, 0).unwrap(),
+            0
+        );
+        let tables: i64 = (&mut writer as &mut dyn Conn)
+            .query_value(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name IN ('a', 'b', 'c')",
+                args![],
+            )
+            .unwrap();
+        assert_eq!(tables, 3);
+    }
+
+    #[test]
     fn the_writer_syncs_every_commit_unless_durability_is_relaxed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("durability.db");

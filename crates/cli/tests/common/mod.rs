@@ -350,3 +350,33 @@ pub(crate) fn succeeded(output: &std::process::Output) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Makes two tests of each `async fn(Harness)`: `sqlite::name` on a SQLite file and
+/// `postgres::name` on a scratch PostgreSQL schema (skipped, saying so, when the test server
+/// cannot be reached outside CI).
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test($crate::common::Harness::start().await).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    let Some(harness) =
+                        $crate::common::Harness::start_on_postgres(stringify!($test)).await
+                    else {
+                        return;
+                    };
+                    super::$test(harness).await;
+                }
+            )*
+        }
+    };
+}

@@ -1,5 +1,6 @@
-//! The pruner: deletes finished jobs (with their tasks and history) past the retention, and the
-//! idle token buckets of steps' per-key rates, now and then.
+//! The pruner: deletes finished jobs (with their tasks and history) past the retention, the
+//! idle token buckets of steps' per-key rates, and on PostgreSQL makes the coming days' history
+//! partitions and drops the retired ones, now and then.
 
 use std::time::Duration as StdDuration;
 
@@ -24,6 +25,15 @@ pub async fn run_pruner(store: Engine, mut stop: watch::Receiver<bool>) {
         }
         if let Err(error) = store.prune_rate_buckets().await {
             tracing::warn!(%error, "pruner: database error");
+        }
+        match store.retire_history().await {
+            Ok(partitions) if partitions.made.is_empty() && partitions.dropped.is_empty() => {}
+            Ok(partitions) => tracing::info!(
+                made = ?partitions.made,
+                dropped = ?partitions.dropped,
+                "history partitions made and retired"
+            ),
+            Err(error) => tracing::warn!(%error, "pruner: database error"),
         }
         tokio::select! {
             () = tokio::time::sleep(PRUNE_EVERY) => {}

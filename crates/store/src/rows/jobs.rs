@@ -16,7 +16,7 @@ use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
 use super::{
     RowLock, RowWrite, enum_column, json_text, labels_text, opt_json_text, parse_json, ts,
 };
-use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
+use crate::db::{Arg, Backend, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
 use crate::{Error, JobFilter, Result};
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
@@ -400,7 +400,9 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
 
 /// Deletes up to `limit` jobs that finished before `ended_before`, with their tasks, history,
 /// labels, lock rows and webhook deliveries; returns how many jobs went. A child job stays
-/// while its parent is kept (the parent may still roll it back).
+/// while its parent is kept (the parent may still roll it back). On PostgreSQL the history in
+/// day partitions stays behind, unreachable, until its whole day is dropped (see `partitions`);
+/// only what the default partition caught is deleted here.
 pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) -> Result<usize> {
     let ids = conn.query_map(
         "SELECT id FROM jobs INDEXED BY jobs_ended WHERE ended_at IS NOT NULL AND ended_at < ?1 \
@@ -409,18 +411,30 @@ pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) 
         args![ended_before.0, limit],
         |row| row.get::<String>(0),
     )?;
+    let history = match conn.backend() {
+        Backend::Sqlite => ALL_HISTORY,
+        Backend::Postgres => "DELETE FROM events_default WHERE job_id = ?1",
+    };
     for id in &ids {
-        delete_job(conn, id)?;
+        delete_job_rows(conn, id, history)?;
     }
     Ok(ids.len())
 }
+
+/// Deletes all of a job's history.
+const ALL_HISTORY: &str = "DELETE FROM events WHERE job_id = ?1";
 
 /// Deletes a job with its tasks, history, signals, labels, lock rows and delivered (or given
 /// up) webhook deliveries; its key is free again. The caller checks that the job is finished
 /// and that no kept parent needs it (as `prune_finished` does).
 pub fn delete_job(conn: &mut dyn Conn, id: &str) -> Result<()> {
+    delete_job_rows(conn, id, ALL_HISTORY)
+}
+
+/// `delete_job`, with `history` the statement deleting the job's history.
+fn delete_job_rows(conn: &mut dyn Conn, id: &str, history: &str) -> Result<()> {
     for sql in [
-        "DELETE FROM events WHERE job_id = ?1",
+        history,
         "DELETE FROM signals WHERE job_id = ?1",
         "DELETE FROM job_labels WHERE job_id = ?1",
         "DELETE FROM tasks WHERE job_id = ?1",

@@ -28,6 +28,7 @@ mod jobs;
 pub(crate) mod labels;
 mod locks;
 mod namespaces;
+pub mod partitions;
 pub mod queue_prefixes;
 mod queues;
 pub mod rates;

@@ -19,7 +19,7 @@ use super::schedules::StoredSchedule;
 use super::tokens::{Scope, Token};
 use super::webhooks::Webhook;
 use super::*;
-use crate::db::{Conn, Queries, args};
+use crate::db::{Backend, Conn, Queries, args};
 use crate::deferred::WriteConn;
 use crate::scratch::ScratchSchema;
 use crate::{JobFilter, StoreOptions, StoredQueue, StoredQueuePrefix, StoredWorkflow};
@@ -99,6 +99,8 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    history_partitions_are_made_ahead_and_a_day_retires_whole_after_its_jobs,
+    a_long_running_jobs_history_keeps_its_day_partition_past_retention,
     children_read_back_with_their_parent_and_their_endings_wait_for_it,
     labels_read_back_filter_jobs_and_go_with_their_job,
     waits_and_signals_read_back_and_waits_fall_due,
@@ -1351,4 +1353,194 @@ fn tokens_and_audit_entries_read_back(db: &mut Db) {
             ..entry("a", "first")
         }]
     );
+}
+
+const DAY: i64 = 86_400_000;
+
+/// The day partitions of `events`, by name (none on SQLite).
+fn day_partitions(db: &mut Db) -> Vec<String> {
+    if db.conn.backend() == Backend::Sqlite {
+        return Vec::new();
+    }
+    db.conn
+        .query_map(
+            "SELECT c.relname::TEXT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+             WHERE i.inhparent = to_regclass('events') AND c.relname <> 'events_default' \
+             ORDER BY 1",
+            &[],
+            |row| row.get::<String>(0),
+        )
+        .unwrap()
+}
+
+/// How many history rows of `job` are stored, reachable or not.
+fn stored_events(db: &mut Db, job: &Job) -> i64 {
+    db.conn
+        .query_value(
+            "SELECT COUNT(*) FROM events WHERE job_id = ?1",
+            args![job.id.as_str()],
+        )
+        .unwrap()
+}
+
+fn finished(mut job: Job, ended_at: Timestamp) -> Job {
+    job.status = JobStatus::Succeeded;
+    job.ended_at = Some(ended_at);
+    job
+}
+
+fn history_partitions_are_made_ahead_and_a_day_retires_whole_after_its_jobs(db: &mut Db) {
+    let postgres = db.conn.backend() == Backend::Postgres;
+    let made = partitions::make_event_partitions(&mut db.conn, NOW).unwrap();
+    if postgres {
+        assert_eq!(made.len(), 8, "today and a week ahead: {made:?}");
+        assert_eq!(made[0], "events_20231114");
+        assert_eq!(made[7], "events_20231121");
+    } else {
+        assert!(made.is_empty(), "SQLite keeps one table");
+    }
+    assert!(
+        partitions::make_event_partitions(&mut db.conn, NOW)
+            .unwrap()
+            .is_empty(),
+        "made once"
+    );
+    assert_eq!(day_partitions(db), made);
+
+    // A job of today, and one whose history is older than any partition (the default
+    // partition catches it).
+    let done = finished(job("done", NOW), later(60_000));
+    let step = task(&done, 1, "q", 0, NOW);
+    db.insert(
+        &done,
+        std::slice::from_ref(&step),
+        &[
+            event(NOW, EventKind::JobCreated, None),
+            event(later(60_000), EventKind::TaskSucceeded, Some(&step)),
+        ],
+    );
+    let old = finished(job("old", later(-100 * DAY)), later(-100 * DAY + 1));
+    db.insert(
+        &old,
+        &[],
+        &[event(later(-100 * DAY), EventKind::JobCreated, None)],
+    );
+
+    // While its job is kept, the day stays; the next day, past the retention and empty, goes.
+    let cutoff = later(2 * DAY);
+    let dropped = partitions::drop_retired_event_partitions(&mut db.conn, cutoff).unwrap();
+    if postgres {
+        assert_eq!(dropped, ["events_20231115"]);
+    } else {
+        assert!(dropped.is_empty());
+    }
+    assert_eq!(stored_events(db, &done), 2);
+
+    assert_eq!(prune_finished(&mut db.conn, cutoff, 10).unwrap(), 2);
+    assert_eq!(
+        stored_events(db, &old),
+        0,
+        "the default partition's rows go with their job"
+    );
+    let dropped = partitions::drop_retired_event_partitions(&mut db.conn, cutoff).unwrap();
+    if postgres {
+        assert_eq!(dropped, ["events_20231114"]);
+        assert_eq!(day_partitions(db), made[2..]);
+    } else {
+        assert!(dropped.is_empty());
+    }
+    assert_eq!(stored_events(db, &done), 0, "the day's history is gone");
+    assert!(
+        partitions::drop_retired_event_partitions(&mut db.conn, cutoff)
+            .unwrap()
+            .is_empty(),
+        "the days not past the retention stay"
+    );
+
+    // A day the default partition caught events of moves into its partition when made.
+    let later_job = job("later", later(10 * DAY));
+    db.insert(
+        &later_job,
+        &[],
+        &[event(later(10 * DAY), EventKind::JobCreated, None)],
+    );
+    let made = partitions::make_event_partitions(&mut db.conn, later(5 * DAY)).unwrap();
+    if postgres {
+        assert_eq!(
+            made.len(),
+            5,
+            "the days after the week already made: {made:?}"
+        );
+        let in_default: i64 = db
+            .conn
+            .query_value("SELECT COUNT(*) FROM events_default", &[])
+            .unwrap();
+        assert_eq!(in_default, 0);
+    }
+    let history = events(&mut db.conn, &later_job.id, 0, 10).unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].event.at, later(10 * DAY));
+}
+
+fn a_long_running_jobs_history_keeps_its_day_partition_past_retention(db: &mut Db) {
+    let postgres = db.conn.backend() == Backend::Postgres;
+    partitions::make_event_partitions(&mut db.conn, NOW).unwrap();
+    let long = job("long", NOW);
+    let done = finished(job("done", NOW), later(1_000));
+    db.insert(&long, &[], &[event(NOW, EventKind::JobCreated, None)]);
+    db.insert(&done, &[], &[event(NOW, EventKind::JobCreated, None)]);
+    partitions::make_event_partitions(&mut db.conn, later(40 * DAY)).unwrap();
+    let step = task(&long, 1, "q", 0, later(40 * DAY));
+    db.insert(
+        &long,
+        std::slice::from_ref(&step),
+        &[event(
+            later(40 * DAY),
+            EventKind::TaskSucceeded,
+            Some(&step),
+        )],
+    );
+
+    // Thirty days after its start the long job still runs: the other job goes, the day stays.
+    let cutoff = later(40 * DAY - 30 * DAY);
+    assert_eq!(prune_finished(&mut db.conn, cutoff, 10).unwrap(), 1);
+    let dropped = partitions::drop_retired_event_partitions(&mut db.conn, cutoff).unwrap();
+    if postgres {
+        assert_eq!(
+            dropped.len(),
+            7,
+            "the empty days after the first: {dropped:?}"
+        );
+    }
+    assert!(
+        !dropped.contains(&"events_20231114".to_owned()),
+        "the long job's first day stays"
+    );
+    let history = events(&mut db.conn, &long.id, 0, 10).unwrap();
+    assert_eq!(
+        history.iter().map(|e| e.event.at).collect::<Vec<_>>(),
+        [NOW, later(40 * DAY)],
+        "the whole history of the long job"
+    );
+
+    // Once it ended past the retention too, its days retire.
+    let long = finished(long, later(41 * DAY));
+    db.insert(&long, &[], &[]);
+    let cutoff = later(80 * DAY);
+    assert_eq!(prune_finished(&mut db.conn, cutoff, 10).unwrap(), 1);
+    let dropped = partitions::drop_retired_event_partitions(&mut db.conn, cutoff).unwrap();
+    if postgres {
+        assert!(
+            dropped.contains(&"events_20231114".to_owned()),
+            "{dropped:?}"
+        );
+        assert!(
+            dropped.contains(&"events_20231224".to_owned()),
+            "{dropped:?}"
+        );
+        assert_eq!(stored_events(db, &long), 0);
+        assert_eq!(stored_events(db, &done), 0);
+    } else {
+        assert!(dropped.is_empty());
+    }
 }
