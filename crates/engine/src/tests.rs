@@ -99,6 +99,7 @@ macro_rules! on_both_backends {
 // After the macro, which it uses.
 mod children;
 mod delete;
+mod minutes;
 mod operator_tasks;
 mod poll;
 mod routing;

@@ -50,6 +50,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("../migrations/postgres/0011_webhook_events.sql"),
     ),
+    (
+        13,
+        include_str!("../migrations/postgres/0013_stats_minutes.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.
