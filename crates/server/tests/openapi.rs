@@ -76,6 +76,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/tokens"),
     ("DELETE", "/api/v1/tokens/{id}"),
     ("GET", "/api/v1/audit"),
+    ("GET", "/api/v1/stats/minutes"),
 ];
 
 /// The operations anyone may call, even when the server requires a token.
