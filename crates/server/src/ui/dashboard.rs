@@ -59,11 +59,12 @@ pub(crate) fn dashboard(ns: &Ns, stats: &MinuteStats, minutes: usize) -> String 
         out,
         r#"<p class="window">Per minute, over the{windows}. Counted a few seconds after the fact.</p>"#
     );
+    // The page re-reads itself: this part is swapped in when it changed.
+    out.push_str(r#"<div id="dashboard" data-live>"#);
     if stats.workflows.is_empty() && stats.queues.is_empty() {
         out.push_str(
             r#"<p class="empty">No figures in this window yet: jobs are counted a few seconds after they start and end.</p>"#,
         );
-        return out;
     }
     let from = stats.from.as_millisecond();
     for (kind, series) in [("workflow", &stats.workflows), ("queue", &stats.queues)] {
@@ -71,6 +72,7 @@ pub(crate) fn dashboard(ns: &Ns, stats: &MinuteStats, minutes: usize) -> String 
             out.push_str(&section(kind, one, from, minutes));
         }
     }
+    out.push_str("</div>");
     out
 }
 
