@@ -56,29 +56,30 @@ fn draw(stats: &MinuteStats) {
         crate::output::time(Some(stats.from))
     );
     println!();
-    let header = [
-        "WORKFLOW",
-        "STARTED",
-        "SUCCEEDED",
-        "FAILED",
-        "P50",
-        "P95",
-        "LAST MINUTE",
-    ];
-    table(&header, &rows(&stats.workflows, stats, false));
+    table(
+        &header("WORKFLOW", &[]),
+        &rows(&stats.workflows, stats, false),
+    );
     println!();
-    let header = [
-        "QUEUE",
+    let header = header("QUEUE", &["READY", "OLDEST WAIT"]);
+    table(&header, &rows(&stats.queues, stats, true));
+}
+
+/// The columns of a table of series: the name's, the figures', then `extra`.
+fn header<'a>(name: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let figures = [
         "STARTED",
         "SUCCEEDED",
         "FAILED",
         "P50",
         "P95",
         "LAST MINUTE",
-        "READY",
-        "OLDEST WAIT",
     ];
-    table(&header, &rows(&stats.queues, stats, true));
+    [name]
+        .into_iter()
+        .chain(figures)
+        .chain(extra.iter().copied())
+        .collect()
 }
 
 fn rows(series: &[SeriesView], stats: &MinuteStats, queue: bool) -> Vec<Vec<String>> {

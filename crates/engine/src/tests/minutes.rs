@@ -2,12 +2,11 @@
 //! the engine's rollup step.
 
 use serde_json::json;
-use starbridge_core::model::{Input, ReportedError};
 use starbridge_core::time::{Duration, Timestamp};
 use starbridge_store::minutes::{MinuteRow, SeriesKind, minute_of};
 
-use super::{Fixture, complete, definition, submit};
-use crate::{ROLLUP_LAG, TaskScope};
+use super::{Fixture, complete, definition, report_failure, submit};
+use crate::ROLLUP_LAG;
 
 const ONE_STEP: &str = "steps:\n- {id: a, queue: q, command: c}\n";
 
@@ -39,23 +38,7 @@ async fn a_known_load_rolls_up_into_counts_durations_and_queue_samples(f: Fixtur
     complete(&f.store, &claimed[0], json!({})).await.unwrap();
     complete(&f.store, &claimed[1], json!({})).await.unwrap();
     f.clock.advance(Duration::from_millis(60));
-    f.store
-        .report(
-            claimed[2].task.id.clone(),
-            Input::Fail {
-                task: claimed[2].task.id.clone(),
-                lease_token: claimed[2].task.lease_token.clone().unwrap(),
-                error: ReportedError {
-                    message: "broken".into(),
-                    retryable: false,
-                    retry_after: None,
-                },
-                logs: None,
-            },
-            TaskScope::default(),
-        )
-        .await
-        .unwrap();
+    report_failure(&f.store, &claimed[2], "broken", false).await;
     f.clock.advance(Duration::from_millis(2_400));
     complete(&f.store, &claimed[3], json!({})).await.unwrap();
 

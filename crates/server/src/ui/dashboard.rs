@@ -192,7 +192,7 @@ fn chart(title: &str, unit: Unit, lines: &[Line]) -> String {
     let x = |index: usize| LEFT + plot_width * index as f64 / (count - 1) as f64;
     let y = |value: f64| TOP + plot_height * (1.0 - value / scale);
     let mut out = format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" class="sb-chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{title}"><style>.axis{{stroke:#adb5bd;stroke-width:1}}.line{{fill:none;stroke-width:1.5}}.started{{stroke:#1c7ed6;fill:#1c7ed6}}.succeeded{{stroke:#2f9e44;fill:#2f9e44}}.failed{{stroke:#e03131;fill:#e03131}}.p50{{stroke:#1c7ed6;fill:#1c7ed6}}.p95{{stroke:#f08c00;fill:#f08c00}}.depth{{stroke:#7048e8;fill:#7048e8}}.wait{{stroke:#f08c00;fill:#f08c00}}text{{font:11px sans-serif;fill:#495057;stroke:none}}</style><title>{title}</title>"##,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" class="sb-chart" viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" aria-label="{title}"><style>.axis{{stroke:#adb5bd;stroke-width:1}}path.line{{fill:none;stroke-width:1.5}}.started{{stroke:#1c7ed6;fill:#1c7ed6}}.succeeded{{stroke:#2f9e44;fill:#2f9e44}}.failed{{stroke:#e03131;fill:#e03131}}.p50{{stroke:#1c7ed6;fill:#1c7ed6}}.p95{{stroke:#f08c00;fill:#f08c00}}.depth{{stroke:#7048e8;fill:#7048e8}}.wait{{stroke:#f08c00;fill:#f08c00}}text{{font:11px sans-serif;fill:#495057;stroke:none}}</style><title>{title}</title>"##,
         title = Esc(title),
     );
     let _ = write!(
@@ -208,18 +208,39 @@ fn chart(title: &str, unit: Unit, lines: &[Line]) -> String {
     );
     let mut legend_x = LEFT;
     for line in lines {
-        let mut path = String::new();
+        // Runs of minutes with a value; a run of one minute is drawn as a dot.
+        let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
         let mut pen_down = false;
         for (index, value) in line.points.iter().enumerate() {
             match value {
+                Some(value) if pen_down => {
+                    if let Some(run) = runs.last_mut() {
+                        run.push((x(index), y(*value)));
+                    }
+                }
                 Some(value) => {
-                    let verb = if pen_down { 'L' } else { 'M' };
-                    let _ = write!(path, "{verb}{:.1} {:.1}", x(index), y(*value));
+                    runs.push(vec![(x(index), y(*value))]);
                     pen_down = true;
                 }
                 None => pen_down = false,
             }
         }
+        let mut path = String::new();
+        let mut dots = String::new();
+        for run in &runs {
+            for (index, (px, py)) in run.iter().enumerate() {
+                let verb = if index == 0 { 'M' } else { 'L' };
+                let _ = write!(path, "{verb}{px:.1} {py:.1}");
+            }
+            if let [(px, py)] = run[..] {
+                let _ = write!(
+                    dots,
+                    r#"<circle class="{}" cx="{px:.1}" cy="{py:.1}" r="2.5"/>"#,
+                    line.class
+                );
+            }
+        }
+        out.push_str(&dots);
         let _ = write!(
             out,
             r#"<path class="line {class}" data-series="{label}" d="{path}"/><rect class="{class}" x="{legend_x}" y="6" width="10" height="3"/><text x="{tx}" y="11">{label}</text>"#,
@@ -254,6 +275,11 @@ mod tests {
         let path = &path[..path.find('"').unwrap()];
         assert_eq!(path.matches('M').count(), 2, "a gap lifts the pen: {path}");
         assert_eq!(path.matches('L').count(), 1, "{path}");
+        assert_eq!(
+            svg.matches("<circle").count(),
+            1,
+            "the lone first minute is a dot: {svg}"
+        );
         assert!(
             path.contains(&format!("{:.1}", TOP)),
             "the largest value is at the top: {path}"
