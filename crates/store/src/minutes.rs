@@ -332,3 +332,46 @@ pub fn list(conn: &mut dyn Conn, namespace: &str, since: Timestamp) -> Result<Ve
         )
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(path: &std::path::Path, sql: &str, params: usize) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let params: Vec<i64> = vec![0; params];
+        statement
+            .query_map(rusqlite::params_from_iter(params), |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_rollup_and_the_window_read_go_through_keys_not_scans() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("minutes.db");
+        crate::sqlite::SqliteConn::open(&path)
+            .unwrap()
+            .migrate(0)
+            .unwrap();
+        let events = plan(&path, EVENTS_SQL, 2);
+        assert_eq!(events.len(), 3, "{events:?}");
+        assert!(
+            events.iter().all(|line| line.starts_with("SEARCH")),
+            "the history past the watermark, and each event's job and task, by key: {events:?}"
+        );
+        let window = plan(
+            &path,
+            "SELECT kind FROM stats_minutes WHERE namespace = ?1 AND minute >= ?2",
+            2,
+        );
+        assert!(
+            window.iter().all(|line| line.starts_with("SEARCH")),
+            "{window:?}"
+        );
+    }
+}
