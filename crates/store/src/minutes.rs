@@ -351,6 +351,41 @@ mod tests {
     }
 
     #[test]
+    fn a_rollup_read_from_a_watermark_another_moved_adds_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = crate::sqlite::SqliteConn::open(&dir.path().join("cas.db")).unwrap();
+        conn.migrate(0).unwrap();
+        let minute = Timestamp(1_800_000_000_000);
+        let figures = MinuteFigures {
+            started: 2,
+            ..MinuteFigures::default()
+        };
+        let key = (
+            "default".to_owned(),
+            SeriesKind::Workflow,
+            "wf".to_owned(),
+            minute,
+        );
+        let start = Watermark {
+            seq: 0,
+            sampled_minute: Timestamp(0),
+        };
+        let rollup = Rollup {
+            from: start,
+            to: Watermark { seq: 7, ..start },
+            events: 2,
+            figures: BTreeMap::from([(key, figures)]),
+        };
+        assert!(apply_rollup(&mut conn, &rollup, minute).unwrap());
+        // A second node that read the same events from the same watermark.
+        assert!(!apply_rollup(&mut conn, &rollup, minute).unwrap());
+        let rows = list(&mut conn, "default", Timestamp(0)).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].figures.started, 2, "counted once");
+        assert_eq!(watermark(&mut conn).unwrap().seq, 7);
+    }
+
+    #[test]
     fn the_rollup_and_the_window_read_go_through_keys_not_scans() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("minutes.db");
