@@ -1641,7 +1641,8 @@ pub struct MinuteView {
     pub p50_ms: Option<u64>,
     /// The 95th percentile duration, in ms; null when none ended.
     pub p95_ms: Option<u64>,
-    /// Queues: ready tasks when the minute was sampled; in `totals`, the largest sample.
+    /// Queues: ready tasks when the minute was sampled; null when none was ready (an empty
+    /// queue writes no sample); in `totals`, the largest sample.
     pub depth: Option<u64>,
     /// Queues: how long the oldest claimable task had waited when sampled, in ms; in `totals`,
     /// the largest sample.

@@ -77,6 +77,8 @@ pub(crate) fn dashboard(ns: &Ns, stats: &MinuteStats, minutes: usize) -> String 
 }
 
 fn section(kind: &str, series: &SeriesView, from: i64, minutes: usize) -> String {
+    // `absent`: what a minute without figures shows. Counts are 0 then, and so are a queue's
+    // samples (an empty queue writes none); percentiles have no value.
     let values = |pick: &dyn Fn(&MinuteView) -> Option<f64>, absent: Option<f64>| {
         let mut points = vec![absent; minutes];
         for minute in &series.minutes {
@@ -161,7 +163,7 @@ fn section(kind: &str, series: &SeriesView, from: i64, minutes: usize) -> String
             &[Line {
                 label: "depth",
                 class: "depth",
-                points: values(&|m| m.depth.map(|v| v as f64), None),
+                points: values(&|m| m.depth.map(|v| v as f64), Some(0.0)),
             }],
         ));
         out.push_str(&chart(
@@ -170,7 +172,7 @@ fn section(kind: &str, series: &SeriesView, from: i64, minutes: usize) -> String
             &[Line {
                 label: "oldest wait",
                 class: "wait",
-                points: values(&|m| m.oldest_wait_ms.map(|v| v as f64), None),
+                points: values(&|m| m.oldest_wait_ms.map(|v| v as f64), Some(0.0)),
             }],
         ));
     }
