@@ -48,6 +48,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         12,
         include_str!("../migrations/sqlite/0012_webhook_events.sql"),
     ),
+    (
+        14,
+        include_str!("../migrations/sqlite/0014_stats_minutes.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {
