@@ -21,11 +21,12 @@ use crate::{
     BulkRequest, BulkResult, CallbackAnswer, CancelRequest, CheckLaterRequest, CompleteRequest,
     CompleteTasks, CompleteTasksResponse, CreateTokenRequest, CreatedToken, DecisionRequest,
     DeliveryList, EventList, FailRequest, FailTaskRequest, Health, HeartbeatRequest,
-    HeartbeatResponse, JobList, JobListQuery, JobView, Open, PollRequest, PollResponse, Problem,
-    QueueList, QueueListQuery, QueuePrefixView, QueueSettings, QueueView, ReportResponse,
-    RequeueRequest, RerunRequest, ScheduleList, ScheduleRequest, ScheduleView, SignalAccepted,
-    SignalRequest, SkipRequest, SubmitJob, SubmitJobs, SubmitJobsResponse, TokenList, WebhookList,
-    WebhookRequest, WebhookView, WorkflowDetail, WorkflowList,
+    HeartbeatResponse, JobList, JobListQuery, JobView, MinuteStats, MinuteStatsQuery, Open,
+    PollRequest, PollResponse, Problem, QueueList, QueueListQuery, QueuePrefixView, QueueSettings,
+    QueueView, ReportResponse, RequeueRequest, RerunRequest, ScheduleList, ScheduleRequest,
+    ScheduleView, SignalAccepted, SignalRequest, SkipRequest, SubmitJob, SubmitJobs,
+    SubmitJobsResponse, TokenList, WebhookList, WebhookRequest, WebhookView, WorkflowDetail,
+    WorkflowList,
 };
 
 /// How long a request may take unless the call says otherwise.
@@ -601,6 +602,16 @@ impl Client {
             .namespaced(Method::GET, paths::AUDIT)
             .query(&[("limit", limit)])
             .query(&[("before", before)]);
+        self.send(builder).await
+    }
+
+    /// `GET` [`paths::STATS_MINUTES`]: the dashboard's per-minute figures over a window.
+    pub async fn minute_stats(&self, query: &MinuteStatsQuery) -> Result<MinuteStats, Error> {
+        let builder = self
+            .namespaced(Method::GET, paths::STATS_MINUTES)
+            .query(&[("window", &query.window)])
+            .query(&[("workflow", &query.workflow)])
+            .query(&[("queue", &query.queue)]);
         self.send(builder).await
     }
 

@@ -1574,6 +1574,85 @@ pub struct AuditList {
     pub next_cursor: Option<i64>,
 }
 
+/// `GET /api/v1/stats/minutes`: which figures of the dashboard.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
+pub struct MinuteStatsQuery {
+    /// As [`NamespaceQuery`], which documents it.
+    #[cfg_attr(feature = "openapi", param(ignore))]
+    pub namespace: Option<String>,
+    /// How far back: `1h` (the default) or `1d`; anything else is a 400.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(default = "1h", pattern = "^(1h|1d)$"))]
+    pub window: Option<String>,
+    /// Only this workflow's series (and no queue's unless `queue` is given too); at most 128
+    /// bytes, else a 400.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(max_length = 128))]
+    pub workflow: Option<String>,
+    /// Only this queue's series (and no workflow's unless `workflow` is given too); at most 128
+    /// bytes, else a 400.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", param(max_length = 128))]
+    pub queue: Option<String>,
+}
+
+/// The dashboard's figures over a window, per workflow (jobs) and per queue (tasks), a minute
+/// at a time. Counted by a background rollup from the history a few seconds after it is
+/// written, so the last seconds are not in yet.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MinuteStats {
+    /// `1h` or `1d`.
+    pub window: String,
+    /// The start of the window's first minute.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub from: Timestamp,
+    /// The start of the window's last minute (the current one).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub to: Timestamp,
+    /// Jobs, per workflow, by name.
+    pub workflows: Vec<SeriesView>,
+    /// Tasks, per queue, by name.
+    pub queues: Vec<SeriesView>,
+}
+
+/// One workflow's jobs or one queue's tasks over the window: totals and the minutes that have
+/// figures (a minute absent had none).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SeriesView {
+    pub name: String,
+    pub totals: MinuteView,
+    pub minutes: Vec<MinuteView>,
+}
+
+/// Figures of one minute, or of a whole window (`totals`, whose `minute` is the window's start).
+/// Jobs: `started` counts starts, `succeeded` and `failed` ends (failed includes failed
+/// compensations). Tasks: `started` counts claims (attempts), `succeeded` and `failed` the
+/// attempts that ended so. Percentiles come from fixed log-spaced buckets (about 1.6 times
+/// apart): each is the upper bound of its bucket.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MinuteView {
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
+    pub minute: Timestamp,
+    pub started: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    /// The median duration of those that ended (from start to end), in ms; null when none did.
+    pub p50_ms: Option<u64>,
+    /// The 95th percentile duration, in ms; null when none ended.
+    pub p95_ms: Option<u64>,
+    /// Queues: ready tasks when the minute was sampled; null when none was ready (an empty
+    /// queue writes no sample); in `totals`, the largest sample.
+    pub depth: Option<u64>,
+    /// Queues: how long the oldest claimable task had waited when sampled, in ms; in `totals`,
+    /// the largest sample.
+    pub oldest_wait_ms: Option<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -95,6 +95,8 @@ pub const WEBHOOK_DELIVERIES: &str = "/api/v1/webhooks/{id}/deliveries";
 pub const TOKENS: &str = "/api/v1/tokens";
 /// `DELETE`: revoke a token.
 pub const TOKEN: &str = "/api/v1/tokens/{id}";
+/// `GET`: the dashboard's per-minute figures.
+pub const STATS_MINUTES: &str = "/api/v1/stats/minutes";
 /// `GET`: the audit log.
 pub const AUDIT: &str = "/api/v1/audit";
 

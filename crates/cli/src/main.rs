@@ -5,6 +5,7 @@
 mod client;
 mod local;
 mod output;
+mod top;
 mod waits;
 
 /// The process's allocator (see the workspace's `Cargo.toml` for why).
@@ -139,6 +140,9 @@ enum Command {
     /// Subscribe a URL to job status changes, unsubscribe, or show deliveries.
     #[command(subcommand)]
     Webhook(client::WebhookCommand),
+    /// Jobs and tasks started, succeeded and failed per workflow and queue, durations, queue
+    /// depth and oldest wait, redrawn live (the UI's dashboard in the terminal).
+    Top(top::TopArgs),
 }
 
 /// `starbridge bench` shows its report as JSON or in this command's tables.
@@ -205,6 +209,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Bulk(ref args) => client::bulk(&context()?, args).await,
         Command::Webhooks => client::webhooks(&context()?).await,
         Command::Webhook(ref command) => client::webhook(&context()?, command).await,
+        Command::Top(ref args) => top::top(&context()?, args).await,
     }
 }
 

@@ -11,6 +11,7 @@ pub mod definition;
 pub mod destination;
 pub mod dispatch;
 pub mod expr;
+pub mod histogram;
 pub mod ids;
 pub mod labels;
 pub mod limits;

@@ -40,7 +40,7 @@ use starbridge_core::model::{
 use starbridge_core::time::{Duration, Timestamp};
 use starbridge_store::reader::ReadPool;
 use starbridge_store::rows::{self, RowLock};
-use starbridge_store::{browse, stats};
+use starbridge_store::{browse, minutes, stats};
 
 pub use cache::Compiled;
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -53,8 +53,10 @@ pub use commands::{CallbackAccepted, SignalAccepted};
 pub use health::{HEALTHY_WRITE_AGE, Health};
 pub use loops::deliveries::{run_deliveries, signature};
 pub use loops::pruner::run_pruner;
+pub use loops::rollup::run_rollup;
 pub use loops::timers::run_timers;
 pub use notify::{Notifier, WorkerSeen};
+pub use starbridge_store::minutes::{MinuteFigures, MinuteRow, SeriesKind, minute_of};
 pub use starbridge_store::rows::QueueSearch;
 pub use starbridge_store::rows::audit::AuditEntry;
 pub use starbridge_store::rows::deliveries::{Delivery, DueDelivery};
@@ -230,6 +232,12 @@ pub struct Reported {
 
 /// Most finished jobs one `Engine::prune` call deletes.
 pub const PRUNE_BATCH: u32 = 500;
+
+/// Most events one `Engine::roll_up` call counts.
+pub const ROLLUP_BATCH: u32 = 10_000;
+
+/// How old an event must be before the rollup counts it (see store `minutes`).
+pub const ROLLUP_LAG: Duration = Duration::from_secs(5);
 
 /// The engine of one node: cheap to clone (one shared pointer), shared by every request handler.
 #[derive(Clone)]
@@ -739,6 +747,42 @@ impl Engine {
                 };
                 Ok(HistoryPartitions { made, dropped })
             })
+            .await
+    }
+
+    /// Adds up to `ROLLUP_BATCH` events older than `ROLLUP_LAG` to the dashboard's per-minute
+    /// rows, and samples the queues once a minute; returns how many events it counted. Call
+    /// again while it returns `ROLLUP_BATCH`. The events are read on a reading connection; the
+    /// writer only adds the sums, and only if no other node rolled the same events up first.
+    pub async fn roll_up(&self) -> Result<usize> {
+        let now = self.inner.clock.now();
+        let rollup = self
+            .inner
+            .reader
+            .read(move |conn| minutes::read_rollup(conn, now, ROLLUP_LAG, ROLLUP_BATCH))
+            .await?;
+        if rollup.from == rollup.to {
+            return Ok(0);
+        }
+        let events = rollup.events;
+        let applied = self
+            .inner
+            .writer
+            .write(move |ctx| minutes::apply_rollup(ctx.conn, &rollup, ctx.now))
+            .await?;
+        Ok(if applied { events } else { 0 })
+    }
+
+    /// A namespace's per-minute rows from `since` on (see store `minutes`).
+    pub async fn minutes(
+        &self,
+        namespace: &str,
+        since: Timestamp,
+    ) -> Result<Vec<minutes::MinuteRow>> {
+        let namespace = namespace.to_owned();
+        self.inner
+            .reader
+            .read(move |conn| minutes::list(conn, &namespace, since))
             .await
     }
 

@@ -99,6 +99,7 @@ macro_rules! on_both_backends {
 // After the macro, which it uses.
 mod children;
 mod delete;
+mod minutes;
 mod operator_tasks;
 mod poll;
 mod routing;
@@ -152,6 +153,11 @@ async fn complete(store: &Store, claimed: &Claimed, output: Value) -> Result<Rep
 
 /// Reports a retryable failure of a claimed task's attempt.
 async fn fail(store: &Store, claimed: &Claimed, message: &str) {
+    report_failure(store, claimed, message, true).await;
+}
+
+/// Reports a failure of a claimed task's attempt, retryable or not.
+async fn report_failure(store: &Store, claimed: &Claimed, message: &str, retryable: bool) {
     store
         .report(
             claimed.task.id.clone(),
@@ -160,7 +166,7 @@ async fn fail(store: &Store, claimed: &Claimed, message: &str) {
                 lease_token: claimed.task.lease_token.clone().unwrap(),
                 error: ReportedError {
                     message: message.into(),
-                    retryable: true,
+                    retryable,
                     retry_after: None,
                 },
                 logs: None,
@@ -1037,23 +1043,7 @@ async fn a_lock_lets_its_slots_run_and_queues_the_rest_first_come_first_served(f
         .iter()
         .find(|c| c.task.job_id == first.state.job.id)
         .unwrap();
-    f.store
-        .report(
-            of_first.task.id.clone(),
-            Input::Fail {
-                task: of_first.task.id.clone(),
-                lease_token: of_first.task.lease_token.clone().unwrap(),
-                error: ReportedError {
-                    message: "broken".into(),
-                    retryable: false,
-                    retry_after: None,
-                },
-                logs: None,
-            },
-            TaskScope::default(),
-        )
-        .await
-        .unwrap();
+    report_failure(&f.store, of_first, "broken", false).await;
     let third_now = f
         .store
         .job("default", &third.state.job.id)

@@ -14,6 +14,7 @@ mod jobs;
 mod json_checks;
 pub mod limits;
 mod metrics;
+mod minutes;
 mod openapi;
 mod operate;
 pub mod process;
@@ -44,7 +45,7 @@ pub use error::ApiError;
 pub use limits::{Limit, Limits};
 pub use routes::router;
 pub use serve::ConnectionLimits;
-pub use starbridge_engine::{run_deliveries, run_pruner, run_timers, signature};
+pub use starbridge_engine::{run_deliveries, run_pruner, run_rollup, run_timers, signature};
 pub use state::AppState;
 pub use state::Auth;
 
@@ -177,6 +178,7 @@ impl Server {
         let (stop_timers, timers_stopped) = tokio::sync::watch::channel(false);
         let timers = tokio::spawn(run_timers(self.store.clone(), timers_stopped.clone()));
         let pruner = tokio::spawn(run_pruner(self.store.clone(), timers_stopped.clone()));
+        let rollup = tokio::spawn(run_rollup(self.store.clone(), timers_stopped.clone()));
         let deliveries = tokio::spawn(run_deliveries(
             self.store.clone(),
             self.webhook_policy.clone(),
@@ -199,6 +201,7 @@ impl Server {
         let _ = timers.await;
         let _ = deliveries.await;
         let _ = pruner.await;
+        let _ = rollup.await;
         Ok(())
     }
 }

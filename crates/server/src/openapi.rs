@@ -112,6 +112,7 @@ fn document() -> OpenApi {
         crate::operate::Api::openapi(),
         crate::tasks::Api::openapi(),
         crate::queues::Api::openapi(),
+        crate::minutes::Api::openapi(),
         crate::schedules::Api::openapi(),
         crate::webhooks::Api::openapi(),
         crate::tokens::Api::openapi(),

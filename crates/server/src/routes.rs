@@ -28,6 +28,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::approvals::routes())
         .merge(crate::callbacks::routes())
         .merge(crate::queues::routes())
+        .merge(crate::minutes::routes())
         .merge(crate::schedules::routes())
         .merge(crate::webhooks::routes())
         .merge(crate::tokens::routes())

@@ -76,6 +76,7 @@ const OPERATIONS: &[(&str, &str)] = &[
     ("POST", "/api/v1/tokens"),
     ("DELETE", "/api/v1/tokens/{id}"),
     ("GET", "/api/v1/audit"),
+    ("GET", "/api/v1/stats/minutes"),
 ];
 
 /// The operations anyone may call, even when the server requires a token.
@@ -2823,6 +2824,14 @@ async fn responses_match_their_documented_schemas() {
     assert_eq!(refused.json()["errors"][0]["field"], "complete");
 
     assert_eq!(c.call("GET", "/metrics", "").await.status, ok);
+    // The dashboard's figures: the rollup's first run samples the queues of the namespace.
+    c.api.engine.roll_up().await.unwrap();
+    let minutes = c
+        .call("GET", "/api/v1/stats/minutes?namespace=batch&window=1d", "")
+        .await;
+    assert_eq!(minutes.status, ok, "{}", minutes.text);
+    let refused = c.call("GET", "/api/v1/stats/minutes?window=1w", "").await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
 
     // Every documented operation answered a success at least once.
     let seen = c.seen.lock().await;

@@ -1395,3 +1395,49 @@ async fn requeue_and_fail_on_a_task_revoke_its_lease_then_fail_it_for_good() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_is_the_first_nav_entry_and_charts_what_ran() {
+    with_browser(|browser, setup| async move {
+        setup.apply_scratch().await;
+        for _ in 0..3 {
+            setup.submit("scratch").await;
+        }
+        for succeed in [true, true, false] {
+            let task = setup.claim("ui").await;
+            if succeed {
+                setup.complete(&task).await;
+            } else {
+                setup.fail(&task).await;
+            }
+        }
+        browser.open(&format!("{}/", setup.base)).await;
+        let first = "return document.querySelector('header nav a').textContent";
+        assert_eq!(browser.eval(first).await, "Dashboard");
+        browser.click("header nav a[href='/ui/dashboard']").await;
+        // The page re-reads itself; the rollup counts what ran a few seconds later.
+        let totals = "const s = document.querySelector('section[data-kind=\"workflow\"][data-name=\"scratch\"]'); \
+                      return s ? ['started', 'succeeded', 'failed'].map(c => s.querySelector('td.' + c).textContent).join(' ') : null";
+        browser
+            .wait_for("the workflow's totals", totals, json!("3 2 1"))
+            .await;
+        let charts = "return [...document.querySelectorAll('section[data-kind=\"queue\"][data-name=\"ui\"] svg')].map(s => s.getAttribute('aria-label')).join(', ')";
+        assert_eq!(
+            browser.eval(charts).await,
+            "per minute, duration, ready tasks, oldest wait"
+        );
+        let drawn = "const p = document.querySelector('section[data-kind=\"workflow\"] path[data-series=\"succeeded\"]'); \
+                     return p.getBBox().width > 0 && p.getAttribute('d').startsWith('M')";
+        assert_eq!(browser.eval(drawn).await, true);
+        browser.screenshot("dashboard").await;
+        browser.click("a[href='/ui/dashboard?window=1d']").await;
+        let current = "const a = document.querySelector('.window a[aria-current]'); return a ? a.textContent : null";
+        browser
+            .wait_for("the day's window", current, json!("last day"))
+            .await;
+        browser
+            .wait_for("the day's totals", totals, json!("3 2 1"))
+            .await;
+    })
+    .await;
+}

@@ -13,6 +13,7 @@ pub mod browse;
 pub mod db;
 pub mod deferred;
 pub mod fault;
+pub mod minutes;
 pub mod postgres;
 pub mod reader;
 pub mod rows;

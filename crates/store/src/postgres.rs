@@ -55,6 +55,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../migrations/postgres/0012_job_traces.sql"),
     ),
     (
+        13,
+        include_str!("../migrations/postgres/0013_stats_minutes.sql"),
+    ),
+    (
         14,
         include_str!("../migrations/postgres/0014_event_partitions.sql"),
     ),

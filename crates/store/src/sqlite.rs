@@ -49,6 +49,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../migrations/sqlite/0012_webhook_events.sql"),
     ),
     (13, include_str!("../migrations/sqlite/0013_job_traces.sql")),
+    (
+        14,
+        include_str!("../migrations/sqlite/0014_stats_minutes.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {

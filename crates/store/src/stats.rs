@@ -39,21 +39,32 @@ pub struct QueueStats {
     pub oldest_ready_age: Duration,
 }
 
+/// The columns `namespace, queue, ready tasks, earliest available_at that has passed (?1 is now)`
+/// of the claimable ready tasks per queue, read through the dispatch index; shared by `/metrics`
+/// and the dashboard's queue samples (`minutes`).
+macro_rules! ready_by_queue {
+    () => {
+        "namespace, queue, COUNT(*), MIN(CASE WHEN available_at <= ?1 THEN available_at END) \
+        FROM tasks WHERE status = 'ready' AND held = 0 GROUP BY namespace, queue"
+    };
+}
+pub(crate) use ready_by_queue;
+
 /// One statement, so a scrape is one read. `part` says which count a row carries:
 /// 0 jobs per status, 1 ready tasks per queue (with the earliest `available_at` that has passed),
 /// 2 running tasks per queue (those waiting on the server with no queue are not on one), 3 known queues, 4 known namespaces (for the zeros).
-const STATS_SQL: &str = "\
-    SELECT 0, namespace, status, COUNT(*), NULL FROM jobs GROUP BY namespace, status \
-    UNION ALL \
-    SELECT 1, namespace, queue, COUNT(*), MIN(CASE WHEN available_at <= ?1 THEN available_at END) \
-        FROM tasks WHERE status = 'ready' AND held = 0 GROUP BY namespace, queue \
-    UNION ALL \
+const STATS_SQL: &str = concat!(
+    "SELECT 0, namespace, status, COUNT(*), NULL FROM jobs GROUP BY namespace, status \
+    UNION ALL SELECT 1, ",
+    ready_by_queue!(),
+    " UNION ALL \
     SELECT 2, namespace, queue, COUNT(*), NULL FROM tasks WHERE status = 'running' AND queue <> '' \
         GROUP BY namespace, queue \
     UNION ALL \
     SELECT 3, namespace, name, 0, NULL FROM queues \
     UNION ALL \
-    SELECT 4, name, '', 0, NULL FROM namespaces";
+    SELECT 4, name, '', 0, NULL FROM namespaces"
+);
 
 pub fn read(conn: &mut dyn Conn, now: Timestamp) -> Result<Stats> {
     let rows = conn.query_map(STATS_SQL, args![now.0], |row| {

@@ -5,10 +5,12 @@
 //!
 //! None of these routes is part of the JSON API (they live outside `/api/`, which is why the
 //! OpenAPI route scan of `src/*.rs` does not look into this folder). The handlers here read the
-//! store; what they show is built by the pure modules: `pages` (HTML), `graph` and `layout`
+//! store; what they show is built by the pure modules: `pages` (HTML), `dashboard` (the
+//! per-minute figures and their SVG charts), `graph` and `layout`
 //! (DAG drawing and DOT), `diff` (version changes) and `form` (params form).
 
 mod approvals;
+mod dashboard;
 mod diff;
 mod form;
 mod graph;
@@ -78,6 +80,7 @@ pub(crate) fn router(app: AppState, closing: watch::Receiver<bool>) -> Router {
         .route("/ui/workflows/{name}", get(workflow_page))
         .route("/ui/workflows/{name}/graph.dot", get(workflow_dot))
         .route("/ui/workflows/{name}/graph.svg", get(workflow_svg))
+        .route("/ui/dashboard", get(dashboard_page))
         .route("/ui/queues", get(queues_page))
         .route("/ui/schedules", get(schedules_page))
         .route("/ui/approvals", get(approvals_page))
@@ -768,6 +771,36 @@ async fn queues_page(
     Ok(html(pages::page(
         "Queues and workers",
         Section::Queues,
+        &namespace,
+        Live::Every(REFRESH_MS),
+        &body,
+    )))
+}
+
+#[derive(Deserialize, Default)]
+struct DashboardQuery {
+    namespace: Option<String>,
+    window: Option<String>,
+}
+
+async fn dashboard_page(
+    State(ui): State<UiState>,
+    Query(query): Query<DashboardQuery>,
+) -> Result<Response> {
+    let namespace = ns(query.namespace.as_deref())?;
+    let window = crate::minutes::Window::parse(query.window.as_deref())?;
+    let stats = crate::minutes::figures(
+        &ui.app,
+        &namespace.0,
+        window,
+        &crate::minutes::SeriesFilter::default(),
+    )
+    .await?;
+    let minutes = usize::try_from(window.minutes()).unwrap_or(60);
+    let body = dashboard::dashboard(&namespace, &stats, minutes);
+    Ok(html(pages::page(
+        "Dashboard",
+        Section::Dashboard,
         &namespace,
         Live::Every(REFRESH_MS),
         &body,

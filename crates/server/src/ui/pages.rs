@@ -45,6 +45,7 @@ impl Ns {
 /// Which part of the navigation is current.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Section {
+    Dashboard,
     Jobs,
     Workflows,
     Queues,
@@ -63,6 +64,7 @@ pub(crate) enum Live {
 pub(crate) fn page(title: &str, section: Section, ns: &Ns, live: Live, body: &str) -> String {
     let mut nav = String::new();
     for (item, label, path) in [
+        (Section::Dashboard, "Dashboard", "/ui/dashboard"),
         (Section::Jobs, "Jobs", "/"),
         (Section::Workflows, "Workflows", "/ui/workflows"),
         (Section::Queues, "Queues and workers", "/ui/queues"),

@@ -1,0 +1,412 @@
+//! The dashboard's per-minute rows (`stats_minutes`): per workflow, jobs started, succeeded and
+//! failed and a histogram of their durations; per queue, the same of tasks plus the ready tasks
+//! and the oldest claimable wait sampled once a minute.
+//!
+//! A rollup reads the history (`events`) past its watermark in `seq` order through the primary
+//! key, so its cost follows what happened since the last one, never the size of the store, and
+//! the writer's job transactions do nothing for it. It has two halves: `read_rollup` on a
+//! reading connection (the joins, the aggregation, the queue sample) and `apply_rollup` on the
+//! writer, which moves the watermark only if it is still where the read found it (a
+//! compare-and-set, so two server nodes never count an event twice) and adds the counts.
+//!
+//! Safety lag: on PostgreSQL `seq` is drawn at insert and a transaction may commit after one
+//! that drew a later number. The rollup stops at the first event younger than `lag`, so an
+//! event is counted only once every transaction older than the lag has committed; a write
+//! transaction that stays open longer than the lag may have its events skipped.
+
+use std::collections::BTreeMap;
+
+use starbridge_core::histogram::Histogram;
+use starbridge_core::time::{Duration, Timestamp};
+
+use crate::db::{Conn, Queries, args};
+use crate::stats::ready_by_queue;
+use crate::{Error, Result};
+
+/// What a row is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SeriesKind {
+    /// Jobs of a workflow.
+    Workflow,
+    /// Tasks of a queue.
+    Queue,
+}
+
+impl SeriesKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SeriesKind::Workflow => "workflow",
+            SeriesKind::Queue => "queue",
+        }
+    }
+
+    fn parse(text: &str) -> Result<SeriesKind> {
+        match text {
+            "workflow" => Ok(SeriesKind::Workflow),
+            "queue" => Ok(SeriesKind::Queue),
+            other => Err(Error::Corrupt(format!("stats_minutes kind {other:?}"))),
+        }
+    }
+}
+
+/// One series' figures in one minute.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct MinuteFigures {
+    pub started: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    /// Queues: the ready tasks when sampled in this minute, if it was.
+    pub depth: Option<u64>,
+    /// Queues: how long the oldest claimable task had waited when sampled.
+    pub oldest_wait: Option<Duration>,
+    /// The durations of the jobs or tasks that ended in this minute.
+    pub durations: Histogram,
+}
+
+/// Which series and minute a row is: `(namespace, kind, name, minute start)`.
+pub type MinuteKey = (String, SeriesKind, String, Timestamp);
+
+/// A stored row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MinuteRow {
+    pub kind: SeriesKind,
+    pub name: String,
+    pub minute: Timestamp,
+    pub figures: MinuteFigures,
+}
+
+/// What a rollup read, to be added by `apply_rollup`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rollup {
+    /// The watermark the read started from, and where it got to.
+    pub from: Watermark,
+    pub to: Watermark,
+    /// Events counted.
+    pub events: usize,
+    pub figures: BTreeMap<MinuteKey, MinuteFigures>,
+}
+
+/// How far the rollups got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watermark {
+    /// The last event read.
+    pub seq: i64,
+    /// The start of the last minute queues were sampled in.
+    pub sampled_minute: Timestamp,
+}
+
+/// How long the rows are kept: the dashboard's longest window and a margin.
+pub const KEEP_MINUTES: Duration = Duration::from_secs(2 * 24 * 3600);
+
+/// The history that counts, with the job's workflow, whether it has a lock, and the task's
+/// queue and start. A job without a lock starts when it is created; one with a lock is queued
+/// first and starts with `job_started`.
+const EVENTS_SQL: &str = "\
+    SELECT e.seq, e.at, e.kind, j.namespace, j.workflow, j.started_at, j.lock_key IS NULL, \
+        t.queue, t.started_at \
+    FROM events e JOIN jobs j ON j.id = e.job_id LEFT JOIN tasks t ON t.id = e.task_id \
+    WHERE e.seq > ?1 AND e.kind IN ('job_created', 'job_started', 'job_succeeded', 'job_failed', \
+        'job_compensation_failed', 'task_claimed', 'task_succeeded', 'task_failed') \
+    ORDER BY e.seq LIMIT ?2";
+
+/// The start of the minute `at` falls in.
+pub fn minute_of(at: Timestamp) -> Timestamp {
+    Timestamp(at.0 - at.0.rem_euclid(60_000))
+}
+
+fn watermark(conn: &mut dyn Conn) -> Result<Watermark> {
+    conn.query_opt(
+        "SELECT seq, sampled_minute FROM stats_rollup WHERE id = 1",
+        &[],
+        |row| {
+            Ok(Watermark {
+                seq: row.get(0)?,
+                sampled_minute: Timestamp(row.get(1)?),
+            })
+        },
+    )?
+    .ok_or_else(|| Error::Corrupt("stats_rollup has no row".to_owned()))
+}
+
+/// Reads up to `limit` counted events past the watermark that are older than `lag`, and, once
+/// a minute, samples every queue's ready tasks. Writes nothing.
+pub fn read_rollup(
+    conn: &mut dyn Conn,
+    now: Timestamp,
+    lag: Duration,
+    limit: u32,
+) -> Result<Rollup> {
+    let from = watermark(conn)?;
+    let cutoff = Timestamp(
+        now.0
+            .saturating_sub(i64::try_from(lag.0).unwrap_or(i64::MAX)),
+    );
+    let rows = conn.query_map(EVENTS_SQL, args![from.seq, i64::from(limit)], |row| {
+        Ok((
+            row.get::<i64>(0)?,
+            Timestamp(row.get(1)?),
+            row.get::<String>(2)?,
+            row.get::<String>(3)?,
+            row.get::<String>(4)?,
+            row.get::<Option<i64>>(5)?,
+            row.get::<bool>(6)?,
+            row.get::<Option<String>>(7)?,
+            row.get::<Option<i64>>(8)?,
+        ))
+    })?;
+    let mut rollup = Rollup {
+        from,
+        to: from,
+        events: 0,
+        figures: BTreeMap::new(),
+    };
+    for (seq, at, kind, namespace, workflow, job_started, unlocked, queue, task_started) in rows {
+        if at >= cutoff {
+            break;
+        }
+        rollup.to.seq = seq;
+        rollup.events += 1;
+        if kind == "job_created" && !unlocked {
+            continue;
+        }
+        let minute = minute_of(at);
+        let (series, name, started_at) = if kind.starts_with("job_") {
+            (SeriesKind::Workflow, workflow, job_started)
+        } else {
+            match queue.filter(|queue| !queue.is_empty()) {
+                Some(queue) => (SeriesKind::Queue, queue, task_started),
+                None => continue,
+            }
+        };
+        let figures = rollup
+            .figures
+            .entry((namespace, series, name, minute))
+            .or_default();
+        let ended = match kind.as_str() {
+            "job_created" | "job_started" | "task_claimed" => {
+                figures.started += 1;
+                false
+            }
+            "job_succeeded" | "task_succeeded" => {
+                figures.succeeded += 1;
+                true
+            }
+            _ => {
+                figures.failed += 1;
+                true
+            }
+        };
+        if ended {
+            let took = started_at.map_or(0, |started| at.since(Timestamp(started)).0);
+            figures.durations.record(took);
+        }
+    }
+    let minute = minute_of(now);
+    if minute > from.sampled_minute {
+        rollup.to.sampled_minute = minute;
+        let samples =
+            conn.query_map(concat!("SELECT ", ready_by_queue!()), args![now.0], |row| {
+                Ok((
+                    row.get::<String>(0)?,
+                    row.get::<String>(1)?,
+                    row.get::<i64>(2)?,
+                    row.get::<Option<i64>>(3)?,
+                ))
+            })?;
+        for (namespace, queue, ready, oldest) in samples {
+            let figures = rollup
+                .figures
+                .entry((namespace, SeriesKind::Queue, queue, minute))
+                .or_default();
+            figures.depth = Some(u64::try_from(ready).unwrap_or(0));
+            figures.oldest_wait = Some(oldest.map_or(Duration(0), |at| now.since(Timestamp(at))));
+        }
+    }
+    Ok(rollup)
+}
+
+/// Adds what `read_rollup` read and moves the watermark, if no other rollup moved it since;
+/// returns whether it did. Also deletes rows older than `KEEP_MINUTES`.
+pub fn apply_rollup(conn: &mut dyn Conn, rollup: &Rollup, now: Timestamp) -> Result<bool> {
+    let moved = conn.execute(
+        "UPDATE stats_rollup SET seq = ?1, sampled_minute = ?2 \
+         WHERE id = 1 AND seq = ?3 AND sampled_minute = ?4",
+        args![
+            rollup.to.seq,
+            rollup.to.sampled_minute.0,
+            rollup.from.seq,
+            rollup.from.sampled_minute.0
+        ],
+    )?;
+    if moved == 0 {
+        return Ok(false);
+    }
+    for ((namespace, kind, name, minute), figures) in &rollup.figures {
+        let stored = conn.query_opt(
+            "SELECT durations FROM stats_minutes \
+             WHERE namespace = ?1 AND minute = ?2 AND kind = ?3 AND name = ?4",
+            args![namespace, minute.0, kind.as_str(), name],
+            |row| row.get::<String>(0),
+        )?;
+        let mut durations = figures.durations.clone();
+        if let Some(stored) = stored {
+            durations.merge(&parse_durations(&stored)?);
+        }
+        let durations =
+            serde_json::to_string(&durations).map_err(|error| Error::Corrupt(error.to_string()))?;
+        conn.execute(
+            "INSERT INTO stats_minutes (namespace, minute, kind, name, started, succeeded, \
+                 failed, depth, oldest_wait, durations) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+             ON CONFLICT (namespace, minute, kind, name) DO UPDATE SET \
+                 started = stats_minutes.started + excluded.started, \
+                 succeeded = stats_minutes.succeeded + excluded.succeeded, \
+                 failed = stats_minutes.failed + excluded.failed, \
+                 depth = COALESCE(excluded.depth, stats_minutes.depth), \
+                 oldest_wait = COALESCE(excluded.oldest_wait, stats_minutes.oldest_wait), \
+                 durations = excluded.durations",
+            args![
+                namespace,
+                minute.0,
+                kind.as_str(),
+                name,
+                figures.started,
+                figures.succeeded,
+                figures.failed,
+                figures.depth,
+                figures.oldest_wait.map(Duration::as_millis),
+                durations
+            ],
+        )?;
+    }
+    let keep = i64::try_from(KEEP_MINUTES.as_millis()).unwrap_or(i64::MAX);
+    conn.execute(
+        "DELETE FROM stats_minutes WHERE minute < ?1",
+        args![now.0.saturating_sub(keep)],
+    )?;
+    Ok(true)
+}
+
+fn parse_durations(text: &str) -> Result<Histogram> {
+    serde_json::from_str(text)
+        .map_err(|error| Error::Corrupt(format!("stats_minutes durations: {error}")))
+}
+
+/// A namespace's rows from `since` on, by kind, name and minute.
+pub fn list(conn: &mut dyn Conn, namespace: &str, since: Timestamp) -> Result<Vec<MinuteRow>> {
+    let rows = conn.query_map(
+        "SELECT kind, name, minute, started, succeeded, failed, depth, oldest_wait, durations \
+         FROM stats_minutes WHERE namespace = ?1 AND minute >= ?2 ORDER BY kind, name, minute",
+        args![namespace, since.0],
+        |row| {
+            Ok((
+                row.get::<String>(0)?,
+                row.get::<String>(1)?,
+                row.get::<i64>(2)?,
+                row.get::<u64>(3)?,
+                row.get::<u64>(4)?,
+                row.get::<u64>(5)?,
+                row.get::<Option<u64>>(6)?,
+                row.get::<Option<u64>>(7)?,
+                row.get::<String>(8)?,
+            ))
+        },
+    )?;
+    rows.into_iter()
+        .map(
+            |(kind, name, minute, started, succeeded, failed, depth, oldest, durations)| {
+                Ok(MinuteRow {
+                    kind: SeriesKind::parse(&kind)?,
+                    name,
+                    minute: Timestamp(minute),
+                    figures: MinuteFigures {
+                        started,
+                        succeeded,
+                        failed,
+                        depth,
+                        oldest_wait: oldest.map(Duration),
+                        durations: parse_durations(&durations)?,
+                    },
+                })
+            },
+        )
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(path: &std::path::Path, sql: &str, params: usize) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let params: Vec<i64> = vec![0; params];
+        statement
+            .query_map(rusqlite::params_from_iter(params), |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_rollup_read_from_a_watermark_another_moved_adds_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = crate::sqlite::SqliteConn::open(&dir.path().join("cas.db")).unwrap();
+        conn.migrate(0).unwrap();
+        let minute = Timestamp(1_800_000_000_000);
+        let figures = MinuteFigures {
+            started: 2,
+            ..MinuteFigures::default()
+        };
+        let key = (
+            "default".to_owned(),
+            SeriesKind::Workflow,
+            "wf".to_owned(),
+            minute,
+        );
+        let start = Watermark {
+            seq: 0,
+            sampled_minute: Timestamp(0),
+        };
+        let rollup = Rollup {
+            from: start,
+            to: Watermark { seq: 7, ..start },
+            events: 2,
+            figures: BTreeMap::from([(key, figures)]),
+        };
+        assert!(apply_rollup(&mut conn, &rollup, minute).unwrap());
+        // A second node that read the same events from the same watermark.
+        assert!(!apply_rollup(&mut conn, &rollup, minute).unwrap());
+        let rows = list(&mut conn, "default", Timestamp(0)).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].figures.started, 2, "counted once");
+        assert_eq!(watermark(&mut conn).unwrap().seq, 7);
+    }
+
+    #[test]
+    fn the_rollup_and_the_window_read_go_through_keys_not_scans() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("minutes.db");
+        crate::sqlite::SqliteConn::open(&path)
+            .unwrap()
+            .migrate(0)
+            .unwrap();
+        let events = plan(&path, EVENTS_SQL, 2);
+        assert_eq!(events.len(), 3, "{events:?}");
+        assert!(
+            events.iter().all(|line| line.starts_with("SEARCH")),
+            "the history past the watermark, and each event's job and task, by key: {events:?}"
+        );
+        let window = plan(
+            &path,
+            "SELECT kind FROM stats_minutes WHERE namespace = ?1 AND minute >= ?2",
+            2,
+        );
+        assert!(
+            window.iter().all(|line| line.starts_with("SEARCH")),
+            "{window:?}"
+        );
+    }
+}
