@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import Server, Workers, start_server
+from conftest import Server, Workers, free_port, start_server
 from support import BIN, STUCK, eventually, one_step
 
 from starbridge import Client, ProblemError
@@ -206,6 +206,33 @@ def test_await_callback_lets_another_system_finish_the_attempt(client: Client, w
     with pytest.raises(ProblemError) as refused:
         client.callback_fail(token_file.read_text(), "too late")
     assert refused.value.status == 410
+
+
+def test_a_handler_sees_its_attempts_traceparent_only_while_the_server_traces(
+    tmp_path: Path, client: Client, workers: Workers
+) -> None:
+    one_step(client, "traced", "traceparent")
+    workers.start("behaviours.py", "w1")
+    untraced = client.wait(client.submit("traced", {}).id, timeout=STUCK)
+    assert untraced.tasks[0].output == {"traceparent": None}
+    # Nothing listens at the endpoint: spans are lost, the trace context still reaches workers.
+    traced_dir = tmp_path / "traced"
+    traced_dir.mkdir()
+    server: Server = start_server(traced_dir, "--otlp-endpoint", f"http://127.0.0.1:{free_port()}")
+    state = traced_dir / "state"
+    state.mkdir()
+    traced_workers = Workers(server, state)
+    try:
+        traced_client = Client(server.url)
+        one_step(traced_client, "traced", "traceparent")
+        traced_workers.start("behaviours.py", "w2")
+        job = traced_client.wait(traced_client.submit("traced", {}).id, timeout=STUCK)
+        [task] = job.tasks
+        assert job.status == "succeeded"
+        assert re.fullmatch(r"00-[0-9a-f]{32}-[0-9a-f]{16}-01", task.output["traceparent"]), task.output
+    finally:
+        traced_workers.end_all()
+        server.kill()
 
 
 def test_an_output_over_the_servers_task_size_limit_fails_for_good(tmp_path: Path) -> None:

@@ -62,6 +62,11 @@ def sync_echo(task: Task) -> dict[str, Any]:
     return {"echo": task.input, "thread": threading.current_thread() is not threading.main_thread(), "by": worker_id}
 
 
+@worker.handler("py", "traceparent")
+def traceparent(task: Task) -> dict[str, Any]:
+    return {"traceparent": task.traceparent}
+
+
 @worker.handler("py", "async_echo")
 async def async_echo(task: Task) -> dict[str, Any]:
     await asyncio.sleep(0)
