@@ -9,7 +9,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::trace::{
@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 
 use crate::Result;
 
-/// Spans waiting for the export loop at most; more are dropped (and counted), never waited for.
+/// Spans waiting for the export loop at most; more are dropped, never waited for.
 const QUEUED_SPANS: usize = 16_384;
 /// Spans sent in one OTLP request at most.
 const EXPORT_BATCH: usize = 512;
@@ -78,19 +78,18 @@ pub enum FinishedSpan {
 #[derive(Debug)]
 pub struct SpanSink {
     sender: mpsc::Sender<FinishedSpan>,
-    dropped: AtomicU64,
+    /// Set once a full queue dropped a span (said once in the log).
+    dropped: AtomicBool,
 }
 
 impl SpanSink {
     pub fn send(&self, span: FinishedSpan) {
-        if self.sender.try_send(span).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        if self.sender.try_send(span).is_err() && !self.dropped.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                queued = QUEUED_SPANS,
+                "spans are dropped: the OTLP collector takes them slower than they end"
+            );
         }
-    }
-
-    /// Spans dropped because the export queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
     }
 }
 
@@ -219,7 +218,7 @@ pub(crate) fn start(
     tokio::spawn(run_export(receiver, reader, exporter));
     Ok(Arc::new(SpanSink {
         sender,
-        dropped: AtomicU64::new(0),
+        dropped: AtomicBool::new(false),
     }))
 }
 
