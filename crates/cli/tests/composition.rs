@@ -291,7 +291,9 @@ async fn children_survive_a_kill_9_of_the_server_none_started_twice() {
     let mut h = Harness::start().await;
     h.apply(
         "piece",
-        "steps:\n- {id: work, queue: shell, command: 'echo \"$INPUT_N\" >> \"$E2E_DIR/log\"; sleep 0.2', input: {n: '${{ params.n }}'}}\n",
+        // A poll whose claim committed but whose answer died with the server leaves a task
+        // leased to a worker that never got it: it runs again once that lease lapses (10 s).
+        "steps:\n- {id: work, queue: shell, command: 'echo \"$INPUT_N\" >> \"$E2E_DIR/log\"; sleep 0.2', input: {n: '${{ params.n }}'}, timeout: 10s, retry: {max_attempts: 3}}\n",
     )
     .await;
     let items: Vec<i64> = (0..20).collect();
