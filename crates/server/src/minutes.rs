@@ -16,7 +16,7 @@ use starbridge_core::time::{Duration, Timestamp};
 use starbridge_engine::{MinuteFigures, MinuteRow, SeriesKind, minute_of};
 
 use crate::error::{ApiError, ApiResult};
-use crate::openapi::{BadRequest, Failures, Guarded, OtherNamespace};
+use crate::openapi::{BadRequest, Failures, Guarded, OtherNamespace, Unprocessable};
 use crate::state::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -197,6 +197,7 @@ pub(crate) fn parse_query(query: &api::MinuteStatsQuery) -> ApiResult<(Window, S
         (status = 200, description = "The figures of the window.", body = api::MinuteStats),
         (status = 400, response = BadRequest),
         (status = 404, response = OtherNamespace),
+        (status = 422, response = Unprocessable),
         Guarded, Failures,
     ),
 )]
