@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{BIN, Harness, STUCK, get_text};
+use common::{BIN, Harness, STUCK, get_json, get_text};
 
 fn example(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -565,15 +565,7 @@ async fn a_schedule_set_from_the_cli_starts_jobs_on_time() {
     assert!(String::from_utf8_lossy(&set.stdout).contains("every-second"));
     let deadline = Instant::now() + STUCK;
     let job = loop {
-        let list: Value = h
-            .http
-            .get(format!("{}/api/v1/jobs?workflow=tick", h.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let list = get_json(&h.http, &format!("{}/api/v1/jobs?workflow=tick", h.url)).await;
         if let Some(job) = list["items"].as_array().unwrap().first() {
             break job.clone();
         }

@@ -113,16 +113,7 @@ steps:
             .spawn()
             .unwrap(),
     );
-    let job: Value = http
-        .post(format!("{url}/api/v1/jobs"))
-        .json(&json!({"workflow": "handoff"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = job["id"].as_str().unwrap().to_owned();
+    let id = common::submit_job(&http, &url, "handoff", json!({})).await;
     let token_file = dir.path().join("token");
     let job_url = format!("{url}/api/v1/jobs/{id}");
     wait_until("the task to await its callback", async || {
