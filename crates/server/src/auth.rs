@@ -467,6 +467,18 @@ mod tests {
         }
         assert_eq!(required_scope(&get, "/api/v1/approvals"), Some(Scope::Read));
         assert_eq!(
+            required_scope(&Method::DELETE, "/api/v1/workflows/wf"),
+            Some(Scope::Operate)
+        );
+        assert_eq!(
+            required_scope(&post, "/api/v1/jobs/bulk/skip"),
+            Some(Scope::Operate)
+        );
+        assert_eq!(
+            required_scope(&get, "/api/v1/stats/minutes"),
+            Some(Scope::Read)
+        );
+        assert_eq!(
             required_scope(&post, "/api/v1/callbacks/sbc_x/complete"),
             None
         );
