@@ -11,7 +11,7 @@ use serde::Deserialize;
 use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::ids::JobId;
-use starbridge_engine::{JobFilter, Submit};
+use starbridge_engine::{JobCursor, JobFilter, Submit};
 use utoipa::IntoParams;
 
 use crate::auth::{Caller, actor, audit_added_version};
@@ -294,7 +294,7 @@ async fn list_jobs(
         .cursor
         .as_deref()
         .map(|cursor| {
-            JobId::parse(cursor).ok_or_else(|| {
+            JobCursor::decode(cursor).ok_or_else(|| {
                 ApiError::invalid(
                     "cursor",
                     "not a cursor: pass next_cursor from the previous page",
@@ -330,7 +330,15 @@ async fn list_jobs(
     let more = jobs.len() > limit as usize;
     jobs.truncate(limit as usize);
     let next_cursor = more
-        .then(|| jobs.last().map(|job| job.id.to_string()))
+        .then(|| {
+            jobs.last().map(|job| {
+                JobCursor {
+                    created_at: job.created_at,
+                    id: job.id.clone(),
+                }
+                .encode()
+            })
+        })
         .flatten();
     Ok(Json(api::JobList {
         items: jobs.iter().map(views::job_summary).collect(),

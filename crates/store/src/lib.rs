@@ -159,8 +159,8 @@ pub struct JobFilter {
     pub created_after: Option<Timestamp>,
     /// Only jobs created before this time.
     pub created_before: Option<Timestamp>,
-    /// Only jobs with a smaller id (the cursor of the previous page).
-    pub before: Option<JobId>,
+    /// Only jobs after this one in the list's order (the last job of the previous page).
+    pub before: Option<JobCursor>,
     /// Only the child jobs of this job (sub-workflows).
     pub parent: Option<JobId>,
     /// Only jobs with every one of these labels (`key`, `value`).

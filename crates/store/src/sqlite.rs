@@ -53,6 +53,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         14,
         include_str!("../migrations/sqlite/0014_stats_minutes.sql"),
     ),
+    (
+        15,
+        include_str!("../migrations/sqlite/0015_one_job_order.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {

@@ -2,7 +2,7 @@
 //!
 //! The task parts read only the partial indexes of ready (`tasks_dispatch`) and running
 //! (`tasks_lease`) tasks, so their cost follows the backlog, not the history. The jobs part groups
-//! the whole `jobs` table (a scan of the covering index `jobs_status`): cheap while the store is
+//! the whole `jobs` table (a scan of the covering index `jobs_status_created`): cheap while the store is
 //! small, it should be replaced by counters maintained in the writer's transactions when the store
 //! grows large.
 

@@ -236,6 +236,22 @@ impl Sim {
 const SEQUENCE: &str = "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c}\n- {id: c, queue: q, command: c}\n";
 
 #[test]
+fn first_steps_are_ready_with_job_created_and_later_ones_record_task_ready() {
+    let mut sim = Sim::new(SEQUENCE, json!({}));
+    assert_eq!(sim.status("a"), TaskStatus::Ready);
+    assert_eq!(sim.event_kinds(), [EventKind::JobCreated]);
+    sim.complete("a", json!({}));
+    let b = sim.find("b", TaskKind::Step).id.clone();
+    let ready: Vec<_> = sim
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::TaskReady)
+        .map(|e| e.task.clone())
+        .collect();
+    assert_eq!(ready, [Some(b)]);
+}
+
+#[test]
 fn sequence_runs_one_step_after_another() {
     let mut sim = Sim::new(SEQUENCE, json!({}));
     assert_eq!(sim.ready().len(), 1);

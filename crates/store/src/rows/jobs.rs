@@ -322,14 +322,27 @@ fn rarest_first<'a>(
     Ok(counted.into_iter().map(|(_, label)| label).collect())
 }
 
-/// Jobs of a namespace, newest first, after the cursor (a job id). With labels, the rows of the
-/// rarest label (`job_labels_find`, in job id order) lead, so that a rare label reads only its
-/// jobs however many others the namespace holds; each further label is probed per job.
+/// Jobs of a namespace, newest first, after the cursor (the previous page's last job). With
+/// labels, the rows of the rarest label (`job_labels_find`, in job id order) lead, so that a rare
+/// label reads only its jobs however many others the namespace holds; each further label is
+/// probed per job.
 pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<Job>> {
     let labels = rarest_first(conn, &filter.namespace, &filter.labels)?;
     let mut values: Vec<Arg<'a>> = vec![Arg::Text(&filter.namespace)];
     let mut sql = match labels.split_first() {
-        None => format!("SELECT {JOB_COLUMNS} FROM jobs WHERE namespace = ?1"),
+        None => {
+            // A parent's children, or jobs named by id, are few: read them through their own
+            // index and sort them, rather than walk the namespace's jobs in list order (which
+            // SQLite, with no statistics, would otherwise prefer to avoid the sort).
+            let hint = if filter.ids.is_some() {
+                " INDEXED BY sqlite_autoindex_jobs_1"
+            } else if filter.parent.is_some() {
+                " INDEXED BY jobs_parent"
+            } else {
+                ""
+            };
+            format!("SELECT {JOB_COLUMNS} FROM jobs{hint} WHERE namespace = ?1")
+        }
         Some(((key, value), others)) => {
             let columns: Vec<String> = JOB_COLUMNS.split(", ").map(|c| format!("j.{c}")).collect();
             values.extend([Arg::Text(key), Arg::Text(value)]);
@@ -380,18 +393,28 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
         let places: Vec<String> = (first..=values.len()).map(|n| format!("?{n}")).collect();
         sql.push_str(&format!(" AND {jobs}id IN ({})", places.join(", ")));
     }
-    // The order (and the cursor) follows the leading index: `l.job_id` is the job's id.
-    let id = if filter.labels.is_empty() {
-        "id"
+    // The order (and the cursor) follows the leading index: newest first by creation time
+    // (`jobs_created` and the status and workflow variants the web UI's list reads too), or,
+    // led by a label, by job id (`l.job_id`; ids are time-ordered, so this is newest first too).
+    let order = if filter.labels.is_empty() {
+        if let Some(cursor) = &filter.before {
+            values.extend([Arg::Int(cursor.created_at.0), Arg::Text(cursor.id.as_str())]);
+            sql.push_str(&format!(
+                " AND (created_at, id) < (?{}, ?{})",
+                values.len() - 1,
+                values.len()
+            ));
+        }
+        "created_at DESC, id DESC"
     } else {
-        "l.job_id"
+        if let Some(cursor) = &filter.before {
+            values.push(Arg::Text(cursor.id.as_str()));
+            sql.push_str(&format!(" AND l.job_id < ?{}", values.len()));
+        }
+        "l.job_id DESC"
     };
-    if let Some(cursor) = &filter.before {
-        values.push(Arg::Text(cursor.as_str()));
-        sql.push_str(&format!(" AND {id} < ?{}", values.len()));
-    }
     values.push(Arg::Int(i64::from(filter.limit)));
-    sql.push_str(&format!(" ORDER BY {id} DESC LIMIT ?{}", values.len()));
+    sql.push_str(&format!(" ORDER BY {order} LIMIT ?{}", values.len()));
     conn.query_map(&sql, &values, job_from_row)?
         .into_iter()
         .map(RawJob::into_job)

@@ -105,6 +105,7 @@ on_both_backends!(
     labels_read_back_filter_jobs_and_go_with_their_job,
     waits_and_signals_read_back_and_waits_fall_due,
     a_job_reads_back_with_its_tasks_and_events,
+    the_job_list_pages_newest_first_by_creation_time,
     claim_candidates_come_in_dispatch_order,
     queue_settings_and_buckets_read_back,
     queue_pages_filter_by_prefix_and_text_and_count_what_each_holds,
@@ -415,6 +416,82 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
     assert_eq!(load_job(&mut db.conn, &job.id).unwrap(), Some(again));
 }
 
+fn the_job_list_pages_newest_first_by_creation_time(db: &mut Db) {
+    // Ids out of step with creation times (a clock that went back, or ids made before the
+    // transaction): the list follows the creation time, then the id.
+    let oldest = job("c", later(0));
+    let tied_low = job("a", later(10));
+    let tied_high = job("b", later(10));
+    let newest = job("0", later(20));
+    let mut child = job("d", later(5));
+    child.parent = Some(ParentLink {
+        job: oldest.id.clone(),
+        task: starbridge_core::ids::TaskId::from_unique("parent-step"),
+        attempt: 1,
+    });
+    for job in [&oldest, &tied_low, &tied_high, &newest, &child] {
+        db.insert(job, &[], &[]);
+    }
+    let conn = &mut db.conn;
+    let page = |conn: &mut WriteConn, before: Option<&Job>, more: JobFilter| -> Vec<JobId> {
+        let filter = JobFilter {
+            namespace: "default".to_owned(),
+            before: before.map(|job| crate::JobCursor {
+                created_at: job.created_at,
+                id: job.id.clone(),
+            }),
+            limit: 2,
+            ..more
+        };
+        list_jobs(conn, &filter)
+            .unwrap()
+            .into_iter()
+            .map(|job| job.id)
+            .collect()
+    };
+    let all = JobFilter::default;
+    assert_eq!(
+        page(conn, None, all()),
+        [newest.id.clone(), tied_high.id.clone()]
+    );
+    assert_eq!(
+        page(conn, Some(&tied_high), all()),
+        [tied_low.id.clone(), child.id.clone()]
+    );
+    assert_eq!(page(conn, Some(&child), all()), [oldest.id.clone()]);
+    assert_eq!(
+        page(
+            conn,
+            Some(&tied_high),
+            JobFilter {
+                status: Some(JobStatus::Running),
+                ..all()
+            }
+        ),
+        [tied_low.id.clone(), child.id.clone()],
+        "a status reads its own index in the same order"
+    );
+    let children = || JobFilter {
+        parent: Some(oldest.id.clone()),
+        ..all()
+    };
+    assert_eq!(page(conn, None, children()), [child.id.clone()]);
+    assert!(page(conn, Some(&child), children()).is_empty());
+    let named = || JobFilter {
+        ids: Some(vec![
+            oldest.id.clone(),
+            newest.id.clone(),
+            tied_low.id.clone(),
+        ]),
+        ..all()
+    };
+    assert_eq!(
+        page(conn, None, named()),
+        [newest.id.clone(), tied_low.id.clone()]
+    );
+    assert_eq!(page(conn, Some(&tied_low), named()), [oldest.id.clone()]);
+}
+
 fn labels_read_back_filter_jobs_and_go_with_their_job(db: &mut Db) {
     let labelled = |unique: &str, namespace: &str, labels: &[(&str, &str)]| {
         let mut job = job(unique, NOW);
@@ -455,7 +532,10 @@ fn labels_read_back_filter_jobs_and_go_with_their_job(db: &mut Db) {
         |labels: &[(&str, &str)], status: Option<JobStatus>, before: Option<&JobId>| JobFilter {
             namespace: "default".to_owned(),
             status,
-            before: before.cloned(),
+            before: before.map(|id| crate::JobCursor {
+                created_at: Timestamp(0),
+                id: id.clone(),
+            }),
             labels: labels
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
