@@ -98,12 +98,24 @@ pub fn drop_retired_event_partitions(
     let mut dropped = Vec::new();
     for (day, name) in partitions {
         // A job's events come after its creation: only jobs made before the day ended can
-        // have history in it, and after pruning those are few (the ones still kept).
+        // have history in it, and after pruning those are few (the ones still kept). They are
+        // read per namespace through the list index `jobs_created` (namespace, created_at),
+        // the namespaces found by skipping through that index, so `jobs` needs no index of
+        // its own on `created_at`.
         let held = conn
             .query_opt(
                 &format!(
-                    "SELECT 1 FROM jobs WHERE created_at < ?1 \
-                     AND EXISTS (SELECT 1 FROM {name} e WHERE e.job_id = jobs.id) LIMIT 1"
+                    "WITH RECURSIVE spaces (name) AS ( \
+                         (SELECT namespace FROM jobs ORDER BY namespace LIMIT 1) \
+                         UNION ALL \
+                         SELECT (SELECT namespace FROM jobs WHERE namespace > spaces.name \
+                                 ORDER BY namespace LIMIT 1) \
+                         FROM spaces WHERE spaces.name IS NOT NULL) \
+                     SELECT 1 FROM spaces WHERE spaces.name IS NOT NULL AND EXISTS ( \
+                         SELECT 1 FROM jobs WHERE jobs.namespace = spaces.name \
+                         AND jobs.created_at < ?1 \
+                         AND EXISTS (SELECT 1 FROM {name} e WHERE e.job_id = jobs.id)) \
+                     LIMIT 1"
                 ),
                 args![(day + 1) * DAY_MILLIS],
                 |_| Ok(()),

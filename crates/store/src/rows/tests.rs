@@ -1488,8 +1488,9 @@ fn history_partitions_are_made_ahead_and_a_day_retires_whole_after_its_jobs(db: 
     assert_eq!(day_partitions(db), made);
 
     // A job of today, and one whose history is older than any partition (the default
-    // partition catches it).
-    let done = finished(job("done", NOW), later(60_000));
+    // partition catches it). They are of two namespaces: a day is held by the jobs of each.
+    let mut done = finished(job("done", NOW), later(60_000));
+    done.namespace = "zeta".to_owned();
     let step = task(&done, 1, "q", 0, NOW);
     db.insert(
         &done,
