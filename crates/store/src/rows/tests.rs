@@ -458,7 +458,7 @@ fn the_job_list_pages_newest_first_by_creation_time(db: &mut Db) {
         page(conn, Some(&tied_high), all()),
         [tied_low.id.clone(), child.id.clone()]
     );
-    assert_eq!(page(conn, Some(&child), all()), [oldest.id.clone()]);
+    assert_eq!(page(conn, Some(&child), all()), vec![oldest.id.clone()]);
     assert_eq!(
         page(
             conn,
@@ -489,7 +489,10 @@ fn the_job_list_pages_newest_first_by_creation_time(db: &mut Db) {
         page(conn, None, named()),
         [newest.id.clone(), tied_low.id.clone()]
     );
-    assert_eq!(page(conn, Some(&tied_low), named()), [oldest.id.clone()]);
+    assert_eq!(
+        page(conn, Some(&tied_low), named()),
+        vec![oldest.id.clone()]
+    );
 }
 
 fn labels_read_back_filter_jobs_and_go_with_their_job(db: &mut Db) {
