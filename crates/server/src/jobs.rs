@@ -331,13 +331,8 @@ async fn list_jobs(
     jobs.truncate(limit as usize);
     let next_cursor = more
         .then(|| {
-            jobs.last().map(|job| {
-                JobCursor {
-                    created_at: job.created_at,
-                    id: job.id.clone(),
-                }
-                .encode()
-            })
+            jobs.last()
+                .map(|job| JobCursor::of(job.created_at, &job.id).encode())
         })
         .flatten();
     Ok(Json(api::JobList {

@@ -46,6 +46,14 @@ pub struct JobCursor {
 }
 
 impl JobCursor {
+    /// The position of a job created at `created_at`: the next page starts after it.
+    pub fn of(created_at: Timestamp, id: &JobId) -> JobCursor {
+        JobCursor {
+            created_at,
+            id: id.clone(),
+        }
+    }
+
     /// The cursor as one URL-safe word: `<created_at ms>.<job id>`.
     pub fn encode(&self) -> String {
         format!("{}.{}", self.created_at.0, self.id)

@@ -342,13 +342,8 @@ async fn jobs_page(
     jobs.truncate(PAGE_SIZE as usize);
     let next_cursor = more
         .then(|| {
-            jobs.last().map(|job| {
-                JobCursor {
-                    created_at: job.created_at,
-                    id: job.id.clone(),
-                }
-                .encode()
-            })
+            jobs.last()
+                .map(|job| JobCursor::of(job.created_at, &job.id).encode())
         })
         .flatten();
     let body = pages::jobs(
