@@ -554,8 +554,13 @@ fn idle_and_half_sent_connections_are_closed_and_their_memory_given_back() {
     // that). The allocator keeps freed pages per thread (arena) for a while, and on a loaded
     // machine more threads touch the sockets, so a later wave may land well above the first
     // (seen: +16 MiB on a first wave of +13 MiB, and resident 91 MiB after a fifth wave whose
-    // peak stayed within the bound): what is resident after a later wave says which arenas were
-    // used, while a leak shows as peak growth that does not stop, which only several waves tell.
+    // peak stayed within the bound; and a fourth wave's peak at +26 MiB over the first's of
+    // +11.6 MiB, resident back to +13 MiB after it): what is resident after a later wave says
+    // which arenas were used, while a leak shows as peak growth that does not stop, which only
+    // several waves tell. So the bound has a fixed allowance for the arenas on top of twice the
+    // first wave's cost: sockets whose memory stayed would still break it by the fifth wave
+    // (four times that cost, which is 11 to 13 MiB here).
+    const ARENAS_KIB: u64 = 16 * 1024;
     let mut first_peak = 0;
     for wave in 1..=5 {
         let sockets = idle_and_half_sent(server.port, SOCKETS);
@@ -577,7 +582,7 @@ fn idle_and_half_sent_connections_are_closed_and_their_memory_given_back() {
         }
         let first_cost = first_peak - baseline;
         assert!(
-            peak < first_peak + 2 * first_cost,
+            peak < first_peak + 2 * first_cost + ARENAS_KIB,
             "wave {wave} raised the peak from {first_peak} KiB to {peak} KiB (baseline {baseline} KiB)"
         );
     }

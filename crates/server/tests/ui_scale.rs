@@ -6,7 +6,8 @@
 //! ```
 //!
 //! It prints the server time of each jobs-list query (the median of several requests handled
-//! in-process), and of the API's label filter (`GET /api/v1/jobs?label=…`, p50 and p99). It
+//! in-process), and of the API's job list (`GET /api/v1/jobs?…`, unfiltered and by status,
+//! workflow, cursor, creation time, parent and labels; p50 and p99). It
 //! checks what the pages show, not how fast they are: timings depend on the machine.
 
 use std::time::{Duration, Instant};
@@ -200,15 +201,35 @@ async fn jobs_list_pages_with_a_million_jobs() {
     }
 }
 
-/// Requests per label filter case: enough for a 99th percentile.
+/// Requests per API case: enough for a 99th percentile.
 const API_RUNS: usize = 200;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "fills a store with a million jobs: run with --ignored --nocapture"]
-async fn the_api_label_filter_with_a_million_jobs() {
+async fn the_api_job_list_with_a_million_jobs() {
     let store = filled().await;
     let router = &store.router;
-    let cases: [(&str, &str, usize); 6] = [
+    // The job in the middle of the list, and a day a week back.
+    let middle = JOBS / 2;
+    let cursor = format!(
+        "{}.job_{middle:012}",
+        store.now - (JOBS - middle) * SPACING_MS
+    );
+    let day_ago =
+        |days: i64| starbridge_core::time::Timestamp(store.now - days * 86_400_000).to_rfc3339();
+    let middle_page = format!("cursor={cursor}");
+    let past_day = format!("created_after={}&created_before={}", day_ago(7), day_ago(6));
+    let cases: [(&str, &str, usize); 12] = [
+        ("all", "", 50),
+        ("status failed", "status=failed", 50),
+        (
+            "workflow backup, running",
+            "workflow=backup&status=running",
+            50,
+        ),
+        ("a page in the middle (cursor)", &middle_page, 50),
+        ("a day a week ago", &past_day, 50),
+        ("children of a job (none)", "parent=job_000000000001", 0),
         ("team=storage (100 jobs)", "label=team%3Dstorage", 50),
         (
             "team=storage and env=prod",
