@@ -100,8 +100,19 @@ pub struct WorkerLoad {
     pub running: u64,
 }
 
+/// What `search` selects, but for status and cursor.
+struct Conditions {
+    /// The `WHERE` clause, `?1` being the namespace.
+    sql: String,
+    values: Vec<SqlValue>,
+    /// How to read `jobs`: by primary key when a rare label names the few jobs there are (SQLite,
+    /// without statistics, would rather walk a list index and test each job against them);
+    /// else as the planner likes.
+    read: &'static str,
+}
+
 /// The `WHERE` clause and its values for everything in `search` but status and cursor.
-fn conditions(conn: &mut dyn Conn, search: &JobSearch) -> Result<(String, Vec<SqlValue>)> {
+fn conditions(conn: &mut dyn Conn, search: &JobSearch) -> Result<Conditions> {
     let mut sql = String::from("namespace = ?1");
     let mut values: Vec<SqlValue> = vec![search.namespace.clone().into()];
     let mut push = |sql: &mut String, clause: &str, value: SqlValue| {
@@ -117,11 +128,15 @@ fn conditions(conn: &mut dyn Conn, search: &JobSearch) -> Result<(String, Vec<Sq
     if let Some(before) = search.created_before {
         push(&mut sql, " AND created_at < #", before.0.into());
     }
+    let mut read = "";
     for label in &search.labels {
         let rare = capped_count(conn, &search.namespace, label)? < RARE_LABEL;
         push_label(&mut sql, &mut values, label, rare);
+        if rare {
+            read = crate::rows::JOBS_BY_ID;
+        }
     }
-    Ok((sql, values))
+    Ok(Conditions { sql, values, read })
 }
 
 /// Adds to `sql` (whose `?1` is the namespace) the condition that a job has the label: among
@@ -177,7 +192,8 @@ fn candidates(conn: &mut dyn Conn, search: &JobSearch, text: &str) -> Result<(Ve
         values.extend(chunk.iter().map(|id| SqlValue::from(id.clone())));
         let marks: Vec<String> = (2..=values.len()).map(|i| format!("?{i}")).collect();
         let mut query = format!(
-            "SELECT {LINE_COLUMNS} FROM jobs WHERE namespace = ?1 AND id IN ({})",
+            "SELECT {LINE_COLUMNS} FROM jobs {} WHERE namespace = ?1 AND id IN ({})",
+            crate::rows::JOBS_BY_ID,
             marks.join(", ")
         );
         for label in &search.labels {
@@ -274,7 +290,11 @@ pub fn jobs(conn: &mut dyn Conn, search: &JobSearch) -> Result<Vec<JobLine>> {
             .take(search.limit as usize)
             .collect());
     }
-    let (mut sql, mut values) = conditions(conn, search)?;
+    let Conditions {
+        mut sql,
+        mut values,
+        read,
+    } = conditions(conn, search)?;
     if let Some(status) = search.status {
         values.push(status.as_str().to_owned().into());
         sql.push_str(&format!(" AND status = ?{}", values.len()));
@@ -290,7 +310,8 @@ pub fn jobs(conn: &mut dyn Conn, search: &JobSearch) -> Result<Vec<JobLine>> {
     }
     values.push(i64::from(search.limit).into());
     let query = format!(
-        "SELECT {LINE_COLUMNS} FROM jobs WHERE {sql} ORDER BY created_at DESC, id DESC LIMIT ?{}",
+        "SELECT {LINE_COLUMNS} FROM jobs {read} WHERE {sql} \
+         ORDER BY created_at DESC, id DESC LIMIT ?{}",
         values.len()
     );
     conn.query_map(&query, &bind(&values), raw_line)?
@@ -301,7 +322,8 @@ pub fn jobs(conn: &mut dyn Conn, search: &JobSearch) -> Result<Vec<JobLine>> {
 
 /// How many jobs of each status match `search` (its status and cursor aside), every status
 /// listed, each counted up to `cap`. Each count reads one range of an index that starts with
-/// the status, and stops after `cap + 1` entries.
+/// the status, and stops after `cap + 1` entries; with a rare label, it reads that label's jobs
+/// by primary key instead.
 pub fn status_counts(
     conn: &mut dyn Conn,
     search: &JobSearch,
@@ -321,7 +343,11 @@ pub fn status_counts(
             })
             .collect());
     }
-    let (sql, mut values) = conditions(conn, search)?;
+    let Conditions {
+        sql,
+        mut values,
+        read,
+    } = conditions(conn, search)?;
     values.push(SqlValue::Text(String::new()));
     let status_slot = values.len();
     values.push(
@@ -330,7 +356,7 @@ pub fn status_counts(
             .into(),
     );
     let query = format!(
-        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE {sql} AND status = ?{status_slot} \
+        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs {read} WHERE {sql} AND status = ?{status_slot} \
          LIMIT ?{}) AS capped",
         values.len()
     );

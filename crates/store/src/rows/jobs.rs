@@ -303,6 +303,11 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
     .collect()
 }
 
+/// Reads jobs named by id through the primary key (SQLite's name for its index). SQLite has no
+/// statistics, and given a namespace too it would rather walk the namespace's jobs in list
+/// order (`jobs_created`) than sort a few rows.
+pub(crate) const JOBS_BY_ID: &str = "INDEXED BY sqlite_autoindex_jobs_1";
+
 /// A filter's labels, the rarest first (each counted up to `RARE_LABEL` in the label index).
 fn rarest_first<'a>(
     conn: &mut dyn Conn,
@@ -335,13 +340,13 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
             // index and sort them, rather than walk the namespace's jobs in list order (which
             // SQLite, with no statistics, would otherwise prefer to avoid the sort).
             let hint = if filter.ids.is_some() {
-                " INDEXED BY sqlite_autoindex_jobs_1"
+                JOBS_BY_ID
             } else if filter.parent.is_some() {
-                " INDEXED BY jobs_parent"
+                "INDEXED BY jobs_parent"
             } else {
                 ""
             };
-            format!("SELECT {JOB_COLUMNS} FROM jobs{hint} WHERE namespace = ?1")
+            format!("SELECT {JOB_COLUMNS} FROM jobs {hint} WHERE namespace = ?1")
         }
         Some(((key, value), others)) => {
             let columns: Vec<String> = JOB_COLUMNS.split(", ").map(|c| format!("j.{c}")).collect();

@@ -45,6 +45,7 @@ mod tests;
 
 pub use events::{EVENT_WRITE, attempt_claimed_at, event_values, events};
 pub use health::{ping, write_health_probe};
+pub(crate) use jobs::JOBS_BY_ID;
 pub use jobs::{
     JOB_WRITE, delete_job, job_by_key, job_values, list_jobs, load_job, load_job_state,
     lock_job_state, lock_job_states, prune_finished, set_trace, trace_of,
