@@ -350,16 +350,22 @@ async fn span_data(
             fallback_start,
             ended,
         } => {
-            let Some(trace) = job_trace(reader, &job).await? else {
-                return Ok(None);
-            };
-            let (claim_job, claim_task) = (job.clone(), task.clone());
-            let claimed = reader
+            // The job's trace and the attempt's claim, in one read.
+            let (read_job, read_task) = (job.clone(), task.clone());
+            let (trace, claimed) = reader
                 .read(move |conn| {
+                    let Some(trace) = rows::trace_of(conn, &read_job)? else {
+                        return Ok((None, None));
+                    };
                     let within = (fallback_start, ended);
-                    rows::attempt_claimed_at(conn, &claim_job, &claim_task, attempt, within)
+                    let claimed =
+                        rows::attempt_claimed_at(conn, &read_job, &read_task, attempt, within)?;
+                    Ok((Some(trace), claimed))
                 })
                 .await?;
+            let Some(trace) = trace else {
+                return Ok(None);
+            };
             let mut attributes = vec![
                 text("starbridge.job.id", job.as_str()),
                 text("starbridge.task.id", task.as_str()),
