@@ -1,10 +1,10 @@
 //! Counts of jobs and tasks for the server's `/metrics`, read with one query at scrape time.
 //!
 //! The task parts read only the partial indexes of ready (`tasks_dispatch`) and running
-//! (`tasks_lease`) tasks, so their cost follows the backlog, not the history. The jobs part groups
-//! the whole `jobs` table (a scan of the covering index `jobs_status_created`): cheap while the store is
-//! small, it should be replaced by counters maintained in the writer's transactions when the store
-//! grows large.
+//! (`tasks_lease`) tasks, so their cost follows the backlog, not the history. The jobs part
+//! groups the whole `jobs` table (a scan of the covering index `jobs_status_created`): cheap
+//! while the store is small, it should be replaced by counters maintained in the writer's
+//! transactions when the store grows large.
 
 use std::collections::BTreeMap;
 
