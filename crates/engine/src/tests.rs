@@ -693,6 +693,38 @@ async fn the_next_timer_and_next_available_time_are_reported(f: Fixture) {
     );
 }
 
+async fn the_next_available_time_is_the_earliest_of_every_priority(f: Fixture) {
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    for priority in [100, 0] {
+        let submit = Submit {
+            workflow: Some("wf".into()),
+            priority: Some(priority),
+            ..Submit::default()
+        };
+        f.store.submit("default", submit).await.unwrap();
+    }
+    let claimed = claim_n(&f.store, &["q"], 2).await;
+    let (high, low) = (&claimed[0], &claimed[1]);
+    assert_eq!((high.task.priority, low.task.priority), (100, 0));
+    fail(&f.store, low, "boom").await;
+    let low_due = f.store.now().saturating_add(Duration::from_secs(1));
+    f.clock.advance(Duration::from_millis(500));
+    fail(&f.store, high, "boom").await;
+    let due = f
+        .store
+        .next_available("default", vec!["q".into()])
+        .await
+        .unwrap();
+    assert_eq!(
+        due,
+        Some(low_due),
+        "the lower priority's retry is due first"
+    );
+}
+
 async fn jobs_survive_reopening_the_database(f: Fixture) {
     let url = f.url.clone();
     let job = {
@@ -962,23 +994,29 @@ async fn a_task_waiting_longer_than_max_wait_goes_ahead_of_priority(f: Fixture) 
         },
     )
     .await;
-    let starved = submit(&f.store, "wf", json!({})).await.state.job.id;
+    let at_priority = |priority: i32| {
+        let store = &f.store;
+        async move {
+            let submit = Submit {
+                workflow: Some("wf".into()),
+                priority: Some(priority),
+                ..Submit::default()
+            };
+            store.submit("default", submit).await.unwrap().state.job.id
+        }
+    };
+    // Starving tasks go oldest first whatever their priority: the oldest has the lowest.
+    let starved = at_priority(0).await;
+    f.clock.advance(Duration::from_secs(1));
+    let starved_later = at_priority(50).await;
     f.clock.advance(Duration::from_secs(61));
     for _ in 0..3 {
-        f.store
-            .submit(
-                "default",
-                Submit {
-                    workflow: Some("wf".into()),
-                    priority: Some(100),
-                    ..Submit::default()
-                },
-            )
-            .await
-            .unwrap();
+        at_priority(100).await;
     }
     let claimed = claim_n(&f.store, &["q"], 1).await;
     assert_eq!(claimed[0].task.job_id, starved);
+    let claimed = claim_n(&f.store, &["q"], 1).await;
+    assert_eq!(claimed[0].task.job_id, starved_later);
     let next = claim_n(&f.store, &["q"], 1).await;
     assert_eq!(next[0].task.priority, 100, "the rest go by priority");
 }
@@ -1602,6 +1640,7 @@ on_both_backends!(
     concurrent_claims_never_hand_out_the_same_task,
     lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change,
     the_next_timer_and_next_available_time_are_reported,
+    the_next_available_time_is_the_earliest_of_every_priority,
     a_job_is_invisible_from_another_namespace,
     dispatch_prefers_job_priority_then_age,
     a_long_poll_registration_is_woken_by_a_new_ready_task,

@@ -66,6 +66,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("../migrations/postgres/0015_one_job_order.sql"),
     ),
+    (
+        16,
+        include_str!("../migrations/postgres/0016_no_age_index.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

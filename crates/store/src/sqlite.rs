@@ -57,6 +57,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("../migrations/sqlite/0015_one_job_order.sql"),
     ),
+    (
+        16,
+        include_str!("../migrations/sqlite/0016_no_age_index.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {

@@ -110,11 +110,12 @@ pub struct QueueSearch {
 }
 
 /// What a queue holds now, counted from the partial indexes of ready and running tasks, so a
-/// page costs its queues' backlog, not the history. Placeholder `?1` is the time now.
+/// page costs its queues' backlog, not the history: the count and the oldest claimable ready
+/// task each read the queue's ready tasks once. Placeholder `?1` is the time now.
 const STATS_COLUMNS: &str = "\
     (SELECT COUNT(*) FROM tasks INDEXED BY tasks_dispatch WHERE status = 'ready' AND held = 0 \
         AND namespace = queues.namespace AND queue = queues.name), \
-    (SELECT MIN(available_at) FROM tasks INDEXED BY tasks_age WHERE status = 'ready' AND held = 0 \
+    (SELECT MIN(available_at) FROM tasks INDEXED BY tasks_dispatch WHERE status = 'ready' AND held = 0 \
         AND namespace = queues.namespace AND queue = queues.name AND available_at <= ?1), \
     (SELECT COUNT(*) FROM tasks INDEXED BY tasks_running WHERE status = 'running' AND queue <> '' \
         AND namespace = queues.namespace AND queue = queues.name)";

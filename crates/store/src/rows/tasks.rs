@@ -373,6 +373,12 @@ pub enum Pass {
 
 /// Ready tasks of one queue that a claim may take, as `pass` selects and orders them, at most
 /// `limit`. On PostgreSQL the rows are locked, skipping those another node's claim holds.
+///
+/// The starving pass reads the dispatch index once per priority level of the queue (a queue has
+/// few), each level in age order, and keeps the oldest: an index in age order across levels
+/// would cost every task two more index writes (when it becomes ready and when it is claimed)
+/// for a pass that finds nothing while the queue keeps up. On PostgreSQL a level's rows past the
+/// `limit` oldest stay locked until the transaction ends; other nodes' claims skip them.
 pub fn claim_candidates(
     conn: &mut dyn Conn,
     namespace: &str,
@@ -382,6 +388,17 @@ pub fn claim_candidates(
     limit: u32,
     pass: Pass,
 ) -> Result<Vec<Candidate>> {
+    let candidate = |(job, task, priority, available_at): (String, String, i32, i64)| {
+        Some(Candidate {
+            job: JobId::parse(&job)?,
+            task: TaskId::parse(&task)?,
+            queue: queue.to_owned(),
+            queue_priority: config.priority,
+            priority,
+            available_at: Timestamp(available_at),
+            starving: pass == Pass::Starving,
+        })
+    };
     let sql = match pass {
         Pass::Compensations => {
             "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_rollback \
@@ -389,49 +406,57 @@ pub fn claim_candidates(
              AND queue = ?2 AND available_at <= ?3 \
              ORDER BY priority DESC, available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
         }
-        Pass::Starving => {
-            "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_age \
-             WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
-             AND available_at <= ?3 ORDER BY available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
-        }
         Pass::ByPriority => {
             "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_dispatch \
              WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
              AND available_at <= ?3 ORDER BY priority DESC, available_at, id LIMIT ?4 \
              FOR UPDATE SKIP LOCKED"
         }
+        Pass::Starving => {
+            let waited = i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX);
+            let bound = now.0.saturating_sub(waited);
+            let mut starving = Vec::new();
+            for level in priority_levels(conn, namespace, queue)? {
+                starving.extend(conn.query_map(
+                    "SELECT job_id, id, priority, available_at FROM tasks \
+                     INDEXED BY tasks_dispatch WHERE status = 'ready' AND held = 0 \
+                     AND namespace = ?1 AND queue = ?2 AND priority = ?3 AND available_at <= ?4 \
+                     ORDER BY available_at, id LIMIT ?5 FOR UPDATE SKIP LOCKED",
+                    args![namespace, queue, level, bound, limit],
+                    candidate_row,
+                )?);
+            }
+            starving.sort_by(|a, b| (a.3, &a.1).cmp(&(b.3, &b.1)));
+            starving.truncate(limit as usize);
+            return Ok(starving.into_iter().filter_map(candidate).collect());
+        }
     };
-    let starving = pass == Pass::Starving;
-    let bound = if starving {
-        Timestamp(
-            now.0
-                .saturating_sub(i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX)),
-        )
-    } else {
-        now
-    };
-    let rows = conn.query_map(sql, args![namespace, queue, bound.0, limit], |row| {
-        Ok((
-            row.get::<String>(0)?,
-            row.get::<String>(1)?,
-            row.get::<i32>(2)?,
-            row.get::<i64>(3)?,
-        ))
-    })?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|(job, task, priority, available_at)| {
-            Some(Candidate {
-                job: JobId::parse(&job)?,
-                task: TaskId::parse(&task)?,
-                queue: queue.to_owned(),
-                queue_priority: config.priority,
-                priority,
-                available_at: Timestamp(available_at),
-                starving,
-            })
-        })
-        .collect())
+    let rows = conn.query_map(sql, args![namespace, queue, now.0, limit], candidate_row)?;
+    Ok(rows.into_iter().filter_map(candidate).collect())
+}
+
+/// A candidate's columns: job, task, priority, available since.
+fn candidate_row(row: &mut Row) -> Result<(String, String, i32, i64)> {
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+}
+
+/// The priorities the claimable ready tasks of a queue have, highest first: one seek of the
+/// dispatch index per level.
+fn priority_levels(conn: &mut dyn Conn, namespace: &str, queue: &str) -> Result<Vec<i32>> {
+    let levels: Vec<Option<i32>> = conn.query_map(
+        "WITH RECURSIVE levels (priority) AS ( \
+           SELECT MAX(priority) FROM tasks INDEXED BY tasks_dispatch \
+           WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
+           UNION ALL \
+           SELECT (SELECT MAX(priority) FROM tasks INDEXED BY tasks_dispatch \
+                   WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
+                   AND priority < levels.priority) \
+           FROM levels WHERE levels.priority IS NOT NULL) \
+         SELECT priority FROM levels",
+        args![namespace, queue],
+        |row| row.get(0),
+    )?;
+    Ok(levels.into_iter().flatten().collect())
 }
 
 /// How many tasks of a queue are running.
@@ -452,14 +477,24 @@ pub fn next_available(
     queue: &str,
     rollback_only: bool,
 ) -> Result<Option<Timestamp>> {
-    let sql = if rollback_only {
-        "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_rollback \
-         WHERE status = 'ready' AND held = 0 AND kind = 'compensation' AND namespace = ?1 \
-         AND queue = ?2"
-    } else {
-        "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_age \
-         WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2"
-    };
-    let min: Option<i64> = conn.query_value(sql, args![namespace, queue])?;
-    Ok(min.map(Timestamp))
+    if rollback_only {
+        let min: Option<i64> = conn.query_value(
+            "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_rollback \
+             WHERE status = 'ready' AND held = 0 AND kind = 'compensation' AND namespace = ?1 \
+             AND queue = ?2",
+            args![namespace, queue],
+        )?;
+        return Ok(min.map(Timestamp));
+    }
+    let mut earliest: Option<i64> = None;
+    for level in priority_levels(conn, namespace, queue)? {
+        let min: Option<i64> = conn.query_value(
+            "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_dispatch \
+             WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
+             AND priority = ?3",
+            args![namespace, queue, level],
+        )?;
+        earliest = earliest.into_iter().chain(min).min();
+    }
+    Ok(earliest.map(Timestamp))
 }
