@@ -453,7 +453,10 @@ impl Engine {
         max: u32,
     ) -> writer::Pending<Vec<Claimed>> {
         let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
-        together.request(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max))
+        let secrets = secrets::AttemptSecrets::for_attempts(max);
+        together.request(move |ctx| {
+            commands::claim(ctx, &namespace, &queues, &worker, max, &secrets)
+        })
     }
 
     /// The tasks a queued claim took, counted for the vacuumer.

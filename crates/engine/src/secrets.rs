@@ -10,6 +10,48 @@ pub(crate) fn random_hex() -> String {
     hex(&bytes)
 }
 
+/// Random bytes for the attempts a claim may start (a lease token and a callback secret
+/// each), drawn in one call to the operating system before the claim reaches the writer
+/// thread: the writer then spends no system call on randomness per task.
+#[derive(Debug, Clone)]
+pub(crate) struct AttemptSecrets {
+    bytes: Vec<u8>,
+}
+
+/// One attempt's secrets: the lease token a worker reports with, and the secret of its callback
+/// token, of which the store keeps only the hash.
+pub(crate) struct AttemptSecret {
+    pub(crate) lease_token: String,
+    pub(crate) callback_secret: String,
+}
+
+impl AttemptSecrets {
+    const LEASE: usize = 16;
+    const CALLBACK: usize = 32;
+
+    /// Enough for `attempts` attempts.
+    pub(crate) fn for_attempts(attempts: u32) -> AttemptSecrets {
+        let mut bytes = vec![0u8; attempts as usize * (Self::LEASE + Self::CALLBACK)];
+        getrandom::fill(&mut bytes).expect("the operating system's random source answers");
+        AttemptSecrets { bytes }
+    }
+
+    /// The secrets of the claim's `index`th attempt (from 0); past those drawn, fresh ones.
+    pub(crate) fn attempt(&self, index: usize) -> AttemptSecret {
+        let width = Self::LEASE + Self::CALLBACK;
+        match self.bytes.get(index * width..(index + 1) * width) {
+            Some(drawn) => AttemptSecret {
+                lease_token: hex(&drawn[..Self::LEASE]),
+                callback_secret: hex(&drawn[Self::LEASE..]),
+            },
+            None => AttemptSecret {
+                lease_token: random_hex()[..2 * Self::LEASE].to_owned(),
+                callback_secret: random_hex(),
+            },
+        }
+    }
+}
+
 /// The SHA-256 of a secret, in hex: what the store keeps instead of it.
 pub(crate) fn hash(secret: &str) -> String {
     hex(&Sha256::digest(secret.as_bytes()))
@@ -50,6 +92,29 @@ mod tests {
         assert_eq!(
             hash("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn each_attempt_of_a_claim_gets_its_own_secrets_even_past_those_drawn() {
+        let secrets = AttemptSecrets::for_attempts(2);
+        let attempts: Vec<AttemptSecret> = (0..3).map(|i| secrets.attempt(i)).collect();
+        for attempt in &attempts {
+            assert_eq!(attempt.lease_token.len(), 32);
+            assert_eq!(attempt.callback_secret.len(), 64);
+        }
+        let mut all: Vec<&str> = attempts
+            .iter()
+            .flat_map(|a| [a.lease_token.as_str(), a.callback_secret.as_str()])
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 6, "no secret repeats");
+        let again = secrets.attempt(1);
+        assert_eq!(
+            (again.lease_token, again.callback_secret),
+            (attempts[1].lease_token.clone(), attempts[1].callback_secret.clone()),
+            "a claim run again hands out the same secrets"
         );
     }
 

@@ -2,6 +2,7 @@
 //! task gets.
 
 use crate::ctx::WriteCtx;
+use crate::secrets::{AttemptSecret, AttemptSecrets};
 use crate::{Claimed, Error, Result, StoredQueuePrefix};
 use starbridge_core::Workflow;
 use starbridge_core::dispatch::{self, Bucket, QueueConfig};
@@ -95,12 +96,15 @@ pub(crate) fn open_queues(
 /// rate (see `step_limits`). A task that cannot have its slot or token is parked out of the
 /// claim order, and the claim reads on past it: a round that parked tasks is followed by
 /// another, until `max` tasks are claimed or the queues have no more ready tasks.
+///
+/// `secrets` holds the attempts' secrets, drawn before the claim reached the writer.
 pub(crate) fn claim(
     ctx: &mut WriteCtx<'_>,
     namespace: &str,
     queues: &[String],
     worker: &str,
     max: u32,
+    secrets: &AttemptSecrets,
 ) -> Result<Vec<Claimed>> {
     let mut free_slots: HashMap<String, u32> = HashMap::new();
     let prefixes = ctx.queue_prefixes(namespace)?;
@@ -183,8 +187,10 @@ pub(crate) fn claim(
             if let Some(free) = free_slots.get_mut(&candidate.queue) {
                 *free -= 1;
             }
-            let lease_token = uuid::Uuid::new_v4().simple().to_string();
-            let callback_secret = crate::secrets::random_hex();
+            let AttemptSecret {
+                lease_token,
+                callback_secret,
+            } = secrets.attempt(claimed.len());
             let input = Input::Claim {
                 task: task_id.clone(),
                 worker: worker.to_owned(),
