@@ -233,7 +233,7 @@ pub struct Reported {
 /// Most finished jobs one `Engine::prune` call deletes.
 pub const PRUNE_BATCH: u32 = 500;
 
-/// Most events one `Engine::roll_up` call counts.
+/// Most events one `Engine::roll_up` call reads.
 pub const ROLLUP_BATCH: u32 = 10_000;
 
 /// How old an event must be before the rollup counts it (see store `minutes`).
@@ -454,9 +454,8 @@ impl Engine {
     ) -> writer::Pending<Vec<Claimed>> {
         let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
         let secrets = secrets::AttemptSecrets::for_attempts(max);
-        together.request(move |ctx| {
-            commands::claim(ctx, &namespace, &queues, &worker, max, &secrets)
-        })
+        together
+            .request(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max, &secrets))
     }
 
     /// The tasks a queued claim took, counted for the vacuumer.
@@ -753,10 +752,11 @@ impl Engine {
             .await
     }
 
-    /// Adds up to `ROLLUP_BATCH` events older than `ROLLUP_LAG` to the dashboard's per-minute
-    /// rows, and samples the queues once a minute; returns how many events it counted. Call
-    /// again while it returns `ROLLUP_BATCH`. The events are read on a reading connection; the
-    /// writer only adds the sums, and only if no other node rolled the same events up first.
+    /// Reads up to `ROLLUP_BATCH` events older than `ROLLUP_LAG` past the watermark, adds those
+    /// of the kinds it counts to the dashboard's per-minute rows, and samples the queues once a
+    /// minute; returns how many events it read (of any kind). Call again while it returns
+    /// `ROLLUP_BATCH`. The events are read on a reading connection; the writer only adds the
+    /// sums, and only if no other node rolled the same events up first.
     pub async fn roll_up(&self) -> Result<usize> {
         let now = self.inner.clock.now();
         let rollup = self

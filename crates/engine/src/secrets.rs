@@ -113,7 +113,10 @@ mod tests {
         let again = secrets.attempt(1);
         assert_eq!(
             (again.lease_token, again.callback_secret),
-            (attempts[1].lease_token.clone(), attempts[1].callback_secret.clone()),
+            (
+                attempts[1].lease_token.clone(),
+                attempts[1].callback_secret.clone()
+            ),
             "a claim run again hands out the same secrets"
         );
     }
