@@ -416,7 +416,7 @@ pub fn claim_candidates(
             let waited = i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX);
             let bound = now.0.saturating_sub(waited);
             let mut starving = Vec::new();
-            for level in priority_levels(conn, namespace, queue)? {
+            for level in priority_levels(conn, namespace, queue, Some(Timestamp(bound)))? {
                 starving.extend(conn.query_map(
                     "SELECT job_id, id, priority, available_at FROM tasks \
                      INDEXED BY tasks_dispatch WHERE status = 'ready' AND held = 0 \
@@ -440,9 +440,15 @@ fn candidate_row(row: &mut Row) -> Result<(String, String, i32, i64)> {
     Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
 }
 
-/// The priorities the claimable ready tasks of a queue have, highest first: one seek of the
-/// dispatch index per level.
-fn priority_levels(conn: &mut dyn Conn, namespace: &str, queue: &str) -> Result<Vec<i32>> {
+/// The priorities the ready, not held tasks of a queue have, highest first: one seek of the
+/// dispatch index per level. With `until`, only the levels holding a task available since then
+/// or earlier (one more seek each), so a claim whose queue keeps up reads no level at all.
+fn priority_levels(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queue: &str,
+    until: Option<Timestamp>,
+) -> Result<Vec<i32>> {
     let levels: Vec<Option<i32>> = conn.query_map(
         "WITH RECURSIVE levels (priority) AS ( \
            SELECT MAX(priority) FROM tasks INDEXED BY tasks_dispatch \
@@ -452,8 +458,11 @@ fn priority_levels(conn: &mut dyn Conn, namespace: &str, queue: &str) -> Result<
                    WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
                    AND priority < levels.priority) \
            FROM levels WHERE levels.priority IS NOT NULL) \
-         SELECT priority FROM levels",
-        args![namespace, queue],
+         SELECT priority FROM levels WHERE CAST(?3 AS BIGINT) IS NULL OR EXISTS ( \
+           SELECT 1 FROM tasks INDEXED BY tasks_dispatch \
+           WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
+           AND priority = levels.priority AND available_at <= ?3)",
+        args![namespace, queue, until.map(|until| until.0)],
         |row| row.get(0),
     )?;
     Ok(levels.into_iter().flatten().collect())
@@ -487,7 +496,7 @@ pub fn next_available(
         return Ok(min.map(Timestamp));
     }
     let mut earliest: Option<i64> = None;
-    for level in priority_levels(conn, namespace, queue)? {
+    for level in priority_levels(conn, namespace, queue, None)? {
         let min: Option<i64> = conn.query_value(
             "SELECT MIN(available_at) FROM tasks INDEXED BY tasks_dispatch \
              WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
