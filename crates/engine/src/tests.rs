@@ -663,6 +663,24 @@ async fn lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change(
     complete(&f.store, &second, json!({})).await.unwrap();
 }
 
+/// When the next ready task of queue `q` becomes claimable.
+async fn next_available_on_q(store: &Store) -> Option<Timestamp> {
+    store
+        .next_available("default", vec!["q".into()])
+        .await
+        .unwrap()
+}
+
+/// Submits a job of workflow `wf` at `priority`.
+async fn submit_at_priority(store: &Store, priority: i32) -> JobId {
+    let submit = Submit {
+        workflow: Some("wf".into()),
+        priority: Some(priority),
+        ..Submit::default()
+    };
+    store.submit("default", submit).await.unwrap().state.job.id
+}
+
 async fn the_next_timer_and_next_available_time_are_reported(f: Fixture) {
     f.store
         .apply_workflow("default", "wf", definition(TWO_STEPS))
@@ -675,11 +693,7 @@ async fn the_next_timer_and_next_available_time_are_reported(f: Fixture) {
         claimed.task.lease_expires_at
     );
     fail(&f.store, &claimed, "boom").await;
-    let due = f
-        .store
-        .next_available("default", vec!["q".into()])
-        .await
-        .unwrap();
+    let due = next_available_on_q(&f.store).await;
     assert_eq!(
         due,
         Some(f.store.now().saturating_add(Duration::from_secs(1)))
@@ -699,12 +713,7 @@ async fn the_next_available_time_is_the_earliest_of_every_priority(f: Fixture) {
         .await
         .unwrap();
     for priority in [100, 0] {
-        let submit = Submit {
-            workflow: Some("wf".into()),
-            priority: Some(priority),
-            ..Submit::default()
-        };
-        f.store.submit("default", submit).await.unwrap();
+        submit_at_priority(&f.store, priority).await;
     }
     let claimed = claim_n(&f.store, &["q"], 2).await;
     let (high, low) = (&claimed[0], &claimed[1]);
@@ -713,11 +722,7 @@ async fn the_next_available_time_is_the_earliest_of_every_priority(f: Fixture) {
     let low_due = f.store.now().saturating_add(Duration::from_secs(1));
     f.clock.advance(Duration::from_millis(500));
     fail(&f.store, high, "boom").await;
-    let due = f
-        .store
-        .next_available("default", vec!["q".into()])
-        .await
-        .unwrap();
+    let due = next_available_on_q(&f.store).await;
     assert_eq!(
         due,
         Some(low_due),
@@ -936,10 +941,7 @@ async fn a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed(f: Fixt
     configure(&f.store, "q", pause).await;
     assert!(claim_n(&f.store, &["q"], 10).await.is_empty());
     assert_eq!(
-        f.store
-            .next_available("default", vec!["q".into()])
-            .await
-            .unwrap(),
+        next_available_on_q(&f.store).await,
         None,
         "a poll does not spin on a paused queue"
     );
@@ -994,17 +996,7 @@ async fn a_task_waiting_longer_than_max_wait_goes_ahead_of_priority(f: Fixture) 
         },
     )
     .await;
-    let at_priority = |priority: i32| {
-        let store = &f.store;
-        async move {
-            let submit = Submit {
-                workflow: Some("wf".into()),
-                priority: Some(priority),
-                ..Submit::default()
-            };
-            store.submit("default", submit).await.unwrap().state.job.id
-        }
-    };
+    let at_priority = |priority: i32| submit_at_priority(&f.store, priority);
     // Starving tasks go oldest first whatever their priority: the oldest has the lowest.
     let starved = at_priority(0).await;
     f.clock.advance(Duration::from_secs(1));
@@ -1591,11 +1583,7 @@ async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(
         claim_n(&f.store, &["q"], 10).await.is_empty(),
         "rate limited, not failed"
     );
-    let next = f
-        .store
-        .next_available("default", vec!["q".into()])
-        .await
-        .unwrap();
+    let next = next_available_on_q(&f.store).await;
     assert_eq!(
         next,
         Some(f.store.now().saturating_add(Duration::from_secs(5)))
