@@ -200,9 +200,11 @@ pub fn read_rollup(
             row.get::<Option<String>>(4)?,
         ))
     })?;
-    let counted: Vec<_> = events
+    // The events older than the lag, up to the first younger one: what this rollup reads.
+    let read = events.iter().take_while(|(_, at, ..)| *at < cutoff).count();
+    let counted: Vec<_> = events[..read]
         .iter()
-        .filter(|(_, at, kind, _, _)| *at < cutoff && COUNTED.contains(&kind.as_str()))
+        .filter(|(_, _, kind, ..)| COUNTED.contains(&kind.as_str()))
         .collect();
     let mut job_ids: Vec<String> = counted.iter().map(|event| event.3.clone()).collect();
     job_ids.sort_unstable();
@@ -226,18 +228,16 @@ pub fn read_rollup(
     })?;
     let mut rollup = Rollup {
         from,
-        to: from,
-        events: 0,
+        to: Watermark {
+            seq: events[..read].last().map_or(from.seq, |event| event.0),
+            ..from
+        },
+        events: read,
         figures: BTreeMap::new(),
     };
-    for (seq, at, kind, job, task) in &events {
-        if *at >= cutoff {
-            break;
-        }
-        rollup.to.seq = *seq;
-        rollup.events += 1;
+    for (_, at, kind, job, task) in counted {
         // An event of a job deleted since is not counted.
-        let Some(job) = jobs.get(job).filter(|_| COUNTED.contains(&kind.as_str())) else {
+        let Some(job) = jobs.get(job) else {
             continue;
         };
         if kind == "job_created" && !job.unlocked {
