@@ -92,13 +92,7 @@ pub(crate) fn create(ctx: &mut WriteCtx<'_>, namespace: &str, new: NewWebhook) -
         id: format!("whk_{}", uuid::Uuid::now_v7().simple()),
         namespace: namespace.to_owned(),
         url: new.url,
-        secret: new.secret.unwrap_or_else(|| {
-            format!(
-                "{}{}",
-                uuid::Uuid::new_v4().simple(),
-                uuid::Uuid::new_v4().simple()
-            )
-        }),
+        secret: new.secret.unwrap_or_else(crate::secrets::random_hex),
         workflow: new.workflow,
         states: new.states,
         events,
