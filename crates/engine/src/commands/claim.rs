@@ -127,22 +127,20 @@ pub(crate) fn claim(
             if limit == 0 {
                 continue;
             }
-            let passes: &[Pass] = if queue.rollback_only {
-                &[Pass::Compensations]
+            let pass = if queue.rollback_only {
+                Pass::Compensations
             } else {
-                &[Pass::Starving, Pass::ByPriority]
+                Pass::Ready
             };
-            for &pass in passes {
-                candidates.extend(rows::claim_candidates(
-                    ctx.conn,
-                    namespace,
-                    &queue.name,
-                    &queue.config,
-                    ctx.now,
-                    limit,
-                    pass,
-                )?);
-            }
+            candidates.extend(rows::claim_candidates(
+                ctx.conn,
+                namespace,
+                &queue.name,
+                &queue.config,
+                ctx.now,
+                limit,
+                pass,
+            )?);
         }
         let fetched = candidates.len();
         let mut missing = Vec::new();

@@ -362,23 +362,28 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
 /// Which ready tasks of a queue a claim reads, and in which order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pass {
-    /// Those claimable since before the queue's `max_wait`, oldest first.
-    Starving,
-    /// Every claimable one, by priority, then age, then id.
-    ByPriority,
+    /// Every claimable one, by priority, then age, then id; and those claimable since before the
+    /// queue's `max_wait` (starving), oldest first: the first `limit` of each order.
+    Ready,
     /// Claimable compensations only, by priority: a queue stopped on error (`on_error:
     /// pause`) hands out no other.
     Compensations,
 }
 
 /// Ready tasks of one queue that a claim may take, as `pass` selects and orders them, at most
-/// `limit`. On PostgreSQL the rows are locked, skipping those another node's claim holds.
+/// `limit` of each order. On PostgreSQL the rows are locked, skipping those another node's claim
+/// holds.
 ///
-/// The starving pass reads the dispatch index once per priority level of the queue (a queue has
-/// few), each level in age order, and keeps the oldest: an index in age order across levels
-/// would cost every task two more index writes (when it becomes ready and when it is claimed)
-/// for a pass that finds nothing while the queue keeps up. On PostgreSQL a level's rows past the
-/// `limit` oldest stay locked until the transaction ends; other nodes' claims skip them.
+/// `Pass::Ready` reads the queue in priority order first, and every task it finds that waited
+/// past `max_wait` is starving. The oldest starving tasks of the queue are among those, unless
+/// they lie at priorities the first `limit` tasks did not reach: at the last task's priority
+/// (when the tasks found span several), and below it. Those levels are then read in age order,
+/// each only if its earliest task is starving. An index in age order across levels would cost
+/// every task two more index writes (when it becomes ready and when it is claimed) for a pass
+/// that finds nothing while the queue keeps up; reading the levels before the priority order
+/// cost three seeks of the dispatch index per claim, each past the entries of tasks claimed
+/// since PostgreSQL last cleaned the index. On PostgreSQL a level's rows past the `limit` oldest
+/// stay locked until the transaction ends; other nodes' claims skip them.
 pub fn claim_candidates(
     conn: &mut dyn Conn,
     namespace: &str,
@@ -388,6 +393,8 @@ pub fn claim_candidates(
     limit: u32,
     pass: Pass,
 ) -> Result<Vec<Candidate>> {
+    let waited = i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX);
+    let bound = now.0.saturating_sub(waited);
     let candidate = |(job, task, priority, available_at): (String, String, i32, i64)| {
         Some(Candidate {
             job: JobId::parse(&job)?,
@@ -396,7 +403,7 @@ pub fn claim_candidates(
             queue_priority: config.priority,
             priority,
             available_at: Timestamp(available_at),
-            starving: pass == Pass::Starving,
+            starving: pass == Pass::Ready && available_at <= bound,
         })
     };
     let sql = match pass {
@@ -406,37 +413,66 @@ pub fn claim_candidates(
              AND queue = ?2 AND available_at <= ?3 \
              ORDER BY priority DESC, available_at, id LIMIT ?4 FOR UPDATE SKIP LOCKED"
         }
-        Pass::ByPriority => {
+        Pass::Ready => {
             "SELECT job_id, id, priority, available_at FROM tasks INDEXED BY tasks_dispatch \
              WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
              AND available_at <= ?3 ORDER BY priority DESC, available_at, id LIMIT ?4 \
              FOR UPDATE SKIP LOCKED"
         }
-        Pass::Starving => {
-            let waited = i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX);
-            let bound = now.0.saturating_sub(waited);
-            let mut starving = Vec::new();
-            let levels = priority_levels(conn, namespace, queue)?;
-            for (level, _) in levels
-                .into_iter()
-                .filter(|(_, earliest)| *earliest <= bound)
-            {
-                starving.extend(conn.query_map(
-                    "SELECT job_id, id, priority, available_at FROM tasks \
-                     INDEXED BY tasks_dispatch WHERE status = 'ready' AND held = 0 \
-                     AND namespace = ?1 AND queue = ?2 AND priority = ?3 AND available_at <= ?4 \
-                     ORDER BY available_at, id LIMIT ?5 FOR UPDATE SKIP LOCKED",
-                    args![namespace, queue, level, bound, limit],
-                    candidate_row,
-                )?);
-            }
-            starving.sort_by(|a, b| (a.3, &a.1).cmp(&(b.3, &b.1)));
-            starving.truncate(limit as usize);
-            return Ok(starving.into_iter().filter_map(candidate).collect());
-        }
     };
-    let rows = conn.query_map(sql, args![namespace, queue, now.0, limit], candidate_row)?;
+    let mut rows = conn.query_map(sql, args![namespace, queue, now.0, limit], candidate_row)?;
+    if pass == Pass::Ready {
+        let starving = starving_below(conn, namespace, queue, &rows, bound, limit)?;
+        rows.extend(starving);
+    }
     Ok(rows.into_iter().filter_map(candidate).collect())
+}
+
+/// The oldest starving tasks (claimable since `bound` or before) of the levels that `first`,
+/// the first `limit` tasks of the queue in priority order, do not cover, at most `limit`,
+/// oldest first. When `first` holds fewer than `limit` it holds every claimable task.
+fn starving_below(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queue: &str,
+    first: &[(String, String, i32, i64)],
+    bound: i64,
+    limit: u32,
+) -> Result<Vec<(String, String, i32, i64)>> {
+    let (Some(top), Some(last)) = (first.first(), first.last()) else {
+        return Ok(Vec::new());
+    };
+    if first.len() < limit as usize {
+        return Ok(Vec::new());
+    }
+    let mut levels = priority_levels(conn, namespace, queue, i64::from(last.2))?;
+    if top.2 != last.2 {
+        // The last level's oldest tasks in `first` follow higher levels' tasks: more of its
+        // starving ones may be older than some tasks `first` holds. Its earliest is the first
+        // of its tasks there.
+        let earliest = first
+            .iter()
+            .find(|row| row.2 == last.2)
+            .map_or(last.3, |row| row.3);
+        levels.insert(0, (last.2, earliest));
+    }
+    let mut starving = Vec::new();
+    for (level, _) in levels
+        .into_iter()
+        .filter(|(_, earliest)| *earliest <= bound)
+    {
+        starving.extend(conn.query_map(
+            "SELECT job_id, id, priority, available_at FROM tasks \
+             INDEXED BY tasks_dispatch WHERE status = 'ready' AND held = 0 \
+             AND namespace = ?1 AND queue = ?2 AND priority = ?3 AND available_at <= ?4 \
+             ORDER BY available_at, id LIMIT ?5 FOR UPDATE SKIP LOCKED",
+            args![namespace, queue, level, bound, limit],
+            candidate_row,
+        )?);
+    }
+    starving.sort_by(|a, b| (a.3, &a.1).cmp(&(b.3, &b.1)));
+    starving.truncate(limit as usize);
+    Ok(starving)
 }
 
 /// A candidate's columns: job, task, priority, available since.
@@ -444,15 +480,21 @@ fn candidate_row(row: &mut Row) -> Result<(String, String, i32, i64)> {
     Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
 }
 
-/// The priorities the ready, not held tasks of a queue have, highest first, each with the
-/// earliest time one of its tasks is claimable: two seeks of the dispatch index per level.
-/// (Filtering the levels in the statement instead, PostgreSQL planned the filter as one scan of
-/// every ready task of the queue.)
-fn priority_levels(conn: &mut dyn Conn, namespace: &str, queue: &str) -> Result<Vec<(i32, i64)>> {
+/// The priorities below `below` that the ready, not held tasks of a queue have, highest first,
+/// each with the earliest time one of its tasks is claimable: two seeks of the dispatch index
+/// per level. (Filtering the levels in the statement instead, PostgreSQL planned the filter as
+/// one scan of every ready task of the queue.)
+fn priority_levels(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queue: &str,
+    below: i64,
+) -> Result<Vec<(i32, i64)>> {
     let levels: Vec<(Option<i32>, Option<i64>)> = conn.query_map(
         "WITH RECURSIVE levels (priority) AS ( \
            SELECT MAX(priority) FROM tasks INDEXED BY tasks_dispatch \
            WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
+           AND priority < ?3 \
            UNION ALL \
            SELECT (SELECT MAX(priority) FROM tasks INDEXED BY tasks_dispatch \
                    WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
@@ -462,7 +504,7 @@ fn priority_levels(conn: &mut dyn Conn, namespace: &str, queue: &str) -> Result<
            WHERE status = 'ready' AND held = 0 AND namespace = ?1 AND queue = ?2 \
            AND priority = levels.priority) \
          FROM levels WHERE priority IS NOT NULL",
-        args![namespace, queue],
+        args![namespace, queue, below],
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     Ok(levels
@@ -498,7 +540,7 @@ pub fn next_available(
         )?;
         return Ok(min.map(Timestamp));
     }
-    let levels = priority_levels(conn, namespace, queue)?;
+    let levels = priority_levels(conn, namespace, queue, i64::MAX)?;
     Ok(levels
         .into_iter()
         .map(|(_, earliest)| Timestamp(earliest))

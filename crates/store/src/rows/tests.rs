@@ -107,6 +107,7 @@ on_both_backends!(
     a_job_reads_back_with_its_tasks_and_events,
     the_job_list_pages_newest_first_by_creation_time,
     claim_candidates_come_in_dispatch_order,
+    the_oldest_starving_tasks_come_even_past_the_priorities_the_first_tasks_reached,
     queue_settings_and_buckets_read_back,
     queue_pages_filter_by_prefix_and_text_and_count_what_each_holds,
     queue_prefix_settings_read_back,
@@ -710,6 +711,21 @@ fn waits_and_signals_read_back_and_waits_fall_due(db: &mut Db) {
     assert_eq!(due_jobs(conn, later(300), 10).unwrap(), [job.id.clone()]);
 }
 
+/// Candidates as their task ids without the prefix, "(starving)" after those starving.
+fn described(candidates: Vec<starbridge_core::dispatch::Candidate>) -> Vec<String> {
+    candidates
+        .iter()
+        .map(|candidate| {
+            let id = &candidate.task.as_str()[4..];
+            if candidate.starving {
+                format!("{id} (starving)")
+            } else {
+                id.to_owned()
+            }
+        })
+        .collect()
+}
+
 fn claim_candidates_come_in_dispatch_order(db: &mut Db) {
     let job = job("claims", NOW);
     let mut held = task(&job, 1, "q", 9, NOW);
@@ -731,30 +747,19 @@ fn claim_candidates_come_in_dispatch_order(db: &mut Db) {
         max_wait: Duration::from_secs(10),
         ..QueueConfig::default()
     };
-    let seqs = |candidates: Vec<starbridge_core::dispatch::Candidate>| -> Vec<String> {
-        candidates
-            .iter()
-            .map(|candidate| candidate.task.as_str()[4..].to_owned())
-            .collect()
+    let ready = |conn: &mut dyn Conn, limit: u32| {
+        described(claim_candidates(conn, "default", "q", &config, NOW, limit, Pass::Ready).unwrap())
     };
-    let by_priority =
-        claim_candidates(conn, "default", "q", &config, NOW, 10, Pass::ByPriority).unwrap();
-    assert!(by_priority.iter().all(|c| !c.starving && c.job == job.id));
     assert_eq!(
-        seqs(by_priority),
-        ["claims-4", "claims-5", "claims-3"],
-        "priority, then age: held, running and future tasks are not candidates"
+        ready(conn, 10),
+        ["claims-4", "claims-5 (starving)", "claims-3"],
+        "priority, then age: held, running and future tasks are not candidates, and those \
+         claimable since before max_wait are starving"
     );
-    let limited =
-        claim_candidates(conn, "default", "q", &config, NOW, 1, Pass::ByPriority).unwrap();
-    assert_eq!(seqs(limited), ["claims-4"]);
-    let starving =
-        claim_candidates(conn, "default", "q", &config, NOW, 10, Pass::Starving).unwrap();
-    assert!(starving.iter().all(|c| c.starving));
     assert_eq!(
-        seqs(starving),
-        ["claims-5"],
-        "only tasks older than max_wait, oldest first"
+        ready(conn, 1),
+        ["claims-4", "claims-5 (starving)"],
+        "the oldest starving task of a priority the first tasks did not reach comes too"
     );
     assert_eq!(running_count(conn, "default", "q").unwrap(), 1);
     assert_eq!(running_count(conn, "default", "other").unwrap(), 0);
@@ -1026,7 +1031,7 @@ fn parked_tasks_leave_the_claim_order_and_wait_in_line(db: &mut Db) {
         &QueueConfig::default(),
         NOW,
         10,
-        Pass::ByPriority,
+        Pass::Ready,
     )
     .unwrap();
     let ids: Vec<&str> = candidates.iter().map(|c| &c.task.as_str()[4..]).collect();
@@ -1627,4 +1632,28 @@ fn a_long_running_jobs_history_keeps_its_day_partition_past_retention(db: &mut D
     } else {
         assert!(dropped.is_empty());
     }
+}
+
+fn the_oldest_starving_tasks_come_even_past_the_priorities_the_first_tasks_reached(db: &mut Db) {
+    let job = job("ages", NOW);
+    // Starving past 60 s: `a` barely, at the top priority; `b` and `m` at 5, `c` at 0.
+    let tasks = [
+        task(&job, 1, "q", 10, later(-61_000)),
+        task(&job, 2, "q", 5, later(-200_000)),
+        task(&job, 3, "q", 5, later(-150_000)),
+        task(&job, 4, "q", 0, later(-100_000)),
+    ];
+    db.insert(&job, &tasks, &[]);
+    let config = QueueConfig {
+        max_wait: Duration::from_secs(60),
+        ..QueueConfig::default()
+    };
+    let candidates =
+        claim_candidates(&mut db.conn, "default", "q", &config, NOW, 2, Pass::Ready).unwrap();
+    assert_eq!(
+        described(starbridge_core::dispatch::order(candidates, 2)),
+        ["ages-2 (starving)", "ages-3 (starving)"],
+        "the two oldest starving tasks, though the priority order read `a` and `b` first and \
+         `m` shares `b`'s priority"
+    );
 }
