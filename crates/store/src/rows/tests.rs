@@ -1034,8 +1034,11 @@ fn parked_tasks_leave_the_claim_order_and_wait_in_line(db: &mut Db) {
         Pass::Ready,
     )
     .unwrap();
-    let ids: Vec<&str> = candidates.iter().map(|c| &c.task.as_str()[4..]).collect();
-    assert_eq!(ids, ["parks-4"], "parked tasks are out of the claim order");
+    assert_eq!(
+        described(candidates),
+        ["parks-4"],
+        "parked tasks are out of the claim order"
+    );
     let line = first_parked(conn, "default", &Parked::lock_line("db"), 10).unwrap();
     let ids: Vec<&str> = line
         .iter()
