@@ -3,11 +3,16 @@
 //!
 //! A success frees its task's slot, and the poll loop, which waits for a free slot, polls at
 //! once and carries every success waiting. A success that finishes while a poll is in flight
-//! waits for the next poll only while that poll is young ([`CARRY_WAIT`] since it was sent): a
-//! poll still out after that is most likely waiting for work, and the success goes on its own.
-//! A poll that fails hands its successes back to be sent on their own (sent again, a success
-//! the poll did commit is answered as the first time, under the same lease token). A server
-//! that refuses the `complete` field (one that predates it) is not asked again.
+//! rides on the next poll only when the poll in flight is expected to answer soon: the answer
+//! before it came quickly with every task it asked for (the queue had a backlog),
+//! and it is young ([`CARRY_WAIT`] since it was sent). Otherwise the poll in flight is most
+//! likely waiting for work, and the success's slot starts another poll at once, one that does
+//! not wait: it carries the success, so that its report and the claim of the work it makes ready
+//! (the next step of its job) commit together, while the poll waiting for work keeps waiting
+//! for the other slots. A poll that fails hands its successes, and those waiting for a poll,
+//! back to be sent on their own (sent again, a success the poll did commit is answered as the
+//! first time, under the same lease token). A server that refuses the `complete` field (one
+//! that predates it) is not asked again.
 //!
 //! On their own, successes go one request each, or with
 //! [`crate::WorkerBuilder::batch_completions`] in batches: those that finish while a report
@@ -23,7 +28,7 @@ use starbridge_api::{
     BatchItem, CompleteRequest, CompleteTask, CompleteTasks, MAX_BATCH_ITEMS, Problem,
     ReportResponse,
 };
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, oneshot};
 use tokio::time::Instant;
 use tracing::info;
 
@@ -56,14 +61,18 @@ struct Waiting {
 }
 
 /// What the poll loop is doing, as far as successes care.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Loop {
-    /// Waiting for a free slot: the success's slot starts a poll at once.
-    WaitingForSlot,
-    /// A poll sent at this instant is in flight.
-    Polling(Instant),
+#[derive(Debug, Clone, Copy)]
+struct Polling {
+    /// Polls in flight.
+    in_flight: usize,
+    /// When the poll in flight that is expected to answer soon was sent: the loop's only poll,
+    /// sent after an answer that found a backlog (see `found_enough`).
+    promising: Option<Instant>,
+    /// The last answer came quickly (within [`CARRY_WAIT`]) and showed a backlog: the queue held
+    /// more, without waiting.
+    found_enough: bool,
     /// Backing off after a failed poll, or stopped: no poll is coming soon.
-    Away,
+    away: bool,
 }
 
 struct Queue {
@@ -74,14 +83,26 @@ struct Queue {
     waiting: Vec<Waiting>,
     /// A batch sender task is running: it takes whatever waits once its request is answered.
     sending: bool,
-    polling: Loop,
+    polling: Polling,
     /// False once the server refused a poll's `complete`.
     carry: bool,
+}
+
+/// How a success waits for a poll to carry it.
+enum Ride {
+    /// On the poll the loop sends next, which it starts at once (`nudge`: it is told to, as it
+    /// already has a poll in flight).
+    Next { nudge: bool },
+    /// On the poll after the promising one in flight, if that one answers by this instant.
+    After(Instant),
 }
 
 /// The successes a poll carries, each answered once the poll is.
 pub(crate) struct Carrying {
     items: Vec<ForPoll>,
+    /// The poll is the promising one (see [`Polling::promising`]).
+    promising: bool,
+    sent: Instant,
 }
 
 impl Carrying {
@@ -91,9 +112,13 @@ impl Carrying {
     }
 
     fn hand_back(self) {
-        for item in self.items {
-            let _ = item.answer.send(Carried::Back);
-        }
+        hand_back(self.items);
+    }
+}
+
+fn hand_back(items: Vec<ForPoll>) {
+    for item in items {
+        let _ = item.answer.send(Carried::Back);
     }
 }
 
@@ -102,6 +127,9 @@ pub(crate) struct Completions {
     /// Successes sent on their own go in batches.
     batch: bool,
     queue: Mutex<Queue>,
+    /// A success waits for a poll while the polls in flight are waiting for work: the loop
+    /// starts one for its slot.
+    poll_wanted: Notify,
 }
 
 impl Completions {
@@ -114,13 +142,19 @@ impl Completions {
                 numbered: 0,
                 waiting: Vec::new(),
                 sending: false,
-                polling: Loop::WaitingForSlot,
+                polling: Polling {
+                    in_flight: 0,
+                    promising: None,
+                    found_enough: false,
+                    away: false,
+                },
                 carry: true,
             }),
+            poll_wanted: Notify::new(),
         })
     }
 
-    /// Reports one success, on the next poll when one is coming soon (then `slot`, the task's
+    /// Reports one success, on a poll when one is coming soon (then `slot`, the task's
     /// concurrency slot, is given up so that the poll loop polls), else on its own; resolves
     /// with its own answer.
     pub(crate) async fn complete(
@@ -138,12 +172,14 @@ impl Completions {
         let now = Instant::now();
         let carried = {
             let mut queue = self.lock();
-            let until = match queue.polling {
-                Loop::WaitingForSlot => Some(now + CARRY_WAIT),
-                Loop::Polling(sent) => Some(sent + CARRY_WAIT).filter(|until| *until > now),
-                Loop::Away => None,
+            let polling = queue.polling;
+            let ride = match polling.promising {
+                _ if !queue.carry || polling.away => None,
+                _ if polling.in_flight == 0 => Some(Ride::Next { nudge: false }),
+                Some(sent) if sent + CARRY_WAIT > now => Some(Ride::After(sent + CARRY_WAIT)),
+                _ => Some(Ride::Next { nudge: true }),
             };
-            until.filter(|_| queue.carry).map(|until| {
+            ride.map(|ride| {
                 let (answer, answered) = oneshot::channel();
                 queue.numbered += 1;
                 let number = queue.numbered;
@@ -152,16 +188,25 @@ impl Completions {
                     task: task.clone(),
                     answer,
                 });
-                (number, until, answered)
+                (number, ride, answered)
             })
         };
-        if let Some((number, until, mut answered)) = carried {
+        if let Some((number, ride, mut answered)) = carried {
             slot.take();
-            let carried = match tokio::time::timeout_at(until, &mut answered).await {
-                Ok(carried) => carried.ok(),
-                // Not taken by a poll in time: take it back, unless a poll took it just now.
-                Err(_) if self.take_back(number) => None,
-                Err(_) => answered.await.ok(),
+            let carried = match ride {
+                Ride::Next { nudge } => {
+                    if nudge {
+                        self.poll_wanted.notify_one();
+                    }
+                    // The next poll takes it, or, failing or stopped, hands it back.
+                    answered.await.ok()
+                }
+                Ride::After(until) => match tokio::time::timeout_at(until, &mut answered).await {
+                    Ok(carried) => carried.ok(),
+                    // Not taken by a poll in time: take it back, unless a poll took it just now.
+                    Err(_) if self.take_back(number) => None,
+                    Err(_) => answered.await.ok(),
+                },
             };
             if let Some(Carried::Answered(answer)) = carried {
                 return answer;
@@ -177,23 +222,54 @@ impl Completions {
         queue.for_poll.len() < before
     }
 
-    /// The successes for the poll about to be sent (at most [`MAX_BATCH_ITEMS`]).
-    pub(crate) fn poll_sent(&self) -> Carrying {
+    /// Resolves when a success waits for a poll while the polls in flight wait for work (it may
+    /// resolve for one a poll has taken since: see [`Completions::waiting_for_poll`]).
+    pub(crate) async fn poll_wanted(&self) {
+        self.poll_wanted.notified().await;
+    }
+
+    /// Whether a success waits for a poll to carry it.
+    pub(crate) fn waiting_for_poll(&self) -> bool {
+        !self.lock().for_poll.is_empty()
+    }
+
+    /// The successes for the poll about to be sent (at most [`MAX_BATCH_ITEMS`]); `alone`: no
+    /// other poll is in flight.
+    pub(crate) fn poll_sent(&self, alone: bool) -> Carrying {
         let mut queue = self.lock();
-        queue.polling = Loop::Polling(Instant::now());
+        let now = Instant::now();
+        let polling = &mut queue.polling;
+        polling.in_flight += 1;
+        let promising = alone && polling.found_enough;
+        if promising {
+            polling.promising = Some(now);
+        }
         let take = queue.for_poll.len().min(MAX_BATCH_ITEMS);
         Carrying {
             items: queue.for_poll.drain(..take).collect(),
+            promising,
+            sent: now,
         }
     }
 
-    /// Answers the successes a poll carried with its `reports`; the loop waits for a slot next.
+    /// A poll was answered (`backlog`: with every task it asked for): answers the
+    /// successes it carried with its `reports`.
     pub(crate) fn poll_answered(
         &self,
         carrying: Carrying,
         reports: Vec<BatchItem<ReportResponse>>,
+        backlog: bool,
     ) {
-        self.lock().polling = Loop::WaitingForSlot;
+        {
+            let mut queue = self.lock();
+            let polling = &mut queue.polling;
+            polling.in_flight -= 1;
+            // A poll that waited for work until it was woken found the queue empty first.
+            polling.found_enough = backlog && carrying.sent.elapsed() < CARRY_WAIT;
+            if carrying.promising {
+                polling.promising = None;
+            }
+        }
         if reports.len() != carrying.items.len() {
             // Not the answer of a server that took them: each is sent again on its own.
             carrying.hand_back();
@@ -208,9 +284,10 @@ impl Completions {
         }
     }
 
-    /// Hands the successes of a failed poll back to be sent on their own; no poll comes until
-    /// `polling_again`. True when the server refused to take successes with a poll at all (it
-    /// predates them): then none is carried again, and the poll may be sent again at once.
+    /// Hands the successes of a failed poll, and those waiting for a poll, back to be sent on
+    /// their own; no poll comes until `polling_again`. True when the server refused to take
+    /// successes with a poll at all (it predates them): then none is carried again, and the
+    /// poll may be sent again at once.
     pub(crate) fn poll_failed(&self, carrying: Carrying, error: &Error) -> bool {
         let refused = match error {
             Error::Rejected {
@@ -220,32 +297,48 @@ impl Completions {
             _ => false,
         };
         let predates = refused && !carrying.items.is_empty();
-        {
+        let waiting = {
             let mut queue = self.lock();
-            queue.polling = Loop::Away;
+            let polling = &mut queue.polling;
+            polling.in_flight -= 1;
+            if carrying.promising {
+                polling.promising = None;
+            }
+            if !predates {
+                polling.away = true;
+            }
             if predates && mem::replace(&mut queue.carry, false) {
                 info!(
                     "the server does not take completions with a poll; reporting them on their own"
                 );
             }
-        }
+            mem::take(&mut queue.for_poll)
+        };
         carrying.hand_back();
+        hand_back(waiting);
         predates
     }
 
-    /// The poll loop waits for a free slot again (after backing off).
+    /// A poll in flight ended without an answer (its task panicked): the successes it carried
+    /// were dropped with it, and each is sent on its own.
+    pub(crate) fn poll_lost(&self) {
+        let mut queue = self.lock();
+        queue.polling.in_flight = queue.polling.in_flight.saturating_sub(1);
+    }
+
+    /// The poll loop polls again (after backing off).
     pub(crate) fn polling_again(&self) {
-        self.lock().polling = Loop::WaitingForSlot;
+        self.lock().polling.away = false;
     }
 
     /// The poll loop stopped: every success goes on its own from now on.
     pub(crate) fn polling_stopped(&self) {
         let carried = {
             let mut queue = self.lock();
-            queue.polling = Loop::Away;
+            queue.polling.away = true;
             mem::take(&mut queue.for_poll)
         };
-        Carrying { items: carried }.hand_back();
+        hand_back(carried);
     }
 
     async fn send_alone(self: &Arc<Self>, task: CompleteTask) -> Answer {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use starbridge_api::{
     AwaitCallbackRequest, CheckLaterRequest, CompleteRequest, FailRequest, HeartbeatRequest,
-    LeasedTask, PollRequest, ReportedError,
+    LeasedTask, PollRequest, PollResponse, ReportedError,
 };
 use starbridge_core::limits::json_exceeds;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -22,7 +22,7 @@ use tokio::task::{JoinError, JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
-use crate::completions::Completions;
+use crate::completions::{Carrying, Completions};
 use crate::context::{Signal, TaskContext};
 use crate::outcome::{Handler, HandlerResult, Outcome};
 use crate::{Client, Error};
@@ -351,24 +351,67 @@ impl Worker {
             "worker started"
         );
 
+        // Polls in flight: one at a time, and beside a poll waiting for work, one that does not
+        // wait, for the successes that would otherwise wait behind it (see `completions`). Those
+        // that finish while it is out go together on the next one.
+        let mut polls: JoinSet<PollDone> = JoinSet::new();
+        // After a failed poll, none is sent before this instant.
+        let mut backing_off: Option<Instant> = None;
         loop {
             while let Some(joined) = running.try_join_next() {
                 log_supervisor_end(joined);
             }
-            // Wait for a free slot, then take every other free one: poll for that many tasks.
+            let polling = !polls.is_empty();
+            let resting = backing_off.is_some();
+            // Wait for a free slot (or a success that wants a poll of its own), then take every
+            // other free one: poll for that many tasks.
             let first = tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Some(done) = polls.join_next() => {
+                    let Ok(done) = done else {
+                        shared.completions.poll_lost();
+                        continue;
+                    };
+                    match take_answer(shared, done, &mut running) {
+                        PollEnd::Answered => poll_backoff.reset(),
+                        PollEnd::Again => {}
+                        PollEnd::Failed(error) => {
+                            let delay = poll_backoff.next_delay();
+                            if error.is_retryable() {
+                                warn!(error = %error_chain(&error), retry_in = ?delay, "poll failed");
+                            } else {
+                                error!(error = %error_chain(&error), retry_in = ?delay, "poll failed; retrying (is the worker configured right?)");
+                            }
+                            backing_off = Some(Instant::now() + delay);
+                        }
+                    }
+                    continue;
+                }
+                () = tokio::time::sleep_until(backing_off.unwrap_or_else(Instant::now)), if resting => {
+                    backing_off = None;
+                    shared.completions.polling_again();
+                    continue;
+                }
+                permit = Arc::clone(&slots).acquire_owned(), if !polling && !resting => match permit {
                     Ok(permit) => permit,
                     Err(_closed) => break,
                 },
+                () = shared.completions.poll_wanted(), if polls.len() == 1 && !resting => {
+                    if !shared.completions.waiting_for_poll() {
+                        continue;
+                    }
+                    match Arc::clone(&slots).try_acquire_owned() {
+                        Ok(permit) => permit,
+                        Err(_) => continue,
+                    }
+                }
             };
             let mut permits = vec![first];
             while let Ok(permit) = Arc::clone(&slots).try_acquire_owned() {
                 permits.push(permit);
             }
-            let carrying = shared.completions.poll_sent();
+            let carrying = shared.completions.poll_sent(!polling);
             let request = PollRequest {
                 worker_id: shared.worker_id.clone(),
                 queues: self.queues.clone(),
@@ -377,62 +420,23 @@ impl Worker {
                         .unwrap_or(u32::MAX)
                         .min(MAX_TASKS_PER_POLL),
                 ),
-                wait_ms: Some(wait_ms),
+                // Beside a poll waiting for work, this one carries successes and takes what is
+                // ready: it does not wait too (each waiting poll claims again on every wake-up).
+                wait_ms: Some(if polling { 0 } else { wait_ms }),
                 namespace: self.namespace.clone(),
                 complete: carrying.tasks(),
             };
-            let polled = tokio::select! {
-                biased;
-                () = &mut shutdown => break,
-                polled = shared.client.poll(&request) => polled,
-            };
-            match polled {
-                Ok(response) => {
-                    let received = Instant::now();
-                    poll_backoff.reset();
-                    shared.completions.poll_answered(carrying, response.reports);
-                    if !response.tasks.is_empty() {
-                        debug!(tasks = response.tasks.len(), "polled");
-                    }
-                    let max_output_bytes =
-                        Some(response.max_output_bytes).filter(|bytes| *bytes > 0);
-                    for task in response.tasks {
-                        let Some(permit) = permits.pop() else {
-                            warn!(
-                                task_id = %task.id,
-                                "the server sent more tasks than asked for; \
-                                 leaving this one to expire and be retried"
-                            );
-                            continue;
-                        };
-                        let leased = Leased {
-                            task,
-                            received,
-                            max_output_bytes,
-                        };
-                        running.spawn(run_task(Arc::clone(shared), leased, permit));
-                    }
+            let shared = Arc::clone(shared);
+            polls.spawn(async move {
+                let polled = shared.client.poll(&request).await;
+                PollDone {
+                    permits,
+                    carrying,
+                    polled,
                 }
-                Err(error) => {
-                    drop(permits);
-                    if shared.completions.poll_failed(carrying, &error) {
-                        continue;
-                    }
-                    let delay = poll_backoff.next_delay();
-                    if error.is_retryable() {
-                        warn!(error = %error_chain(&error), retry_in = ?delay, "poll failed");
-                    } else {
-                        error!(error = %error_chain(&error), retry_in = ?delay, "poll failed; retrying (is the worker configured right?)");
-                    }
-                    tokio::select! {
-                        biased;
-                        () = &mut shutdown => break,
-                        () = tokio::time::sleep(delay) => {}
-                    }
-                    shared.completions.polling_again();
-                }
-            }
+            });
         }
+        polls.abort_all();
 
         shared.completions.polling_stopped();
         shared.shutdown.set();
@@ -463,6 +467,70 @@ impl Worker {
         }
         info!(worker_id = %shared.worker_id, "worker stopped");
     }
+}
+
+/// A poll that came back: the slots it asked tasks for, the successes it carried, its answer.
+struct PollDone {
+    permits: Vec<OwnedSemaphorePermit>,
+    carrying: Carrying,
+    polled: Result<PollResponse, Error>,
+}
+
+/// What the poll loop does after a poll came back.
+enum PollEnd {
+    /// Answered: its tasks run.
+    Answered,
+    /// Refused for the successes it carried (the server predates them): poll again at once.
+    Again,
+    /// Failed: back off before the next poll.
+    Failed(Error),
+}
+
+/// Answers the successes a poll carried and starts the tasks it leased, each in a slot it asked
+/// for (the slots left over are freed).
+fn take_answer(shared: &Arc<Shared>, done: PollDone, running: &mut JoinSet<()>) -> PollEnd {
+    let PollDone {
+        mut permits,
+        carrying,
+        polled,
+    } = done;
+    let response = match polled {
+        Ok(response) => response,
+        Err(error) => {
+            drop(permits);
+            if shared.completions.poll_failed(carrying, &error) {
+                return PollEnd::Again;
+            }
+            return PollEnd::Failed(error);
+        }
+    };
+    let received = Instant::now();
+    // Every task it asked for: the queue had a backlog.
+    let asked = permits.len().min(MAX_TASKS_PER_POLL as usize);
+    let backlog = response.tasks.len() >= asked;
+    shared
+        .completions
+        .poll_answered(carrying, response.reports, backlog);
+    if !response.tasks.is_empty() {
+        debug!(tasks = response.tasks.len(), "polled");
+    }
+    let max_output_bytes = Some(response.max_output_bytes).filter(|bytes| *bytes > 0);
+    for task in response.tasks {
+        let Some(permit) = permits.pop() else {
+            warn!(
+                task_id = %task.id,
+                "the server sent more tasks than asked for; leaving this one to expire and be retried"
+            );
+            continue;
+        };
+        let leased = Leased {
+            task,
+            received,
+            max_output_bytes,
+        };
+        running.spawn(run_task(Arc::clone(shared), leased, permit));
+    }
+    PollEnd::Answered
 }
 
 /// Formats an error with its chain of causes, for logs (`error: cause: cause`).

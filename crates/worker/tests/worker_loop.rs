@@ -89,6 +89,13 @@ struct Fake {
     failing_carrying_polls: AtomicU32,
     /// Refuse polls that carry successes, as a server from before them does.
     predates_carried_completions: AtomicBool,
+    /// Hold polls that carry successes until `release_carrying` (`held` wakes for each).
+    hold_carrying: AtomicBool,
+    carrying_released: Notify,
+    held: Notify,
+    /// Polls being answered now, and the most at once.
+    polls_in_flight: AtomicUsize,
+    most_polls_in_flight: AtomicUsize,
     events: Mutex<Option<mpsc::UnboundedSender<Event>>>,
 }
 
@@ -125,6 +132,42 @@ impl Fake {
             });
         }
         refused
+    }
+
+    fn release_carrying(&self) {
+        self.hold_carrying.store(false, Ordering::SeqCst);
+        self.carrying_released.notify_waiters();
+    }
+
+    /// Waits while polls that carry successes are held.
+    async fn carrying_may_pass(&self) {
+        loop {
+            let released = self.carrying_released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if !self.hold_carrying.load(Ordering::SeqCst) {
+                return;
+            }
+            self.held.notify_one();
+            released.await;
+        }
+    }
+}
+
+/// Counts a poll as in flight while it lives (an answer, or the worker cutting it off).
+struct PollInFlight<'a>(&'a AtomicUsize);
+
+impl<'a> PollInFlight<'a> {
+    fn enter(fake: &'a Fake) -> Self {
+        let now = fake.polls_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        fake.most_polls_in_flight.fetch_max(now, Ordering::SeqCst);
+        PollInFlight(&fake.polls_in_flight)
+    }
+}
+
+impl Drop for PollInFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -179,11 +222,13 @@ fn accepted(status: TaskStatus) -> Response {
 }
 
 async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -> Response {
+    let _in_flight = PollInFlight::enter(&fake);
     if count_down(&fake.failing_polls) {
         fake.record(Event::PollRefused);
         return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
     }
     if !request.complete.is_empty() {
+        fake.carrying_may_pass().await;
         if count_down(&fake.failing_carrying_polls) {
             fake.record(Event::PollRefused);
             return problem(StatusCode::SERVICE_UNAVAILABLE, "restarting");
@@ -195,11 +240,26 @@ async fn poll(State(fake): State<Arc<Fake>>, Json(request): Json<PollRequest>) -
         fake.carried
             .fetch_add(request.complete.len(), Ordering::SeqCst);
     }
-    // The successes it carries are reported before it claims, each as the batch form would.
+    // The successes it carries are reported before it claims, each as the batch form would
+    // (one refused while the server restarts, as a report on its own would be).
     let reports = request
         .complete
         .into_iter()
-        .map(|task| complete_item(&fake, task))
+        .map(|task| {
+            if fake.refuse_report(&task.id) {
+                return BatchItem::Refused {
+                    error: Problem {
+                        kind: "/problems/unavailable".into(),
+                        title: "Service Unavailable".into(),
+                        status: 503,
+                        detail: "restarting".into(),
+                        errors: Vec::new(),
+                        limit: None,
+                    },
+                };
+            }
+            complete_item(&fake, task)
+        })
         .collect();
     let max_tasks = request.max_tasks.unwrap_or(1);
     fake.record(Event::Polled {
@@ -759,6 +819,109 @@ async fn a_success_rides_on_the_next_poll_and_one_whose_poll_failed_is_reported_
     worker.stop().await;
     let resent: Vec<Event> = server.reports_received();
     assert_eq!(resent, [completed("t2", json!({"id": "t2"}))]);
+}
+
+#[tokio::test]
+async fn a_success_finishing_while_a_poll_waits_for_work_rides_a_poll_of_its_own_at_once() {
+    let mut server = Server::start().await;
+    server.fake.push(leased("t1", "work", 30_000));
+    let worker = server
+        .worker()
+        .concurrency(4)
+        .handler("q", "work", |task: TaskContext| async move {
+            Outcome::complete(json!({"id": task.id()}))
+        })
+        .build()
+        .expect("valid worker");
+    let worker = Running::start(worker);
+    let (report, before) = server.next_report().await;
+    assert_eq!(report, completed("t1", json!({"id": "t1"})));
+    // The first poll found one task for four slots, so the next one, for the other three, waits
+    // for work; t1's slot started a third, which carried its success (a poll is recorded after
+    // the successes it carried).
+    assert_eq!(
+        before,
+        [
+            Event::Polled {
+                max_tasks: 4,
+                outstanding: 0
+            },
+            Event::Polled {
+                max_tasks: 3,
+                outstanding: 1
+            },
+        ]
+    );
+    assert_eq!(
+        server.next_event().await,
+        Event::Polled {
+            max_tasks: 1,
+            outstanding: 0
+        }
+    );
+    assert_eq!(server.fake.carried.load(Ordering::SeqCst), 1);
+    server.fake.push(leased("t2", "work", 30_000));
+    let (second, _) = server.next_report().await;
+    assert_eq!(second, completed("t2", json!({"id": "t2"})));
+    assert_eq!(server.fake.carried.load(Ordering::SeqCst), 2);
+    assert_eq!(server.reports_received(), [], "a success went on its own");
+    worker.stop().await;
+}
+
+#[tokio::test]
+async fn successes_finishing_while_a_poll_of_their_own_is_out_wait_for_it_and_go_together() {
+    let mut server = Server::start().await;
+    for id in ["t1", "t2", "t3"] {
+        server.fake.push(leased(id, "work", 30_000));
+    }
+    server.fake.hold_carrying.store(true, Ordering::SeqCst);
+    // t2 and t3 finish only once t1's poll is out; each says so as it returns.
+    let gate = Arc::new(Semaphore::new(0));
+    let finishing = Arc::new(Semaphore::new(0));
+    let (handler_gate, handler_finishing) = (Arc::clone(&gate), Arc::clone(&finishing));
+    let worker = server
+        .worker()
+        .concurrency(4)
+        .handler("q", "work", move |task: TaskContext| {
+            let (gate, finishing) = (Arc::clone(&handler_gate), Arc::clone(&handler_finishing));
+            async move {
+                if task.id() != "t1" {
+                    gate.acquire().await.expect("gate open").forget();
+                    finishing.add_permits(1);
+                }
+                Outcome::complete(json!({"id": task.id()}))
+            }
+        })
+        .build()
+        .expect("valid worker");
+    let worker = Running::start(worker);
+    // The first poll took all three tasks for four slots; the next waits for work with the
+    // last slot, and t1's success went on a poll of its own, held by the server.
+    within(server.fake.held.notified()).await;
+    gate.add_permits(2);
+    within(finishing.acquire_many(2))
+        .await
+        .expect("open")
+        .forget();
+    tokio::task::yield_now().await;
+    server.fake.release_carrying();
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        reports.push(server.next_report().await.0);
+    }
+    reports.sort_by_key(|report| format!("{report:?}"));
+    assert_eq!(
+        reports,
+        ["t1", "t2", "t3"].map(|id| completed(id, json!({ "id": id })))
+    );
+    assert_eq!(server.fake.carried.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        server.fake.most_polls_in_flight.load(Ordering::SeqCst),
+        2,
+        "beside the poll waiting for work, one poll of successes at a time"
+    );
+    assert_eq!(server.reports_received(), [], "a success went on its own");
+    worker.stop().await;
 }
 
 #[tokio::test]
