@@ -312,3 +312,21 @@ def test_a_busy_worker_makes_one_request_per_task_each_success_riding_on_the_nex
     polls = requests_answered(metrics, 'method="POST",route="/api/v1/tasks/poll"')
     assert polls == tasks, metrics
     assert requests_answered(metrics, 'route="/api/v1/tasks/') == polls, "no request but polls"
+
+
+def test_a_success_finishing_while_a_poll_waits_for_work_rides_a_poll_of_its_own(
+    client: Client, server: Server, workers: Workers
+) -> None:
+    steps = [{"id": step, "queue": "py", "command": "async_echo"} for step in ("a", "b", "c")]
+    client.apply({"name": "chain", "steps": steps})
+    # Free slots, so a poll waits for work while each step runs: each success starts a poll
+    # that does not wait, which reports it and claims the next step in one go.
+    workers.start("behaviours.py", "w1", CONCURRENCY="4", POLL_WAIT="60")
+    job_id = client.submit("chain").id
+    assert client.wait(job_id, timeout=STUCK).status == "succeeded"
+    metrics = httpx.get(f"{server.url}/metrics").text
+    polls = requests_answered(metrics, 'method="POST",route="/api/v1/tasks/poll"')
+    # The first poll took step a; each success then went on a poll of its own (the poll waiting
+    # for work is not answered yet).
+    assert polls == 1 + len(steps), metrics
+    assert requests_answered(metrics, 'route="/api/v1/tasks/') == polls, "a success went on its own"

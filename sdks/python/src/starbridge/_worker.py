@@ -170,15 +170,15 @@ class _Transport:
 
 
 # How long after a poll was sent a success that finished meanwhile still waits to ride on the
-# next poll (seconds): a poll that finds work answers well within it.
+# next poll (seconds), when the poll out follows an answer that found a backlog: such a poll
+# answers well within it.
 CARRY_WAIT = 0.02
 # What a poll gives back for a success it did not answer for: it is sent on its own.
 _BACK: Any = object()
-# The poll loop's states, as far as successes care: waiting for a free slot (a success's slot
-# starts a poll at once), or backing off or stopped (no poll is coming soon). A poll in flight
-# is the time it was sent.
-_WAITING_FOR_SLOT = "waiting for a slot"
-_AWAY = "away"
+# How a poll ended (`_Run.poll`), besides failing.
+_ANSWERED = "answered"
+_AGAIN = "again"
+_STOPPED = "stopped"
 
 
 def refuses_complete(error: ProblemError) -> bool:
@@ -194,6 +194,19 @@ def refuses_complete(error: ProblemError) -> bool:
 _Carried = list[tuple[dict[str, Any], "asyncio.Future[Any]"]]
 
 
+@dataclass
+class _Carrying:
+    """The successes a poll carries, each answered once the poll is."""
+
+    items: _Carried
+    #: The poll is the promising one (see `_Completions`).
+    promising: bool
+    sent: float
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return [item for item, _ in self.items]
+
+
 def _settle(waiting: asyncio.Future[Any], result: View | ProblemError) -> None:
     """Answers a waiting success with its result, or with the problem that refused it."""
     if waiting.done():
@@ -205,16 +218,20 @@ def _settle(waiting: asyncio.Future[Any], result: View | ProblemError) -> None:
 
 
 class _Completions:
-    """How successes are reported: carried by the worker's next poll (`complete` of `POST
-    /api/v1/tasks/poll`), so that a busy worker makes one request per cycle, or on their own.
+    """How successes are reported: carried by a poll (`complete` of `POST /api/v1/tasks/poll`),
+    so that a busy worker makes one request per cycle, or on their own.
 
-    A success frees its task's slot, and the poll loop, which waits for a free slot, polls at
-    once and carries every success waiting. A success that finishes while a poll is in flight
-    waits for the next poll only while that poll is young (`CARRY_WAIT` since it was sent): a
-    poll still out after that is most likely waiting for work, and the success goes on its own.
-    A poll that fails hands its successes back to be sent on their own (sent again, a success
-    the poll did commit is answered as the first time, under the same lease token). A server
-    that refuses the `complete` field (one that predates it) is not asked again.
+    A success frees its task's slot. With no poll out, the poll loop, which waits for a free
+    slot, polls at once and carries every success waiting. While a poll is out that is expected
+    to answer soon (the answer before it came quickly with every task it asked for, the queue
+    had a backlog, and it is younger than `CARRY_WAIT`), the success waits for the next poll.
+    Otherwise the poll out is most likely waiting for work, and the success asks for a poll of
+    its own that does not wait (`want_poll`): its report and the claim of the work it makes
+    ready (its job's next step) then commit together, and the successes that finish while that
+    poll is out go together on the next one. A poll that fails hands its successes, and those
+    waiting for a poll, back to be sent on their own (sent again, a success the poll did commit
+    is answered as the first time, under the same lease token). A server that refuses the
+    `complete` field (one that predates it) is not asked again.
 
     On their own, successes go one request each, or with `batch_completions` in batches: those
     that finish while a batch request is in flight wait for it to end and then go together in
@@ -222,92 +239,124 @@ class _Completions:
     or its problem), so the worker handles it exactly as a single report (as the Rust worker's
     crates/worker/src/completions.rs)."""
 
-    def __init__(self, transport: _Transport, *, batch: bool) -> None:
+    def __init__(self, transport: _Transport, *, batch: bool, want_poll: Callable[[], None]) -> None:
         self._transport = transport
         self._batch = batch
+        self._want_poll = want_poll
         self._loop = asyncio.get_running_loop()
         self._for_poll: _Carried = []
-        self._polling: float | str = _WAITING_FOR_SLOT
+        # Polls out; when the one expected to answer soon was sent; whether the last answer
+        # came quickly with every task asked for; backing off or stopped (no poll soon).
+        self._in_flight = 0
+        self._promising: float | None = None
+        self._found_enough = False
+        self._away = False
         self._carry = True
         self._waiting: list[tuple[dict[str, Any], asyncio.Future[Any]]] = []
         self._sender: asyncio.Task[None] | None = None
 
     async def complete(self, report: Report, release_slot: Callable[[], None]) -> Any:
-        """Reports one success, on the next poll when one is coming soon (then `release_slot`
-        gives up the task's slot so that the poll loop polls), else on its own; returns its own
-        answer, or raises its own problem."""
+        """Reports one success, on a poll when one is coming soon (then `release_slot` gives up
+        the task's slot so that a poll is sent), else on its own; returns its own answer, or
+        raises its own problem."""
         item = report.batch_item
         assert item is not None, "a success carries its batch item"
-        now = self._loop.time()
-        until: float | None = None
-        if self._carry:
-            if self._polling == _WAITING_FOR_SLOT:
-                until = now + CARRY_WAIT
-            elif isinstance(self._polling, float) and self._polling + CARRY_WAIT > now:
-                until = self._polling + CARRY_WAIT
-        if until is not None:
+        if self._carry and not self._away:
+            now = self._loop.time()
             future: asyncio.Future[Any] = self._loop.create_future()
             entry = (item, future)
             self._for_poll.append(entry)
             release_slot()
-            try:
-                carried = await asyncio.wait_for(asyncio.shield(future), until - now)
-            except asyncio.TimeoutError:
-                if entry in self._for_poll:
-                    # Not taken by a poll in time: take it back.
-                    self._for_poll.remove(entry)
-                    future.cancel()
-                    carried = _BACK
-                else:
-                    carried = await future
+            if self._in_flight == 0:
+                # The freed slot starts the loop's next poll, which takes it (or hands it back).
+                carried = await future
+            elif self._promising is not None and self._promising + CARRY_WAIT > now:
+                until = self._promising + CARRY_WAIT
+                try:
+                    carried = await asyncio.wait_for(asyncio.shield(future), until - now)
+                except asyncio.TimeoutError:
+                    if entry in self._for_poll:
+                        # Not taken by a poll in time: take it back.
+                        self._for_poll.remove(entry)
+                        future.cancel()
+                        carried = _BACK
+                    else:
+                        carried = await future
+            else:
+                self._want_poll()
+                carried = await future
             if carried is not _BACK:
                 return carried
         return await self._send_alone(report)
 
-    def poll_sent(self) -> _Carried:
-        """The successes for the poll about to be sent (at most `MAX_BATCH_ITEMS`)."""
-        self._polling = self._loop.time()
-        carried = self._for_poll[: _protocol.MAX_BATCH_ITEMS]
-        del self._for_poll[: len(carried)]
-        return carried
+    def waiting_for_poll(self) -> bool:
+        """Whether a success waits for a poll to carry it."""
+        return bool(self._for_poll)
 
-    def poll_answered(self, carried: _Carried, answer: Any) -> None:
-        """Answers the successes a poll carried with its `reports`; the loop waits for a slot
-        next."""
-        self._polling = _WAITING_FOR_SLOT
+    def poll_sent(self, *, alone: bool) -> _Carrying:
+        """The successes for the poll about to be sent (at most `MAX_BATCH_ITEMS`); `alone`: no
+        other poll is out."""
+        now = self._loop.time()
+        self._in_flight += 1
+        promising = alone and self._found_enough
+        if promising:
+            self._promising = now
+        items = self._for_poll[: _protocol.MAX_BATCH_ITEMS]
+        del self._for_poll[: len(items)]
+        return _Carrying(items, promising, now)
+
+    def _poll_ended(self, carrying: _Carrying) -> None:
+        self._in_flight -= 1
+        if carrying.promising:
+            self._promising = None
+
+    def poll_answered(self, carrying: _Carrying, answer: Any, *, backlog: bool) -> None:
+        """A poll was answered (`backlog`: with every task it asked for): answers the successes
+        it carried with its `reports`."""
+        self._poll_ended(carrying)
+        # A poll that waited for work until it was woken found the queue empty first.
+        self._found_enough = backlog and self._loop.time() - carrying.sent < CARRY_WAIT
         try:
             reports = _protocol.poll_reports(answer)
         except (ValueError, KeyError, TypeError, AttributeError):
             reports = []
-        if len(reports) != len(carried):
+        if len(reports) != len(carrying.items):
             # Not the answer of a server that took them: each is sent again on its own.
-            self._hand_back(carried)
+            self._hand_back(carrying.items)
             return
-        for (_, future), report in zip(carried, reports):
+        for (_, future), report in zip(carrying.items, reports):
             _settle(future, report)
 
-    def poll_failed(self, carried: _Carried, error: Exception) -> bool:
-        """Hands the successes of a failed poll back to be sent on their own; no poll comes
-        until `polling_again`. True when the server refused to take successes with a poll at all
-        (it predates them): then none is carried again, and the poll may be sent again at once."""
-        predates = bool(carried) and isinstance(error, ProblemError) and refuses_complete(error)
-        self._polling = _AWAY
+    def poll_failed(self, carrying: _Carrying, error: Exception, *, backing_off: bool) -> bool:
+        """Hands the successes of a failed poll, and those waiting for a poll, back to be sent on
+        their own; with `backing_off`, no poll comes until `polling_again`. True when the server
+        refused to take successes with a poll at all (it predates them): then none is carried
+        again, and the poll may be sent again at once."""
+        self._poll_ended(carrying)
+        predates = bool(carrying.items) and isinstance(error, ProblemError) and refuses_complete(error)
+        if backing_off and not predates:
+            self._away = True
         if predates and self._carry:
             self._carry = False
             log.info("the server does not take completions with a poll; reporting them on their own")
-        self._hand_back(carried)
+        waiting, self._for_poll = self._for_poll, []
+        self._hand_back(carrying.items + waiting)
         return predates
 
-    def polling_again(self) -> None:
-        """The poll loop waits for a free slot again (after backing off)."""
-        self._polling = _WAITING_FOR_SLOT
+    def poll_cut_off(self, carrying: _Carrying) -> None:
+        """A poll was cut off by the worker stopping: its successes are sent on their own."""
+        self._poll_ended(carrying)
+        self._hand_back(carrying.items)
 
-    def polling_stopped(self, carried: _Carried) -> None:
-        """The poll loop stopped (`carried`: what a poll cut off carried): every success goes
-        on its own from now on."""
-        self._polling = _AWAY
+    def polling_again(self) -> None:
+        """The poll loop polls again (after backing off)."""
+        self._away = False
+
+    def polling_stopped(self) -> None:
+        """The poll loop stopped: every success goes on its own from now on."""
+        self._away = True
         waiting, self._for_poll = self._for_poll, []
-        self._hand_back(carried + waiting)
+        self._hand_back(waiting)
 
     @staticmethod
     def _hand_back(carried: _Carried) -> None:
@@ -384,6 +433,10 @@ class _Slots:
         while self._free == 0:
             self._freed.clear()
             await self._freed.wait()
+        return self.take_free()
+
+    def take_free(self) -> int:
+        """Takes every free slot (perhaps none)."""
         taken, self._free = self._free, 0
         return taken
 
@@ -447,11 +500,14 @@ class Worker:
       backoff (`retry_backoff`, default 0.1 s to 5 s) until it is accepted, a 4xx comes back, or
       the lease has surely expired (then the server retries the task). A `404`/`409`/`410`
       report is logged and dropped: the task is no longer this worker's.
-    - A success rides on the next poll (its `complete`), which the slot it frees starts, so a
-      busy worker makes one request per task: the poll commits it before claiming more work
-      and answers it. A success that finishes while a poll is out (after its first 20 ms: the
-      poll is then likely waiting for work), or that a failed poll carried, is sent on its own;
-      a server that refuses `complete` in polls (it predates it) gets every success on its own.
+    - A success rides on a poll (its `complete`), so a busy worker makes one request per
+      cycle: the poll commits it before claiming more work and answers it. With no poll out,
+      the slot it frees starts one; while a poll is out that followed an answer with every
+      task it asked for (a backlog), it waits up to 20 ms for the next; while the poll out
+      waits for work, it starts a poll of its own that does not wait, so that its report and
+      the claim of the work it makes ready commit together (successes finishing meanwhile go on
+      the next such poll). A success that a failed poll carried is sent on its own; a server
+      that refuses `complete` in polls (it predates it) gets every success on its own.
     - Successes sent on their own go in batches (`batch_completions`, default on): those that
       finish while a report is in flight go together in the next `POST /api/v1/tasks/complete`.
     - A task whose (queue, command) has no handler is reported as a non-retryable failure.
@@ -570,8 +626,10 @@ class _Run:
         self.queues = queues
         self.transport = transport
         self.loop = asyncio.get_running_loop()
-        self.completions = _Completions(transport, batch=worker.batch_completions)
+        self.completions = _Completions(transport, batch=worker.batch_completions, want_poll=self.want_poll)
         self.slots = _Slots(worker.concurrency)
+        # Polls that do not wait, for successes while the loop's poll waits for work.
+        self.polls_for_successes: asyncio.Task[None] | None = None
         self.running: set[asyncio.Task[None]] = set()
         self.stopping = asyncio.Event()
         self.hurry = asyncio.Event()
@@ -612,7 +670,9 @@ class _Run:
         worker = self.worker
         log.info("worker %s started: queues %s, concurrency %d", worker.worker_id, self.queues, worker.concurrency)
         await self.poll_until_stopped()
-        self.completions.polling_stopped([])
+        if self.polls_for_successes is not None:
+            await asyncio.wait({self.polls_for_successes})
+        self.completions.polling_stopped()
         self.shutdown.set()
         await self.drain()
         self.completions.stop()
@@ -625,51 +685,89 @@ class _Run:
             taking = await self.unless_stopped(self.slots.take_all())
             if taking is None:
                 return
-            free = taking.result()
-            carried = self.completions.poll_sent()
-            call = _protocol.poll(
-                self.queues,
-                worker_id=worker.worker_id,
-                max_tasks=min(free, _MAX_TASKS_PER_POLL),
-                wait=worker.poll_wait,
-                namespace=worker.namespace,
-                complete=[item for item, _ in carried],
-            )
-            polling = await self.unless_stopped(self.transport.send(call))
-            if polling is None:
-                # Tasks leased to this poll in that instant are retried once their lease lapses;
-                # the successes it carried are sent on their own.
-                self.slots.give(free)
-                self.completions.polling_stopped(carried)
+            alone = self.polls_for_successes is None
+            ended = await self.poll(taking.result(), wait=worker.poll_wait, alone=alone, backing_off=True)
+            if ended is _STOPPED:
                 return
-            received = self.loop.time()
-            try:
-                answer = polling.result()
-                tasks = list(answer["tasks"])
-            except (ProblemError, httpx.RequestError, ValueError, KeyError, TypeError) as error:
-                self.slots.give(free)
-                if self.completions.poll_failed(carried, error):
-                    continue
+            if ended is _ANSWERED:
+                backoff.reset()
+            elif isinstance(ended, Exception):
                 delay = backoff.next_delay()
-                if isinstance(error, httpx.RequestError) or (isinstance(error, ProblemError) and error.retryable):
-                    log.warning("poll failed: %s; retrying in %.2f s", error, delay)
+                if isinstance(ended, httpx.RequestError) or (isinstance(ended, ProblemError) and ended.retryable):
+                    log.warning("poll failed: %s; retrying in %.2f s", ended, delay)
                 else:
-                    log.error("poll failed: %s; retrying in %.2f s (is the worker configured right?)", error, delay)
+                    log.error("poll failed: %s; retrying in %.2f s (is the worker configured right?)", ended, delay)
                 if await self.unless_stopped(asyncio.sleep(delay)) is None:
                     return
                 self.completions.polling_again()
-                continue
-            backoff.reset()
-            self.completions.poll_answered(carried, answer)
-            if len(tasks) > free:
-                log.warning("the server sent %d tasks for %d free slots; leaving the rest to expire and be retried", len(tasks), free)
-            leased_now = tasks[:free]
-            self.slots.give(free - len(leased_now))
-            max_output_bytes = answer.get("max_output_bytes")
-            for leased in leased_now:
-                limit = leased.get("max_output_bytes", max_output_bytes)
-                slot = _Slot(self.slots)
-                self.start(self.supervise(leased, received, limit, slot), slot)
+
+    def want_poll(self) -> None:
+        """A success waits for a poll while the loop's poll waits for work: polls that do not
+        wait carry it, one at a time (those that finish meanwhile go on the next)."""
+        if self.polls_for_successes is None and not self.stopping.is_set():
+            self.polls_for_successes = asyncio.ensure_future(self.poll_for_successes())
+
+    async def poll_for_successes(self) -> None:
+        try:
+            while self.completions.waiting_for_poll():
+                free = self.slots.take_free()
+                if free == 0:
+                    # The loop's next poll takes the slots, and the successes with them.
+                    return
+                ended = await self.poll(free, wait=0, alone=False, backing_off=False)
+                if ended is _STOPPED:
+                    return
+                if isinstance(ended, Exception):
+                    # Its successes, and those waiting, went back to be sent on their own.
+                    log.warning("poll with successes failed: %s", ended)
+                    return
+        finally:
+            self.polls_for_successes = None
+
+    async def poll(self, free: int, *, wait: float, alone: bool, backing_off: bool) -> str | Exception:
+        """Polls for up to `free` tasks (holding that many slots), carrying the successes that
+        wait for a poll, and starts the tasks leased; `alone`: no other poll is out;
+        `backing_off`: a failure makes the loop back off. Returns `_ANSWERED`, `_AGAIN` (refused
+        for the successes it carried: poll again at once), `_STOPPED` or the error."""
+        worker = self.worker
+        carrying = self.completions.poll_sent(alone=alone)
+        asked = min(free, _MAX_TASKS_PER_POLL)
+        call = _protocol.poll(
+            self.queues,
+            worker_id=worker.worker_id,
+            max_tasks=asked,
+            wait=wait,
+            namespace=worker.namespace,
+            complete=carrying.tasks(),
+        )
+        polling = await self.unless_stopped(self.transport.send(call))
+        if polling is None:
+            # Tasks leased to this poll in that instant are retried once their lease lapses;
+            # the successes it carried are sent on their own.
+            self.slots.give(free)
+            self.completions.poll_cut_off(carrying)
+            return _STOPPED
+        received = self.loop.time()
+        try:
+            answer = polling.result()
+            tasks = list(answer["tasks"])
+        except (ProblemError, httpx.RequestError, ValueError, KeyError, TypeError) as error:
+            self.slots.give(free)
+            if self.completions.poll_failed(carrying, error, backing_off=backing_off):
+                return _AGAIN
+            return error
+        # Every task it asked for: the queue had a backlog.
+        self.completions.poll_answered(carrying, answer, backlog=len(tasks) >= asked)
+        if len(tasks) > free:
+            log.warning("the server sent %d tasks for %d free slots; leaving the rest to expire and be retried", len(tasks), free)
+        leased_now = tasks[:free]
+        self.slots.give(free - len(leased_now))
+        max_output_bytes = answer.get("max_output_bytes")
+        for leased in leased_now:
+            limit = leased.get("max_output_bytes", max_output_bytes)
+            slot = _Slot(self.slots)
+            self.start(self.supervise(leased, received, limit, slot), slot)
+        return _ANSWERED
 
     def start(self, supervising: Awaitable[None], slot: _Slot) -> None:
         running = asyncio.ensure_future(supervising)
