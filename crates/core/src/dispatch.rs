@@ -392,6 +392,7 @@ mod tests {
         Task {
             child: None,
             limits: None,
+            claimed_at: None,
             id: TaskId::from_unique("t"),
             job_id: JobId::from_unique("j"),
             seq: 0,

@@ -284,6 +284,7 @@ fn new_task(
         callback: None,
         child: None,
         limits: None,
+        claimed_at: None,
     }
 }
 
@@ -345,7 +346,28 @@ struct Machine<'a> {
 }
 
 impl Machine<'_> {
-    fn record(&mut self, kind: EventKind, task: Option<usize>, detail: Value) {
+    /// Appends a history event; one that ends a worker's run of the task (see
+    /// `EventKind::ends_a_run`) carries the run's start (`claimed_at`), which the task then
+    /// forgets.
+    fn record(&mut self, kind: EventKind, task: Option<usize>, mut detail: Value) {
+        if let Some(index) = task
+            && kind.ends_a_run()
+            && let Some(claimed_at) = self.state.tasks[index].claimed_at.take()
+        {
+            detail["claimed_at"] = json!(claimed_at);
+            self.save_task(index);
+        }
+        let event = self.event(kind, task, detail);
+        self.actions.push(Action::Record(event));
+    }
+
+    /// Tells the listeners of task events of one that the history does not keep.
+    fn announce(&mut self, kind: EventKind, index: usize, detail: Value) {
+        let event = self.event(kind, Some(index), detail);
+        self.actions.push(Action::Announce(event));
+    }
+
+    fn event(&self, kind: EventKind, task: Option<usize>, detail: Value) -> Event {
         let (task_id, attempt, worker) = match task {
             Some(index) => {
                 let task = &self.state.tasks[index];
@@ -357,14 +379,14 @@ impl Machine<'_> {
             }
             None => (None, None, None),
         };
-        self.actions.push(Action::Record(Event {
+        Event {
             at: self.now,
             kind,
             task: task_id,
             attempt,
             worker,
             detail,
-        }));
+        }
     }
 
     fn save_task(&mut self, index: usize) {
@@ -477,11 +499,12 @@ impl Machine<'_> {
                 task.lease_expires_at = Some(now.saturating_add(lease));
                 task.worker_id = Some(worker);
                 task.started_at.get_or_insert(now);
+                task.claimed_at = Some(now);
                 let continuing = task.checking;
                 self.save_task(index);
-                self.record(
+                self.announce(
                     EventKind::TaskClaimed,
-                    Some(index),
+                    index,
                     json!({"continues_check": continuing}),
                 );
             }

@@ -320,6 +320,10 @@ pub struct Task {
     pub child: Option<Box<JobId>>,
     /// The rendered keys of its step's `lock` and `rate`, and where it stands with them.
     pub limits: Option<Box<TaskLimits>>,
+    /// When the claim a worker holds now (or that handed the task to a callback) began; none
+    /// once that run ended. A claim writes no history: the event that ends the run carries
+    /// this (`claimed_at` in its detail), and until then the task row shows it.
+    pub claimed_at: Option<Timestamp>,
 }
 
 /// A task of a step with a `lock` or a `rate`: the keys rendered when it was made ready (kept
@@ -776,6 +780,23 @@ string_enum!(
     }
 );
 
+impl EventKind {
+    /// Whether the event ends a worker's run of its task (a claim, up to its outcome): such an
+    /// event of a claimed task carries the run's start in `claimed_at`.
+    pub fn ends_a_run(self) -> bool {
+        matches!(
+            self,
+            EventKind::TaskSucceeded
+                | EventKind::TaskFailed
+                | EventKind::TaskCheckLater
+                | EventKind::TaskLeaseExpired
+                | EventKind::TaskTimedOut
+                | EventKind::TaskCancelled
+                | EventKind::TaskRequeued
+        )
+    }
+}
+
 /// One entry of a job's history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Event {
@@ -797,6 +818,10 @@ pub enum Action {
     SaveTask(TaskId),
     /// Append a history event.
     Record(Event),
+    /// Tell the listeners of task events (webhooks) of an event that is not kept in the job's
+    /// history: a worker's claim (`task_claimed`), whose time the task row keeps
+    /// (`Task::claimed_at`) and the event that ends the run then records.
+    Announce(Event),
     /// A task became ready on this queue: wake the workers polling it (after commit).
     Wake { queue: String },
     /// A queue template rendered this name for a task: create the queue if it is new.

@@ -56,6 +56,8 @@ pub enum FinishedSpan {
         worker: Option<String>,
         attempt: u32,
         outcome: String,
+        /// When the run this event ended was claimed (`claimed_at` in its detail).
+        claimed: Option<Timestamp>,
         /// When the task first started: no attempt was claimed before it, and an attempt
         /// without a claim (a waiting step) starts there.
         fallback_start: Timestamp,
@@ -136,6 +138,7 @@ pub(crate) fn ended(state: &JobState, event: &Event) -> Option<FinishedSpan> {
                 worker: event.worker.clone(),
                 attempt: event.attempt?,
                 outcome: event.kind.as_str().trim_start_matches("task_").to_owned(),
+                claimed: event.detail["claimed_at"].as_i64().map(Timestamp),
                 fallback_start: task.started_at.unwrap_or(event.at),
                 ended: event.at,
             })
@@ -347,20 +350,22 @@ async fn span_data(
             worker,
             attempt,
             outcome,
+            claimed,
             fallback_start,
             ended,
         } => {
             // The job's trace and the attempt's claim, in one read.
             let (read_job, read_task) = (job.clone(), task.clone());
-            let (trace, claimed) = reader
+            let (trace, first_claimed) = reader
                 .read(move |conn| {
                     let Some(trace) = rows::trace_of(conn, &read_job)? else {
                         return Ok((None, None));
                     };
                     let within = (fallback_start, ended);
-                    let claimed =
-                        rows::attempt_claimed_at(conn, &read_job, &read_task, attempt, within)?;
-                    Ok((Some(trace), claimed))
+                    let first = rows::attempt_first_claimed_at(
+                        conn, &read_job, &read_task, attempt, within,
+                    )?;
+                    Ok((Some(trace), first))
                 })
                 .await?;
             let Some(trace) = trace else {
@@ -384,7 +389,13 @@ async fn span_data(
                 parent: Some(trace.span_id),
                 kind: SpanKind::Internal,
                 name: format!("task {step} attempt {attempt}"),
-                start: time_of(claimed.unwrap_or(fallback_start)),
+                start: time_of(
+                    [first_claimed, claimed]
+                        .into_iter()
+                        .flatten()
+                        .min()
+                        .unwrap_or(fallback_start),
+                ),
                 end: time_of(ended),
                 failed: outcome != "succeeded",
                 attributes,

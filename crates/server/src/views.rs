@@ -6,7 +6,8 @@ use starbridge_api::{self as api, timestamp_from_millis};
 use starbridge_core::definition::Workflow;
 use starbridge_core::dispatch::{QueueState, task_waiting_reason};
 use starbridge_core::model::{
-    AttemptOutcome, EventKind, Job, JobState, JobStatus, Task, TaskKind, Wait, WaitFor, WindDown,
+    AttemptOutcome, Event, EventKind, Job, JobState, JobStatus, Task, TaskKind, Wait, WaitFor,
+    WindDown,
 };
 use starbridge_core::time::Timestamp;
 use starbridge_engine::{Claimed, StoredEvent, StoredWorkflow};
@@ -64,24 +65,22 @@ fn max_attempts(workflow: Option<&Workflow>, task: &Task) -> u32 {
         .map_or(1, |handler| handler.retry.max_attempts)
 }
 
-/// Rebuilds each task's runs from the job's history events.
-pub(crate) fn attempts(events: &[StoredEvent]) -> HashMap<String, Vec<api::AttemptView>> {
+/// Rebuilds each task's runs (a worker's claim, up to its outcome) from the job's history and
+/// its tasks: the event that ends a run carries the run's start (`claimed_at`), and a run still
+/// going is on its task's row. Histories written before claims left the history hold a
+/// `task_claimed` event per claim, which opens a run the next ending event closes.
+pub(crate) fn attempts(
+    events: &[StoredEvent],
+    tasks: &[Task],
+) -> HashMap<String, Vec<api::AttemptView>> {
     let mut runs: HashMap<String, Vec<api::AttemptView>> = HashMap::new();
     for stored in events {
         let event = &stored.event;
         let Some(task) = &event.task else { continue };
         let list = runs.entry(task.to_string()).or_default();
-        let open = list.last_mut().filter(|run| run.ended_at.is_none());
         let outcome = match event.kind {
             EventKind::TaskClaimed => {
-                list.push(api::AttemptView {
-                    attempt: event.attempt.unwrap_or(0),
-                    worker_id: event.worker.clone(),
-                    started_at: time(event.at),
-                    ended_at: None,
-                    outcome: AttemptOutcome::Running.into(),
-                    error: None,
-                });
+                list.push(run(event, event.at));
                 continue;
             }
             EventKind::TaskSucceeded => AttemptOutcome::Succeeded,
@@ -93,17 +92,46 @@ pub(crate) fn attempts(events: &[StoredEvent]) -> HashMap<String, Vec<api::Attem
             EventKind::TaskCancelled | EventKind::TaskRequeued => AttemptOutcome::Cancelled,
             _ => continue,
         };
-        if let Some(run) = open {
-            run.ended_at = Some(time(event.at));
-            run.outcome = outcome.into();
-            run.error = event
+        if let Some(claimed_at) = event.detail["claimed_at"].as_i64() {
+            list.push(run(event, Timestamp(claimed_at)));
+        }
+        if let Some(open) = list.last_mut().filter(|run| run.ended_at.is_none()) {
+            open.ended_at = Some(time(event.at));
+            open.outcome = outcome.into();
+            open.error = event
                 .detail
                 .get("message")
                 .and_then(|m| m.as_str())
                 .map(str::to_owned);
         }
     }
+    for task in tasks {
+        if let Some(claimed_at) = task.claimed_at {
+            runs.entry(task.id.to_string())
+                .or_default()
+                .push(api::AttemptView {
+                    attempt: task.attempt,
+                    worker_id: task.worker_id.clone(),
+                    started_at: time(claimed_at),
+                    ended_at: None,
+                    outcome: AttemptOutcome::Running.into(),
+                    error: None,
+                });
+        }
+    }
     runs
+}
+
+/// A run that `event` started (a `task_claimed`) or ended, begun at `claimed_at`; still going.
+fn run(event: &Event, claimed_at: Timestamp) -> api::AttemptView {
+    api::AttemptView {
+        attempt: event.attempt.unwrap_or(0),
+        worker_id: event.worker.clone(),
+        started_at: time(claimed_at),
+        ended_at: None,
+        outcome: AttemptOutcome::Running.into(),
+        error: None,
+    }
 }
 
 pub(crate) fn task(
@@ -206,7 +234,7 @@ fn pending_dependencies<'a>(
 }
 
 pub(crate) fn job(state: &JobState, context: &JobContext<'_>) -> api::JobView {
-    let mut runs = attempts(context.events);
+    let mut runs = attempts(context.events, &state.tasks);
     api::JobView {
         summary: job_summary_with(&state.job, context.lock_held),
         params: state.job.params.clone(),

@@ -102,10 +102,15 @@ pub const KEEP_MINUTES: Duration = Duration::from_secs(2 * 24 * 3600);
 /// either backend, whatever a planner estimates for joins (PostgreSQL, misjudging them, hashed
 /// the whole of `jobs` and `tasks` for every batch). The events' jobs and tasks are then read
 /// by key, each once however many of its events the batch holds (`JOBS_SQL`, `TASKS_SQL`).
-const EVENTS_SQL: &str =
-    "SELECT seq, at, kind, job_id, task_id FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+/// The detail is read only of the events that can end a worker's run of a task, for the run's
+/// start (`claimed_at`): a task's queue counts it as started in that minute.
+const EVENTS_SQL: &str = "SELECT seq, at, kind, job_id, task_id, \
+     CASE WHEN kind IN ('task_succeeded', 'task_failed', 'task_check_later', 'task_lease_expired', \
+     'task_timed_out', 'task_cancelled', 'task_requeued') THEN detail END \
+     FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2";
 
-/// The kinds of event a rollup counts.
+/// The kinds of event a rollup counts (besides the start of a run that an event ending it
+/// carries); `task_claimed` is in histories written before claims left the history.
 const COUNTED: [&str; 8] = [
     "job_created",
     "job_started",
@@ -159,6 +164,12 @@ fn by_key<T>(
     Ok(found)
 }
 
+/// The start of the run an event's detail says it ended (`claimed_at`), if it says so.
+fn run_start(detail: Option<String>) -> Option<Timestamp> {
+    let detail: serde_json::Value = serde_json::from_str(&detail?).ok()?;
+    detail["claimed_at"].as_i64().map(Timestamp)
+}
+
 /// The start of the minute `at` falls in.
 pub fn minute_of(at: Timestamp) -> Timestamp {
     Timestamp(at.0 - at.0.rem_euclid(60_000))
@@ -198,13 +209,16 @@ pub fn read_rollup(
             row.get::<String>(2)?,
             row.get::<String>(3)?,
             row.get::<Option<String>>(4)?,
+            run_start(row.get::<Option<String>>(5)?),
         ))
     })?;
     // The events older than the lag, up to the first younger one: what this rollup reads.
     let read = events.iter().take_while(|(_, at, ..)| *at < cutoff).count();
     let counted: Vec<_> = events[..read]
         .iter()
-        .filter(|(_, _, kind, ..)| COUNTED.contains(&kind.as_str()))
+        .filter(|(_, _, kind, _, _, run_started)| {
+            COUNTED.contains(&kind.as_str()) || run_started.is_some()
+        })
         .collect();
     let mut job_ids: Vec<String> = counted.iter().map(|event| event.3.clone()).collect();
     job_ids.sort_unstable();
@@ -235,11 +249,27 @@ pub fn read_rollup(
         events: read,
         figures: BTreeMap::new(),
     };
-    for (_, at, kind, job, task) in counted {
+    for (_, at, kind, job, task, run_started) in counted {
         // An event of a job deleted since is not counted.
         let Some(job) = jobs.get(job) else {
             continue;
         };
+        let queue = task
+            .as_ref()
+            .and_then(|task| tasks.get(task))
+            .filter(|task| !task.queue.is_empty());
+        if let (Some(started), Some(task)) = (run_started, queue) {
+            let key = (
+                job.namespace.clone(),
+                SeriesKind::Queue,
+                task.queue.clone(),
+                minute_of(*started),
+            );
+            rollup.figures.entry(key).or_default().started += 1;
+        }
+        if !COUNTED.contains(&kind.as_str()) {
+            continue;
+        }
         if kind == "job_created" && !job.unlocked {
             continue;
         }
@@ -248,11 +278,7 @@ pub fn read_rollup(
         let (series, name, started_at) = if kind.starts_with("job_") {
             (SeriesKind::Workflow, job.workflow.clone(), job.started_at)
         } else {
-            match task
-                .as_ref()
-                .and_then(|task| tasks.get(task))
-                .filter(|task| !task.queue.is_empty())
-            {
+            match queue {
                 Some(task) => (SeriesKind::Queue, task.queue.clone(), task.started_at),
                 None => continue,
             }

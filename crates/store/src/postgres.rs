@@ -70,6 +70,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         16,
         include_str!("../migrations/postgres/0016_no_age_index.sql"),
     ),
+    (
+        17,
+        include_str!("../migrations/postgres/0017_claims_off_history.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

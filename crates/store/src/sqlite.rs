@@ -61,6 +61,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         16,
         include_str!("../migrations/sqlite/0016_no_age_index.sql"),
     ),
+    (
+        17,
+        include_str!("../migrations/sqlite/0017_claims_off_history.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {

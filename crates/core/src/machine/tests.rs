@@ -17,6 +17,8 @@ struct Sim {
     ids: SequentialIds,
     now: Timestamp,
     events: Vec<Event>,
+    /// Events announced but not kept in the history (claims).
+    announced: Vec<Event>,
     leases: u32,
     limits: Limits,
     /// What the machine asked of child jobs (`StartChild`, `ToChild`), in order.
@@ -60,6 +62,7 @@ impl Sim {
             ids,
             now,
             events: Vec::new(),
+            announced: Vec::new(),
             leases: 0,
             limits,
             to_children: Vec::new(),
@@ -74,6 +77,7 @@ impl Sim {
         for action in actions {
             match action {
                 Action::Record(event) => self.events.push(event),
+                Action::Announce(event) => self.announced.push(event),
                 action @ (Action::StartChild(_) | Action::ToChild { .. }) => {
                     self.to_children.push(action);
                 }
@@ -223,7 +227,7 @@ impl Sim {
 
     /// Steps of compensation tasks in the order they were claimed.
     fn compensation_order(&self) -> Vec<String> {
-        self.events
+        self.announced
             .iter()
             .filter(|e| e.kind == EventKind::TaskClaimed)
             .filter_map(|e| e.task.as_ref().and_then(|id| self.state.task(id)))
@@ -678,6 +682,67 @@ fn check_later_returns_to_ready_without_using_an_attempt() {
     })
     .unwrap();
     assert_eq!(sim.state.job.status, JobStatus::Succeeded);
+}
+
+#[test]
+fn a_claim_writes_no_history_and_the_event_ending_each_run_carries_its_start() {
+    let mut sim = Sim::new(
+        "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 2}, timeout: 10s}\n",
+        json!({}),
+    );
+    let recorded = sim.events.len();
+    let first_claim = sim.now;
+    let (task, token) = sim.claim("a");
+    assert_eq!(
+        sim.events.len(),
+        recorded,
+        "the claim is not in the history"
+    );
+    assert_eq!(
+        sim.announced.last().map(|e| e.kind),
+        Some(EventKind::TaskClaimed)
+    );
+    assert_eq!(sim.state.task(&task).unwrap().claimed_at, Some(first_claim));
+    // A check-later ends the run; the claim that continues the attempt starts another.
+    sim.apply(Input::CheckLater {
+        task: task.clone(),
+        lease_token: token,
+        after: Duration::from_secs(5),
+        progress: None,
+    })
+    .unwrap();
+    let checked = sim.events.last().unwrap();
+    assert_eq!(checked.kind, EventKind::TaskCheckLater);
+    assert_eq!(checked.detail["claimed_at"], json!(first_claim));
+    assert_eq!(sim.state.task(&task).unwrap().claimed_at, None);
+    sim.advance(Duration::from_secs(5));
+    let second_claim = sim.now;
+    sim.claim("a");
+    // The lease lapses: the run ends with it, once (the failure after it carries no start).
+    sim.advance(Duration::from_secs(11));
+    let ends: Vec<(EventKind, Value)> = sim
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::TaskLeaseExpired | EventKind::TaskFailed))
+        .map(|e| (e.kind, e.detail["claimed_at"].clone()))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (EventKind::TaskLeaseExpired, json!(second_claim)),
+            (EventKind::TaskFailed, Value::Null)
+        ]
+    );
+    assert_eq!(sim.state.task(&task).unwrap().claimed_at, None);
+    sim.advance(Duration::from_secs(60));
+    let third_claim = sim.now;
+    sim.complete("a", json!({}));
+    let succeeded = sim
+        .events
+        .iter()
+        .find(|e| e.kind == EventKind::TaskSucceeded);
+    assert_eq!(succeeded.unwrap().detail["claimed_at"], json!(third_claim));
+    assert!(!sim.event_kinds().contains(&EventKind::TaskClaimed));
 }
 
 #[test]

@@ -218,6 +218,11 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                     crate::commands::outbox::enqueue_task_event(ctx, state, &event, kind)?;
                 }
             }
+            Action::Announce(event) => {
+                if let Some(kind) = webhook::task_event(&event) {
+                    crate::commands::outbox::enqueue_task_event(ctx, state, &event, kind)?;
+                }
+            }
             Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
             Action::EnsureQueue { queue } => {
                 if !queues_made.contains(&queue) {

@@ -71,22 +71,44 @@ pub fn events(
     )
 }
 
-/// When a task's attempt was first claimed (a "check later" attempt is claimed again): the start
-/// of the attempt's span. `within` bounds the claim's time (from the task's first start to the
-/// attempt's end), which keeps the read to the history of those days.
-pub fn attempt_claimed_at(
+/// When a task's attempt was first claimed, as far as its history tells: an attempt that asked
+/// to be checked later was claimed again, and the `task_check_later` ending its first run
+/// carries that run's start (`claimed_at`); histories written before claims left the history
+/// have a `task_claimed` event per claim instead. `None` when the attempt had one run only
+/// (the event ending it carries its start). `within` bounds the claims' times (from the
+/// task's first start to the attempt's end), which keeps the read to the history of those
+/// days.
+pub fn attempt_first_claimed_at(
     conn: &mut dyn Conn,
     job: &JobId,
     task: &TaskId,
     attempt: u32,
     within: (Timestamp, Timestamp),
 ) -> Result<Option<Timestamp>> {
-    let at: Option<Option<i64>> = conn.query_opt(
-        "SELECT MIN(at) FROM events \
-         WHERE job_id = ?1 AND task_id = ?2 AND attempt = ?3 AND kind = 'task_claimed' \
-         AND at >= ?4 AND at <= ?5",
+    let runs = conn.query_map(
+        "SELECT at, kind, detail FROM events \
+         WHERE job_id = ?1 AND task_id = ?2 AND attempt = ?3 \
+         AND kind IN ('task_claimed', 'task_check_later') AND at >= ?4 AND at <= ?5",
         args![job.as_str(), task.as_str(), attempt, within.0.0, within.1.0],
-        |row| row.get(0),
+        |row| {
+            Ok((
+                row.get::<i64>(0)?,
+                row.get::<String>(1)?,
+                row.get::<String>(2)?,
+            ))
+        },
     )?;
-    Ok(at.flatten().map(Timestamp))
+    let mut first: Option<i64> = None;
+    for (at, kind, detail) in runs {
+        let claimed = if kind == EventKind::TaskClaimed.as_str() {
+            Some(at)
+        } else {
+            parse_json::<Value>(Some(detail))?.and_then(|detail| detail["claimed_at"].as_i64())
+        };
+        first = match (first, claimed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(first.map(Timestamp))
 }

@@ -14,7 +14,7 @@ use crate::{Error, Result};
 pub(super) const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queue, command, status, \
      priority, attempt, checking, available_at, deadline_at, lease_token, lease_expires_at, worker_id, \
      input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq, \
-     held, round, attempt_base, wait, pending_outcome, callback, child_job_id, limits";
+     held, round, attempt_base, wait, pending_outcome, callback, child_job_id, limits, claimed_at";
 
 pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
     Ok(RawTask {
@@ -54,6 +54,7 @@ pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
         callback: row.get(33)?,
         child_job_id: row.get(34)?,
         limits: row.get(35)?,
+        claimed_at: row.get(36)?,
     })
 }
 
@@ -95,6 +96,7 @@ pub(super) struct RawTask {
     callback: Option<String>,
     child_job_id: Option<String>,
     limits: Option<String>,
+    claimed_at: Option<i64>,
 }
 
 impl RawTask {
@@ -143,6 +145,7 @@ impl RawTask {
                 .map(|id| JobId::parse(&id).map(Box::new).ok_or_else(|| corrupt(&id)))
                 .transpose()?,
             limits: parse_json(self.limits)?,
+            claimed_at: ts(self.claimed_at),
         })
     }
 }
@@ -248,6 +251,7 @@ pub const TASK_WRITE: RowWrite = RowWrite {
         "limits",
         "parked",
         "parked_at",
+        "claimed_at",
     ],
     upsert: Some((
         "id",
@@ -283,6 +287,7 @@ pub const TASK_WRITE: RowWrite = RowWrite {
             "limits",
             "parked",
             "parked_at",
+            "claimed_at",
         ],
     )),
 };
@@ -353,6 +358,7 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         opt_json_text(task.limits.as_ref()),
         parked.map(|parked| parked.line.as_str()),
         parked.map(|parked| parked.since.0),
+        task.claimed_at.map(|t| t.0),
     ]
     .iter()
     .map(SqlValue::of)

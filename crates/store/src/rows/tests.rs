@@ -188,6 +188,7 @@ fn task(job: &Job, seq: u32, queue: &str, priority: i32, available_at: Timestamp
         callback: None,
         child: None,
         limits: None,
+        claimed_at: None,
     }
 }
 
