@@ -75,6 +75,15 @@ async fn a_requeue_kills_the_running_command_and_the_next_attempt_runs_once(mut 
     h.start_worker("w1", "shell");
     let id = h.submit("slow", json!({})).await;
     let (pid, task) = running_sleep(&h, &id).await;
+    // The running attempt shows its worker and start, though a claim writes no history event.
+    let view = get_json(&h.http, &format!("{}/api/v1/jobs/{id}", h.url)).await;
+    let runs = view["tasks"][0]["attempts"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "{view:#}");
+    assert_eq!(runs[0]["outcome"], "running");
+    assert_eq!(runs[0]["worker_id"], "w1");
+    assert!(runs[0]["started_at"].is_string(), "{view:#}");
+    let history = h.events(&id).await;
+    assert!(history.iter().all(|e| e["kind"] != "task_claimed"));
 
     succeeded(&h.cli(&["task", "requeue", &id, &task, "--reason", "host drains"]));
     wait_until_ended(&pid).await;
@@ -100,6 +109,7 @@ async fn a_requeue_kills_the_running_command_and_the_next_attempt_runs_once(mut 
         .find(|e| e["kind"] == "task_requeued")
         .expect("a task_requeued event");
     assert_eq!(requeued["detail"]["reason"], "host drains");
+    assert!(requeued["detail"]["claimed_at"].is_i64(), "{requeued:#}");
 
     let again = h.cli(&["task", "requeue", &id, &task, "--reason", "again"]);
     assert!(!again.status.success(), "a finished task is not requeued");
