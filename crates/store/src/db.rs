@@ -154,6 +154,34 @@ pub fn placeholders(count: usize) -> String {
         .join(", ")
 }
 
+/// The sets of `keys` to look up a column by, one statement each: the condition to put after
+/// the column, and its parameters. On PostgreSQL one set of all the keys in one parameter (`=
+/// ANY(string_to_array(?1, ','))`; keys are ids, which hold no comma), so that the statement's
+/// text, and so its prepared plan, is the same whatever the number of keys; a list of `?`
+/// would be planned anew for each run. On SQLite `IN (?1, ...)` over `chunks` of the keys.
+pub fn key_sets(backend: Backend, keys: &[&str]) -> Vec<(String, Vec<Value>)> {
+    match backend {
+        Backend::Postgres => {
+            debug_assert!(keys.iter().all(|key| !key.contains(',')));
+            vec![(
+                "= ANY(string_to_array(?1, ','))".to_owned(),
+                vec![Value::Text(keys.join(","))],
+            )]
+        }
+        Backend::Sqlite => chunks(keys)
+            .map(|chunk| {
+                (
+                    format!("IN ({})", placeholders(chunk.len())),
+                    chunk
+                        .iter()
+                        .map(|key| Value::Text((*key).to_owned()))
+                        .collect(),
+                )
+            })
+            .collect(),
+    }
+}
+
 /// Binds owned parameters.
 pub fn bind(values: &[Value]) -> Vec<Arg<'_>> {
     values.iter().map(ToArg::to_arg).collect()
@@ -459,6 +487,24 @@ mod tests {
         assert_eq!(sizes, [64, 64, 64, 8]);
         assert_eq!(chunks::<u32>(&[]).count(), 0);
         assert_eq!(placeholders(3), "?1, ?2, ?3");
+    }
+
+    #[test]
+    fn key_sets_are_one_array_parameter_on_postgres_and_chunks_of_placeholders_on_sqlite() {
+        let keys: Vec<String> = (0..70).map(|n| format!("job_{n}")).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let postgres = key_sets(Backend::Postgres, &keys);
+        assert_eq!(postgres.len(), 1);
+        assert_eq!(postgres[0].0, "= ANY(string_to_array(?1, ','))");
+        let Value::Text(joined) = &postgres[0].1[0] else {
+            panic!("one text parameter: {:?}", postgres[0].1);
+        };
+        assert_eq!(joined.split(',').collect::<Vec<_>>(), keys);
+        let sqlite = key_sets(Backend::Sqlite, &keys);
+        let sizes: Vec<usize> = sqlite.iter().map(|(_, values)| values.len()).collect();
+        assert_eq!(sizes, [64, 4, 2]);
+        assert_eq!(sqlite[2].0, "IN (?1, ?2)");
+        assert!(key_sets(Backend::Sqlite, &[]).is_empty());
     }
 
     #[test]

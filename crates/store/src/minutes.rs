@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use starbridge_core::histogram::Histogram;
 use starbridge_core::time::{Duration, Timestamp};
 
-use crate::db::{Arg, Conn, Queries, args, chunks, placeholders};
+use crate::db::{Conn, Queries, args, bind, key_sets};
 use crate::stats::ready_by_queue;
 use crate::{Error, Result};
 
@@ -152,12 +152,12 @@ fn by_key<T>(
     mut read: impl FnMut(&mut crate::db::Row) -> Result<T>,
 ) -> Result<std::collections::HashMap<String, T>> {
     let mut found = std::collections::HashMap::with_capacity(keys.len());
-    for chunk in chunks(keys) {
-        let sql = format!("{select} WHERE id IN ({})", placeholders(chunk.len()));
-        let values: Vec<Arg<'_>> = chunk.iter().map(|key| Arg::Text(key)).collect();
-        for (key, value) in
-            conn.query_map(&sql, &values, |row| Ok((row.get::<String>(0)?, read(row)?)))?
-        {
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    for (condition, values) in key_sets(conn.backend(), &keys) {
+        let sql = format!("{select} WHERE id {condition}");
+        for (key, value) in conn.query_map(&sql, &bind(&values), |row| {
+            Ok((row.get::<String>(0)?, read(row)?))
+        })? {
             found.insert(key, value);
         }
     }

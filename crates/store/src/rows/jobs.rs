@@ -16,7 +16,7 @@ use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
 use super::{
     RowLock, RowWrite, enum_column, json_text, labels_text, opt_json_text, parse_json, ts,
 };
-use crate::db::{Arg, Backend, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
+use crate::db::{Arg, Backend, Conn, Queries, Row, Value as SqlValue, args, bind, key_sets};
 use crate::{Error, JobFilter, Result};
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
@@ -171,30 +171,30 @@ pub fn lock_job_state(conn: &mut dyn Conn, id: &JobId, lock: RowLock) -> Result<
 /// order, so that two transactions locking overlapping sets cannot wait on each other.
 pub fn lock_job_states(conn: &mut dyn Conn, ids: &[JobId], lock: RowLock) -> Result<Vec<JobState>> {
     let mut states = Vec::with_capacity(ids.len());
-    for chunk in chunks(ids) {
+    let keys: Vec<&str> = ids.iter().map(JobId::as_str).collect();
+    for (condition, values) in key_sets(conn.backend(), &keys) {
         let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({}) ORDER BY id{}",
-            placeholders(chunk.len()),
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id {condition} ORDER BY id{}",
             lock.clause()
         );
-        let values: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id.as_str())).collect();
         let jobs = conn
-            .query_map(&sql, &values, job_from_row)?
+            .query_map(&sql, &bind(&values), job_from_row)?
             .into_iter()
             .map(RawJob::into_job)
             .collect::<Result<Vec<_>>>()?;
         if jobs.is_empty() {
             continue;
         }
-        let found: Vec<Arg<'_>> = jobs.iter().map(|job| Arg::Text(job.id.as_str())).collect();
-        let sql = format!(
-            "SELECT {TASK_COLUMNS} FROM tasks WHERE job_id IN ({}) ORDER BY job_id, seq",
-            placeholders(found.len())
-        );
+        let found: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
         let mut tasks: HashMap<JobId, Vec<Task>> = HashMap::with_capacity(jobs.len());
-        for raw in conn.query_map(&sql, &found, task_from_row)? {
-            let task = raw.into_task()?;
-            tasks.entry(task.job_id.clone()).or_default().push(task);
+        for (condition, values) in key_sets(conn.backend(), &found) {
+            let sql = format!(
+                "SELECT {TASK_COLUMNS} FROM tasks WHERE job_id {condition} ORDER BY job_id, seq"
+            );
+            for raw in conn.query_map(&sql, &bind(&values), task_from_row)? {
+                let task = raw.into_task()?;
+                tasks.entry(task.job_id.clone()).or_default().push(task);
+            }
         }
         for job in jobs {
             states.push(JobState {

@@ -8,7 +8,7 @@ use starbridge_core::model::{Task, TaskKind, TaskStatus, Wait, WaitFor};
 use starbridge_core::time::Timestamp;
 
 use super::{RowWrite, enum_column, opt_json_text, parse_json, ts};
-use crate::db::{Arg, Conn, Queries, Row, Value as SqlValue, args, chunks, placeholders};
+use crate::db::{Conn, Queries, Row, Value as SqlValue, args, bind, key_sets};
 use crate::{Error, Result};
 
 pub(super) const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queue, command, status, \
@@ -179,13 +179,10 @@ pub fn pending_approvals(
 /// The job of each of these tasks that exists.
 pub fn jobs_of_tasks(conn: &mut dyn Conn, tasks: &[TaskId]) -> Result<Vec<(TaskId, JobId)>> {
     let mut found = Vec::with_capacity(tasks.len());
-    for chunk in chunks(tasks) {
-        let sql = format!(
-            "SELECT id, job_id FROM tasks WHERE id IN ({})",
-            placeholders(chunk.len())
-        );
-        let values: Vec<Arg<'_>> = chunk.iter().map(|id| Arg::Text(id.as_str())).collect();
-        for (task, job) in conn.query_map(&sql, &values, |row| {
+    let keys: Vec<&str> = tasks.iter().map(TaskId::as_str).collect();
+    for (condition, values) in key_sets(conn.backend(), &keys) {
+        let sql = format!("SELECT id, job_id FROM tasks WHERE id {condition}");
+        for (task, job) in conn.query_map(&sql, &bind(&values), |row| {
             Ok((row.get::<String>(0)?, row.get::<String>(1)?))
         })? {
             if let (Some(task), Some(job)) = (TaskId::parse(&task), JobId::parse(&job)) {
