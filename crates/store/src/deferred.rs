@@ -75,7 +75,7 @@ pub struct WriteConn {
     tasks: Vec<(TaskId, Vec<Value>)>,
     labels: Vec<Vec<Value>>,
     events: Vec<Vec<Value>>,
-    /// Statement texts by table and rows per statement.
+    /// Statement texts by table and rows per statement (0: PostgreSQL's, for any number).
     texts: HashMap<(&'static str, usize), String>,
     writes: u64,
 }
@@ -174,8 +174,22 @@ impl WriteConn {
         Ok(())
     }
 
-    /// Inserts (or upserts) `rows` in as few statements as the chunk sizes allow.
+    /// Inserts (or upserts) `rows`: on PostgreSQL in one statement, on SQLite in as few as the
+    /// chunk sizes allow.
     fn insert(&mut self, table: &'static RowWrite, rows: &[Vec<Value>]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if self.conn.backend() == Backend::Postgres {
+            let sql = self
+                .texts
+                .entry((table.table, 0))
+                .or_insert_with(|| table.postgres_set_sql());
+            self.conn
+                .execute(sql, &[Arg::Text(&table.json_rows(rows))])?;
+            self.writes += rows.len() as u64;
+            return Ok(());
+        }
         for chunk in chunks(rows) {
             let sql = self
                 .texts
@@ -280,7 +294,7 @@ mod tests {
     }
 
     #[test]
-    fn a_set_statement_numbers_its_placeholders_row_after_row() {
+    fn set_statements_number_their_placeholders_row_after_row_or_take_the_rows_as_json() {
         let sql = EVENT_WRITE.sql(2);
         assert!(
             sql.starts_with("INSERT INTO events (job_id, task_id"),
@@ -289,6 +303,25 @@ mod tests {
         assert!(
             sql.ends_with("(?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
             "{sql}"
+        );
+        let set = TASK_WRITE.postgres_set_sql();
+        assert!(
+            set.starts_with("INSERT INTO tasks (id, job_id") && set.contains("?1::text::json"),
+            "{set}"
+        );
+        assert!(set.contains("ON CONFLICT (id) DO UPDATE SET queue = excluded.queue"));
+        let rows = vec![
+            vec![Value::Text("a \"quoted\" text".to_owned()), Value::Int(-3)],
+            vec![Value::Null, Value::Real(0.5)],
+        ];
+        let two = RowWrite {
+            table: "t",
+            columns: &["name", "n"],
+            upsert: None,
+        };
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&two.json_rows(&rows)).unwrap(),
+            serde_json::json!([{"name": "a \"quoted\" text", "n": -3}, {"name": null, "n": 0.5}])
         );
         let upsert = JOB_WRITE.sql(1);
         assert!(

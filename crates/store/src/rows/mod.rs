@@ -130,6 +130,70 @@ pub struct RowWrite {
 }
 
 impl RowWrite {
+    /// The `INSERT` of any number of rows on PostgreSQL: one parameter, a JSON array of the rows
+    /// as objects by column (`json_rows`), read as rows of the table's type in their order. The
+    /// statement's text, and so its prepared plan, is the same whatever the number of rows; a
+    /// statement of 64 rows of bound values was planned anew on every run.
+    pub fn postgres_set_sql(&self) -> String {
+        let columns = self.columns.join(", ");
+        let mut sql = format!(
+            "INSERT INTO {table} ({columns}) SELECT {columns} \
+             FROM json_populate_recordset(NULL::{table}, ?1::text::json) WITH ORDINALITY AS r \
+             ORDER BY r.ordinality",
+            table = self.table
+        );
+        self.push_upsert(&mut sql);
+        sql
+    }
+
+    /// `rows` (each in the order of `columns`) as the JSON parameter of `postgres_set_sql`.
+    pub fn json_rows(&self, rows: &[Vec<crate::db::Value>]) -> String {
+        use crate::db::Value as SqlValue;
+        let mut json = String::with_capacity(rows.len() * self.columns.len() * 16 + 2);
+        json.push('[');
+        for (index, row) in rows.iter().enumerate() {
+            if index > 0 {
+                json.push(',');
+            }
+            json.push('{');
+            for (column, (name, value)) in self.columns.iter().zip(row).enumerate() {
+                if column > 0 {
+                    json.push(',');
+                }
+                json.push('"');
+                json.push_str(name);
+                json.push_str("\":");
+                match value {
+                    SqlValue::Null => json.push_str("null"),
+                    SqlValue::Int(number) => json.push_str(&number.to_string()),
+                    SqlValue::Real(number) => {
+                        json.push_str(
+                            &serde_json::Number::from_f64(*number)
+                                .map_or_else(|| "null".to_owned(), |number| number.to_string()),
+                        );
+                    }
+                    SqlValue::Text(text) => json.push_str(&Value::from(text.as_str()).to_string()),
+                }
+            }
+            json.push('}');
+        }
+        json.push(']');
+        json
+    }
+
+    fn push_upsert(&self, sql: &mut String) {
+        if let Some((key, updated)) = self.upsert {
+            let set: Vec<String> = updated
+                .iter()
+                .map(|column| format!("{column} = excluded.{column}"))
+                .collect();
+            sql.push_str(&format!(
+                " ON CONFLICT ({key}) DO UPDATE SET {}",
+                set.join(", ")
+            ));
+        }
+    }
+
     /// The `INSERT` of `rows` rows, their values bound as `?1, ?2, …` row after row.
     pub fn sql(&self, rows: usize) -> String {
         let width = self.columns.len();
@@ -151,16 +215,7 @@ impl RowWrite {
             }
             sql.push(')');
         }
-        if let Some((key, updated)) = self.upsert {
-            let set: Vec<String> = updated
-                .iter()
-                .map(|column| format!("{column} = excluded.{column}"))
-                .collect();
-            sql.push_str(&format!(
-                " ON CONFLICT ({key}) DO UPDATE SET {}",
-                set.join(", ")
-            ));
-        }
+        self.push_upsert(&mut sql);
         sql
     }
 }
