@@ -46,7 +46,6 @@ use starbridge_core::ids::{IdSource, JobId, TaskId};
 use starbridge_core::labels::{self, Labels};
 use starbridge_core::machine::{self, Ctx};
 use starbridge_core::model::{Action, Input, JobState, Rejection};
-use starbridge_core::webhook;
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 use std::collections::HashSet;
@@ -214,14 +213,10 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
                 {
                     ctx.spans.push(span);
                 }
-                if let Some(kind) = webhook::task_event(&event) {
-                    crate::commands::outbox::enqueue_task_event(ctx, state, &event, kind)?;
-                }
+                crate::commands::outbox::enqueue_task_event(ctx, state, &event)?;
             }
             Action::Announce(event) => {
-                if let Some(kind) = webhook::task_event(&event) {
-                    crate::commands::outbox::enqueue_task_event(ctx, state, &event, kind)?;
-                }
+                crate::commands::outbox::enqueue_task_event(ctx, state, &event)?;
             }
             Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
             Action::EnsureQueue { queue } => {

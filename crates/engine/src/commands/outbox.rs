@@ -137,15 +137,18 @@ pub(crate) fn enqueue(
     Ok(())
 }
 
-/// Writes a delivery for every subscription that wants this task event (`kind`, the reading of
-/// `entry` of the job's history), the task as `state` leaves it. The payload is made only for a
+/// Writes a delivery for every subscription that wants the task event `entry` is, if it is one
+/// (an entry of the job's history, or a claim the history does not keep; see
+/// `webhook::task_event`), the task as `state` leaves it. The payload is made only for a
 /// subscription that wants it.
 pub(crate) fn enqueue_task_event(
     ctx: &mut WriteCtx<'_>,
     state: &JobState,
     entry: &Event,
-    kind: WebhookEvent,
 ) -> Result<()> {
+    let Some(kind) = webhook::task_event(entry) else {
+        return Ok(());
+    };
     let job = &state.job;
     let subscriptions = ctx.webhooks(&job.namespace)?;
     if !subscriptions.iter().any(|w| w.events.contains(&kind)) {
