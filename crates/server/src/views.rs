@@ -6,8 +6,7 @@ use starbridge_api::{self as api, timestamp_from_millis};
 use starbridge_core::definition::Workflow;
 use starbridge_core::dispatch::{QueueState, task_waiting_reason};
 use starbridge_core::model::{
-    AttemptOutcome, Event, EventKind, Job, JobState, JobStatus, Task, TaskKind, Wait, WaitFor,
-    WindDown,
+    AttemptOutcome, EventKind, Job, JobState, JobStatus, Task, TaskKind, Wait, WaitFor, WindDown,
 };
 use starbridge_core::time::Timestamp;
 use starbridge_engine::{Claimed, StoredEvent, StoredWorkflow};
@@ -80,7 +79,7 @@ pub(crate) fn attempts(
         let list = runs.entry(task.to_string()).or_default();
         let outcome = match event.kind {
             EventKind::TaskClaimed => {
-                list.push(run(event, event.at));
+                list.push(running(event.attempt, &event.worker, event.at));
                 continue;
             }
             EventKind::TaskSucceeded => AttemptOutcome::Succeeded,
@@ -93,7 +92,7 @@ pub(crate) fn attempts(
             _ => continue,
         };
         if let Some(claimed_at) = event.detail["claimed_at"].as_i64() {
-            list.push(run(event, Timestamp(claimed_at)));
+            list.push(running(event.attempt, &event.worker, Timestamp(claimed_at)));
         }
         if let Some(open) = list.last_mut().filter(|run| run.ended_at.is_none()) {
             open.ended_at = Some(time(event.at));
@@ -107,26 +106,26 @@ pub(crate) fn attempts(
     }
     for task in tasks {
         if let Some(claimed_at) = task.claimed_at {
-            runs.entry(task.id.to_string())
-                .or_default()
-                .push(api::AttemptView {
-                    attempt: task.attempt,
-                    worker_id: task.worker_id.clone(),
-                    started_at: time(claimed_at),
-                    ended_at: None,
-                    outcome: AttemptOutcome::Running.into(),
-                    error: None,
-                });
+            runs.entry(task.id.to_string()).or_default().push(running(
+                Some(task.attempt),
+                &task.worker_id,
+                claimed_at,
+            ));
         }
     }
     runs
 }
 
-/// A run that `event` started (a `task_claimed`) or ended, begun at `claimed_at`; still going.
-fn run(event: &Event, claimed_at: Timestamp) -> api::AttemptView {
+/// A run of `attempt` by `worker`, begun at `claimed_at`, still going (until the event that
+/// ended it, if any, closes it).
+fn running(
+    attempt: Option<u32>,
+    worker: &Option<String>,
+    claimed_at: Timestamp,
+) -> api::AttemptView {
     api::AttemptView {
-        attempt: event.attempt.unwrap_or(0),
-        worker_id: event.worker.clone(),
+        attempt: attempt.unwrap_or(0),
+        worker_id: worker.clone(),
         started_at: time(claimed_at),
         ended_at: None,
         outcome: AttemptOutcome::Running.into(),
