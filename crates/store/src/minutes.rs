@@ -15,8 +15,10 @@
 //! transaction that stays open longer than the lag may have its events skipped.
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use starbridge_core::histogram::Histogram;
+use starbridge_core::model::EventKind;
 use starbridge_core::time::{Duration, Timestamp};
 
 use crate::db::{Conn, Queries, args, bind, key_sets};
@@ -102,12 +104,24 @@ pub const KEEP_MINUTES: Duration = Duration::from_secs(2 * 24 * 3600);
 /// either backend, whatever a planner estimates for joins (PostgreSQL, misjudging them, hashed
 /// the whole of `jobs` and `tasks` for every batch). The events' jobs and tasks are then read
 /// by key, each once however many of its events the batch holds (`JOBS_SQL`, `TASKS_SQL`).
-/// The detail is read only of the events that can end a worker's run of a task, for the run's
-/// start (`claimed_at`): a task's queue counts it as started in that minute.
-const EVENTS_SQL: &str = "SELECT seq, at, kind, job_id, task_id, \
-     CASE WHEN kind IN ('task_succeeded', 'task_failed', 'task_check_later', 'task_lease_expired', \
-     'task_timed_out', 'task_cancelled', 'task_requeued') THEN detail END \
-     FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2";
+/// The detail is read only of the events that can end a worker's run of a task
+/// (`EventKind::ends_a_run`), for the run's start (`claimed_at`): a task's queue counts it as
+/// started in that minute.
+fn events_sql() -> &'static str {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        let ending: Vec<String> = EventKind::ALL
+            .iter()
+            .filter(|kind| kind.ends_a_run())
+            .map(|kind| format!("'{kind}'"))
+            .collect();
+        format!(
+            "SELECT seq, at, kind, job_id, task_id, CASE WHEN kind IN ({}) THEN detail END \
+             FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+            ending.join(", ")
+        )
+    });
+    &SQL
+}
 
 /// The kinds of event a rollup counts (besides the start of a run that an event ending it
 /// carries); `task_claimed` is in histories written before claims left the history.
@@ -202,7 +216,7 @@ pub fn read_rollup(
         now.0
             .saturating_sub(i64::try_from(lag.0).unwrap_or(i64::MAX)),
     );
-    let events = conn.query_map(EVENTS_SQL, args![from.seq, i64::from(limit)], |row| {
+    let events = conn.query_map(events_sql(), args![from.seq, i64::from(limit)], |row| {
         Ok((
             row.get::<i64>(0)?,
             Timestamp(row.get(1)?),
@@ -500,7 +514,7 @@ mod tests {
             .unwrap();
         let by_key = |select: &str| plan(&path, &format!("{select} WHERE id IN (?1, ?2)"), 2);
         for lines in [
-            plan(&path, EVENTS_SQL, 2),
+            plan(&path, events_sql(), 2),
             by_key(JOBS_SQL),
             by_key(TASKS_SQL),
         ] {
