@@ -89,6 +89,22 @@ pub enum Value {
     Text(String),
 }
 
+/// A value as JSON (`null`, a number, a string), for rows that go as one JSON parameter
+/// (`RowWrite::json_rows`); a real that JSON cannot hold (NaN, an infinity) is `null`.
+impl serde::Serialize for Value {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Value::Null => serializer.serialize_unit(),
+            Value::Int(value) => serializer.serialize_i64(*value),
+            Value::Real(value) => serializer.serialize_f64(*value),
+            Value::Text(value) => serializer.serialize_str(value),
+        }
+    }
+}
+
 impl ToArg for Value {
     fn to_arg(&self) -> Arg<'_> {
         match self {

@@ -186,7 +186,7 @@ impl WriteConn {
                 .entry((table.table, 0))
                 .or_insert_with(|| table.postgres_set_sql());
             self.conn
-                .execute(sql, &[Arg::Text(&table.json_rows(rows))])?;
+                .execute(sql, &[Arg::Text(&table.json_rows(rows)?)])?;
             self.writes += rows.len() as u64;
             return Ok(());
         }
@@ -313,6 +313,7 @@ mod tests {
         let rows = vec![
             vec![Value::Text("a \"quoted\" text".to_owned()), Value::Int(-3)],
             vec![Value::Null, Value::Real(0.5)],
+            vec![Value::Text(String::new()), Value::Real(f64::NAN)],
         ];
         let two = RowWrite {
             table: "t",
@@ -320,8 +321,8 @@ mod tests {
             upsert: None,
         };
         assert_eq!(
-            serde_json::from_str::<serde_json::Value>(&two.json_rows(&rows)).unwrap(),
-            serde_json::json!([{"name": "a \"quoted\" text", "n": -3}, {"name": null, "n": 0.5}])
+            serde_json::from_str::<serde_json::Value>(&two.json_rows(&rows).unwrap()).unwrap(),
+            serde_json::json!([{"name": "a \"quoted\" text", "n": -3}, {"name": null, "n": 0.5}, {"name": "", "n": null}])
         );
         let upsert = JOB_WRITE.sql(1);
         assert!(

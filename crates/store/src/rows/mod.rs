@@ -121,6 +121,18 @@ impl RowLock {
     }
 }
 
+/// A row as a JSON object by column (`RowWrite::json_rows`).
+struct JsonRow<'a>(&'a [&'static str], &'a [crate::db::Value]);
+
+impl serde::Serialize for JsonRow<'_> {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().zip(self.1))
+    }
+}
+
 /// How the rows of a table are written in sets (see `deferred`): its columns, and for rows
 /// that may exist already, the key and the columns an existing row takes from the new one.
 pub struct RowWrite {
@@ -147,38 +159,9 @@ impl RowWrite {
     }
 
     /// `rows` (each in the order of `columns`) as the JSON parameter of `postgres_set_sql`.
-    pub fn json_rows(&self, rows: &[Vec<crate::db::Value>]) -> String {
-        use crate::db::Value as SqlValue;
-        let mut json = String::with_capacity(rows.len() * self.columns.len() * 16 + 2);
-        json.push('[');
-        for (index, row) in rows.iter().enumerate() {
-            if index > 0 {
-                json.push(',');
-            }
-            json.push('{');
-            for (column, (name, value)) in self.columns.iter().zip(row).enumerate() {
-                if column > 0 {
-                    json.push(',');
-                }
-                json.push('"');
-                json.push_str(name);
-                json.push_str("\":");
-                match value {
-                    SqlValue::Null => json.push_str("null"),
-                    SqlValue::Int(number) => json.push_str(&number.to_string()),
-                    SqlValue::Real(number) => {
-                        json.push_str(
-                            &serde_json::Number::from_f64(*number)
-                                .map_or_else(|| "null".to_owned(), |number| number.to_string()),
-                        );
-                    }
-                    SqlValue::Text(text) => json.push_str(&Value::from(text.as_str()).to_string()),
-                }
-            }
-            json.push('}');
-        }
-        json.push(']');
-        json
+    pub fn json_rows(&self, rows: &[Vec<crate::db::Value>]) -> Result<String> {
+        let rows: Vec<JsonRow<'_>> = rows.iter().map(|row| JsonRow(self.columns, row)).collect();
+        serde_json::to_string(&rows).map_err(|error| Error::Corrupt(error.to_string()))
     }
 
     fn push_upsert(&self, sql: &mut String) {
