@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
-use starbridge_core::dispatch::{OnError, QueueMode, QueueState, RateLimit};
+use starbridge_core::dispatch::{OnError, QueueMode, RateLimit};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::labels::Labels;
 use starbridge_core::model::{
@@ -49,7 +49,7 @@ pub use commands::outbox::{
 };
 pub use commands::schedules::{ScheduleSpec, time_zone};
 pub use commands::tokens::NewToken;
-pub use commands::{CallbackAccepted, SignalAccepted};
+pub use commands::{CallbackAccepted, QueueStates, SignalAccepted, ready_queues};
 pub use health::{HEALTHY_WRITE_AGE, Health};
 pub use loops::deliveries::{run_deliveries, signature};
 pub use loops::pruner::run_pruner;
@@ -409,6 +409,37 @@ impl Engine {
         self.inner
             .writer
             .write(move |ctx| commands::submit(ctx, &namespace, request.clone()))
+            .await
+    }
+
+    /// Submits a job, and for a job it created also reads, in the same transaction, the states
+    /// of the queues its ready tasks wait in (what its view explains them with): the answer to
+    /// a submit then needs no read of its own after the commit.
+    pub async fn submit_for_view(
+        &self,
+        namespace: &str,
+        request: Submit,
+    ) -> Result<(Submitted, QueueStates)> {
+        let namespace = namespace.to_owned();
+        let notifier = self.inner.notifier.clone();
+        self.inner
+            .writer
+            .write(move |ctx| {
+                let submitted = commands::submit(ctx, &namespace, request.clone())?;
+                if !submitted.created {
+                    return Ok((submitted, QueueStates::new()));
+                }
+                let prefixes = ctx.queue_prefixes(&namespace)?;
+                let queues = commands::read_queue_states(
+                    ctx.conn,
+                    &namespace,
+                    commands::ready_queues(&submitted.state),
+                    &prefixes,
+                    &notifier,
+                    ctx.now,
+                )?;
+                Ok((submitted, queues))
+            })
             .await
     }
 
@@ -1049,47 +1080,15 @@ impl Engine {
     }
 
     /// What the dispatcher knows about these queues, to explain why a task waits.
-    pub async fn queue_states(
-        &self,
-        namespace: &str,
-        queues: Vec<String>,
-    ) -> Result<std::collections::HashMap<String, QueueState>> {
+    pub async fn queue_states(&self, namespace: &str, queues: Vec<String>) -> Result<QueueStates> {
         let namespace = namespace.to_owned();
         let notifier = self.inner.notifier.clone();
         let now = self.inner.clock.now();
         self.inner
             .reader
             .read(move |conn| {
-                let mut states = std::collections::HashMap::new();
                 let prefixes = rows::queue_prefixes::list(conn, &namespace)?;
-                for queue in queues {
-                    let stored = rows::queue(conn, &namespace, &queue)?;
-                    let bucket = stored.as_ref().and_then(|q| q.bucket);
-                    let (config, _) = commands::settings_of(&queue, stored.as_ref(), &prefixes);
-                    let tokens = config.rate.map(|rate| rate.available(bucket, now));
-                    let running = if config.is_limited() {
-                        rows::running_count(conn, &namespace, &queue)?
-                    } else {
-                        0
-                    };
-                    let last_poll = notifier.last_poll(&namespace, &queue).map(|at| {
-                        Duration::from_millis(
-                            u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        )
-                    });
-                    let paused_reason = stored.and_then(|q| q.paused_reason);
-                    states.insert(
-                        queue,
-                        QueueState {
-                            config,
-                            running,
-                            tokens,
-                            last_poll,
-                            paused_reason,
-                        },
-                    );
-                }
-                Ok(states)
+                commands::read_queue_states(conn, &namespace, queues, &prefixes, &notifier, now)
             })
             .await
     }

@@ -50,15 +50,21 @@ pub(crate) async fn job_view(
         .events(&job.job.namespace, &job.job.id, 0, MAX_VIEW_EVENTS)
         .await?
         .unwrap_or_default();
-    job_view_with(state, job, &events).await
+    let queues = state
+        .engine
+        .queue_states(&job.job.namespace, starbridge_engine::ready_queues(job))
+        .await?;
+    job_view_with(state, job, &events, &queues).await
 }
 
-/// The view of `job` with its task runs rebuilt from `events`. A job just created has no runs
-/// (none of its tasks was claimed in the transaction that made it), so its view needs no history.
+/// The view of `job` with its task runs rebuilt from `events` and its ready tasks' waits
+/// explained by `queues`. A job just created has no runs (none of its tasks was claimed in the
+/// transaction that made it), so its view needs no history.
 async fn job_view_with(
     state: &AppState,
     job: &starbridge_core::model::JobState,
     events: &[starbridge_engine::StoredEvent],
+    queues: &starbridge_engine::QueueStates,
 ) -> ApiResult<api::JobView> {
     let namespace = &job.job.namespace;
     let compiled = state
@@ -66,15 +72,6 @@ async fn job_view_with(
         .compiled(namespace, &job.job.workflow, job.job.version)
         .await
         .ok();
-    let mut waiting_queues: Vec<String> = job
-        .tasks
-        .iter()
-        .filter(|t| t.status == starbridge_core::model::TaskStatus::Ready)
-        .map(|t| t.queue.clone())
-        .collect();
-    waiting_queues.sort();
-    waiting_queues.dedup();
-    let queues = state.engine.queue_states(namespace, waiting_queues).await?;
     let lock_held = match (&job.job.lock, job.job.status) {
         (Some(lock), starbridge_core::model::JobStatus::Queued) => {
             Some(state.engine.lock_usage(namespace, &lock.key).await?)
@@ -84,7 +81,7 @@ async fn job_view_with(
     let context = views::JobContext {
         workflow: compiled.as_ref().map(|c| &c.workflow),
         events,
-        queues: &queues,
+        queues,
         lock_held,
         now: state.engine.now(),
     };
@@ -153,9 +150,9 @@ async fn submit_job(
     let request: api::SubmitJob = body(&bytes)?;
     check_submit(&state.limits, &request)?;
     let actor = actor(&headers)?;
-    let submitted = state
+    let (submitted, queues) = state
         .engine
-        .submit(
+        .submit_for_view(
             &namespace,
             submission(
                 request,
@@ -169,7 +166,7 @@ async fn submit_job(
         audit_added_version(&state, &namespace, &actor, &submitted.state.job.workflow).await;
     }
     let (status, view) = if submitted.created {
-        let view = job_view_with(&state, &submitted.state, &[]).await?;
+        let view = job_view_with(&state, &submitted.state, &[], &queues).await?;
         (StatusCode::CREATED, view)
     } else {
         (StatusCode::OK, job_view(&state, &submitted.state).await?)

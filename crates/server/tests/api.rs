@@ -869,6 +869,30 @@ async fn a_waiting_job_and_task_say_why() {
     assert_eq!(polled["tasks"].as_array().unwrap().len(), 1);
     let (_, _, running) = api.call("GET", &format!("/api/v1/jobs/{id}"), "").await;
     assert!(running["tasks"][0]["waiting_reason"].is_null());
+
+    // The answer to a submit explains its ready tasks with the queues as its own transaction
+    // saw them: the pause, and the running task that fills a limit of one.
+    api.call(
+        "PUT",
+        "/api/v1/workflows/plain",
+        "steps:\n- {id: a, queue: q, command: c}\n",
+    )
+    .await;
+    api.call("POST", "/api/v1/queues/q/pause", "").await;
+    let (_, _, submitted) = api
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "plain"}"#)
+        .await;
+    assert_eq!(submitted["tasks"][0]["waiting_reason"], "queue q paused");
+    api.call("POST", "/api/v1/queues/q/resume", "").await;
+    api.call("PUT", "/api/v1/queues/q", r#"{"concurrency": 1}"#)
+        .await;
+    let (_, _, submitted) = api
+        .call("POST", "/api/v1/jobs", r#"{"workflow": "plain"}"#)
+        .await;
+    assert_eq!(
+        submitted["tasks"][0]["waiting_reason"],
+        "queue q at its limit (1/1 running)"
+    );
 }
 
 #[tokio::test]

@@ -24,7 +24,10 @@ pub(crate) use callbacks::{callback, callback_token};
 use children::{check_children, child_versions, deliver_endings, parent_of};
 pub(crate) use claim::{claim, open_queues};
 pub(crate) use operate::{delete_job, operate};
-pub(crate) use queues::{configure_prefix, configure_queue, drop_settings, settings_of};
+pub use queues::{QueueStates, ready_queues};
+pub(crate) use queues::{
+    configure_prefix, configure_queue, drop_settings, read_queue_states, settings_of,
+};
 pub(crate) use report::{Answer, prefetch, report};
 pub use signals::SignalAccepted;
 pub(crate) use signals::{decide, signal};

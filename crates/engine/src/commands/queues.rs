@@ -1,12 +1,18 @@
 //! Queue settings: those of one queue, and those of a name prefix (`agent-*`), which every
 //! queue starting with it follows until it is given settings of its own; which settings a queue
-//! dispatches with (`settings_of`).
+//! dispatches with (`settings_of`), and what the dispatcher knows of a queue to explain why a
+//! task waits in it (`read_queue_states`).
+
+use std::collections::HashMap;
 
 use crate::ctx::WriteCtx;
+use crate::notify::Notifier;
 use crate::{Error, QueueChange, Result, StoredQueue, StoredQueuePrefix};
-use starbridge_core::dispatch::{OnError, QueueConfig};
+use starbridge_core::dispatch::{OnError, QueueConfig, QueueState};
 use starbridge_core::limits::MAX_QUEUE_PREFIXES;
+use starbridge_core::model::{JobState, TaskStatus};
 use starbridge_core::routing::{QueueTarget, effective_config};
+use starbridge_core::time::{Duration, Timestamp};
 use starbridge_store::db::Conn;
 use starbridge_store::rows::{self, QueueSearch};
 
@@ -33,6 +39,61 @@ pub(crate) fn settings_of<'a>(
         .iter()
         .map(|settings| (settings.prefix.as_str(), &settings.config));
     effective_config(name, own, paused, prefixes)
+}
+
+/// The states of queues by name, to explain why a job's ready tasks wait.
+pub type QueueStates = HashMap<String, QueueState>;
+
+/// The queues a job's ready tasks wait in, each once.
+pub fn ready_queues(job: &JobState) -> Vec<String> {
+    let mut queues: Vec<String> = job
+        .tasks
+        .iter()
+        .filter(|task| task.status == TaskStatus::Ready)
+        .map(|task| task.queue.clone())
+        .collect();
+    queues.sort_unstable();
+    queues.dedup();
+    queues
+}
+
+/// What the dispatcher knows about `queues` of `namespace` (whose prefix settings are
+/// `prefixes`), read through `conn`: a reading connection, or the writer's transaction.
+pub(crate) fn read_queue_states(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queues: Vec<String>,
+    prefixes: &[StoredQueuePrefix],
+    notifier: &Notifier,
+    now: Timestamp,
+) -> Result<QueueStates> {
+    let mut states = QueueStates::with_capacity(queues.len());
+    for queue in queues {
+        let stored = rows::queue(conn, namespace, &queue)?;
+        let bucket = stored.as_ref().and_then(|q| q.bucket);
+        let (config, _) = settings_of(&queue, stored.as_ref(), prefixes);
+        let tokens = config.rate.map(|rate| rate.available(bucket, now));
+        let running = if config.is_limited() {
+            rows::running_count(conn, namespace, &queue)?
+        } else {
+            0
+        };
+        let last_poll = notifier.last_poll(namespace, &queue).map(|at| {
+            Duration::from_millis(u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX))
+        });
+        let paused_reason = stored.and_then(|q| q.paused_reason);
+        states.insert(
+            queue,
+            QueueState {
+                config,
+                running,
+                tokens,
+                last_poll,
+                paused_reason,
+            },
+        );
+    }
+    Ok(states)
 }
 
 /// Whether the change touches the settings (rather than the pause alone).
