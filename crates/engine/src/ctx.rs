@@ -2,7 +2,7 @@
 //! connection, the time, the caches, and where to note wake-ups and webhook deliveries.
 
 use crate::cache::{Compiled, Key, WorkflowCache};
-use crate::jobs::JobCache;
+use crate::jobs::{JobCache, Lifetime};
 use crate::{Result, StoredQueuePrefix, Webhook};
 use starbridge_core::limits::Limits;
 use starbridge_core::time::Timestamp;
@@ -17,8 +17,8 @@ pub(crate) struct WriteCtx<'a> {
     pub(crate) workflows: &'a WorkflowCache,
     /// Unfinished jobs as this transaction left them (see `jobs`).
     pub(crate) jobs: &'a mut JobCache,
-    /// Reads that hold for the whole transaction.
-    pub(crate) reads: &'a mut TxReads,
+    /// Settings read before (see `CachedReads`).
+    pub(crate) reads: &'a mut CachedReads,
     pub(crate) wakes: Vec<(String, String)>,
     /// The spans this request ended, handed to the exporter after commit (see `traces`).
     pub(crate) spans: Vec<crate::traces::FinishedSpan>,
@@ -34,12 +34,18 @@ pub(crate) struct WriteCtx<'a> {
     pub(crate) loaded_workflows: Vec<Key>,
 }
 
-/// Reads a group transaction makes once for all its requests. They stay right for the length
-/// of the transaction: every request in it arrived before it began, so a change another node
-/// commits meanwhile counts as coming after all of them; a change of the transaction's own
-/// forgets the entry it makes stale.
-#[derive(Default)]
-pub(crate) struct TxReads {
+/// Settings the writer's commands read often and change rarely: webhook subscriptions, the
+/// latest version of each workflow, queue prefix settings. A command that changes one forgets
+/// its entry. How long an entry stays right depends on who else writes (`Lifetime`, as for the
+/// job cache):
+///
+/// - on SQLite, as long as the store is open: this writer makes every change, so an entry can
+///   only go stale through a command that forgets it, or through a rollback, which forgets
+///   everything (`clear`);
+/// - on PostgreSQL, for the length of one group transaction: every request in it arrived before
+///   it began, so a change another node commits meanwhile counts as coming after all of them.
+pub(crate) struct CachedReads {
+    lifetime: Lifetime,
     /// Webhook subscriptions by namespace.
     webhooks: HashMap<String, Arc<Vec<Webhook>>>,
     /// The latest version of each workflow by (namespace, name).
@@ -48,11 +54,28 @@ pub(crate) struct TxReads {
     queue_prefixes: HashMap<String, Arc<Vec<StoredQueuePrefix>>>,
 }
 
-impl TxReads {
+impl CachedReads {
+    pub(crate) fn new(lifetime: Lifetime) -> CachedReads {
+        CachedReads {
+            lifetime,
+            webhooks: HashMap::new(),
+            versions: HashMap::new(),
+            queue_prefixes: HashMap::new(),
+        }
+    }
+
+    /// Forgets everything (a rollback may have undone what an entry was read from).
     pub(crate) fn clear(&mut self) {
         self.webhooks.clear();
         self.versions.clear();
         self.queue_prefixes.clear();
+    }
+
+    /// The group transaction committed: on PostgreSQL, other nodes may change anything now.
+    pub(crate) fn transaction_ended(&mut self) {
+        if self.lifetime == Lifetime::Transaction {
+            self.clear();
+        }
     }
 
     pub(crate) fn forget_webhooks(&mut self, namespace: &str) {

@@ -3,7 +3,7 @@
 //! commits once, and only then answers every request and wakes the pollers of queues that got
 //! work. One fsync serves many requests, and no request is answered before its change is
 //! durable. The connection holds row writes back and writes them in sets (see `deferred`), and
-//! reads some things once per transaction (`TxReads`).
+//! keeps the settings its commands read often (`CachedReads`).
 //!
 //! A refused request must leave nothing behind while the others of its transaction commit.
 //! Requests run bare: a savepoint per request costs a round trip on PostgreSQL and a copy of
@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::WorkflowCache;
 use crate::clock::Clock;
-use crate::ctx::{TxReads, WriteCtx};
+use crate::ctx::{CachedReads, WriteCtx};
 use crate::health::LastWrite;
 use crate::jobs::{JobCache, Lifetime};
 use crate::notify::Notifier;
@@ -369,18 +369,19 @@ fn usable(conn: &mut Option<WriteConn>, connect: &Connect) -> Result<()> {
 /// What the writer thread keeps between requests besides its connection.
 struct State {
     jobs: JobCache,
-    reads: TxReads,
+    reads: CachedReads,
 }
 
 fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Vec<Work>>, shared: &Shared) {
-    // On SQLite this thread makes every change to jobs, so what it cached is what is stored; on
-    // PostgreSQL a job stays cached only while the transaction that locked it runs.
+    // On SQLite this thread makes every change, so what it cached is what is stored; on
+    // PostgreSQL a job or a setting stays cached only while the transaction that read it runs.
+    let lifetime = match conn.backend() {
+        Backend::Sqlite => Lifetime::Store,
+        Backend::Postgres => Lifetime::Transaction,
+    };
     let mut state = State {
-        jobs: JobCache::new(match conn.backend() {
-            Backend::Sqlite => Lifetime::Store,
-            Backend::Postgres => Lifetime::Transaction,
-        }),
-        reads: TxReads::default(),
+        jobs: JobCache::new(lifetime),
+        reads: CachedReads::new(lifetime),
     };
     let mut conn = Some(WriteConn::new(conn));
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
@@ -414,7 +415,7 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Vec<Work>>, sh
         };
         commit_batch(conn, &mut batch, &mut again, &mut state, shared);
         state.jobs.transaction_ended();
-        state.reads.clear();
+        state.reads.transaction_ended();
     }
 }
 
@@ -458,6 +459,7 @@ fn commit_batch(
         conn.discard();
         shared.workflows.clear();
         state.jobs.clear();
+        state.reads.clear();
         transaction.wakes.clear();
     }
     for (request, ran) in batch.drain(..).zip(transaction.ran) {
@@ -643,6 +645,8 @@ fn run_transaction(
         } else {
             state.jobs.request_rolled_back();
             shared.workflows.forget(&loaded);
+            // What it read after changing a setting goes with its changes.
+            state.reads.clear();
             let wrote = conn.writes() != writes_before;
             if guard == Guard::None && (wrote || ran != Ran::Refused) {
                 tracing::debug!(?ran, wrote, "a request spoiled its group; running it again");

@@ -154,7 +154,55 @@ async fn a_subscription_refuses_empty_or_repeated_events_and_bad_steps(f: Fixtur
     assert!(f.store.webhooks("default").await.unwrap().is_empty());
 }
 
+/// The writer keeps a namespace's subscriptions between transactions (on SQLite): making one
+/// must reach the next job, and deleting it must stop its deliveries.
+async fn a_subscription_made_or_deleted_after_jobs_ran_applies_to_the_next_job(f: Fixture) {
+    f.store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+    let run_one = || async {
+        submit(&f.store, "wf", json!({})).await;
+        let claimed = claim_one(&f.store).await;
+        complete(&f.store, &claimed, json!({})).await.unwrap();
+    };
+    run_one().await;
+    let hook = f
+        .store
+        .create_webhook(
+            "default",
+            subscription(Some(vec![WebhookEvent::TaskSucceeded]), &[]),
+        )
+        .await
+        .unwrap();
+    run_one().await;
+    assert_eq!(
+        types(&payloads(&f.store, &hook.id).await),
+        [("task.succeeded", "a", 1)]
+    );
+    let second = f
+        .store
+        .create_webhook(
+            "default",
+            subscription(Some(vec![WebhookEvent::TaskSucceeded]), &[]),
+        )
+        .await
+        .unwrap();
+    f.store.delete_webhook("default", &hook.id).await.unwrap();
+    run_one().await;
+    assert_eq!(
+        payloads(&f.store, &second.id).await.len(),
+        1,
+        "the subscription left receives the job's success"
+    );
+}
+
 on_both_backends!(
     task_events_reach_only_the_subscriptions_that_ask_for_them,
+    a_subscription_made_or_deleted_after_jobs_ran_applies_to_the_next_job,
     a_subscription_refuses_empty_or_repeated_events_and_bad_steps,
 );
