@@ -170,28 +170,20 @@ async fn a_subscription_made_or_deleted_after_jobs_ran_applies_to_the_next_job(f
         let claimed = claim_one(&f.store).await;
         complete(&f.store, &claimed, json!({})).await.unwrap();
     };
-    run_one().await;
-    let hook = f
-        .store
-        .create_webhook(
+    let subscribe_to_successes = || {
+        f.store.create_webhook(
             "default",
             subscription(Some(vec![WebhookEvent::TaskSucceeded]), &[]),
         )
-        .await
-        .unwrap();
+    };
+    run_one().await;
+    let hook = subscribe_to_successes().await.unwrap();
     run_one().await;
     assert_eq!(
         types(&payloads(&f.store, &hook.id).await),
         [("task.succeeded", "a", 1)]
     );
-    let second = f
-        .store
-        .create_webhook(
-            "default",
-            subscription(Some(vec![WebhookEvent::TaskSucceeded]), &[]),
-        )
-        .await
-        .unwrap();
+    let second = subscribe_to_successes().await.unwrap();
     f.store.delete_webhook("default", &hook.id).await.unwrap();
     run_one().await;
     assert_eq!(
