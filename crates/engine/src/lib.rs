@@ -49,7 +49,7 @@ pub use commands::outbox::{
 };
 pub use commands::schedules::{ScheduleSpec, time_zone};
 pub use commands::tokens::NewToken;
-pub use commands::{CallbackAccepted, QueueStates, SignalAccepted, ready_queues};
+pub use commands::{CallbackAccepted, QueueStates, SignalAccepted};
 pub use health::{HEALTHY_WRITE_AGE, Health};
 pub use loops::deliveries::{run_deliveries, signature};
 pub use loops::pruner::run_pruner;
@@ -57,12 +57,12 @@ pub use loops::rollup::run_rollup;
 pub use loops::timers::run_timers;
 pub use notify::{Notifier, WorkerSeen};
 pub use starbridge_store::minutes::{MinuteFigures, MinuteRow, SeriesKind, minute_of};
-pub use starbridge_store::rows::QueueSearch;
 pub use starbridge_store::rows::audit::AuditEntry;
 pub use starbridge_store::rows::deliveries::{Delivery, DueDelivery};
 pub use starbridge_store::rows::schedules::StoredSchedule;
 pub use starbridge_store::rows::tokens::{Scope, Token};
 pub use starbridge_store::rows::webhooks::Webhook;
+pub use starbridge_store::rows::{ChangeMark, QueueSearch};
 pub use starbridge_store::{
     DatabaseError, Durability, Error, JobCursor, JobFilter, JobLine, JobSearch, QueueStats, Result,
     Stats, StatusCount, StoreOptions, StoredEvent, StoredQueue, StoredQueuePrefix, StoredWorkflow,
@@ -858,6 +858,42 @@ impl Engine {
         self.inner
             .reader
             .read(move |conn| rows::list_jobs(conn, &filter))
+            .await
+    }
+
+    /// What a job's view needs besides the job, in one read: its history (at most `limit`
+    /// events) and the states of the queues its ready tasks wait in. `job` was read from its
+    /// namespace.
+    pub async fn view_reads(
+        &self,
+        job: &JobState,
+        limit: u32,
+    ) -> Result<(Vec<StoredEvent>, QueueStates)> {
+        let namespace = job.job.namespace.clone();
+        let id = job.job.id.clone();
+        let queues = commands::ready_queues(job);
+        let notifier = self.inner.notifier.clone();
+        let now = self.inner.clock.now();
+        self.inner
+            .reader
+            .read(move |conn| {
+                let events = rows::events(conn, &id, 0, limit)?;
+                let prefixes = rows::queue_prefixes::list(conn, &namespace)?;
+                let states = commands::read_queue_states(
+                    conn, &namespace, queues, &prefixes, &notifier, now,
+                )?;
+                Ok((events, states))
+            })
+            .await
+    }
+
+    /// How far a job has changed (its last event, its runs under way), or `None` when the job
+    /// is not in this namespace.
+    pub async fn change_mark(&self, namespace: &str, id: &JobId) -> Result<Option<ChangeMark>> {
+        let (namespace, id) = (namespace.to_owned(), id.clone());
+        self.inner
+            .reader
+            .read(move |conn| rows::change_mark(conn, &namespace, &id))
             .await
     }
 

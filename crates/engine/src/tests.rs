@@ -599,6 +599,39 @@ async fn the_audit_log_lists_entries_newest_first_per_namespace(f: Fixture) {
     );
 }
 
+/// A page that follows a job live learns of every change from its change mark, a run's start
+/// included, though a claim writes no history.
+async fn a_jobs_change_mark_moves_with_its_history_and_its_runs(f: Fixture) {
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    let job = submit(&f.store, "wf", json!({})).await.state.job.id;
+    let mark = || async { f.store.change_mark("default", &job).await.unwrap().unwrap() };
+    let submitted = mark().await;
+    assert!(submitted.last_event > 0);
+    assert_eq!((submitted.runs, submitted.last_claim), (0, None));
+    let claimed = claim_one(&f.store).await;
+    let running = mark().await;
+    assert_eq!(
+        running.last_event, submitted.last_event,
+        "a claim writes no history"
+    );
+    assert_eq!(running.runs, 1);
+    assert!(running.last_claim.is_some());
+    complete(&f.store, &claimed, json!({})).await.unwrap();
+    let completed = mark().await;
+    assert!(completed.last_event > running.last_event);
+    assert_eq!(completed.runs, 0);
+    assert!(
+        f.store
+            .change_mark("other-ns", &job)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
 async fn concurrent_claims_never_hand_out_the_same_task(f: Fixture) {
     f.store
         .apply_workflow(
@@ -1618,6 +1651,7 @@ async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(
 }
 
 on_both_backends!(
+    a_jobs_change_mark_moves_with_its_history_and_its_runs,
     labels_merge_over_the_workflows_and_are_checked_at_apply_and_submit,
     a_schedule_gives_its_labels_to_the_jobs_it_starts,
     a_token_authenticates_until_revoked_and_only_its_hash_is_kept,

@@ -45,15 +45,7 @@ pub(crate) async fn job_view(
     state: &AppState,
     job: &starbridge_core::model::JobState,
 ) -> ApiResult<api::JobView> {
-    let events = state
-        .engine
-        .events(&job.job.namespace, &job.job.id, 0, MAX_VIEW_EVENTS)
-        .await?
-        .unwrap_or_default();
-    let queues = state
-        .engine
-        .queue_states(&job.job.namespace, starbridge_engine::ready_queues(job))
-        .await?;
+    let (events, queues) = state.engine.view_reads(job, MAX_VIEW_EVENTS).await?;
     job_view_with(state, job, &events, &queues).await
 }
 

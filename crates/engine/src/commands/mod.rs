@@ -24,9 +24,9 @@ pub(crate) use callbacks::{callback, callback_token};
 use children::{check_children, child_versions, deliver_endings, parent_of};
 pub(crate) use claim::{claim, open_queues};
 pub(crate) use operate::{delete_job, operate};
-pub use queues::{QueueStates, ready_queues};
+pub use queues::QueueStates;
 pub(crate) use queues::{
-    configure_prefix, configure_queue, drop_settings, read_queue_states, settings_of,
+    configure_prefix, configure_queue, drop_settings, read_queue_states, ready_queues, settings_of,
 };
 pub(crate) use report::{Answer, prefetch, report};
 pub use signals::SignalAccepted;

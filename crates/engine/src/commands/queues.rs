@@ -45,7 +45,7 @@ pub(crate) fn settings_of<'a>(
 pub type QueueStates = HashMap<String, QueueState>;
 
 /// The queues a job's ready tasks wait in, each once.
-pub fn ready_queues(job: &JobState) -> Vec<String> {
+pub(crate) fn ready_queues(job: &JobState) -> Vec<String> {
     let mut queues: Vec<String> = job
         .tasks
         .iter()

@@ -449,7 +449,8 @@ struct StreamQuery {
 }
 
 /// Sends a `change` event (data: the latest history sequence number) whenever the job's history
-/// grows past `after`; ends when the server shuts down.
+/// grows past `after` or a run of one of its tasks starts (a claim writes no history); ends when
+/// the server shuts down.
 async fn job_stream(
     State(ui): State<UiState>,
     Path(id): Path<String>,
@@ -460,28 +461,40 @@ async fn job_stream(
     if ui.app.engine.job(&namespace.0, &id).await?.is_none() {
         return Err(Error::NotFound(format!("job {id} not found")));
     }
-    let start = (ui, namespace.0, id, query.after);
-    let stream =
-        futures_util::stream::unfold(start, |(mut ui, namespace, id, mut seen)| async move {
+    let start = (ui, namespace.0, id, query.after, None);
+    let stream = futures_util::stream::unfold(
+        start,
+        |(mut ui, namespace, id, after, mut seen)| async move {
             loop {
                 if *ui.closing.borrow() {
                     return None;
                 }
-                match ui.app.engine.events(&namespace, &id, seen, 10_000).await {
-                    Ok(Some(events)) if !events.is_empty() => {
-                        seen = events.last().map_or(seen, |e| e.seq);
-                        let event = Event::default().event("change").data(seen.to_string());
-                        return Some((Ok(event), (ui, namespace, id, seen)));
+                match ui.app.engine.change_mark(&namespace, &id).await {
+                    Ok(Some(mark)) => {
+                        // The first mark is what the page shows, unless its history is past
+                        // `after`; every later one that differs is a change.
+                        let changed = match seen {
+                            None => mark.last_event > after,
+                            Some(before) => mark != before,
+                        };
+                        seen = Some(mark);
+                        if changed {
+                            let event = Event::default()
+                                .event("change")
+                                .data(mark.last_event.to_string());
+                            return Some((Ok(event), (ui, namespace, id, after, seen)));
+                        }
                     }
-                    Ok(_) => {}
-                    Err(error) => tracing::warn!(%error, "job stream cannot read events"),
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(%error, "job stream cannot read the job"),
                 }
                 tokio::select! {
                     () = tokio::time::sleep(STREAM_CHECK) => {}
                     changed = ui.closing.changed() => if changed.is_err() { return None },
                 }
             }
-        });
+        },
+    );
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 

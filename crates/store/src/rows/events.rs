@@ -71,6 +71,40 @@ pub fn events(
     )
 }
 
+/// How far a job has changed, for a page that follows it live: its last history event, and the
+/// runs of its tasks under way (a claim writes no history, so a run's start shows only here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeMark {
+    /// The sequence number of its last event (0 for none).
+    pub last_event: i64,
+    /// Its tasks whose run has started and not ended.
+    pub runs: i64,
+    /// The latest start of those runs.
+    pub last_claim: Option<i64>,
+}
+
+/// The job's change mark, or `None` when it is not in `namespace`.
+pub fn change_mark(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    job: &JobId,
+) -> Result<Option<ChangeMark>> {
+    conn.query_opt(
+        "SELECT (SELECT MAX(seq) FROM events WHERE job_id = ?1), \
+         (SELECT COUNT(claimed_at) FROM tasks WHERE job_id = ?1), \
+         (SELECT MAX(claimed_at) FROM tasks WHERE job_id = ?1) \
+         FROM jobs WHERE id = ?1 AND namespace = ?2",
+        args![job.as_str(), namespace],
+        |row| {
+            Ok(ChangeMark {
+                last_event: row.get::<Option<i64>>(0)?.unwrap_or(0),
+                runs: row.get(1)?,
+                last_claim: row.get(2)?,
+            })
+        },
+    )
+}
+
 /// When a task's attempt was first claimed, as far as its history tells: an attempt that asked
 /// to be checked later was claimed again, and the `task_check_later` ending its first run
 /// carries that run's start (`claimed_at`); histories written before claims left the history

@@ -43,7 +43,9 @@ mod workflows;
 #[cfg(test)]
 mod tests;
 
-pub use events::{EVENT_WRITE, attempt_first_claimed_at, event_values, events};
+pub use events::{
+    ChangeMark, EVENT_WRITE, attempt_first_claimed_at, change_mark, event_values, events,
+};
 pub use health::{ping, write_health_probe};
 pub(crate) use jobs::JOBS_BY_ID;
 pub use jobs::{
