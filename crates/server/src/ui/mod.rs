@@ -458,7 +458,13 @@ async fn job_stream(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let namespace = ns(query.namespace.as_deref())?;
     let id = job_id(&id)?;
-    if ui.app.engine.job(&namespace.0, &id).await?.is_none() {
+    if ui
+        .app
+        .engine
+        .change_mark(&namespace.0, &id)
+        .await?
+        .is_none()
+    {
         return Err(Error::NotFound(format!("job {id} not found")));
     }
     let start = (ui, namespace.0, id, query.after, None);
