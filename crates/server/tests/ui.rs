@@ -216,6 +216,13 @@ async fn a_job_stream_reports_history_growth_and_ends_when_the_server_closes() {
 
     let ui = ui();
     let id = ui.job("k").await;
+    // Neither an unknown job nor a job of another namespace is streamed.
+    let (status, _, _) = ui
+        .get("/ui/jobs/job_01a21bfe4fcf7086adb1dfe330eef9df/live")
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = ui.get(&format!("/ui/jobs/{id}/live?namespace=other")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     let request = axum::http::Request::builder()
         .uri(format!("/ui/jobs/{id}/live?after=0"))
         .body(axum::body::Body::empty())
