@@ -429,6 +429,8 @@ pub struct CallbackGrant {
     /// The job round of the claim: an operator reset since then moved the task on.
     pub round: u32,
     pub hash: String,
+    /// Left out of the stored row while the attempt is unanswered, as for most attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered: Option<CallbackAnswer>,
 }
 

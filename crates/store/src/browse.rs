@@ -3,12 +3,14 @@
 //! tasks.
 //!
 //! Every query is written to stay fast with millions of jobs: the list walks an index in its
-//! order (`created_at DESC, id DESC`) and stops after one page; the counts are one index-only
+//! order (`created_at DESC, id DESC`), one per status merged when no status is given, and stops
+//! after one page; the counts are one index-only
 //! range count per status, stopped at a cap (an exact count of a million rows costs more than a
 //! page should). A text search reads at most `SEARCH_SCAN` jobs whose id and as many whose key
 //! start with the text, each from its own index, then filters, orders and counts those in
 //! memory: query planners would otherwise walk the list order and test every job. The indexes
-//! are in migration `0004_browse.sql` (PostgreSQL: `0003_browse.sql`). The SQL is portable:
+//! are in migration `0004_browse.sql` (PostgreSQL: `0003_browse.sql`), less the two without the
+//! status (`0018_lists_by_status.sql`). The SQL is portable:
 //! row values, plain comparisons, numbered placeholders.
 
 use crate::db::{Conn, Queries, Row, Value as SqlValue, args, bind};
@@ -309,11 +311,17 @@ pub fn jobs(conn: &mut dyn Conn, search: &JobSearch) -> Result<Vec<JobLine>> {
         ));
     }
     values.push(i64::from(search.limit).into());
-    let query = format!(
-        "SELECT {LINE_COLUMNS} FROM jobs {read} WHERE {sql} \
-         ORDER BY created_at DESC, id DESC LIMIT ?{}",
-        values.len()
-    );
+    let select = format!("SELECT {LINE_COLUMNS} FROM jobs {read} WHERE {sql}");
+    // A rare label's few jobs are read by id and sorted; else, with no status given, each
+    // status's jobs in list order, merged.
+    let query = if search.status.is_none() && read.is_empty() {
+        crate::rows::any_status_newest_first(conn.backend(), &select, values.len())
+    } else {
+        format!(
+            "{select} ORDER BY created_at DESC, id DESC LIMIT ?{}",
+            values.len()
+        )
+    };
     conn.query_map(&query, &bind(&values), raw_line)?
         .into_iter()
         .map(RawLine::into_line)

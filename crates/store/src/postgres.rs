@@ -74,6 +74,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         17,
         include_str!("../migrations/postgres/0017_claims_off_history.sql"),
     ),
+    (
+        18,
+        include_str!("../migrations/postgres/0018_lists_by_status.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

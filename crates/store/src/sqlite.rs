@@ -65,6 +65,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         17,
         include_str!("../migrations/sqlite/0017_claims_off_history.sql"),
     ),
+    (
+        18,
+        include_str!("../migrations/sqlite/0018_lists_by_status.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {

@@ -308,6 +308,38 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
 /// order (`jobs_created`) than sort a few rows.
 pub(crate) const JOBS_BY_ID: &str = "INDEXED BY sqlite_autoindex_jobs_1";
 
+/// The SQL of the newest first page (`?{limit}` rows) of the jobs `select_where` (a `SELECT` of
+/// `jobs` whose `WHERE` names no status, its result holding `created_at` and `id`) picks,
+/// whatever their status: one range per status of a list index that leads with the status
+/// (`jobs_status_created`, or `jobs_workflow_status_created` for one workflow), each read in
+/// list order, merged, and stopped after the page. SQLite merges the ordered arms of a
+/// `UNION ALL … ORDER BY` as it reads them; PostgreSQL plans a Merge Append only over arms that
+/// hold their own order and limit (it would rather sort every matching job otherwise). `jobs`
+/// keeps no list index without the status: every job would pay for it in each write of its
+/// row and in its bytes.
+pub(crate) fn any_status_newest_first(
+    backend: Backend,
+    select_where: &str,
+    limit: usize,
+) -> String {
+    const ORDER: &str = "ORDER BY created_at DESC, id DESC";
+    let arms: Vec<String> = JobStatus::ALL
+        .iter()
+        .enumerate()
+        .map(|(arm, status)| {
+            let status = status.as_str();
+            match backend {
+                Backend::Sqlite => format!("{select_where} AND status = '{status}'"),
+                Backend::Postgres => format!(
+                    "SELECT * FROM ({select_where} AND status = '{status}' {ORDER} \
+                     LIMIT ?{limit}) AS arm{arm}"
+                ),
+            }
+        })
+        .collect();
+    format!("{} {ORDER} LIMIT ?{limit}", arms.join(" UNION ALL "))
+}
+
 /// A filter's labels, the rarest first (each counted up to `RARE_LABEL` in the label index).
 fn rarest_first<'a>(
     conn: &mut dyn Conn,
@@ -399,7 +431,7 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
         sql.push_str(&format!(" AND {jobs}id IN ({})", places.join(", ")));
     }
     // The order (and the cursor) follows the leading index: newest first by creation time
-    // (`jobs_created` and the status and workflow variants the web UI's list reads too), or,
+    // (`jobs_status_created` and its workflow variant, which the web UI's list reads too), or,
     // led by a label, by job id (`l.job_id`; ids are time-ordered, so this is newest first too).
     let order = if filter.labels.is_empty() {
         if let Some(cursor) = &filter.before {
@@ -419,7 +451,15 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
         "l.job_id DESC"
     };
     values.push(Arg::Int(i64::from(filter.limit)));
-    sql.push_str(&format!(" ORDER BY {order} LIMIT ?{}", values.len()));
+    let plain = filter.labels.is_empty()
+        && filter.ids.is_none()
+        && filter.parent.is_none()
+        && filter.status.is_none();
+    if plain {
+        sql = any_status_newest_first(conn.backend(), &sql, values.len());
+    } else {
+        sql.push_str(&format!(" ORDER BY {order} LIMIT ?{}", values.len()));
+    }
     conn.query_map(&sql, &values, job_from_row)?
         .into_iter()
         .map(RawJob::into_job)

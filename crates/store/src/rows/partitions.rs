@@ -9,6 +9,7 @@
 //! Nodes sharing the database take turns under one advisory lock. SQLite keeps one `events`
 //! table: there these do nothing.
 
+use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
 
 use crate::db::{Backend, Conn, Queries, args};
@@ -99,9 +100,13 @@ pub fn drop_retired_event_partitions(
     for (day, name) in partitions {
         // A job's events come after its creation: only jobs made before the day ended can
         // have history in it, and after pruning those are few (the ones still kept). They are
-        // read per namespace through the list index `jobs_created` (namespace, created_at),
-        // the namespaces found by skipping through that index, so `jobs` needs no index of
-        // its own on `created_at`.
+        // read per namespace and status through the list index `jobs_status_created`
+        // (namespace, status, created_at), the namespaces found by skipping through that
+        // index, so `jobs` needs no index of its own on `created_at`.
+        let statuses: Vec<String> = JobStatus::ALL
+            .iter()
+            .map(|status| format!("'{}'", status.as_str()))
+            .collect();
         let held = conn
             .query_opt(
                 &format!(
@@ -113,9 +118,10 @@ pub fn drop_retired_event_partitions(
                          FROM spaces WHERE spaces.name IS NOT NULL) \
                      SELECT 1 FROM spaces WHERE spaces.name IS NOT NULL AND EXISTS ( \
                          SELECT 1 FROM jobs WHERE jobs.namespace = spaces.name \
-                         AND jobs.created_at < ?1 \
+                         AND jobs.status IN ({statuses}) AND jobs.created_at < ?1 \
                          AND EXISTS (SELECT 1 FROM {name} e WHERE e.job_id = jobs.id)) \
-                     LIMIT 1"
+                     LIMIT 1",
+                    statuses = statuses.join(", ")
                 ),
                 args![(day + 1) * DAY_MILLIS],
                 |_| Ok(()),

@@ -420,11 +420,14 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
 
 fn the_job_list_pages_newest_first_by_creation_time(db: &mut Db) {
     // Ids out of step with creation times (a clock that went back, or ids made before the
-    // transaction): the list follows the creation time, then the id.
+    // transaction): the list follows the creation time, then the id, whatever the statuses
+    // (each status's jobs are read in order and merged).
     let oldest = job("c", later(0));
     let tied_low = job("a", later(10));
-    let tied_high = job("b", later(10));
-    let newest = job("0", later(20));
+    let mut tied_high = job("b", later(10));
+    tied_high.status = JobStatus::Succeeded;
+    let mut newest = job("0", later(20));
+    newest.status = JobStatus::Failed;
     let mut child = job("d", later(5));
     child.parent = Some(ParentLink {
         job: oldest.id.clone(),
@@ -472,6 +475,17 @@ fn the_job_list_pages_newest_first_by_creation_time(db: &mut Db) {
         ),
         [tied_low.id.clone(), child.id.clone()],
         "a status reads its own index in the same order"
+    );
+    assert_eq!(
+        page(
+            conn,
+            None,
+            JobFilter {
+                status: Some(JobStatus::Succeeded),
+                ..all()
+            }
+        ),
+        [tied_high.id.clone()]
     );
     let children = || JobFilter {
         parent: Some(oldest.id.clone()),
