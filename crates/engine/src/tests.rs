@@ -111,6 +111,18 @@ fn definition(yaml: &str) -> Value {
     starbridge_core::definition::parse_document(yaml).unwrap()
 }
 
+/// Applies `wf` in `default`: one step `a` on queue `q`.
+async fn apply_one_step(store: &Store) {
+    store
+        .apply_workflow(
+            "default",
+            "wf",
+            definition("steps:\n- {id: a, queue: q, command: c}\n"),
+        )
+        .await
+        .unwrap();
+}
+
 const TWO_STEPS: &str = "steps:\n- {id: a, queue: q, command: c, timeout: 10s, retry: {max_attempts: 2, initial: 1s}}\n- {id: b, queue: q, command: c}\n";
 
 async fn submit(store: &Store, workflow: &str, params: Value) -> Submitted {
@@ -633,14 +645,7 @@ async fn a_jobs_change_mark_moves_with_its_history_and_its_runs(f: Fixture) {
 }
 
 async fn concurrent_claims_never_hand_out_the_same_task(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     for _ in 0..30 {
         submit(&f.store, "wf", json!({})).await;
     }
@@ -834,14 +839,7 @@ async fn a_job_is_invisible_from_another_namespace(f: Fixture) {
 }
 
 async fn dispatch_prefers_job_priority_then_age(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     let old_low = submit(&f.store, "wf", json!({})).await.state.job.id;
     f.clock.advance(Duration::from_millis(5));
     let high = f
@@ -874,14 +872,7 @@ async fn dispatch_prefers_job_priority_then_age(f: Fixture) {
 }
 
 async fn a_long_poll_registration_is_woken_by_a_new_ready_task(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     let notify = f.store.notifier().register("default", &["q".to_owned()]);
     submit(&f.store, "wf", json!({})).await;
     notify.notified().await;
@@ -907,14 +898,7 @@ async fn claim_n(store: &Store, queues: &[&str], max: u32) -> Vec<Claimed> {
 }
 
 async fn a_serial_queue_runs_one_task_at_a_time_in_order(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     configure(
         &f.store,
         "q",
@@ -939,14 +923,7 @@ async fn a_serial_queue_runs_one_task_at_a_time_in_order(f: Fixture) {
 }
 
 async fn a_queue_concurrency_limit_bounds_running_tasks(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     configure(
         &f.store,
         "q",
@@ -964,14 +941,7 @@ async fn a_queue_concurrency_limit_bounds_running_tasks(f: Fixture) {
 }
 
 async fn a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     submit(&f.store, "wf", json!({})).await;
     let pause = QueueChange {
         paused: Some(true),
@@ -1018,14 +988,7 @@ async fn higher_priority_queues_are_served_first(f: Fixture) {
 }
 
 async fn a_task_waiting_longer_than_max_wait_goes_ahead_of_priority(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     configure(
         &f.store,
         "q",
@@ -1356,14 +1319,7 @@ async fn a_schedule_gives_its_labels_to_the_jobs_it_starts(f: Fixture) {
 }
 
 async fn a_schedule_fires_one_job_per_fire_time_with_its_params(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     let schedule = f
         .store
         .put_schedule(
@@ -1402,14 +1358,7 @@ async fn a_schedule_fires_one_job_per_fire_time_with_its_params(f: Fixture) {
 async fn overlap_skip_starts_nothing_while_the_previous_job_runs_and_queue_one_holds_one_fire(
     f: Fixture,
 ) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     for (name, overlap) in [("skipper", Overlap::Skip), ("queuer", Overlap::QueueOne)] {
         f.store
             .put_schedule(
@@ -1461,14 +1410,7 @@ async fn overlap_skip_starts_nothing_while_the_previous_job_runs_and_queue_one_h
 }
 
 async fn catch_up_all_runs_missed_fires_up_to_its_limit(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     f.store
         .put_schedule(
             "default",
@@ -1484,14 +1426,7 @@ async fn catch_up_all_runs_missed_fires_up_to_its_limit(f: Fixture) {
 }
 
 async fn schedule_input_is_validated_naming_the_field(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     let cases = [
         (
             schedule_spec("99 * * * *", Overlap::Skip, CatchUp::Skip),
@@ -1589,14 +1524,7 @@ async fn a_schedule_that_cannot_be_computed_stops_alone_and_timers_go_on(f: Fixt
 }
 
 async fn a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     let rate = starbridge_core::dispatch::RateLimit {
         tokens: 2,
         per: Duration::from_secs(10),

@@ -3,15 +3,14 @@
 //! tasks.
 //!
 //! Every query is written to stay fast with millions of jobs: the list walks an index in its
-//! order (`created_at DESC, id DESC`), one per status merged when no status is given, and stops
-//! after one page; the counts are one index-only
-//! range count per status, stopped at a cap (an exact count of a million rows costs more than a
-//! page should). A text search reads at most `SEARCH_SCAN` jobs whose id and as many whose key
+//! order (`created_at DESC, id DESC`), one range per status merged when no status is given, and
+//! stops after one page; the counts are one index-only range count per status, stopped at a cap
+//! (an exact count of a million rows costs more than a page should). A text search reads at most `SEARCH_SCAN` jobs whose id and as many whose key
 //! start with the text, each from its own index, then filters, orders and counts those in
 //! memory: query planners would otherwise walk the list order and test every job. The indexes
 //! are in migration `0004_browse.sql` (PostgreSQL: `0003_browse.sql`), less the two without the
-//! status (`0018_lists_by_status.sql`). The SQL is portable:
-//! row values, plain comparisons, numbered placeholders.
+//! status (`0018_lists_by_status.sql`). The SQL is portable: row values, plain comparisons,
+//! numbered placeholders.
 
 use crate::db::{Conn, Queries, Row, Value as SqlValue, args, bind};
 use crate::rows::labels::{RARE_LABEL, capped_count};

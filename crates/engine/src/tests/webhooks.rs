@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use starbridge_core::time::Duration;
 use starbridge_core::webhook::WebhookEvent;
 
-use super::{Fixture, Store, claim_one, complete, definition, fail, submit};
+use super::{Fixture, Store, apply_one_step, claim_one, complete, definition, fail, submit};
 use crate::{Error, NewWebhook};
 
 const RETRIED: &str = "steps:\n- {id: a, queue: q, command: c, retry: {max_attempts: 2, initial: 1s}}\n- {id: b, queue: q, command: c, depends_on: [a], retry: {max_attempts: 2, initial: 1s}}\n";
@@ -157,14 +157,7 @@ async fn a_subscription_refuses_empty_or_repeated_events_and_bad_steps(f: Fixtur
 /// The writer keeps a namespace's subscriptions between transactions (on SQLite): making one
 /// must reach the next job, and deleting it must stop its deliveries.
 async fn a_subscription_made_or_deleted_after_jobs_ran_applies_to_the_next_job(f: Fixture) {
-    f.store
-        .apply_workflow(
-            "default",
-            "wf",
-            definition("steps:\n- {id: a, queue: q, command: c}\n"),
-        )
-        .await
-        .unwrap();
+    apply_one_step(&f.store).await;
     let run_one = || async {
         submit(&f.store, "wf", json!({})).await;
         let claimed = claim_one(&f.store).await;

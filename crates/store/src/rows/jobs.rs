@@ -305,7 +305,7 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
 
 /// Reads jobs named by id through the primary key (SQLite's name for its index). SQLite has no
 /// statistics, and given a namespace too it would rather walk the namespace's jobs in list
-/// order (`jobs_created`) than sort a few rows.
+/// order (`jobs_status_created`, a status at a time) than sort a few rows.
 pub(crate) const JOBS_BY_ID: &str = "INDEXED BY sqlite_autoindex_jobs_1";
 
 /// The SQL of the newest first page (`?{limit}` rows) of the jobs `select_where` (a `SELECT` of

@@ -96,6 +96,11 @@ pub fn drop_retired_event_partitions(
         .filter(|(day, _)| (day + 1) * DAY_MILLIS <= ended_before.0)
         .collect();
     partitions.sort();
+    let statuses: Vec<String> = JobStatus::ALL
+        .iter()
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect();
+    let statuses = statuses.join(", ");
     let mut dropped = Vec::new();
     for (day, name) in partitions {
         // A job's events come after its creation: only jobs made before the day ended can
@@ -103,10 +108,6 @@ pub fn drop_retired_event_partitions(
         // read per namespace and status through the list index `jobs_status_created`
         // (namespace, status, created_at), the namespaces found by skipping through that
         // index, so `jobs` needs no index of its own on `created_at`.
-        let statuses: Vec<String> = JobStatus::ALL
-            .iter()
-            .map(|status| format!("'{}'", status.as_str()))
-            .collect();
         let held = conn
             .query_opt(
                 &format!(
@@ -120,8 +121,7 @@ pub fn drop_retired_event_partitions(
                          SELECT 1 FROM jobs WHERE jobs.namespace = spaces.name \
                          AND jobs.status IN ({statuses}) AND jobs.created_at < ?1 \
                          AND EXISTS (SELECT 1 FROM {name} e WHERE e.job_id = jobs.id)) \
-                     LIMIT 1",
-                    statuses = statuses.join(", ")
+                     LIMIT 1"
                 ),
                 args![(day + 1) * DAY_MILLIS],
                 |_| Ok(()),
