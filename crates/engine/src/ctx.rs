@@ -2,6 +2,7 @@
 //! connection, the time, the caches, and where to note wake-ups and webhook deliveries.
 
 use crate::cache::{Compiled, Key, WorkflowCache};
+use crate::commands::shared_claims::GroupClaims;
 use crate::jobs::{JobCache, Lifetime};
 use crate::{Result, StoredQueuePrefix, Webhook};
 use starbridge_core::limits::Limits;
@@ -19,6 +20,8 @@ pub(crate) struct WriteCtx<'a> {
     pub(crate) jobs: &'a mut JobCache,
     /// Settings read before (see `CachedReads`).
     pub(crate) reads: &'a mut CachedReads,
+    /// The group's claims and the ready tasks read for them (see `commands::claim::shared`).
+    pub(crate) claims: &'a mut GroupClaims,
     pub(crate) wakes: Vec<(String, String)>,
     /// The spans this request ended, handed to the exporter after commit (see `traces`).
     pub(crate) spans: Vec<crate::traces::FinishedSpan>,

@@ -496,10 +496,18 @@ impl Engine {
         worker: &str,
         max: u32,
     ) -> writer::Pending<Vec<Claimed>> {
+        let demand = commands::shared_claims::ClaimDemand {
+            key: commands::shared_claims::ClaimKey {
+                namespace: namespace.to_owned(),
+                queues: queues.clone(),
+            },
+            max,
+        };
         let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
         let secrets = secrets::AttemptSecrets::for_attempts(max);
-        together
-            .request(move |ctx| commands::claim(ctx, &namespace, &queues, &worker, max, &secrets))
+        together.claim(demand, move |ctx| {
+            commands::claim(ctx, &namespace, &queues, &worker, max, &secrets)
+        })
     }
 
     /// The tasks a queued claim took, counted for the vacuumer.
@@ -971,8 +979,10 @@ impl Engine {
             .reader
             .read(move |conn| {
                 let prefixes = rows::queue_prefixes::list(conn, &namespace)?;
-                let (open, reopen) =
-                    commands::open_queues(conn, &namespace, &queues, &prefixes, now, false)?;
+                let stored = commands::stored_queues(conn, &namespace, &queues)?;
+                let (open, reopen) = commands::open_queues(
+                    conn, &namespace, &queues, &stored, &prefixes, now, false,
+                )?;
                 let mut next: Option<Timestamp> = None;
                 let mut earliest = |at: Timestamp| next = Some(next.map_or(at, |n| n.min(at)));
                 for queue in &open {

@@ -98,6 +98,7 @@ macro_rules! on_both_backends {
 
 // After the macro, which it uses.
 mod children;
+mod claims;
 mod delete;
 mod minutes;
 mod operator_tasks;

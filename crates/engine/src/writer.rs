@@ -16,7 +16,8 @@
 //! answer against the same rows, and only the answers of the last run are sent.
 //!
 //! Before a group's requests run, the jobs its reports name are loaded (and on PostgreSQL
-//! locked) in a few set-based statements (`commands::prefetch`).
+//! locked) in a few set-based statements (`commands::prefetch`). Its claims run last, after
+//! every other request, and share one read of the ready tasks (`commands::claim::shared`).
 //!
 //! On PostgreSQL other nodes write too. A request that waited too long for a row another node
 //! holds (or lost a deadlock, or a unique key race) is rolled back to its savepoint and runs
@@ -38,6 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::WorkflowCache;
 use crate::clock::Clock;
+use crate::commands::shared_claims::{ClaimDemand, GroupClaims};
 use crate::ctx::{CachedReads, WriteCtx};
 use crate::health::LastWrite;
 use crate::jobs::{JobCache, Lifetime};
@@ -64,6 +66,10 @@ trait Request: Send {
     /// The task the request reports on, if it is a report: its job is loaded with the group's.
     fn task(&self) -> Option<&TaskId>;
 
+    /// What the request claims, if it is a claim: the group's claims run last and share their
+    /// read of the ready tasks (see `commands::claim::shared`).
+    fn claim(&self) -> Option<&ClaimDemand>;
+
     /// What the database's failure of its last run says about its ability to take writes.
     fn fault(&self) -> Option<WriteFault>;
 }
@@ -82,10 +88,19 @@ enum Ran {
     Again,
 }
 
+/// What the writer knows of a request before it runs it.
+enum Kind {
+    /// A report on a task: its job is loaded with the group's (`commands::prefetch`).
+    Report(TaskId),
+    /// A claim: it runs after the group's other requests (see `commands::claim::shared`).
+    Claim(ClaimDemand),
+    Other,
+}
+
 /// A request for a `T`: the work, its last result, and where the answer goes.
 struct Queued<T, F> {
     work: F,
-    task: Option<TaskId>,
+    kind: Kind,
     result: Option<Result<T>>,
     reply_to: oneshot::Sender<Result<T>>,
     tries: u32,
@@ -134,7 +149,17 @@ where
     }
 
     fn task(&self) -> Option<&TaskId> {
-        self.task.as_ref()
+        match &self.kind {
+            Kind::Report(task) => Some(task),
+            _ => None,
+        }
+    }
+
+    fn claim(&self) -> Option<&ClaimDemand> {
+        match &self.kind {
+            Kind::Claim(demand) => Some(demand),
+            _ => None,
+        }
     }
 
     fn fault(&self) -> Option<WriteFault> {
@@ -161,26 +186,28 @@ pub(crate) struct Together {
 }
 
 impl Together {
-    /// Adds a request (see `Writer::enqueue`); its answer resolves once the group is sent and
-    /// committed.
-    pub(crate) fn request<T, F>(&mut self, work: F) -> Pending<T>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
-    {
-        self.add(None, work)
-    }
-
     /// Adds a report on `task` (see `Writer::enqueue_report`).
     pub(crate) fn report<T, F>(&mut self, task: TaskId, work: F) -> Pending<T>
     where
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
-        self.add(Some(task), work)
+        self.add(Kind::Report(task), work)
     }
 
-    fn add<T, F>(&mut self, task: Option<TaskId>, work: F) -> Pending<T>
+    /// Adds a claim of `demand`: the group's claims run after its other requests, and share
+    /// their read of the ready tasks (see `commands::claim::shared`).
+    pub(crate) fn claim<T, F>(&mut self, demand: ClaimDemand, work: F) -> Pending<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
+    {
+        self.add(Kind::Claim(demand), work)
+    }
+
+    /// Adds a request (see `Writer::enqueue`); its answer resolves once the group is sent and
+    /// committed.
+    fn add<T, F>(&mut self, kind: Kind, work: F) -> Pending<T>
     where
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
@@ -188,7 +215,7 @@ impl Together {
         let (reply_to, reply) = oneshot::channel::<Result<T>>();
         self.works.push(Box::new(Queued {
             work,
-            task,
+            kind,
             result: None,
             reply_to,
             tries: 1,
@@ -293,7 +320,7 @@ impl Writer {
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
-        self.enqueue_on(None, work)
+        self.enqueue_on(Kind::Other, work)
     }
 
     /// Queues a report on `task` (see `enqueue`); the group it joins loads the task's job with
@@ -303,16 +330,16 @@ impl Writer {
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
-        self.enqueue_on(Some(task), work)
+        self.enqueue_on(Kind::Report(task), work)
     }
 
-    fn enqueue_on<T, F>(&self, task: Option<TaskId>, work: F) -> Pending<T>
+    fn enqueue_on<T, F>(&self, kind: Kind, work: F) -> Pending<T>
     where
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
         let mut together = Together::default();
-        let pending = together.add(task, work);
+        let pending = together.add(kind, work);
         if self.send(together) {
             pending
         } else {
@@ -370,6 +397,7 @@ fn usable(conn: &mut Option<WriteConn>, connect: &Connect) -> Result<()> {
 struct State {
     jobs: JobCache,
     reads: CachedReads,
+    claims: GroupClaims,
 }
 
 fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Vec<Work>>, shared: &Shared) {
@@ -382,6 +410,7 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Vec<Work>>, sh
     let mut state = State {
         jobs: JobCache::new(lifetime),
         reads: CachedReads::new(lifetime),
+        claims: GroupClaims::default(),
     };
     let mut conn = Some(WriteConn::new(conn));
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
@@ -430,6 +459,8 @@ fn commit_batch(
 ) {
     let started = Instant::now();
     let counters = &shared.counters;
+    // Claims run last, sharing their read of the ready tasks (see `commands::claim::shared`).
+    batch.sort_by_key(|request| request.claim().is_some());
     counters
         .requests
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -561,6 +592,7 @@ fn context<'a>(conn: &'a mut WriteConn, state: &'a mut State, shared: &'a Shared
         workflows: &shared.workflows,
         jobs: &mut state.jobs,
         reads: &mut state.reads,
+        claims: &mut state.claims,
         wakes: Vec::new(),
         spans: Vec::new(),
         tracing: shared.spans.get().is_some(),
@@ -609,6 +641,9 @@ fn run_transaction(
             }
         }
     }
+    state
+        .claims
+        .begin(batch.iter().filter_map(|request| request.claim()));
     // A failed savepoint command leaves the transaction unusable: then nothing may commit.
     let mut broken: Option<Error> = None;
     // A request's savepoint is closed in the same round trip that opens the next one's (one
@@ -632,6 +667,9 @@ fn run_transaction(
                 continue;
             }
         }
+        if request.claim().is_none() {
+            state.claims.forget();
+        }
         let (mark, writes_before) = (conn.mark(), conn.writes());
         let mut ctx = context(conn, state, shared);
         let ran = request.run(&mut ctx);
@@ -644,6 +682,7 @@ fn run_transaction(
             state.jobs.request_kept();
         } else {
             state.jobs.request_rolled_back();
+            state.claims.forget();
             shared.workflows.forget(&loaded);
             // What it read after changing a setting goes with its changes.
             state.reads.clear();
@@ -846,7 +885,11 @@ mod tests {
         let mut together = Together::default();
         let count = MAX_BATCH + 10;
         let pending: Vec<Pending<()>> = (0..count)
-            .map(|n| together.request(move |ctx| insert_namespace(ctx, &format!("ns{n:04}"))))
+            .map(|n| {
+                together.add(Kind::Other, move |ctx| {
+                    insert_namespace(ctx, &format!("ns{n:04}"))
+                })
+            })
             .collect();
         assert!(writer.send(together));
         for answer in answers(pending).await {

@@ -53,7 +53,7 @@ enum Needs {
 
 impl Needs {
     fn of(sql: &str) -> Needs {
-        if sql.contains("events") {
+        if names_table(sql, "events") {
             Needs::Everything
         } else if sql.contains("jobs")
             || sql.contains("tasks")
@@ -66,6 +66,27 @@ impl Needs {
             Needs::Nothing
         }
     }
+}
+
+/// Whether `sql` reads or writes the table `table` (the word after `FROM`, `JOIN`, `INTO`,
+/// `UPDATE` or `TABLE`), not merely a column of that name (webhook subscriptions have `events`).
+fn names_table(sql: &str, table: &str) -> bool {
+    const BEFORE_TABLE: [&str; 5] = ["FROM", "JOIN", "INTO", "UPDATE", "TABLE"];
+    let mut previous = "";
+    for word in sql
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| !word.is_empty())
+    {
+        if word == table
+            && BEFORE_TABLE
+                .iter()
+                .any(|k| previous.eq_ignore_ascii_case(k))
+        {
+            return true;
+        }
+        previous = word;
+    }
+    false
 }
 
 /// The writer's connection: the database connection and the rows its transaction holds back.
@@ -278,6 +299,19 @@ mod tests {
         assert_eq!(
             Needs::of("SELECT mode FROM queues WHERE namespace = ?1"),
             Needs::Nothing
+        );
+        assert_eq!(
+            Needs::of("SELECT id, states, events, steps FROM webhooks WHERE namespace = $1"),
+            Needs::Nothing,
+            "a column named events is not the table"
+        );
+        assert_eq!(
+            Needs::of("SELECT kind FROM (SELECT kind FROM events e WHERE job_id = ?1)"),
+            Needs::Everything
+        );
+        assert_eq!(
+            Needs::of("INSERT INTO events (job_id) SELECT job_id FROM x"),
+            Needs::Everything
         );
     }
 

@@ -3,9 +3,9 @@
 
 use crate::ctx::WriteCtx;
 use crate::secrets::{AttemptSecret, AttemptSecrets};
-use crate::{Claimed, Error, Result, StoredQueuePrefix};
+use crate::{Claimed, Error, Result, StoredQueue, StoredQueuePrefix};
 use starbridge_core::Workflow;
-use starbridge_core::dispatch::{self, Bucket, QueueConfig};
+use starbridge_core::dispatch::{self, Bucket, Candidate, QueueConfig};
 use starbridge_core::ids::JobId;
 use starbridge_core::model::{Input, JobState, Task};
 use starbridge_core::time::Duration;
@@ -13,10 +13,14 @@ use starbridge_core::time::Timestamp;
 use starbridge_store::db::Conn;
 use starbridge_store::rows;
 use starbridge_store::rows::{Pass, RowLock};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+
+use shared::ClaimKey;
 
 use super::step_limits::{self, Gate};
 use super::{apply, workflow_of};
+
+pub(crate) mod shared;
 
 /// How many ready tasks a claim reads per queue in a round after one that parked tasks.
 const PARKING_ROUND: u32 = 256;
@@ -42,18 +46,20 @@ pub(crate) type Reopening = Vec<(String, Timestamp)>;
 /// follows (`settings_of`). A claim passes `serialize`: then each limited queue (serial,
 /// concurrency, rate) is locked until the transaction ends before its running tasks are
 /// counted, so claims of several server nodes cannot both take its last free slot or token.
+///
+/// `stored` holds the queues' rows, in the order of `queues` (see `stored_queues`).
 pub(crate) fn open_queues(
     conn: &mut dyn Conn,
     namespace: &str,
     queues: &[String],
+    stored: &[Option<StoredQueue>],
     prefixes: &[StoredQueuePrefix],
     now: Timestamp,
     serialize: bool,
 ) -> Result<(Vec<OpenQueue>, Reopening)> {
     let mut open = Vec::with_capacity(queues.len());
     let mut reopen = Vec::new();
-    for name in queues {
-        let stored = rows::queue(conn, namespace, name)?;
+    for (name, stored) in queues.iter().zip(stored) {
         let bucket = stored.as_ref().and_then(|queue| queue.bucket);
         let (mut config, _) = super::settings_of(name, stored.as_ref(), prefixes);
         let rollback_only =
@@ -91,6 +97,18 @@ pub(crate) fn open_queues(
     Ok((open, reopen))
 }
 
+/// The stored rows of `queues`, in their order (`None`: a queue with no row yet).
+pub(crate) fn stored_queues(
+    conn: &mut dyn Conn,
+    namespace: &str,
+    queues: &[String],
+) -> Result<Vec<Option<StoredQueue>>> {
+    queues
+        .iter()
+        .map(|name| rows::queue(conn, namespace, name))
+        .collect()
+}
+
 /// Claims up to `max` ready tasks of the given queues, in dispatch order, within each queue's
 /// mode, concurrency and pause (see `starbridge_core::dispatch`), and each task's step lock and
 /// rate (see `step_limits`). A task that cannot have its slot or token is parked out of the
@@ -106,13 +124,32 @@ pub(crate) fn claim(
     max: u32,
     secrets: &AttemptSecrets,
 ) -> Result<Vec<Claimed>> {
+    let key = ClaimKey {
+        namespace: namespace.to_owned(),
+        queues: queues.to_vec(),
+    };
+    // How many tasks this claim and the group's later claims of the same queues may take.
+    let together = ctx.claims.start(&key, max);
+    let mut pooled = ctx.claims.take(&key);
+    let stored = match &mut pooled {
+        Some(pooled) => std::mem::take(&mut pooled.queues),
+        None => stored_queues(ctx.conn, namespace, queues)?,
+    };
     let mut free_slots: HashMap<String, u32> = HashMap::new();
     let prefixes = ctx.queue_prefixes(namespace)?;
-    let (open, _) = open_queues(ctx.conn, namespace, queues, &prefixes, ctx.now, true)?;
+    let (open, _) = open_queues(
+        ctx.conn, namespace, queues, &stored, &prefixes, ctx.now, true,
+    )?;
     for queue in &open {
         if let Some(free) = queue.free {
             free_slots.insert(queue.name.clone(), free);
         }
+    }
+    let shares = open
+        .iter()
+        .all(|queue| !queue.config.is_limited() && queue.config.rate.is_none());
+    if !shares {
+        pooled = None;
     }
     let mut claimed = Vec::new();
     // Each job is loaded once per claim, however many of its tasks are claimed, and those not
@@ -120,28 +157,18 @@ pub(crate) fn claim(
     let mut jobs: HashMap<JobId, Option<JobState>> = HashMap::new();
     let mut round_limit = max;
     loop {
-        let mut candidates = Vec::new();
-        for queue in &open {
-            let free = free_slots.get(&queue.name).copied();
-            let limit = free.map_or(round_limit, |free| free.min(round_limit));
-            if limit == 0 {
-                continue;
+        let from_pool = pooled.is_some();
+        let (mut candidates, complete) = match pooled.take() {
+            Some(pooled) => (pooled.candidates, pooled.complete),
+            None => {
+                let wanted = if shares {
+                    round_limit.max(together)
+                } else {
+                    round_limit
+                };
+                read_candidates(ctx, namespace, &open, &free_slots, wanted)?
             }
-            let pass = if queue.rollback_only {
-                Pass::Compensations
-            } else {
-                Pass::Ready
-            };
-            candidates.extend(rows::claim_candidates(
-                ctx.conn,
-                namespace,
-                &queue.name,
-                &queue.config,
-                ctx.now,
-                limit,
-                pass,
-            )?);
-        }
+        };
         let fetched = candidates.len();
         let mut missing = Vec::new();
         for candidate in &candidates {
@@ -162,10 +189,10 @@ pub(crate) fn claim(
             jobs.insert(state.job.id.clone(), Some(state));
         }
         let mut parked = 0;
-        for candidate in dispatch::order(candidates, usize::MAX) {
-            if claimed.len() >= max as usize {
+        while claimed.len() < max as usize {
+            let Some(candidate) = candidates.pop_front() else {
                 break;
-            }
+            };
             if free_slots.get(&candidate.queue) == Some(&0) {
                 continue;
             }
@@ -216,12 +243,23 @@ pub(crate) fn claim(
                 Err(error) => return Err(error),
             }
         }
+        // What this claim did not come to is left for the group's next claim of its queues.
+        let drained = candidates.is_empty();
+        if shares {
+            ctx.claims
+                .put_back(key.clone(), candidates, complete, stored.clone());
+        }
+        // A pool that ran dry may have left ready tasks unread behind it.
+        let unread_behind = from_pool && drained && !complete;
         // Parked tasks left the claim order: read on past them while work is wanted. Later
         // rounds read more at once, as what parks tends to come in crowds.
-        if parked == 0 || claimed.len() >= max as usize || fetched == 0 {
+        if (parked == 0 && !unread_behind) || claimed.len() >= max as usize || fetched == 0 {
             break;
         }
         round_limit = round_limit.max(PARKING_ROUND);
+        if shares {
+            pooled = ctx.claims.take(&key);
+        }
     }
     for state in jobs.into_values().flatten() {
         ctx.jobs.keep(state);
@@ -243,6 +281,47 @@ pub(crate) fn claim(
         }
     }
     Ok(claimed)
+}
+
+/// The ready tasks of the open queues in dispatch order, up to `limit` per queue (fewer where
+/// a queue has fewer free slots), and whether that is every ready task they hold.
+fn read_candidates(
+    ctx: &mut WriteCtx<'_>,
+    namespace: &str,
+    open: &[OpenQueue],
+    free_slots: &HashMap<String, u32>,
+    limit: u32,
+) -> Result<(VecDeque<Candidate>, bool)> {
+    let mut candidates = Vec::new();
+    let mut complete = true;
+    for queue in open {
+        let free = free_slots.get(&queue.name).copied();
+        let limit = free.map_or(limit, |free| free.min(limit));
+        if limit == 0 {
+            continue;
+        }
+        let pass = if queue.rollback_only {
+            Pass::Compensations
+        } else {
+            Pass::Ready
+        };
+        let found = rows::claim_candidates(
+            ctx.conn,
+            namespace,
+            &queue.name,
+            &queue.config,
+            ctx.now,
+            limit,
+            pass,
+        )?;
+        // Fewer than asked: the queue has no more (starving tasks are added only to a full read).
+        complete &= found.len() < limit as usize;
+        candidates.extend(found);
+    }
+    Ok((
+        VecDeque::from(dispatch::order(candidates, usize::MAX)),
+        complete,
+    ))
 }
 
 pub(super) fn lease_of(workflow: &Workflow, task: &Task) -> Duration {

@@ -22,7 +22,8 @@ mod workflows;
 pub use callbacks::CallbackAccepted;
 pub(crate) use callbacks::{callback, callback_token};
 use children::{check_children, child_versions, deliver_endings, parent_of};
-pub(crate) use claim::{claim, open_queues};
+pub(crate) use claim::shared as shared_claims;
+pub(crate) use claim::{claim, open_queues, stored_queues};
 pub(crate) use operate::{delete_job, operate};
 pub use queues::QueueStates;
 pub(crate) use queues::{

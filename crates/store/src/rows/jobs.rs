@@ -170,6 +170,9 @@ pub fn lock_job_state(conn: &mut dyn Conn, id: &JobId, lock: RowLock) -> Result<
 /// their rows locked as `lock` says, in a few set-based statements. Rows are locked in id
 /// order, so that two transactions locking overlapping sets cannot wait on each other.
 pub fn lock_job_states(conn: &mut dyn Conn, ids: &[JobId], lock: RowLock) -> Result<Vec<JobState>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut states = Vec::with_capacity(ids.len());
     let keys: Vec<&str> = ids.iter().map(JobId::as_str).collect();
     for (condition, values) in key_sets(conn.backend(), &keys) {
