@@ -89,22 +89,6 @@ pub enum Value {
     Text(String),
 }
 
-/// A value as JSON (`null`, a number, a string), for rows that go as one JSON parameter
-/// (`RowWrite::json_rows`); a real that JSON cannot hold (NaN, an infinity) is `null`.
-impl serde::Serialize for Value {
-    fn serialize<S: serde::Serializer>(
-        &self,
-        serializer: S,
-    ) -> std::result::Result<S::Ok, S::Error> {
-        match self {
-            Value::Null => serializer.serialize_unit(),
-            Value::Int(value) => serializer.serialize_i64(*value),
-            Value::Real(value) => serializer.serialize_f64(*value),
-            Value::Text(value) => serializer.serialize_str(value),
-        }
-    }
-}
-
 impl ToArg for Value {
     fn to_arg(&self) -> Arg<'_> {
         match self {
@@ -346,6 +330,17 @@ pub trait Conn: Send {
 
     /// False once the connection is known to be broken; it is then replaced, not reused.
     fn is_usable(&self) -> bool;
+
+    /// Runs one statement whose parameters are whole columns, each bound as one array of its
+    /// values (`?1::bigint[]`): many rows in one statement whatever their number. PostgreSQL's
+    /// only; SQLite has no arrays, and its set writes bind rows (see `deferred`).
+    fn execute_columns(&mut self, sql: &str, columns: &[Vec<Arg<'_>>]) -> Result<u64> {
+        let _ = (sql, columns);
+        Err(Error::Database(DatabaseError {
+            message: "columns bind as arrays only on PostgreSQL".to_owned(),
+            code: None,
+        }))
+    }
 }
 
 /// Reading helpers over any connection (the writer's holds row writes back, see `deferred`).

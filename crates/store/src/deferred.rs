@@ -30,9 +30,9 @@ use std::collections::{HashMap, HashSet};
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Event, Job, Task};
 
-use crate::Result;
-use crate::db::{Arg, Backend, Conn, Row, ToArg, Value, chunks};
+use crate::db::{Arg, Backend, Conn, Queries, Row, ToArg, Value, chunks};
 use crate::rows::{self, EVENT_WRITE, JOB_LABEL_WRITE, JOB_WRITE, RowWrite, TASK_WRITE};
+use crate::{Error, Result};
 
 /// Where the rows held back stood when a request began.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,12 +202,16 @@ impl WriteConn {
             return Ok(());
         }
         if self.conn.backend() == Backend::Postgres {
-            let sql = self
-                .texts
-                .entry((table.table, 0))
-                .or_insert_with(|| table.postgres_set_sql());
-            self.conn
-                .execute(sql, &[Arg::Text(&table.json_rows(rows)?)])?;
+            if !self.texts.contains_key(&(table.table, 0)) {
+                let types = column_types(&mut *self.conn, table)?;
+                self.texts
+                    .insert((table.table, 0), table.postgres_set_sql(&types));
+            }
+            let sql = &self.texts[&(table.table, 0)];
+            let columns: Vec<Vec<Arg<'_>>> = (0..table.columns.len())
+                .map(|column| rows.iter().map(|row| row[column].to_arg()).collect())
+                .collect();
+            self.conn.execute_columns(sql, &columns)?;
             self.writes += rows.len() as u64;
             return Ok(());
         }
@@ -222,6 +226,28 @@ impl WriteConn {
         }
         Ok(())
     }
+}
+
+/// The type of each column of `table`, as PostgreSQL's catalog names it (`text`, `bigint`).
+fn column_types(conn: &mut dyn Conn, table: &RowWrite) -> Result<Vec<String>> {
+    let found: HashMap<String, String> = conn
+        .query_map(
+            "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute \
+             WHERE attrelid = to_regclass(?1) AND attnum > 0 AND NOT attisdropped",
+            crate::args![table.table],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?
+        .into_iter()
+        .collect();
+    table
+        .columns
+        .iter()
+        .map(|column| {
+            found.get(*column).cloned().ok_or_else(|| {
+                Error::Corrupt(format!("the table {} has no column {column}", table.table))
+            })
+        })
+        .collect()
 }
 
 /// The last version of each row, in the order of their last versions.
@@ -328,7 +354,7 @@ mod tests {
     }
 
     #[test]
-    fn set_statements_number_their_placeholders_row_after_row_or_take_the_rows_as_json() {
+    fn set_statements_number_their_placeholders_row_after_row_or_take_each_column_as_an_array() {
         let sql = EVENT_WRITE.sql(2);
         assert!(
             sql.starts_with("INSERT INTO events (job_id, task_id"),
@@ -338,25 +364,17 @@ mod tests {
             sql.ends_with("(?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
             "{sql}"
         );
-        let set = TASK_WRITE.postgres_set_sql();
-        assert!(
-            set.starts_with("INSERT INTO tasks (id, job_id") && set.contains("?1::text::json"),
-            "{set}"
-        );
-        assert!(set.contains("ON CONFLICT (id) DO UPDATE SET queue = excluded.queue"));
-        let rows = vec![
-            vec![Value::Text("a \"quoted\" text".to_owned()), Value::Int(-3)],
-            vec![Value::Null, Value::Real(0.5)],
-            vec![Value::Text(String::new()), Value::Real(f64::NAN)],
-        ];
         let two = RowWrite {
             table: "t",
             columns: &["name", "n"],
-            upsert: None,
+            upsert: Some(("name", &["n"])),
         };
+        let set = two.postgres_set_sql(&["text".to_owned(), "bigint".to_owned()]);
         assert_eq!(
-            serde_json::from_str::<serde_json::Value>(&two.json_rows(&rows).unwrap()).unwrap(),
-            serde_json::json!([{"name": "a \"quoted\" text", "n": -3}, {"name": null, "n": 0.5}, {"name": "", "n": null}])
+            set,
+            "INSERT INTO t (name, n) SELECT name, n FROM UNNEST(?1::text[], ?2::bigint[]) \
+             WITH ORDINALITY AS r (name, n, ordinality) ORDER BY r.ordinality \
+             ON CONFLICT (name) DO UPDATE SET n = excluded.n"
         );
         let upsert = JOB_WRITE.sql(1);
         assert!(

@@ -285,6 +285,15 @@ impl Conn for PgConn {
         Ok(self.client.execute(&statement, &PgConn::params(args))?)
     }
 
+    fn execute_columns(&mut self, sql: &str, columns: &[Vec<Arg<'_>>]) -> Result<u64> {
+        let statement = self.statement(sql)?;
+        let params: Vec<&(dyn ToSql + Sync)> = columns
+            .iter()
+            .map(|column| column as &(dyn ToSql + Sync))
+            .collect();
+        Ok(self.client.execute(&statement, &params)?)
+    }
+
     fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
         let statement = self.statement(sql)?;
         let rows = self.client.query(&statement, &PgConn::params(args))?;
