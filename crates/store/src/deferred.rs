@@ -306,39 +306,41 @@ mod tests {
 
     #[test]
     fn statements_say_what_they_need_written_first() {
-        assert_eq!(
-            Needs::of("SELECT job_id FROM tasks WHERE id = ?1"),
-            Needs::JobsAndTasks
-        );
-        assert_eq!(
-            Needs::of("INSERT INTO lock_holders (job_id) VALUES (?1)"),
-            Needs::JobsAndTasks
-        );
-        assert_eq!(
-            Needs::of("DELETE FROM job_labels WHERE job_id = ?1"),
-            Needs::JobsAndTasks
-        );
-        assert_eq!(
-            Needs::of("DELETE FROM events WHERE job_id = ?1"),
-            Needs::Everything
-        );
-        assert_eq!(
-            Needs::of("SELECT mode FROM queues WHERE namespace = ?1"),
-            Needs::Nothing
-        );
-        assert_eq!(
-            Needs::of("SELECT id, states, events, steps FROM webhooks WHERE namespace = $1"),
-            Needs::Nothing,
-            "a column named events is not the table"
-        );
-        assert_eq!(
-            Needs::of("SELECT kind FROM (SELECT kind FROM events e WHERE job_id = ?1)"),
-            Needs::Everything
-        );
-        assert_eq!(
-            Needs::of("INSERT INTO events (job_id) SELECT job_id FROM x"),
-            Needs::Everything
-        );
+        let cases = [
+            (
+                "SELECT job_id FROM tasks WHERE id = ?1",
+                Needs::JobsAndTasks,
+            ),
+            (
+                "INSERT INTO lock_holders (job_id) VALUES (?1)",
+                Needs::JobsAndTasks,
+            ),
+            (
+                "DELETE FROM job_labels WHERE job_id = ?1",
+                Needs::JobsAndTasks,
+            ),
+            ("DELETE FROM events WHERE job_id = ?1", Needs::Everything),
+            (
+                "SELECT mode FROM queues WHERE namespace = ?1",
+                Needs::Nothing,
+            ),
+            // A column named events is not the table.
+            (
+                "SELECT id, events, steps FROM webhooks WHERE namespace = $1",
+                Needs::Nothing,
+            ),
+            (
+                "SELECT kind FROM (SELECT kind FROM events e WHERE job_id = ?1)",
+                Needs::Everything,
+            ),
+            (
+                "INSERT INTO events (job_id) SELECT job_id FROM x",
+                Needs::Everything,
+            ),
+        ];
+        for (sql, needs) in cases {
+            assert_eq!(Needs::of(sql), needs, "{sql}");
+        }
     }
 
     #[test]
