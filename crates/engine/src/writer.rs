@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::cache::WorkflowCache;
 use crate::clock::Clock;
-use crate::commands::shared_claims::{ClaimDemand, GroupClaims};
+use crate::commands::shared_claims::{ClaimDemand, ClaimKey, GroupClaims};
 use crate::ctx::{CachedReads, WriteCtx};
 use crate::health::LastWrite;
 use crate::jobs::{JobCache, Lifetime};
@@ -459,8 +459,10 @@ fn commit_batch(
 ) {
     let started = Instant::now();
     let counters = &shared.counters;
-    // Claims run last, sharing their read of the ready tasks (see `commands::claim::shared`).
-    batch.sort_by_key(|request| request.claim().is_some());
+    // Claims run last, those of the same queues one after another, sharing their read of the
+    // ready tasks (see `commands::claim::shared`). The sort is stable: the other requests keep
+    // their order.
+    batch.sort_by(|a, b| claim_key(a).cmp(&claim_key(b)));
     counters
         .requests
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -523,6 +525,11 @@ fn commit_batch(
     for (namespace, queue) in wakes {
         shared.notifier.wake(&namespace, &queue);
     }
+}
+
+/// The queues a request claims from, if it is a claim (`None` sorts first).
+fn claim_key(request: &Work) -> Option<&ClaimKey> {
+    request.claim().map(|claim| &claim.key)
 }
 
 /// What a group transaction says about the database's ability to take writes, for health:

@@ -68,8 +68,9 @@ impl Needs {
     }
 }
 
-/// Whether `sql` reads or writes the table `table` (the word after `FROM`, `JOIN`, `INTO`,
-/// `UPDATE` or `TABLE`), not merely a column of that name (webhook subscriptions have `events`).
+/// Whether `sql` reads or writes the table `table` or one of its partitions (`table_…`): the
+/// word after `FROM`, `JOIN`, `INTO`, `UPDATE` or `TABLE`, not merely a column of that name
+/// (webhook subscriptions have `events`).
 fn names_table(sql: &str, table: &str) -> bool {
     const BEFORE_TABLE: [&str; 5] = ["FROM", "JOIN", "INTO", "UPDATE", "TABLE"];
     let mut previous = "";
@@ -77,7 +78,10 @@ fn names_table(sql: &str, table: &str) -> bool {
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .filter(|word| !word.is_empty())
     {
-        if word == table
+        let names = word
+            .strip_prefix(table)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('_'));
+        if names
             && BEFORE_TABLE
                 .iter()
                 .any(|k| previous.eq_ignore_ascii_case(k))
@@ -320,6 +324,10 @@ mod tests {
                 Needs::JobsAndTasks,
             ),
             ("DELETE FROM events WHERE job_id = ?1", Needs::Everything),
+            (
+                "DELETE FROM events_default WHERE job_id = ?1",
+                Needs::Everything,
+            ),
             (
                 "SELECT mode FROM queues WHERE namespace = ?1",
                 Needs::Nothing,

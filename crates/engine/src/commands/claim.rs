@@ -10,7 +10,7 @@ use starbridge_core::ids::JobId;
 use starbridge_core::model::{Input, JobState, Task};
 use starbridge_core::time::Duration;
 use starbridge_core::time::Timestamp;
-use starbridge_store::db::Conn;
+use starbridge_store::db::{Backend, Conn};
 use starbridge_store::rows;
 use starbridge_store::rows::{Pass, RowLock};
 use std::collections::{HashMap, VecDeque};
@@ -21,6 +21,9 @@ use super::step_limits::{self, Gate};
 use super::{apply, workflow_of};
 
 pub(crate) mod shared;
+
+/// Most ready tasks a claim reads per queue for the group's claims that share its read.
+const SHARED_READ_MOST: u32 = 1024;
 
 /// How many ready tasks a claim reads per queue in a round after one that parked tasks.
 const PARKING_ROUND: u32 = 256;
@@ -60,15 +63,21 @@ pub(crate) fn open_queues(
     let mut open = Vec::with_capacity(queues.len());
     let mut reopen = Vec::new();
     for (name, stored) in queues.iter().zip(stored) {
-        let bucket = stored.as_ref().and_then(|queue| queue.bucket);
-        let (mut config, _) = super::settings_of(name, stored.as_ref(), prefixes);
-        let rollback_only =
-            config.paused && stored.as_ref().is_some_and(|q| q.paused_reason.is_some());
+        let mut row = stored.as_ref();
+        let locked;
+        if serialize && !unlimited(name, row, prefixes) {
+            conn.lock_key(&format!("queue\t{namespace}\t{name}"))?;
+            if conn.backend() == Backend::Postgres {
+                // Another node may have taken tokens between the read and the lock.
+                locked = rows::queue(conn, namespace, name)?;
+                row = locked.as_ref();
+            }
+        }
+        let bucket = row.and_then(|queue| queue.bucket);
+        let (mut config, _) = super::settings_of(name, row, prefixes);
+        let rollback_only = config.paused && row.is_some_and(|q| q.paused_reason.is_some());
         if rollback_only {
             config.paused = false;
-        }
-        if serialize && (config.is_limited() || config.rate.is_some()) {
-            conn.lock_key(&format!("queue\t{namespace}\t{name}"))?;
         }
         let running = if config.is_limited() {
             rows::running_count(conn, namespace, name)?
@@ -95,6 +104,13 @@ pub(crate) fn open_queues(
         }
     }
     Ok((open, reopen))
+}
+
+/// Whether a queue dispatches without a limit (serial, a concurrency) or a rate: a claim then
+/// counts nothing of it, and claims of it may share their read (see `shared`).
+fn unlimited(name: &str, stored: Option<&StoredQueue>, prefixes: &[StoredQueuePrefix]) -> bool {
+    let (config, _) = super::settings_of(name, stored, prefixes);
+    !config.is_limited() && config.rate.is_none()
 }
 
 /// The stored rows of `queues`, in their order (`None`: a queue with no row yet).
@@ -145,9 +161,11 @@ pub(crate) fn claim(
             free_slots.insert(queue.name.clone(), free);
         }
     }
-    let shares = open
+    // Every polled queue, open or not: a closed rate-limited queue reopens as its tokens come.
+    let shares = queues
         .iter()
-        .all(|queue| !queue.config.is_limited() && queue.config.rate.is_none());
+        .zip(&stored)
+        .all(|(name, row)| unlimited(name, row.as_ref(), &prefixes));
     if !shares {
         pooled = None;
     }
@@ -162,7 +180,7 @@ pub(crate) fn claim(
             Some(pooled) => (pooled.candidates, pooled.complete),
             None => {
                 let wanted = if shares {
-                    round_limit.max(together)
+                    round_limit.max(together.min(SHARED_READ_MOST))
                 } else {
                     round_limit
                 };

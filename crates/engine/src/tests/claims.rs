@@ -1,6 +1,6 @@
 //! Claims of one group transaction (`commands::claim::shared`): they run after the group's other
-//! requests, and share one read of the ready tasks without handing out a task twice or out of
-//! dispatch order.
+//! requests, those of the same queues one after another, and share one read of the ready tasks
+//! without handing out a task twice or out of dispatch order.
 
 use super::*;
 
@@ -123,10 +123,11 @@ async fn claims_of_other_queues_in_one_group_never_hand_out_a_task_twice(f: Fixt
             "a task was claimed twice"
         );
     }
-    // q1-q3; r1, r2, r3, q4 (the oldest of both queues); q5, q6; r4, r5; r6.
-    assert_eq!(counts, [3, 4, 2, 2, 1]);
+    // Claims of the same queues run one after another, `[q]` first: q1-q3, q4-q6; then those of
+    // `[q, r]`, oldest first: r1-r4, r5 and r6; `[r]` finds nothing left.
+    assert_eq!(counts, [3, 4, 3, 0, 2]);
     let queues: Vec<&str> = taken[1].iter().map(|c| c.task.queue.as_str()).collect();
-    assert_eq!(queues, ["r", "r", "r", "q"]);
+    assert_eq!(queues, ["r", "r", "r", "r"]);
 }
 
 on_both_backends!(

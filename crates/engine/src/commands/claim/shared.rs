@@ -6,18 +6,19 @@
 //! tasks, and load their jobs: on PostgreSQL a handful of round trips per claim. Instead the
 //! writer runs a group's claims last, after its other requests (none of them has been answered
 //! yet, so any order is one they could have happened in; each worker's own reports still come
-//! before its claim), and the first claim of a set of queues reads enough ready tasks for every
-//! claim of the group on those queues (`Demand`), loading their jobs in the same statement. What
-//! it does not take it leaves in the `Pool`, in dispatch order, for the next claim of the same
-//! queues, which then reads nothing.
+//! before its claim; claims of the same queues run one after another), and the first claim of a
+//! set of queues reads enough ready tasks for every claim of the group on those queues (their
+//! `ClaimDemand`s added up, at most `SHARED_READ_MOST` a queue), loading all their jobs at once.
+//! What it does not take it leaves in the `Pool`, in dispatch order, with the queues' rows, for
+//! the next claim of the same queues, which then reads nothing.
 //!
 //! The pool holds only tasks no request has touched since they were read: only claims run after
 //! it is filled, each takes what it offers from the front and puts back the tasks it did not
 //! come to, and the writer empties it before any other request, after any request that was not
-//! kept, and when the transaction ends. Even so the state machine checks every claim against
+//! kept, and when the next transaction begins. Even so the state machine checks every claim against
 //! the job as it is now, so a pooled task that is no longer ready is passed over, never claimed
 //! twice. Queues with a limit (serial, a concurrency, a rate) count their running tasks or
-//! tokens per claim and do not share.
+//! tokens per claim and do not share, nor does a claim that polls one of them.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -25,7 +26,7 @@ use starbridge_core::dispatch::Candidate;
 use starbridge_store::StoredQueue;
 
 /// Which claims may share a read: the same namespace polling the same queues.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) struct ClaimKey {
     pub(crate) namespace: String,
     pub(crate) queues: Vec<String>,
