@@ -496,17 +496,18 @@ impl Engine {
         worker: &str,
         max: u32,
     ) -> writer::Pending<Vec<Claimed>> {
+        let key = commands::shared_claims::ClaimKey {
+            namespace: namespace.to_owned(),
+            queues,
+        };
         let demand = commands::shared_claims::ClaimDemand {
-            key: commands::shared_claims::ClaimKey {
-                namespace: namespace.to_owned(),
-                queues: queues.clone(),
-            },
+            key: key.clone(),
             max,
         };
-        let (namespace, worker) = (namespace.to_owned(), worker.to_owned());
+        let worker = worker.to_owned();
         let secrets = secrets::AttemptSecrets::for_attempts(max);
         together.claim(demand, move |ctx| {
-            commands::claim(ctx, &namespace, &queues, &worker, max, &secrets)
+            commands::claim(ctx, &key, &worker, max, &secrets)
         })
     }
 

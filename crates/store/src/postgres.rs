@@ -270,7 +270,8 @@ impl PgConn {
         Ok(statement)
     }
 
-    fn params<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn ToSql + Sync)> {
+    /// Statement parameters: values, or columns of them (each bound as one array).
+    fn params<T: ToSql + Sync>(args: &[T]) -> Vec<&(dyn ToSql + Sync)> {
         args.iter().map(|arg| arg as &(dyn ToSql + Sync)).collect()
     }
 }
@@ -287,11 +288,7 @@ impl Conn for PgConn {
 
     fn execute_columns(&mut self, sql: &str, columns: &[Vec<Arg<'_>>]) -> Result<u64> {
         let statement = self.statement(sql)?;
-        let params: Vec<&(dyn ToSql + Sync)> = columns
-            .iter()
-            .map(|column| column as &(dyn ToSql + Sync))
-            .collect();
-        Ok(self.client.execute(&statement, &params)?)
+        Ok(self.client.execute(&statement, &PgConn::params(columns))?)
     }
 
     fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {

@@ -131,22 +131,19 @@ pub(crate) fn stored_queues(
 /// claim order, and the claim reads on past it: a round that parked tasks is followed by
 /// another, until `max` tasks are claimed or the queues have no more ready tasks.
 ///
-/// `secrets` holds the attempts' secrets, drawn before the claim reached the writer.
+/// `key` names the namespace and the polled queues; `secrets` holds the attempts' secrets,
+/// drawn before the claim reached the writer.
 pub(crate) fn claim(
     ctx: &mut WriteCtx<'_>,
-    namespace: &str,
-    queues: &[String],
+    key: &ClaimKey,
     worker: &str,
     max: u32,
     secrets: &AttemptSecrets,
 ) -> Result<Vec<Claimed>> {
-    let key = ClaimKey {
-        namespace: namespace.to_owned(),
-        queues: queues.to_vec(),
-    };
+    let (namespace, queues) = (key.namespace.as_str(), key.queues.as_slice());
     // How many tasks this claim and the group's later claims of the same queues may take.
-    let together = ctx.claims.start(&key, max);
-    let mut pooled = ctx.claims.take(&key);
+    let together = ctx.claims.start(key, max);
+    let mut pooled = ctx.claims.take(key);
     let stored = match &mut pooled {
         Some(pooled) => std::mem::take(&mut pooled.queues),
         None => stored_queues(ctx.conn, namespace, queues)?,
@@ -174,7 +171,7 @@ pub(crate) fn claim(
     // cached together (`None`: another node holds it).
     let mut jobs: HashMap<JobId, Option<JobState>> = HashMap::new();
     let mut round_limit = max;
-    loop {
+    let (leftover, complete) = loop {
         let from_pool = pooled.is_some();
         let (mut candidates, complete) = match pooled.take() {
             Some(pooled) => (pooled.candidates, pooled.complete),
@@ -261,23 +258,20 @@ pub(crate) fn claim(
                 Err(error) => return Err(error),
             }
         }
-        // What this claim did not come to is left for the group's next claim of its queues.
-        let drained = candidates.is_empty();
-        if shares {
-            ctx.claims
-                .put_back(key.clone(), candidates, complete, stored.clone());
-        }
         // A pool that ran dry may have left ready tasks unread behind it.
-        let unread_behind = from_pool && drained && !complete;
-        // Parked tasks left the claim order: read on past them while work is wanted. Later
-        // rounds read more at once, as what parks tends to come in crowds.
-        if (parked == 0 && !unread_behind) || claimed.len() >= max as usize || fetched == 0 {
-            break;
+        let unread_behind = from_pool && candidates.is_empty() && !complete;
+        // Parked tasks left the claim order: read on past them while work is wanted, unless a
+        // shared read found every ready task. Later rounds read more at once, as what parks
+        // tends to come in crowds.
+        let read_on = (parked > 0 || unread_behind) && claimed.len() < max as usize && fetched > 0;
+        if !read_on || (shares && complete) {
+            break (candidates, complete);
         }
         round_limit = round_limit.max(PARKING_ROUND);
-        if shares {
-            pooled = ctx.claims.take(&key);
-        }
+    };
+    // What this claim did not come to is left for the group's next claim of its queues.
+    if shares {
+        ctx.claims.put_back(key.clone(), leftover, complete, stored);
     }
     for state in jobs.into_values().flatten() {
         ctx.jobs.keep(state);
