@@ -426,12 +426,28 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallbackGrant {
     pub attempt: u32,
-    /// The job round of the claim: an operator reset since then moved the task on.
+    /// The job round of the claim: an operator reset since then moved the task on. Left out of
+    /// the stored row in the first round, as for most attempts.
+    #[serde(default, skip_serializing_if = "is_first_round")]
     pub round: u32,
+    /// The digest of the token's secret, or its beginning: a presented token is the attempt's
+    /// when its digest starts with this (see `matches`). Every task row keeps one, so the
+    /// engine keeps the first 128 bits of a SHA-256 (grants stored before kept all 256).
     pub hash: String,
     /// Left out of the stored row while the attempt is unanswered, as for most attempts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered: Option<CallbackAnswer>,
+}
+
+impl CallbackGrant {
+    /// Whether a presented token, whose secret has this digest, is this attempt's.
+    pub fn matches(&self, token_hash: &str) -> bool {
+        !self.hash.is_empty() && token_hash.starts_with(&self.hash)
+    }
+}
+
+fn is_first_round(round: &u32) -> bool {
+    *round == 0
 }
 
 /// The call that finished an attempt through its callback token.

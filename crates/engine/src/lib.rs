@@ -879,14 +879,14 @@ impl Engine {
         limit: u32,
     ) -> Result<(Vec<StoredEvent>, QueueStates)> {
         let namespace = job.job.namespace.clone();
-        let id = job.job.id.clone();
+        let row = job.job.clone();
         let queues = commands::ready_queues(job);
         let notifier = self.inner.notifier.clone();
         let now = self.inner.clock.now();
         self.inner
             .reader
             .read(move |conn| {
-                let events = rows::events(conn, &id, 0, limit)?;
+                let events = rows::events(conn, &row, 0, limit)?;
                 let prefixes = rows::queue_prefixes::list(conn, &namespace)?;
                 let states = commands::read_queue_states(
                     conn, &namespace, queues, &prefixes, &notifier, now,
@@ -917,12 +917,11 @@ impl Engine {
         let (namespace, id) = (namespace.to_owned(), id.clone());
         self.inner
             .reader
-            .read(move |conn| {
-                match rows::load_job(conn, &id)? {
-                    Some(job) if job.namespace == namespace => {}
-                    _ => return Ok(None),
+            .read(move |conn| match rows::load_job(conn, &id)? {
+                Some(job) if job.namespace == namespace => {
+                    rows::events(conn, &job, after, limit).map(Some)
                 }
-                rows::events(conn, &id, after, limit).map(Some)
+                _ => Ok(None),
             })
             .await
     }

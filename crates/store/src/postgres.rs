@@ -521,13 +521,10 @@ mod tests {
             1,
             "a job's history keeps its index, on every partition"
         );
-        let history = rows::events(
-            &mut conn,
-            &starbridge_core::ids::JobId::from_unique("1"),
-            0,
-            10,
-        )
-        .unwrap();
+        let job = rows::load_job(&mut conn, &starbridge_core::ids::JobId::from_unique("1"))
+            .unwrap()
+            .unwrap();
+        let history = rows::events(&mut conn, &job, 0, 10).unwrap();
         assert_eq!(history.len(), 3);
         conn.execute(
             "INSERT INTO events (job_id, at, kind, detail) VALUES ('job_1', ?1, 'job_created', '{}')",

@@ -378,7 +378,7 @@ impl Machine<'_> {
         let Some(grant) = &task.callback else {
             return Err(Rejection::UnknownCallback);
         };
-        if attempt > grant.attempt || (attempt == grant.attempt && grant.hash != token_hash) {
+        if attempt > grant.attempt || (attempt == grant.attempt && !grant.matches(token_hash)) {
             return Err(Rejection::UnknownCallback);
         }
         if attempt < grant.attempt || grant.round != self.state.job.round {

@@ -3,9 +3,10 @@
 //! credential).
 //!
 //! A token is `sbc_<task id>_<attempt>_<secret>`. The secret is random (256 bits), shown once
-//! in the poll answer, and kept only as its SHA-256 on the task, bound to that attempt; the
-//! state machine checks a presented token against it (see `machine::waits`). A token of an
-//! attempt that has ended answers 410; one never issued 404.
+//! in the poll answer, and kept only as the first 128 bits of its SHA-256 on the task
+//! (`secrets::callback_hash`), bound to that attempt; the state machine checks a presented
+//! token's SHA-256 against it (see `machine::waits`). A token of an attempt that has ended
+//! answers 410; one never issued 404.
 
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{CallbackCall, Input, Task};

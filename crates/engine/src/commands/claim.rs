@@ -235,7 +235,7 @@ pub(crate) fn claim(
                 task: task_id.clone(),
                 worker: worker.to_owned(),
                 lease_token,
-                callback_hash: crate::secrets::hash(&callback_secret),
+                callback_hash: crate::secrets::callback_hash(&callback_secret),
             };
             match apply(ctx, &compiled.workflow, state, input) {
                 Ok(()) => {

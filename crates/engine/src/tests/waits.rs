@@ -203,6 +203,7 @@ async fn a_callback_token_finishes_the_attempt_once(f: Fixture) {
     let stored = f.store.job("default", &job).await.unwrap().unwrap();
     let grant = stored.tasks[0].callback.clone().unwrap();
     assert!(!token.contains(&grant.hash), "only the hash is kept");
+    assert_eq!(grant.hash.len(), 32, "128 bits of the digest are kept");
     let awaited = f
         .store
         .report(

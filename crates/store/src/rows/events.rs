@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 use starbridge_core::ids::{JobId, TaskId};
-use starbridge_core::model::{Event, EventKind};
+use starbridge_core::model::{Event, EventKind, Job};
 use starbridge_core::time::Timestamp;
 
 use super::{RowWrite, enum_column, json_text, parse_json};
@@ -26,8 +26,22 @@ pub const EVENT_WRITE: RowWrite = RowWrite {
     upsert: None,
 };
 
+/// What a stored `job_created` event leaves out of its detail: the job's workflow and version,
+/// which the job's row keeps (and never changes). Reading the history puts them back (`events`).
+const KEPT_BY_THE_JOB: [&str; 2] = ["workflow", "version"];
+
 /// An event's row, in the columns of `EVENT_WRITE`.
 pub fn event_values(job: &JobId, step: Option<&str>, event: &Event) -> Vec<SqlValue> {
+    let detail = match &event.detail {
+        Value::Object(fields) if event.kind == EventKind::JobCreated => json_text(&Value::Object(
+            fields
+                .iter()
+                .filter(|(name, _)| !KEPT_BY_THE_JOB.contains(&name.as_str()))
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
+        )),
+        detail => json_text(detail),
+    };
     args![
         job.as_str(),
         event.task.as_ref().map(TaskId::as_str),
@@ -36,35 +50,44 @@ pub fn event_values(job: &JobId, step: Option<&str>, event: &Event) -> Vec<SqlVa
         event.kind.as_str(),
         event.attempt,
         event.worker,
-        json_text(&event.detail),
+        detail,
     ]
     .iter()
     .map(SqlValue::of)
     .collect()
 }
 
-pub fn events(
-    conn: &mut dyn Conn,
-    job: &JobId,
-    after: i64,
-    limit: u32,
-) -> Result<Vec<StoredEvent>> {
+/// `job`'s history after event `after`, in order, at most `limit` events.
+pub fn events(conn: &mut dyn Conn, job: &Job, after: i64, limit: u32) -> Result<Vec<StoredEvent>> {
     conn.query_map(
         "SELECT seq, task_id, step, at, kind, attempt, worker_id, detail FROM events \
          WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-        args![job.as_str(), after, limit],
+        args![job.id.as_str(), after, limit],
         |row| {
             let task: Option<String> = row.get(1)?;
+            let kind = enum_column(row.get(4)?, EventKind::parse)?;
+            let mut detail = parse_json(Some(row.get(7)?))?.unwrap_or(Value::Null);
+            if kind == EventKind::JobCreated
+                && let Value::Object(fields) = &mut detail
+            {
+                // Events stored before their detail left these out keep them as they were.
+                fields
+                    .entry("workflow")
+                    .or_insert_with(|| Value::from(job.workflow.as_str()));
+                fields
+                    .entry("version")
+                    .or_insert_with(|| Value::from(job.version));
+            }
             Ok(StoredEvent {
                 seq: row.get(0)?,
                 step: row.get(2)?,
                 event: Event {
                     at: Timestamp(row.get(3)?),
-                    kind: enum_column(row.get(4)?, EventKind::parse)?,
+                    kind,
                     task: task.and_then(|t| TaskId::parse(&t)),
                     attempt: row.get(5)?,
                     worker: row.get(6)?,
-                    detail: parse_json(Some(row.get(7)?))?.unwrap_or(Value::Null),
+                    detail,
                 },
             })
         },

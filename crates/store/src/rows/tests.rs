@@ -317,13 +317,26 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
     undo.kind = TaskKind::Compensation;
     undo.compensates = Some(done.id.clone());
     let tasks = [done, failed, undo];
+    let mut created = event(NOW, EventKind::JobCreated, None);
+    created.detail = json!({"workflow": "wf", "version": 1, "actor": "ana"});
     let written = [
-        event(NOW, EventKind::JobCreated, None),
+        created,
         event(later(10), EventKind::TaskSucceeded, Some(&tasks[0])),
         event(later(20), EventKind::TaskFailed, Some(&tasks[1])),
     ];
     db.insert(&job, &tasks, &written);
     let conn = &mut db.conn;
+    let stored_detail: String = conn
+        .query_value(
+            "SELECT detail FROM events WHERE job_id = ?1 AND kind = 'job_created'",
+            args![job.id.as_str()],
+        )
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&stored_detail).unwrap(),
+        json!({"actor": "ana"}),
+        "the job's row keeps its workflow and version"
+    );
 
     assert_eq!(load_job(conn, &job.id).unwrap(), Some(job.clone()));
     let state = load_job_state(conn, &job.id).unwrap().unwrap();
@@ -348,7 +361,7 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
         [(tasks[2].id.clone(), job.id.clone())]
     );
 
-    let history = events(conn, &job.id, 0, 10).unwrap();
+    let history = events(conn, &job, 0, 10).unwrap();
     let read: Vec<(Option<&str>, &Event)> = history
         .iter()
         .map(|stored| (stored.step.as_deref(), &stored.event))
@@ -362,9 +375,21 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
         ]
     );
     assert!(history.windows(2).all(|pair| pair[0].seq < pair[1].seq));
-    let after_first = events(conn, &job.id, history[0].seq, 1).unwrap();
+    let after_first = events(conn, &job, history[0].seq, 1).unwrap();
     assert_eq!(after_first.len(), 1);
     assert_eq!(after_first[0].event, written[1]);
+    // One stored with them (before they were left out) reads back as it was.
+    conn.execute(
+        "INSERT INTO events (job_id, at, kind, detail) \
+         VALUES (?1, ?2, 'job_created', '{\"workflow\":\"older\",\"version\":7}')",
+        args![job.id.as_str(), later(25).0],
+    )
+    .unwrap();
+    let last = events(conn, &job, history[2].seq, 1).unwrap();
+    assert_eq!(
+        last[0].event.detail,
+        json!({"workflow": "older", "version": 7})
+    );
 
     // A job row written again takes its changing columns; the others stay as first written.
     let mut ended = job.clone();
@@ -1584,7 +1609,7 @@ fn history_partitions_are_made_ahead_and_a_day_retires_whole_after_its_jobs(db: 
             .unwrap();
         assert_eq!(in_default, 0);
     }
-    let history = events(&mut db.conn, &later_job.id, 0, 10).unwrap();
+    let history = events(&mut db.conn, &later_job, 0, 10).unwrap();
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].event.at, later(10 * DAY));
 }
@@ -1623,7 +1648,7 @@ fn a_long_running_jobs_history_keeps_its_day_partition_past_retention(db: &mut D
         !dropped.contains(&"events_20231114".to_owned()),
         "the long job's first day stays"
     );
-    let history = events(&mut db.conn, &long.id, 0, 10).unwrap();
+    let history = events(&mut db.conn, &long, 0, 10).unwrap();
     assert_eq!(
         history.iter().map(|e| e.event.at).collect::<Vec<_>>(),
         [NOW, later(40 * DAY)],

@@ -5,8 +5,8 @@ use serde_json::{Value, json};
 use super::Sim;
 use crate::ids::TaskId;
 use crate::model::{
-    Action, CallbackCall, ErrorKind, EventKind, Input, JobStatus, OperatorAction, Rejection,
-    ReportedError, TaskKind, TaskStatus, WaitFor,
+    Action, CallbackCall, CallbackGrant, ErrorKind, EventKind, Input, JobStatus, OperatorAction,
+    Rejection, ReportedError, TaskKind, TaskStatus, WaitFor,
 };
 use crate::time::{Duration, Timestamp};
 
@@ -784,4 +784,26 @@ proptest::proptest! {
         }
         proptest::prop_assert!(sim.state.job.status.is_terminal(), "job stuck: {:?}", sim.summary());
     }
+}
+
+#[test]
+fn a_callback_grant_matches_a_digest_it_begins_or_equals_and_nothing_else() {
+    let grant = |hash: &str| CallbackGrant {
+        attempt: 1,
+        round: 0,
+        hash: hash.to_owned(),
+        answered: None,
+    };
+    let digest = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+    assert!(grant(&digest[..32]).matches(digest), "the first 128 bits");
+    assert!(
+        grant(digest).matches(digest),
+        "a whole digest, stored before"
+    );
+    assert!(!grant(&digest[..32]).matches(&digest[1..]));
+    assert!(!grant("ba7816bf8f01cfea414140de5dae2224").matches(digest));
+    assert!(
+        !grant("").matches(digest),
+        "an empty digest matches nothing"
+    );
 }
