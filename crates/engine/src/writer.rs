@@ -21,9 +21,10 @@
 //!
 //! On PostgreSQL other nodes write too. A request that waited too long for a row another node
 //! holds (or lost a deadlock, or a unique key race) is rolled back to its savepoint and runs
-//! again at the head of the next transaction, after this one has released its locks. Before
-//! committing, the transaction announces the queues that got work to the other nodes. A broken
-//! connection is replaced before the next transaction.
+//! again at the head of the next transaction, after this one has released its locks. The
+//! transaction announces the queues that got work to the other nodes as it commits (in the
+//! same round trip as its `COMMIT`). A broken connection is replaced before the next
+//! transaction.
 //!
 //! Each transaction's outcome (committed, or the disk full, the database read-only or out of
 //! reach) is stored in one atomic word for `/healthz` (see `health`).
@@ -720,22 +721,18 @@ fn run_transaction(
     {
         broken = Some(error);
     }
-    if broken.is_none() && conn.backend() == Backend::Postgres {
-        for payload in crate::loops::listener::announcements(
+    let announcements = match conn.backend() {
+        Backend::Postgres => crate::loops::listener::announcements(
             &shared.node,
             &transaction.wakes,
             transaction.deliveries,
-        ) {
-            if let Err(error) = conn.announce(&payload) {
-                broken = Some(error);
-                break;
-            }
-        }
-    }
+        ),
+        Backend::Sqlite => Vec::new(),
+    };
     let committing = Instant::now();
     transaction.committed = match broken {
         Some(error) => Err(error),
-        None => conn.raw().batch("COMMIT"),
+        None => conn.commit(&announcements),
     };
     add_elapsed(&shared.counters.commit_nanos, committing);
     Attempt::Ended(transaction)

@@ -324,9 +324,10 @@ pub trait Conn: Send {
     /// one after the other. A no-op where one writer serializes every transaction anyway.
     fn lock_key(&mut self, key: &str) -> Result<()>;
 
-    /// Tells the other server nodes, once the transaction commits, which queues got work and
-    /// what else changed (`payload` lines). A no-op where there is only one node.
-    fn announce(&mut self, payload: &str) -> Result<()>;
+    /// Commits the open transaction, telling the other server nodes as it commits which queues
+    /// got work and what else changed (each of `announcements` is one notification's lines;
+    /// none are sent where there is only one node).
+    fn commit(&mut self, announcements: &[String]) -> Result<()>;
 
     /// False once the connection is known to be broken; it is then replaced, not reused.
     fn is_usable(&self) -> bool;

@@ -295,8 +295,9 @@ impl Conn for WriteConn {
         self.conn.lock_key(key)
     }
 
-    fn announce(&mut self, payload: &str) -> Result<()> {
-        self.conn.announce(payload)
+    fn commit(&mut self, announcements: &[String]) -> Result<()> {
+        self.write(Needs::Everything)?;
+        self.conn.commit(announcements)
     }
 
     fn is_usable(&self) -> bool {

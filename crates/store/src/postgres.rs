@@ -320,21 +320,38 @@ impl Conn for PgConn {
         Ok(())
     }
 
-    fn announce(&mut self, payload: &str) -> Result<()> {
-        // Committing a transaction that notifies takes a database-wide lock for the length of
-        // the commit; waiting for other nodes' commits there is expected, not a conflict.
-        self.batch(&format!(
-            "SET LOCAL lock_timeout = {}",
+    fn commit(&mut self, announcements: &[String]) -> Result<()> {
+        if announcements.is_empty() {
+            return self.batch("COMMIT");
+        }
+        // One round trip: the notifications go with the `COMMIT` as literals of one simple
+        // query (an error in one of its statements skips the rest, the `COMMIT` too). Committing
+        // a transaction that notifies takes a database-wide lock for the length of the commit;
+        // waiting for other nodes' commits there is expected, not a conflict.
+        let mut sql = format!(
+            "SET LOCAL lock_timeout = {}; ",
             self.statement_timeout.as_millis()
-        ))?;
-        let channel = self.channel.clone();
-        self.execute("SELECT pg_notify(?1, ?2)", args![channel, payload])?;
-        Ok(())
+        );
+        let channel = text_literal(&self.channel);
+        for payload in announcements {
+            sql.push_str(&format!(
+                "SELECT pg_notify({channel}, {}); ",
+                text_literal(payload)
+            ));
+        }
+        sql.push_str("COMMIT");
+        self.batch(&sql)
     }
 
     fn is_usable(&self) -> bool {
         !self.client.is_closed()
     }
+}
+
+/// `text` as an SQL string literal, whatever the server's `standard_conforming_strings`: an
+/// escape string (`E'…'`) with its backslashes and quotes escaped.
+fn text_literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
 /// Any fixed number: with the schema's hash, the advisory lock one node vacuums under.
@@ -431,6 +448,41 @@ mod tests {
         crate::db::migrate(&mut conn, "BEGIN", &earlier, DAY_START).unwrap();
         conn.batch("SET statement_timeout = 0").unwrap();
         Some((schema, connector, conn))
+    }
+
+    #[test]
+    fn a_commit_tells_listeners_its_announcements_exactly_as_given() {
+        let Some(schema) = ScratchSchema::create("announce") else {
+            return;
+        };
+        let connector = Connector::new(&schema.url, &StoreOptions::default()).unwrap();
+        let mut listener = connector.connect().unwrap();
+        listener.listen().unwrap();
+        let mut writer = connector.connect().unwrap();
+        let announcements = [
+            "n\tnode-1\nq\tdefault\tit's".to_owned(),
+            "n\tnode-1\nq\tdefault\tback\\slash \\' E'".to_owned(),
+        ];
+        writer.batch("BEGIN").unwrap();
+        writer.commit(&announcements).unwrap();
+        let heard: Vec<Option<String>> = (0..2)
+            .map(|_| listener.next_notification(Duration::from_secs(5)).unwrap())
+            .collect();
+        assert_eq!(heard, announcements.map(Some));
+        writer.batch("BEGIN").unwrap();
+        writer.commit(&[]).unwrap();
+        assert_eq!(
+            listener
+                .next_notification(Duration::from_millis(100))
+                .unwrap(),
+            None,
+            "a commit with nothing to announce tells nothing"
+        );
+    }
+
+    #[test]
+    fn text_literals_escape_backslashes_and_quotes() {
+        assert_eq!(text_literal("a'b\\c"), "E'a\\'b\\\\c'");
     }
 
     /// How many migrations a store migrated up to partitioning has left: partitioning's and

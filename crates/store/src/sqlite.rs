@@ -360,8 +360,8 @@ impl Conn for SqliteConn {
         Ok(())
     }
 
-    fn announce(&mut self, _payload: &str) -> Result<()> {
-        Ok(())
+    fn commit(&mut self, _announcements: &[String]) -> Result<()> {
+        self.batch("COMMIT")
     }
 
     fn is_usable(&self) -> bool {
