@@ -62,13 +62,11 @@ pub(crate) fn hash(secret: &str) -> String {
 /// of the digest of a 256-bit random secret leave finding a token that matches as far out of
 /// reach as the whole digest does, in half the bytes.
 pub(crate) fn callback_hash(secret: &str) -> String {
-    let mut digest = hash(secret);
-    digest.truncate(CALLBACK_HASH_DIGITS);
-    digest
+    hex(&Sha256::digest(secret.as_bytes())[..CALLBACK_HASH_BYTES])
 }
 
-/// Hex digits of a stored callback digest (128 bits).
-const CALLBACK_HASH_DIGITS: usize = 32;
+/// Bytes of a stored callback digest (128 bits).
+const CALLBACK_HASH_BYTES: usize = 16;
 
 fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

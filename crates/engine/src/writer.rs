@@ -721,13 +721,13 @@ fn run_transaction(
     {
         broken = Some(error);
     }
-    let announcements = match conn.backend() {
-        Backend::Postgres => crate::loops::listener::announcements(
+    let announcements = match (&broken, conn.backend()) {
+        (None, Backend::Postgres) => crate::loops::listener::announcements(
             &shared.node,
             &transaction.wakes,
             transaction.deliveries,
         ),
-        Backend::Sqlite => Vec::new(),
+        _ => Vec::new(),
     };
     let committing = Instant::now();
     transaction.committed = match broken {
