@@ -54,6 +54,29 @@ typed_id!(
     "tsk"
 );
 
+/// The unique part of a fresh id, made from a version 7 UUID (as its 128-bit number): its 48 bits
+/// of Unix milliseconds and the next 64 of its counter and random bits, as 22 lowercase base-36
+/// digits. The number is offset by one in its leading digit, so the first digit is never `0`:
+/// fresh ids sort in the UUIDs' order, and after every id of the earlier form (the UUID's 32
+/// hexadecimal digits, which begin with `0` until the year 2527). Version and variant bits carry
+/// nothing and are left out; 22 digits instead of 32 save 10 bytes wherever an id is stored.
+pub fn compact_unique(uuid_v7: u128) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    const WIDTH: u32 = 22;
+    let millis = uuid_v7 >> 80;
+    let rand_a = (uuid_v7 >> 64) & 0xfff;
+    let rand_b = uuid_v7 & ((1 << 62) - 1);
+    let ordered = (millis << 64) | (rand_a << 52) | (rand_b >> 10);
+    let mut rest = ordered + 36u128.pow(WIDTH - 1);
+    let mut digits = [b'0'; WIDTH as usize];
+    for digit in digits.iter_mut().rev() {
+        *digit = DIGITS[(rest % 36) as usize];
+        rest /= 36;
+    }
+    debug_assert_eq!(rest, 0, "112 bits and the offset fit in 22 base-36 digits");
+    digits.iter().map(|&b| char::from(b)).collect()
+}
+
 /// Where the core gets fresh task ids from. The engine supplies UUIDv7-based ids; tests supply
 /// counters, so every plan is reproducible.
 pub trait IdSource {
@@ -91,5 +114,54 @@ mod tests {
         assert_eq!(JobId::parse("tsk_0190abc"), None);
         assert_eq!(JobId::parse("job_"), None);
         assert_eq!(JobId::parse("job_a/b"), None);
+    }
+
+    /// A version 7 UUID's number from its parts (version and variant bits set as a UUID has them).
+    fn uuid_v7(millis: u128, rand_a: u128, rand_b: u128) -> u128 {
+        (millis << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
+    }
+
+    #[test]
+    fn compact_ids_keep_the_order_of_their_uuids_and_follow_the_older_form() {
+        let now = 1_795_800_589_043;
+        let uuids = [
+            uuid_v7(0, 0, 0),
+            uuid_v7(now, 0, 0),
+            uuid_v7(now, 0, 1 << 10),
+            uuid_v7(now, 1, 0),
+            uuid_v7(now, 0xfff, (1 << 62) - 1),
+            uuid_v7(now + 1, 0, 0),
+            uuid_v7((1 << 48) - 1, 0xfff, (1 << 62) - 1),
+        ];
+        let compact: Vec<String> = uuids.iter().map(|&u| compact_unique(u)).collect();
+        for pair in compact.windows(2) {
+            assert!(pair[0] < pair[1], "{pair:?}");
+        }
+        for unique in &compact {
+            assert_eq!(unique.len(), 22, "{unique}");
+            assert!(
+                unique
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+            );
+            assert!(!unique.starts_with('0'), "{unique}");
+            assert!(JobId::parse(&format!("job_{unique}")).is_some());
+        }
+        let older_form = format!("{:032x}", uuid_v7(now + 1_000_000, 0xfff, 0));
+        assert!(
+            older_form < compact[1],
+            "{older_form} sorts before {}",
+            compact[1]
+        );
+    }
+
+    #[test]
+    fn compact_ids_differ_in_the_bits_a_uuid_varies() {
+        let now = 1_795_800_589_043;
+        let base = compact_unique(uuid_v7(now, 0, 0));
+        // The lowest 10 random bits are left out; the next one shows.
+        assert_eq!(compact_unique(uuid_v7(now, 0, (1 << 10) - 1)), base);
+        assert_ne!(compact_unique(uuid_v7(now, 0, 1 << 10)), base);
+        assert_ne!(compact_unique(uuid_v7(now, 1 << 11, 0)), base);
     }
 }

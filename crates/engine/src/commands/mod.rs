@@ -57,7 +57,7 @@ use std::collections::HashSet;
 pub(crate) struct UuidIds;
 impl IdSource for UuidIds {
     fn task_id(&mut self) -> TaskId {
-        TaskId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
+        TaskId::from_unique(&fresh_unique())
     }
 
     fn job_id(&mut self) -> JobId {
@@ -66,7 +66,12 @@ impl IdSource for UuidIds {
 }
 
 pub(crate) fn new_job_id() -> JobId {
-    JobId::from_unique(&uuid::Uuid::now_v7().simple().to_string())
+    JobId::from_unique(&fresh_unique())
+}
+
+/// The unique part of a fresh id: a version 7 UUID in its compact form (`ids::compact_unique`).
+pub(crate) fn fresh_unique() -> String {
+    starbridge_core::ids::compact_unique(uuid::Uuid::now_v7().as_u128())
 }
 
 pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Error {

@@ -89,7 +89,7 @@ pub(crate) fn create(ctx: &mut WriteCtx<'_>, namespace: &str, new: NewWebhook) -
         return Err(Error::Invalid(problems));
     }
     let webhook = Webhook {
-        id: format!("whk_{}", uuid::Uuid::now_v7().simple()),
+        id: format!("whk_{}", super::fresh_unique()),
         namespace: namespace.to_owned(),
         url: new.url,
         secret: new.secret.unwrap_or_else(crate::secrets::random_hex),
