@@ -791,6 +791,40 @@ async fn jobs_survive_reopening_the_database(f: Fixture) {
     assert_eq!(state.tasks[0].status, TaskStatus::Ready);
 }
 
+async fn fresh_ids_are_compact_and_sort_by_creation(f: Fixture) {
+    apply_one_step(&f.store).await;
+    let mut jobs = Vec::new();
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        let state = submit(&f.store, "wf", json!({})).await.state;
+        jobs.push(state.job.id.as_str().to_owned());
+        tasks.push(state.tasks[0].id.as_str().to_owned());
+    }
+    for (id, prefix) in jobs
+        .iter()
+        .map(|id| (id, "job_"))
+        .chain(tasks.iter().map(|id| (id, "tsk_")))
+    {
+        let unique = id.strip_prefix(prefix).expect("the id's prefix");
+        assert_eq!(unique.len(), 22, "{id}");
+        assert!(
+            unique
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase()),
+            "{id}"
+        );
+    }
+    assert!(jobs.is_sorted() && tasks.is_sorted(), "{jobs:?} {tasks:?}");
+    let job = JobId::parse(&jobs[0]).unwrap();
+    let stored = f
+        .store
+        .job("default", &job)
+        .await
+        .unwrap()
+        .expect("found by its id");
+    assert_eq!(stored.tasks[0].id.as_str(), tasks[0]);
+}
+
 async fn a_job_is_invisible_from_another_namespace(f: Fixture) {
     f.store
         .apply_workflow("team-a", "wf", definition(TWO_STEPS))
@@ -1616,6 +1650,7 @@ on_both_backends!(
     a_schedule_that_cannot_be_computed_stops_alone_and_timers_go_on,
     a_rate_limited_queue_starts_at_most_its_tokens_and_the_rest_wait_ready,
     jobs_survive_reopening_the_database,
+    fresh_ids_are_compact_and_sort_by_creation,
 );
 
 /// Several server nodes on one PostgreSQL schema: each `Store` here is what one node opens.
