@@ -878,7 +878,6 @@ impl Engine {
         job: &JobState,
         limit: u32,
     ) -> Result<(Vec<StoredEvent>, QueueStates)> {
-        let namespace = job.job.namespace.clone();
         let row = job.job.clone();
         let queues = commands::ready_queues(job);
         let notifier = self.inner.notifier.clone();
@@ -887,9 +886,14 @@ impl Engine {
             .reader
             .read(move |conn| {
                 let events = rows::events(conn, &row, 0, limit)?;
-                let prefixes = rows::queue_prefixes::list(conn, &namespace)?;
+                let prefixes = rows::queue_prefixes::list(conn, &row.namespace)?;
                 let states = commands::read_queue_states(
-                    conn, &namespace, queues, &prefixes, &notifier, now,
+                    conn,
+                    &row.namespace,
+                    queues,
+                    &prefixes,
+                    &notifier,
+                    now,
                 )?;
                 Ok((events, states))
             })
