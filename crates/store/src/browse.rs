@@ -9,7 +9,9 @@
 //! start with the text, each from its own index, then filters, orders and counts those in
 //! memory: query planners would otherwise walk the list order and test every job. The indexes
 //! are in migration `0004_browse.sql` (PostgreSQL: `0003_browse.sql`), less the two without the
-//! status (`0018_lists_by_status.sql`). The SQL is portable: row values, plain comparisons,
+//! status (`0018_lists_by_status.sql`), and end with the creation time, not the id
+//! (`0019_lists_end_with_creation.sql`): the jobs of one millisecond are sorted as the walk
+//! reaches them. The SQL is portable: row values, plain comparisons,
 //! numbered placeholders.
 
 use crate::db::{Conn, Queries, Row, Value as SqlValue, args, bind};
@@ -303,11 +305,7 @@ pub fn jobs(conn: &mut dyn Conn, search: &JobSearch) -> Result<Vec<JobLine>> {
     if let Some(cursor) = &search.after {
         values.push(cursor.created_at.0.into());
         values.push(cursor.id.as_str().to_owned().into());
-        sql.push_str(&format!(
-            " AND (created_at, id) < (?{}, ?{})",
-            values.len() - 1,
-            values.len()
-        ));
+        sql.push_str(&crate::rows::before_cursor(values.len() - 1, values.len()));
     }
     values.push(i64::from(search.limit).into());
     let select = format!("SELECT {LINE_COLUMNS} FROM jobs {read} WHERE {sql}");

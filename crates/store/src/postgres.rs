@@ -78,6 +78,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         18,
         include_str!("../migrations/postgres/0018_lists_by_status.sql"),
     ),
+    (
+        19,
+        include_str!("../migrations/postgres/0019_lists_end_with_creation.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.

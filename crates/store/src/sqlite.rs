@@ -69,6 +69,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         18,
         include_str!("../migrations/sqlite/0018_lists_by_status.sql"),
     ),
+    (
+        19,
+        include_str!("../migrations/sqlite/0019_lists_end_with_creation.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {

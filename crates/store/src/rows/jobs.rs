@@ -3,6 +3,7 @@
 //! and deleting finished jobs with everything they own once retention has passed.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use serde_json::Value;
 use starbridge_core::ids::{JobId, TaskId};
@@ -315,7 +316,8 @@ pub(crate) const JOBS_BY_ID: &str = "INDEXED BY sqlite_autoindex_jobs_1";
 /// `jobs` whose `WHERE` names no status, its result holding `created_at` and `id`) picks,
 /// whatever their status: one range per status of a list index that leads with the status
 /// (`jobs_status_created`, or `jobs_workflow_status_created` for one workflow), each read in
-/// list order, merged, and stopped after the page. SQLite merges the ordered arms of a
+/// list order (the index's order of creation time, the jobs of one millisecond sorted by id as
+/// the walk reaches them), merged, and stopped after the page. SQLite merges the ordered arms of a
 /// `UNION ALL … ORDER BY` as it reads them; PostgreSQL plans a Merge Append only over arms that
 /// hold their own order and limit (it would rather sort every matching job otherwise). `jobs`
 /// keeps no list index without the status: every job would pay for it in each write of its
@@ -341,6 +343,14 @@ pub(crate) fn any_status_newest_first(
         })
         .collect();
     format!("{} {ORDER} LIMIT ?{limit}", arms.join(" UNION ALL "))
+}
+
+/// The condition that a job comes after a cursor in list order (`created_at DESC, id DESC`),
+/// given the placeholders of the cursor's creation time and id. The list indexes end with the
+/// creation time, so the plain bound on it is what an index range can use; the row value
+/// orders the jobs of the cursor's own millisecond.
+pub(crate) fn before_cursor(created_at: usize, id: usize) -> String {
+    format!(" AND created_at <= ?{created_at} AND (created_at, id) < (?{created_at}, ?{id})")
 }
 
 /// A filter's labels, the rarest first (each counted up to `RARE_LABEL` in the label index).
@@ -439,11 +449,7 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
     let order = if filter.labels.is_empty() {
         if let Some(cursor) = &filter.before {
             values.extend([Arg::Int(cursor.created_at.0), Arg::Text(cursor.id.as_str())]);
-            sql.push_str(&format!(
-                " AND (created_at, id) < (?{}, ?{})",
-                values.len() - 1,
-                values.len()
-            ));
+            sql.push_str(&before_cursor(values.len() - 1, values.len()));
         }
         "created_at DESC, id DESC"
     } else {
@@ -474,14 +480,39 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
 /// while its parent is kept (the parent may still roll it back). On PostgreSQL the history in
 /// day partitions stays behind, unreachable, until its whole day is dropped (see `partitions`);
 /// only what the default partition caught is deleted here.
+///
+/// The jobs are found through the list index by status (`jobs_status_created`), a namespace at a
+/// time: a job that ended before `ended_before` was created before it, so each namespace's
+/// finished jobs are one range per finished status.
 pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) -> Result<usize> {
-    let ids = conn.query_map(
-        "SELECT id FROM jobs INDEXED BY jobs_ended WHERE ended_at IS NOT NULL AND ended_at < ?1 \
-         AND (parent_job_id IS NULL OR NOT EXISTS (SELECT 1 FROM jobs AS parent WHERE parent.id = jobs.parent_job_id)) \
-         ORDER BY ended_at LIMIT ?2 FOR UPDATE SKIP LOCKED",
-        args![ended_before.0, limit],
-        |row| row.get::<String>(0),
-    )?;
+    static FINISHED: LazyLock<String> = LazyLock::new(|| {
+        let finished: Vec<String> = JobStatus::ALL
+            .iter()
+            .filter(|status| status.is_terminal())
+            .map(|status| format!("'{}'", status.as_str()))
+            .collect();
+        format!(
+            "SELECT id FROM jobs WHERE namespace = ?1 AND status IN ({}) AND created_at < ?2 \
+             AND ended_at < ?2 AND (parent_job_id IS NULL OR NOT EXISTS \
+             (SELECT 1 FROM jobs AS parent WHERE parent.id = jobs.parent_job_id)) \
+             LIMIT ?3 FOR UPDATE SKIP LOCKED",
+            finished.join(", ")
+        )
+    });
+    let mut ids: Vec<String> = Vec::new();
+    for namespace in namespaces_with_jobs(conn)? {
+        let Some(left) = (limit as usize)
+            .checked_sub(ids.len())
+            .filter(|&left| left > 0)
+        else {
+            break;
+        };
+        ids.extend(conn.query_map(
+            &FINISHED,
+            args![namespace, ended_before.0, left as i64],
+            |row| row.get::<String>(0),
+        )?);
+    }
     let history = match conn.backend() {
         Backend::Sqlite => ALL_HISTORY,
         Backend::Postgres => "DELETE FROM events_default WHERE job_id = ?1",
@@ -490,6 +521,23 @@ pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) 
         delete_job_rows(conn, id, history)?;
     }
     Ok(ids.len())
+}
+
+/// The start of a query whose table `spaces (name)` holds the namespaces that hold jobs, each
+/// found by one seek of the list index leading with the namespace (`jobs_status_created`), so
+/// however many jobs each holds (a skip scan); the last row's name is NULL.
+pub(crate) const NAMESPACES_WITH_JOBS: &str = "WITH RECURSIVE spaces (name) AS ( \
+     SELECT MIN(namespace) FROM jobs \
+     UNION ALL \
+     SELECT (SELECT MIN(namespace) FROM jobs WHERE namespace > spaces.name) \
+     FROM spaces WHERE spaces.name IS NOT NULL)";
+
+fn namespaces_with_jobs(conn: &mut dyn Conn) -> Result<Vec<String>> {
+    conn.query_map(
+        &format!("{NAMESPACES_WITH_JOBS} SELECT name FROM spaces WHERE name IS NOT NULL"),
+        &[],
+        |row| row.get(0),
+    )
 }
 
 /// Deletes all of a job's history.

@@ -12,6 +12,7 @@
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
 
+use super::NAMESPACES_WITH_JOBS;
 use crate::db::{Backend, Conn, Queries, args};
 use crate::{Error, Result};
 
@@ -107,16 +108,11 @@ pub fn drop_retired_event_partitions(
         // have history in it, and after pruning those are few (the ones still kept). They are
         // read per namespace and status through the list index `jobs_status_created`
         // (namespace, status, created_at), the namespaces found by skipping through that
-        // index, so `jobs` needs no index of its own on `created_at`.
+        // index (`NAMESPACES_WITH_JOBS`), so `jobs` needs no index of its own on `created_at`.
         let held = conn
             .query_opt(
                 &format!(
-                    "WITH RECURSIVE spaces (name) AS ( \
-                         (SELECT namespace FROM jobs ORDER BY namespace LIMIT 1) \
-                         UNION ALL \
-                         SELECT (SELECT namespace FROM jobs WHERE namespace > spaces.name \
-                                 ORDER BY namespace LIMIT 1) \
-                         FROM spaces WHERE spaces.name IS NOT NULL) \
+                    "{NAMESPACES_WITH_JOBS} \
                      SELECT 1 FROM spaces WHERE spaces.name IS NOT NULL AND EXISTS ( \
                          SELECT 1 FROM jobs WHERE jobs.namespace = spaces.name \
                          AND jobs.status IN ({statuses}) AND jobs.created_at < ?1 \
