@@ -22,6 +22,7 @@ use starbridge_core::model::EventKind;
 use starbridge_core::time::{Duration, Timestamp};
 
 use crate::db::{Conn, Queries, args, bind, key_sets};
+use crate::rows::{kind_from_column, kinds_in};
 use crate::stats::ready_by_queue;
 use crate::{Error, Result};
 
@@ -109,15 +110,14 @@ pub const KEEP_MINUTES: Duration = Duration::from_secs(2 * 24 * 3600);
 /// started in that minute.
 fn events_sql() -> &'static str {
     static SQL: LazyLock<String> = LazyLock::new(|| {
-        let ending: Vec<String> = EventKind::ALL
+        let ending = EventKind::ALL
             .iter()
-            .filter(|kind| kind.ends_a_run())
-            .map(|kind| format!("'{kind}'"))
-            .collect();
+            .copied()
+            .filter(|kind| kind.ends_a_run());
         format!(
             "SELECT seq, at, kind, job_id, task_id, CASE WHEN kind IN ({}) THEN detail END \
              FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-            ending.join(", ")
+            kinds_in(ending)
         )
     });
     &SQL
@@ -125,15 +125,15 @@ fn events_sql() -> &'static str {
 
 /// The kinds of event a rollup counts (besides the start of a run that an event ending it
 /// carries); `task_claimed` is in histories written before claims left the history.
-const COUNTED: [&str; 8] = [
-    "job_created",
-    "job_started",
-    "job_succeeded",
-    "job_failed",
-    "job_compensation_failed",
-    "task_claimed",
-    "task_succeeded",
-    "task_failed",
+const COUNTED: [EventKind; 8] = [
+    EventKind::JobCreated,
+    EventKind::JobStarted,
+    EventKind::JobSucceeded,
+    EventKind::JobFailed,
+    EventKind::JobCompensationFailed,
+    EventKind::TaskClaimed,
+    EventKind::TaskSucceeded,
+    EventKind::TaskFailed,
 ];
 
 /// Of each job: its namespace and workflow, its start, and whether it has no lock (a job
@@ -220,7 +220,7 @@ pub fn read_rollup(
         Ok((
             row.get::<i64>(0)?,
             Timestamp(row.get(1)?),
-            row.get::<String>(2)?,
+            kind_from_column(&row.get::<String>(2)?)?,
             row.get::<String>(3)?,
             row.get::<Option<String>>(4)?,
             run_start(row.get::<Option<String>>(5)?),
@@ -230,9 +230,7 @@ pub fn read_rollup(
     let read = events.iter().take_while(|(_, at, ..)| *at < cutoff).count();
     let counted: Vec<_> = events[..read]
         .iter()
-        .filter(|(_, _, kind, _, _, run_started)| {
-            COUNTED.contains(&kind.as_str()) || run_started.is_some()
-        })
+        .filter(|(_, _, kind, _, _, run_started)| COUNTED.contains(kind) || run_started.is_some())
         .collect();
     let mut job_ids: Vec<String> = counted.iter().map(|event| event.3.clone()).collect();
     job_ids.sort_unstable();
@@ -281,15 +279,15 @@ pub fn read_rollup(
             );
             rollup.figures.entry(key).or_default().started += 1;
         }
-        if !COUNTED.contains(&kind.as_str()) {
+        if !COUNTED.contains(kind) {
             continue;
         }
-        if kind == "job_created" && !job.unlocked {
+        if *kind == EventKind::JobCreated && !job.unlocked {
             continue;
         }
         let at = *at;
         let minute = minute_of(at);
-        let (series, name, started_at) = if kind.starts_with("job_") {
+        let (series, name, started_at) = if kind.as_str().starts_with("job_") {
             (SeriesKind::Workflow, job.workflow.clone(), job.started_at)
         } else {
             match queue {
@@ -301,12 +299,12 @@ pub fn read_rollup(
             .figures
             .entry((job.namespace.clone(), series, name, minute))
             .or_default();
-        let ended = match kind.as_str() {
-            "job_created" | "job_started" | "task_claimed" => {
+        let ended = match kind {
+            EventKind::JobCreated | EventKind::JobStarted | EventKind::TaskClaimed => {
                 figures.started += 1;
                 false
             }
-            "job_succeeded" | "task_succeeded" => {
+            EventKind::JobSucceeded | EventKind::TaskSucceeded => {
                 figures.succeeded += 1;
                 true
             }

@@ -6,9 +6,9 @@ use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Event, EventKind, Job};
 use starbridge_core::time::Timestamp;
 
-use super::{RowWrite, enum_column, json_text, parse_json};
+use super::{RowWrite, json_text, parse_json};
 use crate::db::{Conn, Queries, Value as SqlValue, args};
-use crate::{Result, StoredEvent};
+use crate::{Error, Result, StoredEvent};
 
 /// History events: appended, never changed.
 pub const EVENT_WRITE: RowWrite = RowWrite {
@@ -47,7 +47,7 @@ pub fn event_values(job: &JobId, step: Option<&str>, event: &Event) -> Vec<SqlVa
         event.task.as_ref().map(TaskId::as_str),
         step,
         event.at.0,
-        event.kind.as_str(),
+        kind_column(event.kind),
         event.attempt,
         event.worker,
         detail,
@@ -55,6 +55,72 @@ pub fn event_values(job: &JobId, step: Option<&str>, event: &Event) -> Vec<SqlVa
     .iter()
     .map(SqlValue::of)
     .collect()
+}
+
+/// How an event's kind is stored: a number of one or two digits, not its name (a one-step job's
+/// three events hold 3 bytes of kind instead of 38). Histories written before hold names; both
+/// read back (`kind_from_column`), and a query that picks kinds names both (`kinds_in`). A
+/// kind's number never changes: a new kind takes the next one.
+pub(crate) fn kind_column(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::JobCreated => "1",
+        EventKind::TaskSucceeded => "2",
+        EventKind::JobSucceeded => "3",
+        EventKind::TaskFailed => "4",
+        EventKind::TaskRetryScheduled => "5",
+        EventKind::JobFailed => "6",
+        EventKind::TaskReady => "7",
+        EventKind::TaskSkipped => "8",
+        EventKind::TaskCheckLater => "9",
+        EventKind::TaskLeaseExpired => "10",
+        EventKind::TaskTimedOut => "11",
+        EventKind::TaskCancelled => "12",
+        EventKind::TaskRequeued => "13",
+        EventKind::JobTimedOut => "14",
+        EventKind::JobCompensating => "15",
+        EventKind::JobCompensationFailed => "16",
+        EventKind::CompensationPlanned => "17",
+        EventKind::FanOutExpanded => "18",
+        EventKind::JobQueued => "19",
+        EventKind::JobStarted => "20",
+        EventKind::JobPaused => "21",
+        EventKind::JobResumed => "22",
+        EventKind::JobCancelled => "23",
+        EventKind::JobRetried => "24",
+        EventKind::JobRerun => "25",
+        EventKind::TaskResolvedByOperator => "26",
+        EventKind::TaskWaiting => "27",
+        EventKind::SignalReceived => "28",
+        EventKind::TaskApproved => "29",
+        EventKind::TaskRejected => "30",
+        EventKind::TaskAwaitingCallback => "31",
+        EventKind::CallbackReceived => "32",
+        EventKind::ChildEnded => "33",
+        EventKind::TaskClaimed => "34",
+    }
+}
+
+/// An event's kind from its stored column: a number (`kind_column`) or, as written before, a
+/// name.
+pub(crate) fn kind_from_column(text: &str) -> Result<EventKind> {
+    let kind = if text.starts_with(|c: char| c.is_ascii_digit()) {
+        EventKind::ALL
+            .iter()
+            .copied()
+            .find(|&kind| kind_column(kind) == text)
+    } else {
+        EventKind::parse(text)
+    };
+    kind.ok_or_else(|| Error::Corrupt(format!("event kind '{text}'")))
+}
+
+/// SQL naming `kinds` as stored, numbers and names, for a `kind IN (…)`.
+pub(crate) fn kinds_in(kinds: impl IntoIterator<Item = EventKind>) -> String {
+    kinds
+        .into_iter()
+        .map(|kind| format!("'{}', '{}'", kind_column(kind), kind.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `job`'s history after event `after`, in order, at most `limit` events.
@@ -65,7 +131,7 @@ pub fn events(conn: &mut dyn Conn, job: &Job, after: i64, limit: u32) -> Result<
         args![job.id.as_str(), after, limit],
         |row| {
             let task: Option<String> = row.get(1)?;
-            let kind = enum_column(row.get(4)?, EventKind::parse)?;
+            let kind = kind_from_column(&row.get::<String>(4)?)?;
             let mut detail = parse_json(Some(row.get(7)?))?.unwrap_or(Value::Null);
             if kind == EventKind::JobCreated
                 && let Value::Object(fields) = &mut detail
@@ -143,9 +209,12 @@ pub fn attempt_first_claimed_at(
     within: (Timestamp, Timestamp),
 ) -> Result<Option<Timestamp>> {
     let runs = conn.query_map(
-        "SELECT at, kind, detail FROM events \
-         WHERE job_id = ?1 AND task_id = ?2 AND attempt = ?3 \
-         AND kind IN ('task_claimed', 'task_check_later') AND at >= ?4 AND at <= ?5",
+        &format!(
+            "SELECT at, kind, detail FROM events \
+             WHERE job_id = ?1 AND task_id = ?2 AND attempt = ?3 \
+             AND kind IN ({}) AND at >= ?4 AND at <= ?5",
+            kinds_in([EventKind::TaskClaimed, EventKind::TaskCheckLater])
+        ),
         args![job.as_str(), task.as_str(), attempt, within.0.0, within.1.0],
         |row| {
             Ok((
@@ -157,7 +226,7 @@ pub fn attempt_first_claimed_at(
     )?;
     let mut first: Option<i64> = None;
     for (at, kind, detail) in runs {
-        let claimed = if kind == EventKind::TaskClaimed.as_str() {
+        let claimed = if kind_from_column(&kind)? == EventKind::TaskClaimed {
             Some(at)
         } else {
             parse_json::<Value>(Some(detail))?.and_then(|detail| detail["claimed_at"].as_i64())
@@ -168,4 +237,23 @@ pub fn attempt_first_claimed_at(
         };
     }
     Ok(first.map(Timestamp))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_own_number_and_reads_back_from_it_or_its_name() {
+        let mut numbers: Vec<&str> = EventKind::ALL.iter().map(|&k| kind_column(k)).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        assert_eq!(numbers.len(), EventKind::ALL.len());
+        for &kind in EventKind::ALL {
+            assert_eq!(kind_from_column(kind_column(kind)).unwrap(), kind);
+            assert_eq!(kind_from_column(kind.as_str()).unwrap(), kind);
+        }
+        assert!(kind_from_column("99").is_err());
+        assert!(kind_from_column("job_exploded").is_err());
+    }
 }

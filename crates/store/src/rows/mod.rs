@@ -46,6 +46,7 @@ mod tests;
 pub use events::{
     ChangeMark, EVENT_WRITE, attempt_first_claimed_at, change_mark, event_values, events,
 };
+pub(crate) use events::{kind_from_column, kinds_in};
 pub use health::{ping, write_health_probe};
 pub use jobs::{
     JOB_WRITE, delete_job, job_by_key, job_values, list_jobs, load_job, load_job_state,

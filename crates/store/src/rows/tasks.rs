@@ -4,7 +4,7 @@
 
 use starbridge_core::dispatch::{Candidate, QueueConfig};
 use starbridge_core::ids::{JobId, TaskId};
-use starbridge_core::model::{Task, TaskKind, TaskStatus, Wait, WaitFor};
+use starbridge_core::model::{CallbackGrant, Task, TaskKind, TaskStatus, Wait, WaitFor};
 use starbridge_core::time::Timestamp;
 
 use super::{RowWrite, enum_column, opt_json_text, parse_json, ts};
@@ -139,7 +139,10 @@ impl RawTask {
             attempt_base: self.attempt_base,
             wait: parse_json(self.wait)?,
             pending_outcome: parse_json(self.pending_outcome)?,
-            callback: parse_json(self.callback)?,
+            callback: self
+                .callback
+                .map(|text| callback_from_column(text, self.attempt))
+                .transpose()?,
             child: self
                 .child_job_id
                 .map(|id| JobId::parse(&id).map(Box::new).ok_or_else(|| corrupt(&id)))
@@ -148,6 +151,31 @@ impl RawTask {
             claimed_at: ts(self.claimed_at),
         })
     }
+}
+
+/// The `callback` column of a task at `attempt`: the digest alone for a grant of that attempt,
+/// in the first round, unanswered (as almost every grant is, and every task row keeps one);
+/// else the grant's JSON, an object. Grants stored before the short form are JSON too.
+fn callback_column(grant: &CallbackGrant, attempt: u32) -> String {
+    let plain = grant.attempt == attempt && grant.round == 0 && grant.answered.is_none();
+    if plain && !grant.hash.starts_with('{') {
+        grant.hash.clone()
+    } else {
+        serde_json::to_string(grant).unwrap_or_default()
+    }
+}
+
+/// A grant read back from its `callback` column (`callback_column`) of a task at `attempt`.
+fn callback_from_column(text: String, attempt: u32) -> Result<Box<CallbackGrant>> {
+    if text.starts_with('{') {
+        return serde_json::from_str(&text).map_err(|e| Error::Corrupt(e.to_string()));
+    }
+    Ok(Box::new(CallbackGrant {
+        attempt,
+        round: 0,
+        hash: text,
+        answered: None,
+    }))
 }
 
 /// The `held` column of a ready task its paused job holds back (0: claimable).
@@ -350,7 +378,9 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         wait_kind,
         task.wait.as_deref().and_then(Wait::wake_at).map(|t| t.0),
         opt_json_text(task.pending_outcome.as_ref()),
-        opt_json_text(task.callback.as_ref()),
+        task.callback
+            .as_deref()
+            .map(|grant| callback_column(grant, task.attempt)),
         task.child.as_deref().map(JobId::as_str),
         opt_json_text(task.limits.as_ref()),
         parked.map(|parked| parked.line.as_str()),
@@ -548,4 +578,53 @@ pub fn next_available(
         .into_iter()
         .map(|(_, earliest)| Timestamp(earliest))
         .min())
+}
+
+#[cfg(test)]
+mod tests {
+    use starbridge_core::model::{CallbackAnswer, CallbackCallKind};
+
+    use super::*;
+
+    fn grant(attempt: u32, round: u32, answered: bool) -> CallbackGrant {
+        CallbackGrant {
+            attempt,
+            round,
+            hash: "c6de36191ddf0fa5b1424cf89b3bd3db".to_owned(),
+            answered: answered.then(|| CallbackAnswer {
+                call: CallbackCallKind::Complete,
+                digest: "d".to_owned(),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_plain_grant_of_the_tasks_attempt_is_stored_as_its_digest_alone() {
+        let plain = grant(2, 0, false);
+        let column = callback_column(&plain, 2);
+        assert_eq!(column, plain.hash);
+        assert_eq!(*callback_from_column(column, 2).unwrap(), plain);
+    }
+
+    #[test]
+    fn any_other_grant_is_stored_as_json_and_reads_back_whole() {
+        for (other, attempt) in [
+            (grant(1, 0, false), 2),
+            (grant(2, 1, false), 2),
+            (grant(2, 0, true), 2),
+        ] {
+            let column = callback_column(&other, attempt);
+            assert!(column.starts_with('{'), "{column}");
+            assert_eq!(*callback_from_column(column, attempt).unwrap(), other);
+        }
+    }
+
+    #[test]
+    fn a_grant_stored_as_json_before_the_short_form_reads_back() {
+        let stored = r#"{"attempt":1,"hash":"c6de36191ddf0fa5b1424cf89b3bd3db"}"#;
+        assert_eq!(
+            *callback_from_column(stored.to_owned(), 1).unwrap(),
+            grant(1, 0, false)
+        );
+    }
 }

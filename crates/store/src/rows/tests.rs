@@ -326,9 +326,21 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
     ];
     db.insert(&job, &tasks, &written);
     let conn = &mut db.conn;
+    let stored_kinds: Vec<String> = conn
+        .query_map(
+            "SELECT kind FROM events WHERE job_id = ?1 ORDER BY seq",
+            args![job.id.as_str()],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        stored_kinds,
+        ["1", "2", "4"],
+        "kinds are stored as their numbers"
+    );
     let stored_detail: String = conn
         .query_value(
-            "SELECT detail FROM events WHERE job_id = ?1 AND kind = 'job_created'",
+            "SELECT detail FROM events WHERE job_id = ?1 AND kind = '1'",
             args![job.id.as_str()],
         )
         .unwrap();
@@ -378,7 +390,8 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
     let after_first = events(conn, &job, history[0].seq, 1).unwrap();
     assert_eq!(after_first.len(), 1);
     assert_eq!(after_first[0].event, written[1]);
-    // One stored with them (before they were left out) reads back as it was.
+    // One stored with them (before they were left out), and with its kind's name (before kinds
+    // were numbers), reads back as it was.
     conn.execute(
         "INSERT INTO events (job_id, at, kind, detail) \
          VALUES (?1, ?2, 'job_created', '{\"workflow\":\"older\",\"version\":7}')",
@@ -534,6 +547,45 @@ fn the_job_list_pages_newest_first_by_creation_time(db: &mut Db) {
         page(conn, Some(&tied_low), named()),
         vec![oldest.id.clone()]
     );
+
+    // Jobs of one millisecond and one status, written out of id order (the list indexes end
+    // with the creation time): sorted by id as a list reaches them, a page of one at a time.
+    let tied: Vec<Job> = ["t3", "t1", "t2"]
+        .into_iter()
+        .map(|unique| Job {
+            namespace: "ties".to_owned(),
+            ..job(unique, later(30))
+        })
+        .collect();
+    for job in &tied {
+        db.insert(job, &[], &[]);
+    }
+    for status in [None, Some(JobStatus::Running)] {
+        let mut before: Option<crate::JobCursor> = None;
+        let mut walked = Vec::new();
+        loop {
+            let filter = JobFilter {
+                namespace: "ties".to_owned(),
+                status,
+                before: before.clone(),
+                limit: 1,
+                ..JobFilter::default()
+            };
+            let Some(last) = list_jobs(&mut db.conn, &filter).unwrap().pop() else {
+                break;
+            };
+            before = Some(crate::JobCursor {
+                created_at: last.created_at,
+                id: last.id.clone(),
+            });
+            walked.push(last.id);
+        }
+        assert_eq!(
+            walked,
+            [tied[0].id.clone(), tied[2].id.clone(), tied[1].id.clone()],
+            "status {status:?}"
+        );
+    }
 }
 
 fn labels_read_back_filter_jobs_and_go_with_their_job(db: &mut Db) {
