@@ -61,20 +61,25 @@ typed_id!(
 /// hexadecimal digits, which begin with `0` until the year 2527). Version and variant bits carry
 /// nothing and are left out; 22 digits instead of 32 save 10 bytes wherever an id is stored.
 pub fn compact_unique(uuid_v7: u128) -> String {
-    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     const WIDTH: u32 = 22;
     let millis = uuid_v7 >> 80;
     let rand_a = (uuid_v7 >> 64) & 0xfff;
     let rand_b = uuid_v7 & ((1 << 62) - 1);
     let ordered = (millis << 64) | (rand_a << 52) | (rand_b >> 10);
-    let mut rest = ordered + 36u128.pow(WIDTH - 1);
-    let mut digits = [b'0'; WIDTH as usize];
+    base36(ordered + 36u128.pow(WIDTH - 1), WIDTH as usize)
+}
+
+/// `value` as `width` lowercase base-36 digits, zeros first; the digits of a value too large
+/// for `width` are cut off at the front. 25 digits hold any 128-bit value (a random token's
+/// 128 bits in 25 characters, not 32 hexadecimal ones).
+pub fn base36(mut value: u128, width: usize) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut digits = vec![b'0'; width];
     for digit in digits.iter_mut().rev() {
-        *digit = DIGITS[(rest % 36) as usize];
-        rest /= 36;
+        *digit = DIGITS[(value % 36) as usize];
+        value /= 36;
     }
-    debug_assert_eq!(rest, 0, "112 bits and the offset fit in 22 base-36 digits");
-    digits.iter().map(|&b| char::from(b)).collect()
+    digits.into_iter().map(char::from).collect()
 }
 
 /// Where the core gets fresh task ids from. The engine supplies UUIDv7-based ids; tests supply
@@ -119,6 +124,14 @@ mod tests {
     /// A version 7 UUID's number from its parts (version and variant bits set as a UUID has them).
     fn uuid_v7(millis: u128, rand_a: u128, rand_b: u128) -> u128 {
         (millis << 80) | (0x7 << 76) | (rand_a << 64) | (0b10 << 62) | rand_b
+    }
+
+    #[test]
+    fn base36_writes_every_128_bit_number_in_25_digits_zeros_first() {
+        assert_eq!(base36(0, 3), "000");
+        assert_eq!(base36(35, 2), "0z");
+        assert_eq!(base36(36, 2), "10");
+        assert_eq!(base36(u128::MAX, 25), "f5lxx1zz5pnorynqglhzmsp33");
     }
 
     #[test]

@@ -41,16 +41,31 @@ impl AttemptSecrets {
         let width = Self::LEASE + Self::CALLBACK;
         match self.bytes.get(index * width..(index + 1) * width) {
             Some(drawn) => AttemptSecret {
-                lease_token: hex(&drawn[..Self::LEASE]),
+                lease_token: lease_token(&drawn[..Self::LEASE]),
                 callback_secret: hex(&drawn[Self::LEASE..]),
             },
-            None => AttemptSecret {
-                lease_token: random_hex()[..2 * Self::LEASE].to_owned(),
-                callback_secret: random_hex(),
-            },
+            None => {
+                let mut drawn = [0u8; Self::LEASE];
+                getrandom::fill(&mut drawn).expect("the operating system's random source answers");
+                AttemptSecret {
+                    lease_token: lease_token(&drawn),
+                    callback_secret: random_hex(),
+                }
+            }
         }
     }
 }
+
+/// A lease token from its 128 random bits: 25 base-36 digits (every task row keeps its
+/// attempt's token, 7 bytes shorter than in hex).
+fn lease_token(drawn: &[u8]) -> String {
+    let mut bits = [0u8; 16];
+    bits.copy_from_slice(drawn);
+    starbridge_core::ids::base36(u128::from_le_bytes(bits), LEASE_TOKEN_DIGITS)
+}
+
+/// Base-36 digits of a lease token: enough for any 128-bit number.
+const LEASE_TOKEN_DIGITS: usize = 25;
 
 /// The SHA-256 of a secret, in hex: what the store keeps instead of it.
 pub(crate) fn hash(secret: &str) -> String {
@@ -117,7 +132,7 @@ mod tests {
         let secrets = AttemptSecrets::for_attempts(2);
         let attempts: Vec<AttemptSecret> = (0..3).map(|i| secrets.attempt(i)).collect();
         for attempt in &attempts {
-            assert_eq!(attempt.lease_token.len(), 32);
+            assert_eq!(attempt.lease_token.len(), LEASE_TOKEN_DIGITS);
             assert_eq!(attempt.callback_secret.len(), 64);
         }
         let mut all: Vec<&str> = attempts
