@@ -486,27 +486,22 @@ pub fn list_jobs<'a>(conn: &mut dyn Conn, filter: &'a JobFilter) -> Result<Vec<J
 /// finished jobs are one range per finished status.
 pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) -> Result<usize> {
     static FINISHED: LazyLock<String> = LazyLock::new(|| {
-        let finished: Vec<String> = JobStatus::ALL
-            .iter()
-            .filter(|status| status.is_terminal())
-            .map(|status| format!("'{}'", status.as_str()))
-            .collect();
+        let finished = JobStatus::ALL.iter().copied().filter(|s| s.is_terminal());
         format!(
             "SELECT id FROM jobs WHERE namespace = ?1 AND status IN ({}) AND created_at < ?2 \
              AND ended_at < ?2 AND (parent_job_id IS NULL OR NOT EXISTS \
              (SELECT 1 FROM jobs AS parent WHERE parent.id = jobs.parent_job_id)) \
              LIMIT ?3 FOR UPDATE SKIP LOCKED",
-            finished.join(", ")
+            status_list(finished)
         )
     });
     let mut ids: Vec<String> = Vec::new();
     for namespace in namespaces_with_jobs(conn)? {
-        let Some(left) = (limit as usize)
-            .checked_sub(ids.len())
-            .filter(|&left| left > 0)
-        else {
+        // Each namespace's read takes at most what is left of `limit`.
+        let left = limit as usize - ids.len();
+        if left == 0 {
             break;
-        };
+        }
         ids.extend(conn.query_map(
             &FINISHED,
             args![namespace, ended_before.0, left as i64],
@@ -521,6 +516,15 @@ pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) 
         delete_job_rows(conn, id, history)?;
     }
     Ok(ids.len())
+}
+
+/// `statuses` as SQL string literals, for a `status IN (…)`.
+pub(crate) fn status_list(statuses: impl IntoIterator<Item = JobStatus>) -> String {
+    statuses
+        .into_iter()
+        .map(|status| format!("'{}'", status.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The start of a query whose table `spaces (name)` holds the namespaces that hold jobs, each

@@ -52,7 +52,9 @@ pub use jobs::{
     JOB_WRITE, delete_job, job_by_key, job_values, list_jobs, load_job, load_job_state,
     lock_job_state, lock_job_states, prune_finished, set_trace, trace_of,
 };
-pub(crate) use jobs::{JOBS_BY_ID, NAMESPACES_WITH_JOBS, any_status_newest_first, before_cursor};
+pub(crate) use jobs::{
+    JOBS_BY_ID, NAMESPACES_WITH_JOBS, any_status_newest_first, before_cursor, status_list,
+};
 pub use labels::{JOB_LABEL_WRITE, label_values};
 pub use locks::{
     first_parked, first_queued, hold_lock, hold_task_lock, lock_holders, release_lock,

@@ -12,7 +12,7 @@
 use starbridge_core::model::JobStatus;
 use starbridge_core::time::Timestamp;
 
-use super::NAMESPACES_WITH_JOBS;
+use super::{NAMESPACES_WITH_JOBS, status_list};
 use crate::db::{Backend, Conn, Queries, args};
 use crate::{Error, Result};
 
@@ -97,11 +97,7 @@ pub fn drop_retired_event_partitions(
         .filter(|(day, _)| (day + 1) * DAY_MILLIS <= ended_before.0)
         .collect();
     partitions.sort();
-    let statuses: Vec<String> = JobStatus::ALL
-        .iter()
-        .map(|status| format!("'{}'", status.as_str()))
-        .collect();
-    let statuses = statuses.join(", ");
+    let statuses = status_list(JobStatus::ALL.iter().copied());
     let mut dropped = Vec::new();
     for (day, name) in partitions {
         // A job's events come after its creation: only jobs made before the day ended can
