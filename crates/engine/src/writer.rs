@@ -71,6 +71,11 @@ trait Request: Send {
     /// read of the ready tasks (see `commands::claim::shared`).
     fn claim(&self) -> Option<&ClaimDemand>;
 
+    /// Where the request runs among the group's claims: `None` (not a claim) before them all,
+    /// then by the queues it claims, and among claims of the same queues those queued after
+    /// reports of their own first.
+    fn claim_turn(&self) -> Option<(&ClaimKey, bool)>;
+
     /// What the database's failure of its last run says about its ability to take writes.
     fn fault(&self) -> Option<WriteFault>;
 }
@@ -93,8 +98,12 @@ enum Ran {
 enum Kind {
     /// A report on a task: its job is loaded with the group's (`commands::prefetch`).
     Report(TaskId),
-    /// A claim: it runs after the group's other requests (see `commands::claim::shared`).
-    Claim(ClaimDemand),
+    /// A claim: it runs after the group's other requests (see `commands::claim::shared`);
+    /// `after_reports`: queued after reports of its own (a poll carrying successes).
+    Claim {
+        demand: ClaimDemand,
+        after_reports: bool,
+    },
     Other,
 }
 
@@ -158,7 +167,17 @@ where
 
     fn claim(&self) -> Option<&ClaimDemand> {
         match &self.kind {
-            Kind::Claim(demand) => Some(demand),
+            Kind::Claim { demand, .. } => Some(demand),
+            _ => None,
+        }
+    }
+
+    fn claim_turn(&self) -> Option<(&ClaimKey, bool)> {
+        match &self.kind {
+            Kind::Claim {
+                demand,
+                after_reports,
+            } => Some((&demand.key, !after_reports)),
             _ => None,
         }
     }
@@ -184,6 +203,9 @@ pub(crate) struct Writer {
 #[derive(Default)]
 pub(crate) struct Together {
     works: Vec<Work>,
+    /// A report was added: a claim added after it runs before the group's other claims of
+    /// its queues (see `commit_batch`).
+    reports: bool,
 }
 
 impl Together {
@@ -193,6 +215,7 @@ impl Together {
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
+        self.reports = true;
         self.add(Kind::Report(task), work)
     }
 
@@ -203,7 +226,14 @@ impl Together {
         T: Send + 'static,
         F: FnMut(&mut WriteCtx<'_>) -> Result<T> + Send + 'static,
     {
-        self.add(Kind::Claim(demand), work)
+        let after_reports = self.reports;
+        self.add(
+            Kind::Claim {
+                demand,
+                after_reports,
+            },
+            work,
+        )
     }
 
     /// Adds a request (see `Writer::enqueue`); its answer resolves once the group is sent and
@@ -461,9 +491,11 @@ fn commit_batch(
     let started = Instant::now();
     let counters = &shared.counters;
     // Claims run last, those of the same queues one after another, sharing their read of the
-    // ready tasks (see `commands::claim::shared`). The sort is stable: the other requests keep
-    // their order.
-    batch.sort_by(|a, b| claim_key(a).cmp(&claim_key(b)));
+    // ready tasks (see `commands::claim::shared`); of those, a poll's claim that follows its own
+    // reports goes first, so the work its reports made ready (its job's next step) is its own,
+    // not a waiting poll's that happens to claim in the same group. The sort is stable: the
+    // other requests keep their order, and claims of one turn the order they came in.
+    batch.sort_by(|a, b| a.claim_turn().cmp(&b.claim_turn()));
     counters
         .requests
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
@@ -529,10 +561,6 @@ fn commit_batch(
 }
 
 /// The queues a request claims from, if it is a claim (`None` sorts first).
-fn claim_key(request: &Work) -> Option<&ClaimKey> {
-    request.claim().map(|claim| &claim.key)
-}
-
 /// What a group transaction says about the database's ability to take writes, for health:
 /// `Some(None)` it takes them, `Some(Some(fault))` it does not, `None` nothing either way (the
 /// commit lost to another node). A committed group still tells of a fault when one of its

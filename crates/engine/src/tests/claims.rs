@@ -130,7 +130,41 @@ async fn claims_of_other_queues_in_one_group_never_hand_out_a_task_twice(f: Fixt
     assert_eq!(queues, ["r", "r", "r", "r"]);
 }
 
+async fn a_polls_claim_after_its_own_reports_takes_what_they_made_ready_before_a_waiting_poll(
+    f: Fixture,
+) {
+    let applied = f
+        .store
+        .apply_workflow("default", "wf", definition(TWO_STEPS));
+    applied.await.unwrap();
+    let job = submit(&f.store, "wf", json!({})).await.state.job.id;
+    let first = claim_one(&f.store).await;
+    let success = Input::Complete {
+        task: first.task.id.clone(),
+        lease_token: first.task.lease_token.clone().unwrap(),
+        output: json!({}),
+        logs: None,
+    };
+    // A waiting poll's claim arrives first; then a poll carrying the success, and its claim,
+    // in the same group.
+    let mut together = writer::Together::default();
+    let waiting = Engine::claim_in(&mut together, "default", vec!["q".into()], "w0", 1);
+    let reported = Engine::reports_in(
+        &mut together,
+        vec![(first.task.id.clone(), success)],
+        &TaskScope::default(),
+    );
+    let reporting = Engine::claim_in(&mut together, "default", vec!["q".into()], "w1", 1);
+    assert!(f.store.inner.writer.send(together));
+    for answer in Engine::report_answers(reported).await {
+        answer.unwrap();
+    }
+    assert_eq!(jobs_of(&reporting.answer().await.unwrap()), [job]);
+    assert!(waiting.answer().await.unwrap().is_empty());
+}
+
 on_both_backends!(
     claims_of_one_group_take_what_its_reports_made_ready_in_dispatch_order_and_none_twice,
     claims_of_other_queues_in_one_group_never_hand_out_a_task_twice,
+    a_polls_claim_after_its_own_reports_takes_what_they_made_ready_before_a_waiting_poll,
 );
