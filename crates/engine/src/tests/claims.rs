@@ -2,6 +2,7 @@
 //! requests, those of the same queues one after another, and share one read of the ready tasks
 //! without handing out a task twice or out of dispatch order.
 
+use super::poll::{apply_chain, completion, token};
 use super::*;
 
 /// Queues `claims` (queues, max) together after `reports`, as several workers' polls arriving
@@ -60,16 +61,10 @@ async fn claims_of_one_group_take_what_its_reports_made_ready_in_dispatch_order_
         f.clock.advance(Duration::from_millis(1));
         others.push(submit(&f.store, "wf", json!({})).await.state.job.id);
     }
-    let success = Input::Complete {
-        task: first.task.id.clone(),
-        lease_token: first.task.lease_token.clone().unwrap(),
-        output: json!({}),
-        logs: None,
-    };
     let taken = claims_in_one_group(
         &f.store,
         &[(&["q"], 2), (&["q"], 2), (&["q"], 2), (&["q"], 2)],
-        vec![(first.task.id.clone(), success)],
+        vec![completion(&first, &token(&first), json!({}))],
     )
     .await;
     // The success ran first, though queued after the claims: the first claim takes the urgent
@@ -133,25 +128,16 @@ async fn claims_of_other_queues_in_one_group_never_hand_out_a_task_twice(f: Fixt
 async fn a_polls_claim_after_its_own_reports_takes_what_they_made_ready_before_a_waiting_poll(
     f: Fixture,
 ) {
-    let applied = f
-        .store
-        .apply_workflow("default", "wf", definition(TWO_STEPS));
-    applied.await.unwrap();
+    apply_chain(&f.store).await;
     let job = submit(&f.store, "wf", json!({})).await.state.job.id;
     let first = claim_one(&f.store).await;
-    let success = Input::Complete {
-        task: first.task.id.clone(),
-        lease_token: first.task.lease_token.clone().unwrap(),
-        output: json!({}),
-        logs: None,
-    };
     // A waiting poll's claim arrives first; then a poll carrying the success, and its claim,
     // in the same group.
     let mut together = writer::Together::default();
     let waiting = Engine::claim_in(&mut together, "default", vec!["q".into()], "w0", 1);
     let reported = Engine::reports_in(
         &mut together,
-        vec![(first.task.id.clone(), success)],
+        vec![completion(&first, &token(&first), json!({}))],
         &TaskScope::default(),
     );
     let reporting = Engine::claim_in(&mut together, "default", vec!["q".into()], "w1", 1);

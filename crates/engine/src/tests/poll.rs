@@ -5,7 +5,8 @@ use super::*;
 
 const CHAIN: &str = "steps:\n- {id: a, queue: q, command: c}\n- {id: b, queue: q, command: c}\n";
 
-async fn apply_chain(store: &Store) {
+/// Applies `wf` in `default`: steps `a`, then `b`, on queue `q`.
+pub(super) async fn apply_chain(store: &Store) {
     let applied = store.apply_workflow("default", "wf", definition(CHAIN));
     applied.await.unwrap();
 }
@@ -20,7 +21,8 @@ fn poll_of(max: u32) -> Poll {
     }
 }
 
-fn completion(claimed: &Claimed, lease_token: &str, output: Value) -> (TaskId, Input) {
+/// The success of `claimed` under `lease_token`, as a poll or a batch carries it.
+pub(super) fn completion(claimed: &Claimed, lease_token: &str, output: Value) -> (TaskId, Input) {
     let task = claimed.task.id.clone();
     let input = Input::Complete {
         task: task.clone(),
@@ -31,7 +33,8 @@ fn completion(claimed: &Claimed, lease_token: &str, output: Value) -> (TaskId, I
     (task, input)
 }
 
-fn token(claimed: &Claimed) -> String {
+/// The lease token `claimed` was handed.
+pub(super) fn token(claimed: &Claimed) -> String {
     claimed.task.lease_token.clone().unwrap()
 }
 
