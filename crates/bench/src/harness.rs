@@ -226,6 +226,8 @@ pub(crate) struct TaskRun {
     pub(crate) job_id: String,
     /// When the handler was first invoked for the task.
     pub(crate) first_start: Instant,
+    /// When its last invocation returned.
+    pub(crate) last_end: Instant,
     /// Time spent inside the handler, all invocations together.
     pub(crate) handler_time: Duration,
     /// `(attempt, invocations)` for each attempt the handler was invoked with.
@@ -247,10 +249,12 @@ impl Recorder {
             .or_insert_with(|| TaskRun {
                 job_id: task.job_id().to_owned(),
                 first_start: start,
+                last_end: end,
                 handler_time: Duration::ZERO,
                 attempts: Vec::new(),
             });
         run.handler_time += end - start;
+        run.last_end = run.last_end.max(end);
         match run.attempts.iter_mut().find(|(a, _)| *a == task.attempt()) {
             Some((_, count)) => *count += 1,
             None => run.attempts.push((task.attempt(), 1)),

@@ -512,8 +512,19 @@ async fn one_at_a_time(
     Ok(submission)
 }
 
-/// Jobs run one at a time after the loaded phase of `chain` and `fanout`.
-const ALONE_JOBS: usize = 20;
+/// Jobs run one at a time after the loaded phase of `chain` (enough handoffs between steps for
+/// a p99) and of `fanout`.
+const CHAIN_ALONE_JOBS: usize = 100;
+const FANOUT_ALONE_JOBS: usize = 20;
+
+/// When each task's handler first started and last returned, by task id.
+fn handler_spans(bench: &Bench) -> HashMap<String, (Instant, Instant)> {
+    bench.recorder.read(|runs| {
+        runs.iter()
+            .map(|(task, run)| (task.clone(), (run.first_start, run.last_end)))
+            .collect()
+    })
+}
 
 /// The handler time of each job, all its tasks together.
 fn handler_time_per_job(bench: &Bench) -> HashMap<String, Duration> {
@@ -546,14 +557,18 @@ const QUEUEING_NOTE: &str = "the \"all at once\" lines submit every job at once 
                              running: their latencies include waiting behind other jobs' tasks; \
                              the \"one at a time\" lines run jobs one after the other";
 
-/// Per-step overhead, step handoff and job time of chain jobs.
+/// Per-step overhead, step handoff and job time of chain jobs. The gap between one step's
+/// handler returning and the next one's starting is read on the workers' clock, to the
+/// microsecond: the success's way to the server, its group commit, and the next task's way back.
 fn chain_latencies<'a>(
     views: impl Iterator<Item = &'a api::JobView>,
     handler_time: &HashMap<String, Duration>,
+    handler_spans: &HashMap<String, (Instant, Instant)>,
     how: &str,
 ) -> Vec<LatencySummary> {
     let mut overhead = Latencies::new();
     let mut handoff = Latencies::new();
+    let mut gap = Latencies::new();
     let mut whole = Latencies::new();
     for job in views {
         if let Some(total) = job_millis(job) {
@@ -575,6 +590,12 @@ fn chain_latencies<'a>(
             {
                 handoff.record_ms((started - ended) as f64);
             }
+            if let (Some((_, returned)), Some((next_started, _))) = (
+                handler_spans.get(&pair[0].id),
+                handler_spans.get(&pair[1].id),
+            ) {
+                gap.record(next_started.saturating_duration_since(*returned));
+            }
         }
     }
     let key = |name: &str| format!("{name}_{}", how.replace(' ', "_"));
@@ -587,6 +608,10 @@ fn chain_latencies<'a>(
             key("step_handoff"),
             format!("step ended -> next step claimed, {how}"),
         ),
+        gap.summary(
+            key("step_gap"),
+            format!("handler returned -> next step's handler started (workers' clock), {how}"),
+        ),
         whole.summary(key("job"), format!("job created -> ended, {how}")),
     ]
 }
@@ -598,11 +623,18 @@ async fn chain(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures,
         key: "steps",
         label: format!("steps ({CHAIN_STEPS} per job), all at once"),
         unit: "steps",
+        alone: CHAIN_ALONE_JOBS,
     };
     all_at_once_then_alone(bench, args, jobs, shape, |views| {
         let handler_time = handler_time_per_job(bench);
-        let mut latency = chain_latencies(views.all_at_once, &handler_time, "all at once");
-        latency.extend(chain_latencies(views.alone, &handler_time, "one at a time"));
+        let spans = handler_spans(bench);
+        let mut latency = chain_latencies(views.all_at_once, &handler_time, &spans, "all at once");
+        latency.extend(chain_latencies(
+            views.alone,
+            &handler_time,
+            &spans,
+            "one at a time",
+        ));
         latency
     })
     .await
@@ -616,6 +648,8 @@ struct Shape {
     key: &'static str,
     label: String,
     unit: &'static str,
+    /// Jobs run one at a time after them.
+    alone: usize,
 }
 
 /// The checked jobs of each phase of `all_at_once_then_alone`.
@@ -639,6 +673,7 @@ async fn all_at_once_then_alone(
         key,
         label,
         unit,
+        alone,
     } = shape;
     let (submission, start, end) =
         submit_and_run(bench, args, workflow, jobs, tasks_per_job).await?;
@@ -657,7 +692,7 @@ async fn all_at_once_then_alone(
     let alone = one_at_a_time(
         bench,
         workflow,
-        ALONE_JOBS.min(jobs),
+        alone.min(jobs),
         tasks_per_job,
         count * tasks_per_job as u64,
     )
@@ -775,6 +810,7 @@ async fn fanout(bench: &Bench, args: &BenchArgs, jobs: usize) -> Result<(Figures
         key: "tasks",
         label: format!("tasks (root, {FAN_OUT_WIDTH} children, join per job), all at once"),
         unit: "tasks",
+        alone: FANOUT_ALONE_JOBS,
     };
     all_at_once_then_alone(bench, args, jobs, shape, |views| {
         let mut latency = fanout_latencies(views.all_at_once, "all at once");

@@ -138,7 +138,7 @@ fn every_workload_runs_each_job_exactly_once() {
     }
     assert_latency(&chain, "submit_request");
     for how in ["all_at_once", "one_at_a_time"] {
-        for key in ["step_overhead", "step_handoff", "job"] {
+        for key in ["step_overhead", "step_handoff", "step_gap", "job"] {
             assert_latency(&chain, &format!("{key}_{how}"));
         }
     }
