@@ -1,5 +1,8 @@
 //! Compiled workflow versions, kept in memory. A version never changes once stored, so a cached
 //! entry is always right; it saves re-parsing the definition and the params schema per request.
+//! Beside them, the latest version of each workflow as the writer last read it: a hint that lets
+//! a submit make its job ready before it reaches the writer, which checks the hint still holds
+//! (see `commands::submit::prepare`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -65,6 +68,8 @@ pub(crate) type Key = (String, String, u32);
 #[derive(Default)]
 pub(crate) struct WorkflowCache {
     entries: Mutex<HashMap<Key, Arc<Compiled>>>,
+    /// (namespace, workflow name) -> its latest version, as the writer last read it.
+    latest: Mutex<HashMap<(String, String), u32>>,
 }
 
 impl WorkflowCache {
@@ -131,6 +136,33 @@ impl WorkflowCache {
 
     pub(crate) fn clear(&self) {
         self.lock().clear();
+        self.latest_hints().clear();
+    }
+
+    /// Notes the latest version of a workflow as the writer just read it (`None`: it has none).
+    pub(crate) fn note_latest(&self, namespace: &str, name: &str, latest: Option<u32>) {
+        let mut hints = self.latest_hints();
+        match latest {
+            Some(version) => {
+                if hints.get(&(namespace.to_owned(), name.to_owned())) != Some(&version) {
+                    hints.insert((namespace.to_owned(), name.to_owned()), version);
+                }
+            }
+            None => {
+                hints.remove(&(namespace.to_owned(), name.to_owned()));
+            }
+        }
+    }
+
+    /// The latest version of a workflow as the writer last read it: perhaps no longer so.
+    pub(crate) fn latest_hint(&self, namespace: &str, name: &str) -> Option<u32> {
+        self.latest_hints()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    fn latest_hints(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), u32>> {
+        self.latest.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Arc<Compiled>>> {

@@ -130,11 +130,15 @@ impl WriteCtx<'_> {
     /// The latest version of a workflow, if it has one.
     pub(crate) fn latest_version(&mut self, namespace: &str, name: &str) -> Result<Option<u32>> {
         let key = (namespace.to_owned(), name.to_owned());
-        if let Some(found) = self.reads.versions.get(&key) {
-            return Ok(*found);
-        }
-        let found = starbridge_store::rows::latest_version(self.conn, namespace, name)?;
-        self.reads.versions.insert(key, found);
+        let found = match self.reads.versions.get(&key) {
+            Some(found) => *found,
+            None => {
+                let found = starbridge_store::rows::latest_version(self.conn, namespace, name)?;
+                self.reads.versions.insert(key, found);
+                found
+            }
+        };
+        self.workflows.note_latest(namespace, name, found);
         Ok(found)
     }
 

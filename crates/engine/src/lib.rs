@@ -405,11 +405,24 @@ impl Engine {
     }
 
     pub async fn submit(&self, namespace: &str, request: Submit) -> Result<Submitted> {
+        let mut prepared = self.prepare_submit(namespace, &request);
         let namespace = namespace.to_owned();
         self.inner
             .writer
-            .write(move |ctx| commands::submit(ctx, &namespace, request.clone()))
+            .write(move |ctx| commands::submit(ctx, &namespace, &request, prepared.take()))
             .await
+    }
+
+    /// Makes a submit's job ready before it reaches the writer, where it can (see
+    /// `commands::submit::prepare`).
+    fn prepare_submit(&self, namespace: &str, request: &Submit) -> Option<commands::Prepared> {
+        commands::prepare(
+            &self.inner.workflows,
+            self.inner.options.limits,
+            self.now(),
+            namespace,
+            request,
+        )
     }
 
     /// Submits a job, and for a job it created also reads the states of the queues its ready
@@ -433,12 +446,13 @@ impl Engine {
             };
             return Ok((submitted, queues));
         }
+        let mut prepared = self.prepare_submit(namespace, &request);
         let namespace = namespace.to_owned();
         let notifier = self.inner.notifier.clone();
         self.inner
             .writer
             .write(move |ctx| {
-                let submitted = commands::submit(ctx, &namespace, request.clone())?;
+                let submitted = commands::submit(ctx, &namespace, &request, prepared.take())?;
                 if !submitted.created {
                     return Ok((submitted, QueueStates::new()));
                 }
@@ -466,10 +480,11 @@ impl Engine {
         let pending: Vec<_> = requests
             .into_iter()
             .map(|request| {
+                let mut prepared = self.prepare_submit(namespace, &request);
                 let namespace = namespace.to_owned();
-                self.inner
-                    .writer
-                    .enqueue(move |ctx| commands::submit(ctx, &namespace, request.clone()))
+                self.inner.writer.enqueue(move |ctx| {
+                    commands::submit(ctx, &namespace, &request, prepared.take())
+                })
             })
             .collect();
         writer::answers(pending).await

@@ -307,6 +307,68 @@ async fn params_are_checked_against_the_schema_naming_the_field(f: Fixture) {
     assert!(missing.to_string().contains("cpu"), "{missing}");
 }
 
+/// A submit by name runs the workflow's latest version, also when a version was applied after
+/// the last submit (which made its job before the writer against the version it knew as the
+/// latest) and when that submit's params or labels are refused; and the same job and history
+/// come out whichever way the writer took.
+async fn a_submit_by_name_runs_the_latest_version_applied_since_the_last_submit(f: Fixture) {
+    let version = |command: &str| {
+        definition(&format!(
+            "params: {{type: object, properties: {{n: {{type: integer}}}}}}\n\
+             steps:\n- {{id: a, queue: q, command: {command}}}\n- {{id: b, queue: q, command: {command}}}\n"
+        ))
+    };
+    f.store
+        .apply_workflow("default", "wf", version("first"))
+        .await
+        .unwrap();
+    let mut jobs = Vec::new();
+    for expected in [1, 1] {
+        let made = submit(&f.store, "wf", json!({"n": 1})).await;
+        assert_eq!(made.state.job.version, expected);
+        jobs.push(made.state);
+    }
+    f.store
+        .apply_workflow("default", "wf", version("second"))
+        .await
+        .unwrap();
+    let refused = f
+        .store
+        .submit(
+            "default",
+            Submit {
+                workflow: Some("wf".into()),
+                params: Some(json!({"n": "one"})),
+                ..Submit::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, Error::Invalid(problems) if problems[0].field == "params.n"),
+        "{refused}"
+    );
+    for _ in 0..2 {
+        let made = submit(&f.store, "wf", json!({"n": 1})).await;
+        assert_eq!(made.state.job.version, 2);
+        assert_eq!(made.state.tasks[0].command, "second");
+        jobs.push(made.state);
+    }
+    for state in &jobs {
+        let stored = f
+            .store
+            .job("default", &state.job.id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.job.version, state.job.version);
+        assert_eq!(stored.job.status, JobStatus::Running);
+        let statuses: Vec<_> = stored.tasks.iter().map(|task| task.status).collect();
+        assert_eq!(statuses, [TaskStatus::Ready, TaskStatus::Waiting]);
+        assert_eq!(stored.tasks, state.tasks);
+    }
+}
+
 /// An inline definition equal to an existing version (not only the latest) runs that version;
 /// one equal to none adds a version only when the submitter may (the `operate` scope), and is
 /// otherwise refused with nothing stored.
@@ -1627,6 +1689,7 @@ on_both_backends!(
     params_are_checked_against_the_schema_naming_the_field,
     a_refused_inline_definition_leaves_no_version_behind,
     an_inline_definition_runs_its_version_and_adds_one_only_when_allowed,
+    a_submit_by_name_runs_the_latest_version_applied_since_the_last_submit,
     a_job_runs_to_success_and_its_history_is_stored_in_order,
     concurrent_claims_never_hand_out_the_same_task,
     lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change,

@@ -33,7 +33,7 @@ pub(crate) use report::{Answer, prefetch, report};
 pub use signals::SignalAccepted;
 pub(crate) use signals::{decide, signal};
 pub(crate) use step_limits::hand_out_freed;
-pub(crate) use submit::submit;
+pub(crate) use submit::{Prepared, prepare, submit};
 pub(crate) use tick::tick;
 pub(crate) use workflows::{apply_workflow, delete_workflow};
 
@@ -48,6 +48,7 @@ use starbridge_core::Workflow;
 use starbridge_core::definition::Problem;
 use starbridge_core::ids::{IdSource, JobId, TaskId};
 use starbridge_core::labels::{self, Labels};
+use starbridge_core::limits::Limits;
 use starbridge_core::machine::{self, Ctx};
 use starbridge_core::model::{Action, Input, JobState, Rejection};
 use starbridge_store::rows;
@@ -84,13 +85,14 @@ pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Error {
 /// Refuses labels that break the rules of labels (each named `labels.<key>`), or more of them
 /// than `--max-labels`.
 pub(crate) fn check_labels(ctx: &WriteCtx<'_>, labels: &Labels) -> Result<()> {
+    labels_problems(ctx.limits, labels).map_or(Ok(()), Err)
+}
+
+/// The refusal of `labels` under `limits`, if they break a rule (see `check_labels`).
+pub(crate) fn labels_problems(limits: Limits, labels: &Labels) -> Option<Error> {
     let mut problems = labels::check("labels", labels);
-    problems.extend(labels::check_count("labels", labels.len(), ctx.limits.labels).err());
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Invalid(problems))
-    }
+    problems.extend(labels::check_count("labels", labels.len(), limits.labels).err());
+    (!problems.is_empty()).then_some(Error::Invalid(problems))
 }
 
 /// A job with its tasks for a command to change: from the writer's job cache when it holds the

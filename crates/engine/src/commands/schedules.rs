@@ -196,7 +196,7 @@ fn start(ctx: &mut WriteCtx<'_>, schedule: &StoredSchedule, fire: Timestamp) -> 
         ..Submit::default()
     };
     let wakes = ctx.wakes.len();
-    match commands::submit(ctx, &schedule.namespace, request) {
+    match commands::submit(ctx, &schedule.namespace, &request, None) {
         Ok(submitted) => {
             ctx.conn.batch("RELEASE fire")?;
             Ok(submitted.state.job.id)

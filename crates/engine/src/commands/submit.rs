@@ -1,14 +1,23 @@
 //! Submitting a job: by name and version, or with an inline definition.
+//!
+//! Most submits name a workflow without a version, with no lock and no child steps. Such a
+//! submit is made ready on its request's own task (`prepare`): its ids, its params and labels
+//! checked, the state machine's new job and the actions that persist it, against the version
+//! the writer last read as the workflow's latest. On the writer it only checks that this
+//! version is still the latest (else, or when it runs again, it takes the whole way) and persists
+//! what was made: the writer's time goes to the database.
 
+use crate::cache::WorkflowCache;
 use crate::ctx::WriteCtx;
 use crate::{Error, Result, Submit, Submitted};
 use serde_json::Value;
 use starbridge_core::Workflow;
 use starbridge_core::definition::check_name;
 use starbridge_core::labels;
-use starbridge_core::limits::MAX_KEY_BYTES;
+use starbridge_core::limits::{Limits, MAX_KEY_BYTES};
 use starbridge_core::machine::{self, Ctx, NewJob};
-use starbridge_core::model::JobState;
+use starbridge_core::model::{Action, JobState};
+use starbridge_core::time::Timestamp;
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
@@ -17,10 +26,75 @@ use super::{
     load_job, new_job_id, persist, store_workflow,
 };
 
+/// A submit's new job, made before it reached the writer (see the module's documentation).
+pub(crate) struct Prepared {
+    /// The workflow's latest version it was made against.
+    version: u32,
+    state: JobState,
+    /// A copy of `state` for the answer, made beside the writer too.
+    answer: JobState,
+    actions: Vec<Action>,
+}
+
+/// Makes `request`'s job ready outside the writer, when it names a workflow without a version
+/// whose latest version (as last read) is compiled and has no lock and no child step, and its
+/// params and labels pass. `None` otherwise: the writer then takes the whole way, and answers
+/// any refusal exactly as always.
+pub(crate) fn prepare(
+    workflows: &WorkflowCache,
+    limits: Limits,
+    now: Timestamp,
+    namespace: &str,
+    request: &Submit,
+) -> Option<Prepared> {
+    if request.definition.is_some() || request.version.is_some() {
+        return None;
+    }
+    let name = request.workflow.as_deref()?;
+    let version = workflows.latest_hint(namespace, name)?;
+    let compiled = workflows.cached(namespace, name, version)?;
+    let workflow = &compiled.workflow;
+    if workflow.lock.is_some() || workflow.steps.iter().any(|step| step.child().is_some()) {
+        return None;
+    }
+    let params = request
+        .params
+        .clone()
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    if !params.is_object() || compiled.check_params(&params).is_err() {
+        return None;
+    }
+    let labels = labels::merge(&workflow.labels, &request.labels);
+    if super::labels_problems(limits, &labels).is_some() {
+        return None;
+    }
+    let mut new = NewJob::new(new_job_id(), namespace.to_owned(), version, params);
+    new.key = request.key.clone();
+    new.priority = request.priority;
+    new.actor = request.actor.clone();
+    new.labels = labels;
+    let mut ids = UuidIds;
+    let mut machine_ctx = Ctx {
+        now,
+        ids: &mut ids,
+        limits,
+    };
+    let (state, actions) = machine::create_job(workflow, new, &mut machine_ctx).ok()?;
+    Some(Prepared {
+        version,
+        answer: state.clone(),
+        state,
+        actions,
+    })
+}
+
+/// Submits `request`, persisting `prepared` (made from it by `prepare`) when its version is still
+/// the workflow's latest.
 pub(crate) fn submit(
     ctx: &mut WriteCtx<'_>,
     namespace: &str,
-    request: Submit,
+    request: &Submit,
+    prepared: Option<Prepared>,
 ) -> Result<Submitted> {
     if let Some(key) = &request.key {
         if key.is_empty() || key.len() > MAX_KEY_BYTES {
@@ -56,6 +130,18 @@ pub(crate) fn submit(
                 added_version: None,
             });
         }
+    }
+    if let Some(prepared) = prepared
+        && let Some(name) = &request.workflow
+        && ctx.latest_version(namespace, name)? == Some(prepared.version)
+    {
+        let state = persist_created(ctx, prepared.state, prepared.actions, Some(prepared.answer))?;
+        set_trace(ctx, &state, request.traceparent.as_deref())?;
+        return Ok(Submitted {
+            state,
+            created: true,
+            added_version: None,
+        });
     }
     let mut added_version = None;
     let (name, version) = match (&request.definition, &request.workflow) {
@@ -109,6 +195,7 @@ pub(crate) fn submit(
     let compiled = ctx.workflow(namespace, &name, version)?;
     let params = request
         .params
+        .clone()
         .unwrap_or_else(|| Value::Object(Default::default()));
     if !params.is_object() {
         return Err(invalid("params", "must be a JSON object"));
@@ -119,16 +206,13 @@ pub(crate) fn submit(
     let labels = labels::merge(&compiled.workflow.labels, &request.labels);
     check_labels(ctx, &labels)?;
     let mut new = NewJob::new(new_job_id(), namespace.to_owned(), version, params);
-    new.key = request.key;
+    new.key = request.key.clone();
     new.priority = request.priority;
-    new.actor = request.actor;
+    new.actor = request.actor.clone();
     new.labels = labels;
     new.child_versions = child_versions(ctx, namespace, &compiled.workflow)?;
     let state = create_job(ctx, &compiled.workflow, new)?;
-    if ctx.tracing {
-        let trace = crate::traces::fresh_trace(request.traceparent.as_deref());
-        rows::set_trace(ctx.conn, &state.job.id, &trace)?;
-    }
+    set_trace(ctx, &state, request.traceparent.as_deref())?;
     Ok(Submitted {
         state,
         created: true,
@@ -144,23 +228,51 @@ pub(crate) fn create_job(
     workflow: &Workflow,
     new: NewJob,
 ) -> Result<JobState> {
-    let namespace = new.namespace.clone();
     let mut ids = UuidIds;
     let mut machine_ctx = Ctx {
         now: ctx.now,
         ids: &mut ids,
         limits: ctx.limits,
     };
-    let (mut state, actions) =
+    let (state, actions) =
         machine::create_job(workflow, new, &mut machine_ctx).map_err(|error| match error {
             machine::CreateError::LockKey(message) => invalid("lock.key", message),
         })?;
     if let Some(lock) = &state.job.lock {
         check_no_nul("lock.key", &lock.key)?;
     }
+    persist_created(ctx, state, actions, None)
+}
+
+/// While tracing is on, stores the new job's trace (continuing the submitter's `traceparent`).
+fn set_trace(ctx: &mut WriteCtx<'_>, state: &JobState, traceparent: Option<&str>) -> Result<()> {
+    if ctx.tracing {
+        let trace = crate::traces::fresh_trace(traceparent);
+        rows::set_trace(ctx.conn, &state.job.id, &trace)?;
+    }
+    Ok(())
+}
+
+/// Persists a job the state machine just created, with its label rows, then starts the children
+/// its first steps ask for; a job of a workflow with a lock starts if a slot is free. Returns the
+/// job as it then is: `answer`, a copy of `state` made beforehand, when neither changed it.
+fn persist_created(
+    ctx: &mut WriteCtx<'_>,
+    mut state: JobState,
+    actions: Vec<Action>,
+    answer: Option<JobState>,
+) -> Result<JobState> {
+    let namespace = state.job.namespace.clone();
     let follow_ups = persist(ctx, &state, actions)?;
     ctx.conn.defer_labels(&state.job);
     crate::commands::outbox::enqueue(ctx, &state.job, None)?;
+    if let Some(answer) = answer
+        && follow_ups.is_empty()
+        && state.job.lock.is_none()
+    {
+        ctx.jobs.keep(state);
+        return Ok(answer);
+    }
     carry_out(ctx, &mut state, follow_ups)?;
     ctx.jobs.keep(state.clone());
     if let Some(lock) = state.job.lock.clone() {
