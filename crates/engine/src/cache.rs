@@ -141,17 +141,12 @@ impl WorkflowCache {
 
     /// Notes the latest version of a workflow as the writer just read it (`None`: it has none).
     pub(crate) fn note_latest(&self, namespace: &str, name: &str, latest: Option<u32>) {
+        let key = (namespace.to_owned(), name.to_owned());
         let mut hints = self.latest_hints();
         match latest {
-            Some(version) => {
-                if hints.get(&(namespace.to_owned(), name.to_owned())) != Some(&version) {
-                    hints.insert((namespace.to_owned(), name.to_owned()), version);
-                }
-            }
-            None => {
-                hints.remove(&(namespace.to_owned(), name.to_owned()));
-            }
-        }
+            Some(version) => hints.insert(key, version),
+            None => hints.remove(&key),
+        };
     }
 
     /// The latest version of a workflow as the writer last read it: perhaps no longer so.

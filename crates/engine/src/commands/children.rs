@@ -61,7 +61,7 @@ fn create_child(ctx: &mut WriteCtx<'_>, parent: &JobState, start: ChildStart) ->
     compiled.check_params(&start.params)?;
     // A child carries its parent's labels over its own workflow's.
     let labels = labels::merge(&compiled.workflow.labels, &parent.job.labels);
-    check_labels(ctx, &labels)?;
+    check_labels(ctx.limits, &labels)?;
     let mut new = NewJob::new(start.child, namespace.clone(), start.version, start.params);
     new.priority = Some(start.priority);
     new.actor = Some(format!("job {}", parent.job.id));

@@ -84,15 +84,14 @@ pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Error {
 
 /// Refuses labels that break the rules of labels (each named `labels.<key>`), or more of them
 /// than `--max-labels`.
-pub(crate) fn check_labels(ctx: &WriteCtx<'_>, labels: &Labels) -> Result<()> {
-    labels_problems(ctx.limits, labels).map_or(Ok(()), Err)
-}
-
-/// The refusal of `labels` under `limits`, if they break a rule (see `check_labels`).
-pub(crate) fn labels_problems(limits: Limits, labels: &Labels) -> Option<Error> {
+pub(crate) fn check_labels(limits: Limits, labels: &Labels) -> Result<()> {
     let mut problems = labels::check("labels", labels);
     problems.extend(labels::check_count("labels", labels.len(), limits.labels).err());
-    (!problems.is_empty()).then_some(Error::Invalid(problems))
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Invalid(problems))
+    }
 }
 
 /// A job with its tasks for a command to change: from the writer's job cache when it holds the

@@ -61,7 +61,7 @@ pub(crate) fn put(
     if !spec.params.is_object() {
         return Err(invalid("params", "must be a JSON object"));
     }
-    commands::check_labels(ctx, &spec.labels)?;
+    commands::check_labels(ctx.limits, &spec.labels)?;
     if let CatchUp::All { limit } = spec.catch_up
         && limit == 0
     {

@@ -7,7 +7,7 @@
 //! version is still the latest (else, or when it runs again, it takes the whole way) and persists
 //! what was made: the writer's time goes to the database.
 
-use crate::cache::WorkflowCache;
+use crate::cache::{Compiled, WorkflowCache};
 use crate::ctx::WriteCtx;
 use crate::{Error, Result, Submit, Submitted};
 use serde_json::Value;
@@ -57,29 +57,8 @@ pub(crate) fn prepare(
     if workflow.lock.is_some() || workflow.steps.iter().any(|step| step.child().is_some()) {
         return None;
     }
-    let params = request
-        .params
-        .clone()
-        .unwrap_or_else(|| Value::Object(Default::default()));
-    if !params.is_object() || compiled.check_params(&params).is_err() {
-        return None;
-    }
-    let labels = labels::merge(&workflow.labels, &request.labels);
-    if super::labels_problems(limits, &labels).is_some() {
-        return None;
-    }
-    let mut new = NewJob::new(new_job_id(), namespace.to_owned(), version, params);
-    new.key = request.key.clone();
-    new.priority = request.priority;
-    new.actor = request.actor.clone();
-    new.labels = labels;
-    let mut ids = UuidIds;
-    let mut machine_ctx = Ctx {
-        now,
-        ids: &mut ids,
-        limits,
-    };
-    let (state, actions) = machine::create_job(workflow, new, &mut machine_ctx).ok()?;
+    let new = new_job(&compiled, namespace, request, limits).ok()?;
+    let (state, actions) = make_job(workflow, new, now, limits).ok()?;
     Some(Prepared {
         version,
         answer: state.clone(),
@@ -193,23 +172,7 @@ pub(crate) fn submit(
         }
     };
     let compiled = ctx.workflow(namespace, &name, version)?;
-    let params = request
-        .params
-        .clone()
-        .unwrap_or_else(|| Value::Object(Default::default()));
-    if !params.is_object() {
-        return Err(invalid("params", "must be a JSON object"));
-    }
-    compiled.check_params(&params)?;
-    // The workflow's labels were checked when it was applied: this checks the submission's
-    // and, merged, their number.
-    let labels = labels::merge(&compiled.workflow.labels, &request.labels);
-    check_labels(ctx, &labels)?;
-    let mut new = NewJob::new(new_job_id(), namespace.to_owned(), version, params);
-    new.key = request.key.clone();
-    new.priority = request.priority;
-    new.actor = request.actor.clone();
-    new.labels = labels;
+    let mut new = new_job(&compiled, namespace, request, ctx.limits)?;
     new.child_versions = child_versions(ctx, namespace, &compiled.workflow)?;
     let state = create_job(ctx, &compiled.workflow, new)?;
     set_trace(ctx, &state, request.traceparent.as_deref())?;
@@ -228,20 +191,57 @@ pub(crate) fn create_job(
     workflow: &Workflow,
     new: NewJob,
 ) -> Result<JobState> {
-    let mut ids = UuidIds;
-    let mut machine_ctx = Ctx {
-        now: ctx.now,
-        ids: &mut ids,
-        limits: ctx.limits,
-    };
-    let (state, actions) =
-        machine::create_job(workflow, new, &mut machine_ctx).map_err(|error| match error {
-            machine::CreateError::LockKey(message) => invalid("lock.key", message),
-        })?;
+    let (state, actions) = make_job(workflow, new, ctx.now, ctx.limits)?;
     if let Some(lock) = &state.job.lock {
         check_no_nul("lock.key", &lock.key)?;
     }
     persist_created(ctx, state, actions, None)
+}
+
+/// The new job `request` asks for, of `compiled`: its params checked against the workflow's
+/// schema, its labels merged over the workflow's and checked (the workflow's own were checked
+/// when it was applied: this checks the submission's and, merged, their number). The versions
+/// of its children are the caller's to add.
+fn new_job(
+    compiled: &Compiled,
+    namespace: &str,
+    request: &Submit,
+    limits: Limits,
+) -> Result<NewJob> {
+    let params = request
+        .params
+        .clone()
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    if !params.is_object() {
+        return Err(invalid("params", "must be a JSON object"));
+    }
+    compiled.check_params(&params)?;
+    let labels = labels::merge(&compiled.workflow.labels, &request.labels);
+    check_labels(limits, &labels)?;
+    let mut new = NewJob::new(new_job_id(), namespace.to_owned(), compiled.version, params);
+    new.key = request.key.clone();
+    new.priority = request.priority;
+    new.actor = request.actor.clone();
+    new.labels = labels;
+    Ok(new)
+}
+
+/// The state machine's new job of `workflow` as `new` says, and the actions that persist it.
+fn make_job(
+    workflow: &Workflow,
+    new: NewJob,
+    now: Timestamp,
+    limits: Limits,
+) -> Result<(JobState, Vec<Action>)> {
+    let mut ids = UuidIds;
+    let mut machine_ctx = Ctx {
+        now,
+        ids: &mut ids,
+        limits,
+    };
+    machine::create_job(workflow, new, &mut machine_ctx).map_err(|error| match error {
+        machine::CreateError::LockKey(message) => invalid("lock.key", message),
+    })
 }
 
 /// While tracing is on, stores the new job's trace (continuing the submitter's `traceparent`).

@@ -39,7 +39,7 @@ pub(super) fn store_workflow(
     if let Some(description) = &workflow.description {
         check_no_nul("description", description)?;
     }
-    check_labels(ctx, &workflow.labels)?;
+    check_labels(ctx.limits, &workflow.labels)?;
     let name = workflow.name.clone();
     super::check_children(ctx, namespace, &workflow)?;
     let latest = rows::workflow(ctx.conn, namespace, &name, None)?;
