@@ -22,6 +22,7 @@ mod health;
 mod jobs;
 pub mod loops;
 mod notify;
+mod parking;
 mod poll;
 mod secrets;
 pub mod traces;
@@ -314,6 +315,7 @@ impl Engine {
                 counters: counters.clone(),
                 last_write: last_write.clone(),
                 spans: spans.clone(),
+                parked: Arc::default(),
             },
         );
         let parts = Parts {

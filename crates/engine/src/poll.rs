@@ -4,8 +4,10 @@
 //! writer together, reports first: they run in one group transaction, so the claim sees what
 //! they changed (tasks they made ready), and the poll waits for work only once every report is
 //! answered (on PostgreSQL a report contended by another node runs again in the next group,
-//! after the claim). Waiting costs no database work: only a wake-up or the next availability
-//! time leads to another claim.
+//! after the claim). Waiting costs no database work: the poll parks its next claim (see
+//! `parking`), which the group transaction that makes work ready on its queues runs, so the
+//! task comes with that group's commit; a wake-up (work made ready by another node) or the next
+//! availability time makes the poll take its claim back and send it.
 
 use std::time::Duration as StdDuration;
 
@@ -53,12 +55,40 @@ impl Engine {
                 let wait = next.since(self.now());
                 wake_at = wake_at.min(Instant::now() + StdDuration::from_millis(wait.as_millis()));
             }
-            tokio::select! {
-                () = woken.notified() => {}
-                () = tokio::time::sleep_until(wake_at) => {}
-            }
+            // The next claim waits parked: a group that makes work ready on these queues may
+            // run it (see `parking`).
+            let mut together = writer::Together::default();
+            let claim = self.claimed(Engine::claim_in(
+                &mut together,
+                namespace,
+                queues.clone(),
+                worker,
+                *max,
+            ));
+            tokio::pin!(claim);
+            let parked = self.inner.writer.park(namespace, queues, *max, together);
+            let answered = tokio::select! {
+                answer = &mut claim => Some(answer),
+                () = woken.notified() => None,
+                () = tokio::time::sleep_until(wake_at) => None,
+            };
             woken = self.notifier().register(namespace, queues);
-            claimed = self.claim(namespace, queues.clone(), worker, *max).await?;
+            let handed_over = match parked.take_back() {
+                Some(together) => {
+                    self.inner.writer.send(together);
+                    false
+                }
+                None => true,
+            };
+            claimed = match answered {
+                Some(answer) => answer?,
+                None => claim.await?,
+            };
+            if handed_over && claimed.is_empty() {
+                // Its claim may have read before this poll registered again: claim once more,
+                // so that no wake-up in between is lost.
+                claimed = self.claim(namespace, queues.clone(), worker, *max).await?;
+            }
         }
     }
 

@@ -29,6 +29,7 @@
 //! Each transaction's outcome (committed, or the disk full, the database read-only or out of
 //! reach) is stored in one atomic word for `/healthz` (see `health`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -45,6 +46,7 @@ use crate::ctx::{CachedReads, WriteCtx};
 use crate::health::LastWrite;
 use crate::jobs::{JobCache, Lifetime};
 use crate::notify::Notifier;
+use crate::parking::{Parked, ParkingLot};
 use crate::{Error, Result};
 use starbridge_store::Connect;
 use starbridge_store::db::{Backend, Conn};
@@ -196,6 +198,8 @@ type Work = Box<dyn Request>;
 pub(crate) struct Writer {
     /// Requests sent together arrive together (see `Together`).
     sender: mpsc::UnboundedSender<Vec<Work>>,
+    /// Claims of polls waiting for work, for the group that makes it ready (see `parking`).
+    parked: Arc<ParkingLot<Together>>,
 }
 
 /// Requests to queue together: the writer takes them all into the same group transaction
@@ -322,16 +326,37 @@ pub(crate) struct Shared {
     pub(crate) last_write: Arc<LastWrite>,
     /// Where the spans a committed transaction ended go, while tracing is on.
     pub(crate) spans: Arc<std::sync::OnceLock<Arc<crate::traces::SpanSink>>>,
+    /// The claims of polls waiting for work (see `parking`).
+    pub(crate) parked: Arc<ParkingLot<Together>>,
 }
 
 impl Writer {
     pub(crate) fn start(conn: Box<dyn Conn>, shared: Shared) -> Writer {
         let (sender, receiver) = mpsc::unbounded_channel();
+        let parked = shared.parked.clone();
         thread::Builder::new()
             .name("starbridge-writer".to_owned())
             .spawn(move || run(conn, receiver, &shared))
             .expect("spawning the writer thread");
-        Writer { sender }
+        Writer { sender, parked }
+    }
+
+    /// Parks `claim` (a claim of up to `max` tasks from `queues`, alone in its `Together`) for
+    /// the group transaction that makes work ready on one of the queues (see `parking`).
+    pub(crate) fn park(
+        &self,
+        namespace: &str,
+        queues: &[String],
+        max: u32,
+        claim: Together,
+    ) -> Arc<Parked<Together>> {
+        self.parked.park(namespace, queues, max, claim)
+    }
+
+    /// How many claims of waiting polls are parked on a queue.
+    #[cfg(test)]
+    pub(crate) fn parked_claims(&self, namespace: &str, queue: &str) -> usize {
+        self.parked.waiting(namespace, queue)
     }
 
     /// Runs `work` in the next group transaction; resolves once it is committed. `work` may run
@@ -496,9 +521,6 @@ fn commit_batch(
     // not a waiting poll's that happens to claim in the same group. The sort is stable: the
     // other requests keep their order, and claims of one turn the order they came in.
     batch.sort_by(|a, b| a.claim_turn().cmp(&b.claim_turn()));
-    counters
-        .requests
-        .fetch_add(batch.len() as u64, Ordering::Relaxed);
     let mut transaction = match run_transaction(conn, batch, Guard::None, state, shared) {
         Attempt::Ended(transaction) => transaction,
         Attempt::Spoiled => {
@@ -510,6 +532,10 @@ fn commit_batch(
         }
     };
     add_elapsed(&counters.busy_nanos, started);
+    // With the parked claims the group took on (see `hand_over_parked`).
+    counters
+        .requests
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
     let committed = &transaction.committed;
     if let Some(fault) = outcome(committed, &transaction.ran, batch) {
         shared.last_write.record(shared.clock.now(), fault);
@@ -639,10 +665,50 @@ fn context<'a>(conn: &'a mut WriteConn, state: &'a mut State, shared: &'a Shared
     }
 }
 
+/// Adds to the group's claims (from `claims_from` on, in their turn) the parked claims of polls
+/// waiting for work (see `parking`) that the work its kept requests made ready calls for: on each
+/// woken queue, claims for as many tasks as jobs got work there, less what the group's own claims
+/// of the queue may take.
+fn hand_over_parked(
+    batch: &mut Vec<Work>,
+    claims_from: usize,
+    wakes: &[(String, String)],
+    parked: &ParkingLot<Together>,
+) {
+    if wakes.is_empty() {
+        return;
+    }
+    let mut ready: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for (namespace, queue) in wakes {
+        *ready.entry((namespace, queue)).or_default() += 1;
+    }
+    for demand in batch[claims_from..]
+        .iter()
+        .filter_map(|request| request.claim())
+    {
+        for ((namespace, queue), left) in &mut ready {
+            if demand.key.namespace == *namespace && demand.key.queues.iter().any(|q| q == queue) {
+                *left = left.saturating_sub(u64::from(demand.max));
+            }
+        }
+    }
+    let before = batch.len();
+    for ((namespace, queue), tasks) in ready {
+        if tasks > 0 {
+            for claim in parked.take(namespace, queue, tasks) {
+                batch.extend(claim.works);
+            }
+        }
+    }
+    if batch.len() > before {
+        batch[claims_from..].sort_by(|a, b| a.claim_turn().cmp(&b.claim_turn()));
+    }
+}
+
 /// Runs every request of `batch` in one transaction and commits it.
 fn run_transaction(
     conn: &mut WriteConn,
-    batch: &mut [Work],
+    batch: &mut Vec<Work>,
     guard: Guard,
     state: &mut State,
     shared: &Shared,
@@ -677,15 +743,31 @@ fn run_transaction(
             }
         }
     }
-    state
-        .claims
-        .begin(batch.iter().filter_map(|request| request.claim()));
     // A failed savepoint command leaves the transaction unusable: then nothing may commit.
     let mut broken: Option<Error> = None;
     // A request's savepoint is closed in the same round trip that opens the next one's (one
     // round trip fewer per request on PostgreSQL); the last one is closed on its own.
     let mut close: Option<&str> = None;
-    for request in batch.iter_mut() {
+    // The claims (sorted last) begin at this request, or at the end.
+    let mut claims_begun = false;
+    let mut next = 0;
+    while next < batch.len() || !claims_begun {
+        if !claims_begun
+            && batch
+                .get(next)
+                .is_none_or(|request| request.claim().is_some())
+        {
+            claims_begun = true;
+            if broken.is_none() {
+                hand_over_parked(batch, next, &transaction.wakes, &shared.parked);
+            }
+            state
+                .claims
+                .begin(batch[next..].iter().filter_map(|request| request.claim()));
+            continue;
+        }
+        let request = &mut batch[next];
+        next += 1;
         if broken.is_some() {
             transaction.ran.push(Ran::Refused);
             continue;
@@ -796,6 +878,7 @@ mod tests {
                 counters: counters.clone(),
                 last_write: Arc::default(),
                 spans: Arc::default(),
+                parked: Arc::default(),
             },
         );
         (writer, counters, path)

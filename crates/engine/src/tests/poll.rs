@@ -162,7 +162,85 @@ async fn a_success_sent_again_under_its_lease_is_answered_as_before_and_changes_
     );
 }
 
+/// A poll that found nothing parks its next claim, and the group transaction that makes work
+/// ready on its queue runs that claim: the worker gets the task without a group of its own.
+async fn a_waiting_poll_is_handed_work_by_the_group_transaction_that_made_it_ready(f: Fixture) {
+    apply_chain(&f.store).await;
+    let waiting = Poll {
+        wait: std::time::Duration::from_secs(60),
+        ..poll_of(1)
+    };
+    let poll = {
+        let store = f.store.clone();
+        tokio::spawn(async move {
+            store
+                .poll(&waiting, Vec::new(), &TaskScope::default())
+                .await
+        })
+    };
+    while f.store.inner.writer.parked_claims("default", "q") == 0 {
+        tokio::task::yield_now().await;
+    }
+    let before = f.store.writer_stats();
+    let job = submit(&f.store, "wf", json!({})).await.state.job.id;
+    let polled = poll.await.unwrap().unwrap();
+    let after = f.store.writer_stats();
+    let steps: Vec<(&JobId, &str)> = polled
+        .claimed
+        .iter()
+        .map(|claimed| (&claimed.task.job_id, claimed.task.step.as_str()))
+        .collect();
+    assert_eq!(steps, [(&job, "a")]);
+    assert_eq!(
+        (
+            after.commits - before.commits,
+            after.requests - before.requests
+        ),
+        (1, 2),
+        "the submit and the waiting poll's claim share one group transaction"
+    );
+    assert_eq!(f.store.inner.writer.parked_claims("default", "q"), 0);
+}
+
+/// A group transaction hands parked claims only the work its own claims may not take: a poll
+/// carrying a success takes the next step it made ready, and the waiting poll stays parked.
+async fn a_group_whose_own_claims_take_the_work_it_made_ready_leaves_waiting_polls_parked(
+    f: Fixture,
+) {
+    apply_chain(&f.store).await;
+    submit(&f.store, "wf", json!({})).await;
+    let a = claim_one(&f.store).await;
+    let waiting = Poll {
+        wait: std::time::Duration::from_secs(60),
+        worker: "w2".into(),
+        ..poll_of(1)
+    };
+    let poll = {
+        let store = f.store.clone();
+        tokio::spawn(async move {
+            store
+                .poll(&waiting, Vec::new(), &TaskScope::default())
+                .await
+        })
+    };
+    while f.store.inner.writer.parked_claims("default", "q") == 0 {
+        tokio::task::yield_now().await;
+    }
+    let before = f.store.writer_stats();
+    let polled = poll_completing(&f.store, &a, json!({})).await;
+    let after = f.store.writer_stats();
+    assert_eq!(polled.claimed[0].task.step, "b");
+    assert_eq!(
+        after.requests - before.requests,
+        2,
+        "the success and its poll's claim, not the waiting poll's"
+    );
+    poll.abort();
+}
+
 on_both_backends!(
+    a_waiting_poll_is_handed_work_by_the_group_transaction_that_made_it_ready,
+    a_group_whose_own_claims_take_the_work_it_made_ready_leaves_waiting_polls_parked,
     a_poll_commits_its_completions_in_order_with_its_claim_which_takes_what_they_made_ready,
     a_success_sent_again_under_its_lease_is_answered_as_before_and_changes_nothing,
 );
