@@ -714,13 +714,13 @@ impl Machine<'_> {
     }
 
     fn wake(&mut self, index: usize) {
-        let queue = self.state.tasks[index].queue.clone();
-        if !self
-            .actions
-            .iter()
-            .any(|action| matches!(action, Action::Wake { queue: q } if *q == queue))
-        {
-            self.actions.push(Action::Wake { queue });
+        let task = &self.state.tasks[index];
+        let claimable = task.available_at.is_none_or(|at| at <= self.now);
+        let queue = task.queue.clone();
+        if !self.actions.iter().any(|action| {
+            matches!(action, Action::Wake { queue: q, claimable: c } if *q == queue && *c == claimable)
+        }) {
+            self.actions.push(Action::Wake { queue, claimable });
         }
     }
 

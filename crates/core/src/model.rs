@@ -841,7 +841,9 @@ pub enum Action {
     /// (`Task::claimed_at`) and the event that ends the run then records.
     Announce(Event),
     /// A task became ready on this queue: wake the workers polling it (after commit).
-    Wake { queue: String },
+    /// `claimable`: it may be claimed now; otherwise from its `available_at` on (a retry
+    /// after a delay, a check later), when the polls woken now wait for it.
+    Wake { queue: String, claimable: bool },
     /// A queue template rendered this name for a task: create the queue if it is new.
     EnsureQueue { queue: String },
     /// A forward task on this queue failed for good (not a compensation, not a step that

@@ -22,7 +22,12 @@ pub(crate) struct WriteCtx<'a> {
     pub(crate) reads: &'a mut CachedReads,
     /// The group's claims and the ready tasks read for them (see `commands::claim::shared`).
     pub(crate) claims: &'a mut GroupClaims,
+    /// Queues (with their namespace) where the request made tasks ready to claim now: their
+    /// polls are woken after commit, unless the group's claims took every ready task there.
     pub(crate) wakes: Vec<(String, String)>,
+    /// Queues where it made tasks ready to claim later: their polls are woken after commit to
+    /// wait for that time.
+    pub(crate) wakes_later: Vec<(String, String)>,
     /// The spans this request ended, handed to the exporter after commit (see `traces`).
     pub(crate) spans: Vec<crate::traces::FinishedSpan>,
     /// Whether tracing is on: jobs get a trace at submit, and ended spans are noted.

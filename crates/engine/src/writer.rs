@@ -553,6 +553,22 @@ fn commit_batch(
         state.jobs.clear();
         state.reads.clear();
         transaction.wakes.clear();
+        transaction.wakes_later.clear();
+    }
+    // A queue whose ready tasks the group's claims all took has nothing for a poll woken now
+    // (only claims ran after the requests that made work ready, and claims make none), if
+    // every request stayed (a claim rolled back took nothing). Polls woken for work made ready
+    // for later wait for its time. The polls are woken before the answers go out, so a request
+    // answered has woken whom it woke.
+    let all_kept = transaction.ran.iter().all(|ran| *ran == Ran::Kept);
+    let mut wakes = std::mem::take(&mut transaction.wakes);
+    wakes.retain(|(namespace, queue)| !(all_kept && state.claims.took_all(namespace, queue)));
+    wakes.append(&mut transaction.wakes_later);
+    // Many requests of a batch wake the same queue: wake each once.
+    wakes.sort_unstable();
+    wakes.dedup();
+    for (namespace, queue) in wakes {
+        shared.notifier.wake(&namespace, &queue);
     }
     for (request, ran) in batch.drain(..).zip(transaction.ran) {
         if ran == Ran::Again && committed.is_ok() {
@@ -570,7 +586,6 @@ fn commit_batch(
             shared.notifier.deliveries_changed();
         }
     }
-    // Many requests of a batch wake the same queue: wake each once.
     if committed.is_ok()
         && let Some(sink) = shared.spans.get()
     {
@@ -578,15 +593,8 @@ fn commit_batch(
             sink.send(span);
         }
     }
-    let mut wakes = transaction.wakes;
-    wakes.sort_unstable();
-    wakes.dedup();
-    for (namespace, queue) in wakes {
-        shared.notifier.wake(&namespace, &queue);
-    }
 }
 
-/// The queues a request claims from, if it is a claim (`None` sorts first).
 /// What a group transaction says about the database's ability to take writes, for health:
 /// `Some(None)` it takes them, `Some(Some(fault))` it does not, `None` nothing either way (the
 /// commit lost to another node). A committed group still tells of a fault when one of its
@@ -622,7 +630,10 @@ enum Guard {
 /// committed.
 struct Transaction {
     ran: Vec<Ran>,
+    /// Queues its kept requests made tasks ready on, to claim now (see `WriteCtx::wakes`).
     wakes: Vec<(String, String)>,
+    /// Queues its kept requests made tasks ready on, to claim later.
+    wakes_later: Vec<(String, String)>,
     /// The spans its kept requests ended (noted only while tracing is on).
     spans: Vec<crate::traces::FinishedSpan>,
     deliveries: bool,
@@ -656,6 +667,7 @@ fn context<'a>(conn: &'a mut WriteConn, state: &'a mut State, shared: &'a Shared
         reads: &mut state.reads,
         claims: &mut state.claims,
         wakes: Vec::new(),
+        wakes_later: Vec::new(),
         spans: Vec::new(),
         tracing: shared.spans.get().is_some(),
         freed_locks: Vec::new(),
@@ -716,6 +728,7 @@ fn run_transaction(
     let mut transaction = Transaction {
         ran: Vec::with_capacity(batch.len()),
         wakes: Vec::new(),
+        wakes_later: Vec::new(),
         spans: Vec::new(),
         deliveries: false,
         committed: Ok(()),
@@ -791,10 +804,16 @@ fn run_transaction(
         let (mark, writes_before) = (conn.mark(), conn.writes());
         let mut ctx = context(conn, state, shared);
         let ran = request.run(&mut ctx);
-        let (mut wakes, mut spans, deliveries, loaded) =
-            (ctx.wakes, ctx.spans, ctx.deliveries, ctx.loaded_workflows);
+        let (mut wakes, mut wakes_later, mut spans, deliveries, loaded) = (
+            ctx.wakes,
+            ctx.wakes_later,
+            ctx.spans,
+            ctx.deliveries,
+            ctx.loaded_workflows,
+        );
         if ran == Ran::Kept {
             transaction.wakes.append(&mut wakes);
+            transaction.wakes_later.append(&mut wakes_later);
             transaction.spans.append(&mut spans);
             transaction.deliveries |= deliveries;
             state.jobs.request_kept();
@@ -834,7 +853,7 @@ fn run_transaction(
     let announcements = match (&broken, conn.backend()) {
         (None, Backend::Postgres) => crate::loops::listener::announcements(
             &shared.node,
-            &transaction.wakes,
+            &[&transaction.wakes[..], &transaction.wakes_later[..]].concat(),
             transaction.deliveries,
         ),
         _ => Vec::new(),

@@ -171,6 +171,8 @@ pub(crate) fn claim(
     // cached together (`None`: another node holds it).
     let mut jobs: HashMap<JobId, Option<JobState>> = HashMap::new();
     let mut round_limit = max;
+    // A ready task whose job another node is changing was left for a later claim.
+    let mut left_for_later = false;
     let (leftover, complete) = loop {
         let from_pool = pooled.is_some();
         let (mut candidates, complete) = match pooled.take() {
@@ -213,6 +215,7 @@ pub(crate) fn claim(
             }
             // A job another node is changing right now is left for a later claim.
             let Some(Some(state)) = jobs.get_mut(&candidate.job) else {
+                left_for_later = true;
                 continue;
             };
             let compiled = workflow_of(ctx, state)?;
@@ -271,6 +274,9 @@ pub(crate) fn claim(
     };
     // What this claim did not come to is left for the group's next claim of its queues.
     if shares {
+        if complete && leftover.is_empty() && !left_for_later {
+            ctx.claims.took_all_of(key);
+        }
         ctx.claims.put_back(key.clone(), leftover, complete, stored);
     }
     for state in jobs.into_values().flatten() {

@@ -228,7 +228,14 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
             Action::Announce(event) => {
                 crate::commands::outbox::enqueue_task_event(ctx, state, &event)?;
             }
-            Action::Wake { queue } => ctx.wakes.push((namespace.to_owned(), queue)),
+            Action::Wake {
+                queue,
+                claimable: true,
+            } => ctx.wakes.push((namespace.to_owned(), queue)),
+            Action::Wake {
+                queue,
+                claimable: false,
+            } => ctx.wakes_later.push((namespace.to_owned(), queue)),
             Action::EnsureQueue { queue } => {
                 if !queues_made.contains(&queue) {
                     rows::ensure_queue(ctx.conn, namespace, &queue, ctx.now)?;

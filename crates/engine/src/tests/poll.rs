@@ -203,7 +203,8 @@ async fn a_waiting_poll_is_handed_work_by_the_group_transaction_that_made_it_rea
 }
 
 /// A group transaction hands parked claims only the work its own claims may not take: a poll
-/// carrying a success takes the next step it made ready, and the waiting poll stays parked.
+/// carrying a success takes the next step it made ready, and the waiting poll stays parked
+/// (not even woken: the group's claims took every ready task).
 async fn a_group_whose_own_claims_take_the_work_it_made_ready_leaves_waiting_polls_parked(
     f: Fixture,
 ) {
@@ -227,7 +228,13 @@ async fn a_group_whose_own_claims_take_the_work_it_made_ready_leaves_waiting_pol
         tokio::task::yield_now().await;
     }
     let before = f.store.writer_stats();
-    let polled = poll_completing(&f.store, &a, json!({})).await;
+    // A claim for two tasks that finds one has read every ready task.
+    let reports = vec![completion(&a, &token(&a), json!({}))];
+    let polled = f
+        .store
+        .poll(&poll_of(2), reports, &TaskScope::default())
+        .await
+        .unwrap();
     let after = f.store.writer_stats();
     assert_eq!(polled.claimed[0].task.step, "b");
     assert_eq!(
@@ -235,10 +242,77 @@ async fn a_group_whose_own_claims_take_the_work_it_made_ready_leaves_waiting_pol
         2,
         "the success and its poll's claim, not the waiting poll's"
     );
+    assert_eq!(f.store.inner.writer.parked_claims("default", "q"), 1);
     poll.abort();
 }
 
+/// Whether a poll registered on `registered` was woken (its permit is stored).
+async fn woken(registered: &tokio::sync::Notify) -> bool {
+    tokio::time::timeout(std::time::Duration::ZERO, registered.notified())
+        .await
+        .is_ok()
+}
+
+/// A queue whose ready tasks the group's claims all took is not woken (a poll woken then would
+/// find nothing); work left behind, or ready only later, wakes it.
+async fn polls_are_woken_only_for_work_the_group_left_behind_or_made_ready_for_later(f: Fixture) {
+    apply_chain(&f.store).await;
+    submit(&f.store, "wf", json!({})).await;
+    let a = claim_one(&f.store).await;
+    let queues = ["q".to_owned()];
+    let registered = f.store.notifier().register("default", &queues);
+    // A claim for two tasks that finds one has read every ready task.
+    let reports = vec![completion(&a, &token(&a), json!({}))];
+    let polled = f
+        .store
+        .poll(&poll_of(2), reports, &TaskScope::default())
+        .await
+        .unwrap();
+    assert_eq!(polled.claimed.len(), 1);
+    assert_eq!(polled.claimed[0].task.step, "b");
+    assert!(!woken(&registered).await, "the poll's own claim took b");
+
+    submit(&f.store, "wf", json!({})).await;
+    assert!(woken(&registered).await, "nobody claimed the new job's a");
+
+    // Work ready only later: a retry due in 30 s.
+    claim_one(&f.store).await;
+    let applied = f
+        .store
+        .apply_workflow("default", "retrying", definition(TWO_STEPS));
+    applied.await.unwrap();
+    submit(&f.store, "retrying", json!({})).await;
+    let retried = f
+        .store
+        .claim("default", vec!["q".into()], "w1", 1)
+        .await
+        .unwrap();
+    let registered = f.store.notifier().register("default", &queues);
+    let failed = Input::Fail {
+        task: retried[0].task.id.clone(),
+        lease_token: token(&retried[0]),
+        error: ReportedError {
+            message: "try again".into(),
+            retryable: true,
+            retry_after: Some(starbridge_core::time::Duration::from_secs(30)),
+        },
+        logs: None,
+    };
+    let reports = vec![(retried[0].task.id.clone(), failed)];
+    let polled = f
+        .store
+        .poll(&poll_of(2), reports, &TaskScope::default())
+        .await
+        .unwrap();
+    assert!(polled.claimed.is_empty(), "the retry is due in 30 s");
+    assert!(
+        woken(&registered).await,
+        "a poll waits for the retry's time"
+    );
+}
+
 on_both_backends!(
+    polls_are_woken_only_for_work_the_group_left_behind_or_made_ready_for_later,
     a_waiting_poll_is_handed_work_by_the_group_transaction_that_made_it_ready,
     a_group_whose_own_claims_take_the_work_it_made_ready_leaves_waiting_polls_parked,
     a_poll_commits_its_completions_in_order_with_its_claim_which_takes_what_they_made_ready,

@@ -20,7 +20,7 @@
 //! twice. Queues with a limit (serial, a concurrency, a rate) count their running tasks or
 //! tokens per claim and do not share, nor does a claim that polls one of them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use starbridge_core::dispatch::Candidate;
 use starbridge_store::StoredQueue;
@@ -58,6 +58,9 @@ struct Pool {
 pub(crate) struct GroupClaims {
     demand: HashMap<ClaimKey, u32>,
     pool: Option<Pool>,
+    /// Queues (with their namespace) whose every ready task a claim of the group read and
+    /// none was left: nothing is ready there until a later transaction makes it so.
+    took_all: HashSet<(String, String)>,
 }
 
 /// Candidates a claim got from the pool.
@@ -74,6 +77,7 @@ impl GroupClaims {
     pub(crate) fn begin<'a>(&mut self, claims: impl Iterator<Item = &'a ClaimDemand>) {
         self.demand.clear();
         self.pool = None;
+        self.took_all.clear();
         for claim in claims {
             let total = self.demand.entry(claim.key.clone()).or_default();
             *total = total.saturating_add(claim.max);
@@ -128,6 +132,20 @@ impl GroupClaims {
             complete,
             queues,
         });
+    }
+
+    /// A claim of `key` read every ready task of its queues and took or passed over each for
+    /// good (none is left for a later claim).
+    pub(crate) fn took_all_of(&mut self, key: &ClaimKey) {
+        for queue in &key.queues {
+            self.took_all.insert((key.namespace.clone(), queue.clone()));
+        }
+    }
+
+    /// Whether the group's claims left no ready task on the queue (see `took_all_of`).
+    pub(crate) fn took_all(&self, namespace: &str, queue: &str) -> bool {
+        self.took_all
+            .contains(&(namespace.to_owned(), queue.to_owned()))
     }
 
     /// Empties the pool: a request other than a claim runs, or one was not kept.
