@@ -162,25 +162,41 @@ async fn a_success_sent_again_under_its_lease_is_answered_as_before_and_changes_
     );
 }
 
-/// A poll that found nothing parks its next claim, and the group transaction that makes work
-/// ready on its queue runs that claim: the worker gets the task without a group of its own.
-async fn a_waiting_poll_is_handed_work_by_the_group_transaction_that_made_it_ready(f: Fixture) {
-    apply_chain(&f.store).await;
+/// A poll for two tasks that carries the success of `claimed`: a claim for two that finds one
+/// has read every ready task.
+async fn poll_completing_for_two(store: &Store, claimed: &Claimed) -> Polled {
+    let reports = vec![completion(claimed, &token(claimed), json!({}))];
+    let scope = TaskScope::default();
+    store.poll(&poll_of(2), reports, &scope).await.unwrap()
+}
+
+/// Starts a poll of worker `worker` for one task of `q` that waits up to a minute, once its
+/// claim found nothing and is parked.
+async fn waiting_poll(store: &Store, worker: &str) -> tokio::task::JoinHandle<Result<Polled>> {
     let waiting = Poll {
         wait: std::time::Duration::from_secs(60),
+        worker: worker.into(),
         ..poll_of(1)
     };
     let poll = {
-        let store = f.store.clone();
+        let store = store.clone();
         tokio::spawn(async move {
             store
                 .poll(&waiting, Vec::new(), &TaskScope::default())
                 .await
         })
     };
-    while f.store.inner.writer.parked_claims("default", "q") == 0 {
+    while store.inner.writer.parked_claims("default", "q") == 0 {
         tokio::task::yield_now().await;
     }
+    poll
+}
+
+/// A poll that found nothing parks its next claim, and the group transaction that makes work
+/// ready on its queue runs that claim: the worker gets the task without a group of its own.
+async fn a_waiting_poll_is_handed_work_by_the_group_transaction_that_made_it_ready(f: Fixture) {
+    apply_chain(&f.store).await;
+    let poll = waiting_poll(&f.store, "w2").await;
     let before = f.store.writer_stats();
     let job = submit(&f.store, "wf", json!({})).await.state.job.id;
     let polled = poll.await.unwrap().unwrap();
@@ -211,30 +227,9 @@ async fn a_group_whose_own_claims_take_the_work_it_made_ready_leaves_waiting_pol
     apply_chain(&f.store).await;
     submit(&f.store, "wf", json!({})).await;
     let a = claim_one(&f.store).await;
-    let waiting = Poll {
-        wait: std::time::Duration::from_secs(60),
-        worker: "w2".into(),
-        ..poll_of(1)
-    };
-    let poll = {
-        let store = f.store.clone();
-        tokio::spawn(async move {
-            store
-                .poll(&waiting, Vec::new(), &TaskScope::default())
-                .await
-        })
-    };
-    while f.store.inner.writer.parked_claims("default", "q") == 0 {
-        tokio::task::yield_now().await;
-    }
+    let poll = waiting_poll(&f.store, "w2").await;
     let before = f.store.writer_stats();
-    // A claim for two tasks that finds one has read every ready task.
-    let reports = vec![completion(&a, &token(&a), json!({}))];
-    let polled = f
-        .store
-        .poll(&poll_of(2), reports, &TaskScope::default())
-        .await
-        .unwrap();
+    let polled = poll_completing_for_two(&f.store, &a).await;
     let after = f.store.writer_stats();
     assert_eq!(polled.claimed[0].task.step, "b");
     assert_eq!(
@@ -261,13 +256,7 @@ async fn polls_are_woken_only_for_work_the_group_left_behind_or_made_ready_for_l
     let a = claim_one(&f.store).await;
     let queues = ["q".to_owned()];
     let registered = f.store.notifier().register("default", &queues);
-    // A claim for two tasks that finds one has read every ready task.
-    let reports = vec![completion(&a, &token(&a), json!({}))];
-    let polled = f
-        .store
-        .poll(&poll_of(2), reports, &TaskScope::default())
-        .await
-        .unwrap();
+    let polled = poll_completing_for_two(&f.store, &a).await;
     assert_eq!(polled.claimed.len(), 1);
     assert_eq!(polled.claimed[0].task.step, "b");
     assert!(!woken(&registered).await, "the poll's own claim took b");
