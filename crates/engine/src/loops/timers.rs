@@ -1,6 +1,7 @@
 //! The timer loop: sleeps until the next lease expiry, deadline or schedule fire, then lets the
 //! engine handle everything due. A commit may set an earlier timer (a claim starts a lease), so the engine's
-//! notifier wakes the loop to re-read the next due time; only due timers cost a write. On a
+//! notifier wakes the loop to re-read the next due time, once for the commits of the next few
+//! milliseconds (`GATHER_COMMITS`); only due timers cost a write. On a
 //! shared (PostgreSQL) database other nodes set timers too, which this node learns about within
 //! `SHARED_MAX_SLEEP`; the store's row locks make sure each due item is handled by one node.
 
@@ -15,6 +16,10 @@ const MAX_SLEEP: StdDuration = StdDuration::from_secs(5);
 const SHARED_MAX_SLEEP: StdDuration = StdDuration::from_secs(1);
 /// Pause after a database error, or when a timer stays due after handling.
 const PAUSE: StdDuration = StdDuration::from_secs(1);
+/// How long the loop lets commits gather after one woke it before it reads the next due time
+/// again: a busy node commits hundreds of times a second, and one read serves them all. A timer
+/// a commit set to fall due sooner is handled this much late at most.
+const GATHER_COMMITS: StdDuration = StdDuration::from_millis(5);
 
 /// Handles due timers until `stop`.
 pub async fn run_timers(store: Engine, mut stop: watch::Receiver<bool>) {
@@ -31,9 +36,16 @@ pub async fn run_timers(store: Engine, mut stop: watch::Receiver<bool>) {
                 PAUSE
             }
         };
+        let next_due = tokio::time::Instant::now() + sleep;
         tokio::select! {
-            () = changed => {}
-            () = tokio::time::sleep(sleep) => {}
+            () = changed => {
+                let gathered = tokio::time::Instant::now() + GATHER_COMMITS;
+                tokio::select! {
+                    () = tokio::time::sleep_until(gathered.min(next_due)) => {}
+                    _ = stop.changed() => return,
+                }
+            }
+            () = tokio::time::sleep_until(next_due) => {}
             _ = stop.changed() => return,
         }
     }
