@@ -853,7 +853,7 @@ fn run_transaction(
     let announcements = match (&broken, conn.backend()) {
         (None, Backend::Postgres) => crate::loops::listener::announcements(
             &shared.node,
-            &[&transaction.wakes[..], &transaction.wakes_later[..]].concat(),
+            transaction.wakes.iter().chain(&transaction.wakes_later),
             transaction.deliveries,
         ),
         _ => Vec::new(),

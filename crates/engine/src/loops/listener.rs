@@ -14,9 +14,9 @@ use crate::notify::Notifier;
 /// What one commit tells the other nodes. Lines: `n <node>` (who sent it, so a node skips its
 /// own), `q <namespace> <queue>` (a queue got work), `d` (webhook deliveries were written).
 /// Fields are tab-separated; a payload stays under PostgreSQL's 8000-byte limit.
-pub(crate) fn announcements(
+pub(crate) fn announcements<'a>(
     node: &str,
-    wakes: &[(String, String)],
+    wakes: impl IntoIterator<Item = &'a (String, String)>,
     deliveries: bool,
 ) -> Vec<String> {
     const LIMIT: usize = 7900;
@@ -24,7 +24,7 @@ pub(crate) fn announcements(
     let mut payloads = Vec::new();
     let mut current = header.clone();
     let mut lines: Vec<String> = wakes
-        .iter()
+        .into_iter()
         .map(|(namespace, queue)| format!("q\t{namespace}\t{queue}"))
         .collect();
     lines.sort();
