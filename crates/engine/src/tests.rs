@@ -1729,6 +1729,71 @@ mod shared_database {
 
     const ONE_STEP: &str = "steps:\n- {id: a, queue: q, command: c}\n";
 
+    /// Another node's open transaction gives a job the key a submit on this node names; it
+    /// commits while this node's group waits to write its new job with that key. The group
+    /// loses (the key was taken first), and the submit runs again and answers with that job.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_submit_whose_key_another_node_takes_as_its_group_commits_runs_again_and_finds_it() {
+        let Some(f) = Fixture::postgres("key_race") else {
+            return;
+        };
+        apply_one_step(&f.store).await;
+        let taken = submit(&f.store, "wf", json!({})).await.state.job.id;
+        let url = f.url.clone();
+        let job = taken.to_string();
+        let (other, other_pid) = tokio::task::spawn_blocking(move || {
+            let mut other = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+            other.batch_execute("BEGIN").unwrap();
+            other
+                .execute("UPDATE jobs SET key = 'order-7' WHERE id = $1", &[&job])
+                .unwrap();
+            let pid: i32 = other
+                .query_one("SELECT pg_backend_pid()", &[])
+                .unwrap()
+                .get(0);
+            (other, pid)
+        })
+        .await
+        .unwrap();
+        let store = f.store.clone();
+        let submitted = tokio::spawn(async move {
+            let request = Submit {
+                workflow: Some("wf".into()),
+                key: Some("order-7".into()),
+                ..Submit::default()
+            };
+            store.submit("default", request).await
+        });
+        let url = f.url.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut watcher = ::postgres::Client::connect(&url, ::postgres::NoTls).unwrap();
+            let waiting =
+                "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))";
+            while watcher
+                .query_one(waiting, &[&other_pid])
+                .unwrap()
+                .get::<_, i64>(0)
+                == 0
+            {
+                std::thread::yield_now();
+            }
+            let mut other = other;
+            other.batch_execute("COMMIT").unwrap();
+        })
+        .await
+        .unwrap();
+        let submitted = submitted.await.unwrap().unwrap();
+        assert!(!submitted.created, "the key's job was found, not made");
+        assert_eq!(submitted.state.job.id, taken);
+        let all = JobFilter {
+            namespace: "default".into(),
+            limit: 10,
+            ..JobFilter::default()
+        };
+        let jobs = f.store.jobs(all).await.unwrap();
+        assert_eq!(jobs.len(), 1, "the lost group left no job behind");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_poll_on_one_node_is_woken_by_work_made_ready_on_another() {
         let Some((a, b)) = two_nodes("wake_across") else {

@@ -1,4 +1,5 @@
-//! Group commit: one thread owns the node's only write connection. Requests queue up while a
+//! Group commit: a writer thread owns a write connection (SQLite: the node's only one; PostgreSQL:
+//! two threads with one each, taking turns, see `run`). Requests queue up while a
 //! commit is in flight; the next transaction takes all of them (up to `MAX_BATCH`), runs each,
 //! commits once, and only then answers every request and wakes the pollers of queues that got
 //! work. One fsync serves many requests, and no request is answered before its change is
@@ -21,8 +22,9 @@
 //!
 //! On PostgreSQL other nodes write too. A request that waited too long for a row another node
 //! holds (or lost a deadlock, or a unique key race) is rolled back to its savepoint and runs
-//! again at the head of the next transaction, after this one has released its locks. The
-//! transaction announces the queues that got work to the other nodes as it commits (in the
+//! again at the head of the next transaction, after this one has released its locks; so does
+//! every request of a group whose rows or `COMMIT` met another transaction (a key taken first).
+//! The transaction announces the queues that got work to the other nodes as it commits (in the
 //! same round trip as its `COMMIT`). A broken connection is replaced before the next
 //! transaction.
 //!
@@ -30,8 +32,8 @@
 //! reach) is stored in one atomic word for `/healthz` (see `health`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread;
 use std::time::Instant;
 
@@ -54,6 +56,11 @@ use starbridge_store::deferred::WriteConn;
 use starbridge_store::fault::WriteFault;
 
 const MAX_BATCH: usize = 512;
+/// Writer threads on PostgreSQL, each with a connection of its own, taking turns (see `run`).
+const POSTGRES_WRITERS: usize = 2;
+/// Fewer requests than this gathered while another writer's group runs wait for that group's
+/// commit, and for the requests that come meanwhile (see `run`).
+const OVERLAP_FROM: usize = 32;
 /// How often a request contended by other nodes runs again before it is refused.
 const MAX_TRIES: u32 = 8;
 
@@ -80,6 +87,10 @@ trait Request: Send {
 
     /// What the database's failure of its last run says about its ability to take writes.
     fn fault(&self) -> Option<WriteFault>;
+
+    /// Counts a try: whether the request may run again, in the next transaction, after its
+    /// transaction lost to another's.
+    fn try_again(&mut self) -> bool;
 }
 
 /// How a run of a request went.
@@ -128,9 +139,7 @@ where
         // every job it changed back in the job cache.
         let result =
             (self.work)(ctx).and_then(|value| crate::commands::hand_out_freed(ctx).map(|()| value));
-        if matches!(result, Err(Error::Contended(_))) && self.tries < MAX_TRIES {
-            self.tries += 1;
-            self.result = None;
+        if matches!(result, Err(Error::Contended(_))) && self.try_again() {
             return Ran::Again;
         }
         let ran = match &result {
@@ -189,6 +198,15 @@ where
             Some(Err(error)) => error.write_fault(),
             _ => None,
         }
+    }
+
+    fn try_again(&mut self) -> bool {
+        if self.tries >= MAX_TRIES {
+            return false;
+        }
+        self.tries += 1;
+        self.result = None;
+        true
     }
 }
 
@@ -334,10 +352,35 @@ impl Writer {
     pub(crate) fn start(conn: Box<dyn Conn>, shared: Shared) -> Writer {
         let (sender, receiver) = mpsc::unbounded_channel();
         let parked = shared.parked.clone();
-        thread::Builder::new()
-            .name("starbridge-writer".to_owned())
-            .spawn(move || run(conn, receiver, &shared))
-            .expect("spawning the writer thread");
+        let writers = match conn.backend() {
+            Backend::Sqlite => 1,
+            Backend::Postgres => POSTGRES_WRITERS,
+        };
+        let turns = Arc::new(Turns {
+            queue: Mutex::new(receiver),
+            committing: Mutex::new(0),
+            committed: Condvar::new(),
+        });
+        let shared = Arc::new(shared);
+        let mut conn = Some(conn);
+        for _ in 0..writers {
+            let (first, turns, shared) = (conn.take(), turns.clone(), shared.clone());
+            thread::Builder::new()
+                .name("starbridge-writer".to_owned())
+                .spawn(move || {
+                    // The other writers' connections open on their own threads (a blocking
+                    // client must not open on the caller's async runtime).
+                    let conn = match first.map_or_else(|| (shared.connect)(), Ok) {
+                        Ok(conn) => conn,
+                        Err(error) => {
+                            tracing::warn!(%error, "one writer fewer: its connection did not open");
+                            return;
+                        }
+                    };
+                    run(conn, &turns, &shared);
+                })
+                .expect("spawning a writer thread");
+        }
         Writer { sender, parked }
     }
 
@@ -456,7 +499,76 @@ struct State {
     claims: GroupClaims,
 }
 
-fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Vec<Work>>, shared: &Shared) {
+/// The queue of write requests.
+type Queue = mpsc::UnboundedReceiver<Vec<Work>>;
+
+/// What the writer threads share to take turns (see `run`).
+struct Turns {
+    /// Held by the writer whose turn it is to gather a group and run its requests.
+    queue: Mutex<Queue>,
+    /// How many groups are past their requests: writing their rows and committing.
+    committing: Mutex<usize>,
+    /// Signalled as each of those ends.
+    committed: Condvar,
+}
+
+impl Turns {
+    /// Waits until no other writer's group is writing its rows or committing.
+    fn wait_for_commits(&self) {
+        let committing = self
+            .committing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        drop(
+            self.committed
+                .wait_while(committing, |committing| *committing > 0)
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+    }
+}
+
+/// A writer's turn: the queue, until its group's requests ran.
+struct Turn<'a> {
+    queue: Option<MutexGuard<'a, Queue>>,
+    turns: &'a Turns,
+}
+
+impl<'a> Turn<'a> {
+    /// Hands the queue on to the next writer as the group's rows are about to be written; the
+    /// group counts as committing until what this returns is dropped.
+    fn pass(&mut self) -> Committing<'a> {
+        *self
+            .turns
+            .committing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += 1;
+        self.queue = None;
+        Committing(self.turns)
+    }
+}
+
+/// A group writing its rows and committing (see `Turn::pass`).
+struct Committing<'a>(&'a Turns);
+
+impl Drop for Committing<'_> {
+    fn drop(&mut self) {
+        *self
+            .0
+            .committing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) -= 1;
+        self.0.committed.notify_all();
+    }
+}
+
+/// A writer thread. On PostgreSQL several take turns: the one holding the queue gathers a group
+/// and runs its requests, and hands the queue on once they ran, so the next group runs while
+/// this one's rows are written and committed (the database keeps them apart as it keeps other
+/// nodes' transactions apart: row locks, `SKIP LOCKED`). A group that gathered few requests
+/// meanwhile first waits for that commit, and takes the requests that came in the meantime, as
+/// one writer would: groups too small to be worth their fixed statements would cost more than
+/// the overlap gains when requests come one by one.
+fn run(conn: Box<dyn Conn>, turns: &Turns, shared: &Shared) {
     // On SQLite this thread makes every change, so what it cached is what is stored; on
     // PostgreSQL a job or a setting stays cached only while the transaction that read it runs.
     let lifetime = match conn.backend() {
@@ -472,19 +584,28 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Vec<Work>>, sh
     let mut batch: Vec<Work> = Vec::with_capacity(MAX_BATCH);
     let mut again: Vec<Work> = Vec::new();
     loop {
-        if again.is_empty() {
-            match receiver.blocking_recv() {
+        let mut queue = if again.is_empty() {
+            let mut queue = turns.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            match queue.blocking_recv() {
                 Some(first) => batch.extend(first),
                 None => return,
             }
+            Some(queue)
         } else {
             batch.append(&mut again);
-        }
-        // Requests sent together stay together, even past `MAX_BATCH`.
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(works) => batch.extend(works),
-                Err(_) => break,
+            // Requests to run again do not wait for the queue while another writer holds it
+            // waiting for requests.
+            match turns.queue.try_lock() {
+                Ok(queue) => Some(queue),
+                Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            }
+        };
+        if let Some(queue) = queue.as_mut() {
+            gather(queue, &mut batch);
+            if batch.len() < OVERLAP_FROM {
+                turns.wait_for_commits();
+                gather(queue, &mut batch);
             }
         }
         if let Err(error) = usable(&mut conn, &shared.connect) {
@@ -498,20 +619,33 @@ fn run(conn: Box<dyn Conn>, mut receiver: mpsc::UnboundedReceiver<Vec<Work>>, sh
         let Some(conn) = conn.as_mut() else {
             continue;
         };
-        commit_batch(conn, &mut batch, &mut again, &mut state, shared);
+        let turn = Turn { queue, turns };
+        commit_batch(conn, &mut batch, &mut again, &mut state, shared, turn);
         state.jobs.transaction_ended();
         state.reads.transaction_ended();
     }
 }
 
+/// Adds the requests queued now to `batch`, up to `MAX_BATCH` (requests sent together stay
+/// together, even past it).
+fn gather(queue: &mut Queue, batch: &mut Vec<Work>) {
+    while batch.len() < MAX_BATCH {
+        match queue.try_recv() {
+            Ok(works) => batch.extend(works),
+            Err(_) => break,
+        }
+    }
+}
+
 /// Runs one group transaction over `batch` and answers its requests; those to run again go to
-/// `again`.
+/// `again`. The queue (`turn`) goes to the next writer once the requests ran.
 fn commit_batch(
     conn: &mut WriteConn,
     batch: &mut Vec<Work>,
     again: &mut Vec<Work>,
     state: &mut State,
     shared: &Shared,
+    mut turn: Turn<'_>,
 ) {
     let started = Instant::now();
     let counters = &shared.counters;
@@ -521,11 +655,12 @@ fn commit_batch(
     // not a waiting poll's that happens to claim in the same group. The sort is stable: the
     // other requests keep their order, and claims of one turn the order they came in.
     batch.sort_by(|a, b| a.claim_turn().cmp(&b.claim_turn()));
-    let mut transaction = match run_transaction(conn, batch, Guard::None, state, shared) {
+    let mut transaction = match run_transaction(conn, batch, Guard::None, state, shared, &mut turn)
+    {
         Attempt::Ended(transaction) => transaction,
         Attempt::Spoiled => {
             counters.restarts.fetch_add(1, Ordering::Relaxed);
-            match run_transaction(conn, batch, Guard::Every, state, shared) {
+            match run_transaction(conn, batch, Guard::Every, state, shared, &mut turn) {
                 Attempt::Ended(transaction) => transaction,
                 Attempt::Spoiled => unreachable!("every request ran under a savepoint"),
             }
@@ -546,7 +681,11 @@ fn commit_batch(
     }
     .fetch_add(1, Ordering::Relaxed);
     if let Err(error) = committed {
-        tracing::error!(%error, "group commit failed; every request in it is refused");
+        if matches!(error, Error::Contended(_)) {
+            tracing::debug!(%error, "group lost to another transaction; its requests run again");
+        } else {
+            tracing::error!(%error, "group commit failed; every request in it is refused");
+        }
         let _ = conn.raw().batch("ROLLBACK");
         conn.discard();
         shared.workflows.clear();
@@ -570,13 +709,20 @@ fn commit_batch(
     for (namespace, queue) in wakes {
         shared.notifier.wake(&namespace, &queue);
     }
-    for (request, ran) in batch.drain(..).zip(transaction.ran) {
-        if ran == Ran::Again && committed.is_ok() {
+    for (mut request, ran) in batch.drain(..).zip(transaction.ran) {
+        let run_again = match committed {
+            Ok(()) => ran == Ran::Again,
+            // Writing its rows or committing met another transaction (a key another node or
+            // writer took first, a lock held too long): nothing of the group stays, and each
+            // of its requests runs again from the start, as long as it has tries left.
+            Err(Error::Contended(_)) => request.try_again(),
+            // The database is in trouble: requests set to run again are refused too.
+            Err(_) => false,
+        };
+        if run_again {
             counters.again.fetch_add(1, Ordering::Relaxed);
             again.push(request);
         } else {
-            // Requests set to run again are refused too when the commit failed: the database
-            // is in trouble.
             request.answer(committed);
         }
     }
@@ -717,13 +863,15 @@ fn hand_over_parked(
     }
 }
 
-/// Runs every request of `batch` in one transaction and commits it.
+/// Runs every request of `batch` in one transaction and commits it; hands the queue (`turn`)
+/// on once the requests ran, before their rows are written.
 fn run_transaction(
     conn: &mut WriteConn,
     batch: &mut Vec<Work>,
     guard: Guard,
     state: &mut State,
     shared: &Shared,
+    turn: &mut Turn<'_>,
 ) -> Attempt {
     let mut transaction = Transaction {
         ran: Vec::with_capacity(batch.len()),
@@ -839,6 +987,7 @@ fn run_transaction(
         }
         transaction.ran.push(ran);
     }
+    let _committing = turn.pass();
     if broken.is_none()
         && let Err(error) = conn.flush()
     {
