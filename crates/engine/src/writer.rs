@@ -594,7 +594,8 @@ fn run(conn: Box<dyn Conn>, turns: &Turns, shared: &Shared) {
         } else {
             batch.append(&mut again);
             // Requests to run again do not wait for the queue while another writer holds it
-            // waiting for requests.
+            // (it may be waiting for requests): they run as a group of their own, which the
+            // database keeps apart from that writer's as it would another node's.
             match turns.queue.try_lock() {
                 Ok(queue) => Some(queue),
                 Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
