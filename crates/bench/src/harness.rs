@@ -131,6 +131,12 @@ impl Database {
         })
     }
 
+    /// Whether the database is a PostgreSQL server on this machine (its CPU is then measured).
+    pub(crate) fn is_postgres_here(&self) -> bool {
+        starbridge_server::is_postgres_url(&self.url)
+            && starbridge_server::postgres_is_on_this_machine(&self.url)
+    }
+
     /// True when the database stays after the run.
     pub(crate) fn kept(&self) -> bool {
         self.keep
@@ -758,7 +764,11 @@ impl Bench {
                 .with_context(|| format!("cannot read the metrics of {url}"))?;
             scrapes.push(Scrape::parse(&text));
         }
-        Ok(Usage::new(&scrapes, self.external()))
+        Ok(Usage::new(
+            &scrapes,
+            self.external(),
+            self.database.is_postgres_here(),
+        ))
     }
 
     /// A new HTTP client of a server (of the first, when there are several).

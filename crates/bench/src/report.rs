@@ -146,40 +146,52 @@ pub(crate) fn print_table(report: &Report, table: Table) {
         .collect();
     table(&["PHASE", "COUNT", "SECONDS", "RATE", "TARGET"], &rows);
     println!();
+    // A PostgreSQL server on this machine: its CPU, which the process's does not include.
+    let database_cpu = report.throughput.iter().any(|rate| {
+        rate.work
+            .as_ref()
+            .is_some_and(|work| work.database_cpu_ms_per_item.is_some())
+    });
     let rows: Vec<Vec<String>> = report
         .throughput
         .iter()
         .filter_map(|rate| {
             let work = rate.work.as_ref()?;
             let percent = |share: f64| format!("{:.0}%", share * 100.0);
-            Some(vec![
-                rate.label.clone(),
-                work.cpu_ms_per_item.map_or_else(
+            let per_item = |cpu: Option<f64>| {
+                cpu.map_or_else(
                     || "?".to_owned(),
                     |cpu| format!("{cpu:.3} per {}", rate.unit.trim_end_matches('s')),
-                ),
-                work.cpus_busy
-                    .map_or_else(|| "?".to_owned(), |busy| format!("{busy:.2}")),
+                )
+            };
+            let busy = |busy: Option<f64>| {
+                busy.map_or_else(|| "?".to_owned(), |busy| format!("{busy:.2}"))
+            };
+            let mut row = vec![
+                rate.label.clone(),
+                per_item(work.cpu_ms_per_item),
+                busy(work.cpus_busy),
+            ];
+            if database_cpu {
+                row.push(per_item(work.database_cpu_ms_per_item));
+                row.push(busy(work.database_cpus_busy));
+            }
+            row.extend([
                 work.commits.to_string(),
                 format!("{:.1}", work.requests_per_commit),
                 percent(work.writer_busy),
                 percent(work.writer_committing),
-            ])
+            ]);
+            Some(row)
         })
         .collect();
     if !rows.is_empty() {
-        table(
-            &[
-                "WORK",
-                "CPU MS (ALL PROCESSES)",
-                "CPUS BUSY",
-                "COMMITS",
-                "REQUESTS/COMMIT",
-                "WRITER BUSY",
-                "IN COMMIT",
-            ],
-            &rows,
-        );
+        let mut headers = vec!["WORK", "CPU MS (ALL PROCESSES)", "CPUS BUSY"];
+        if database_cpu {
+            headers.extend(["POSTGRESQL CPU MS", "ITS CPUS BUSY"]);
+        }
+        headers.extend(["COMMITS", "REQUESTS/COMMIT", "WRITER BUSY", "IN COMMIT"]);
+        table(&headers, &rows);
         println!();
     }
     let rows: Vec<Vec<String>> = report

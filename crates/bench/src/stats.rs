@@ -178,6 +178,8 @@ pub(crate) struct Usage {
     at: Instant,
     /// This process's CPU time, and the external servers'.
     cpu: Option<Duration>,
+    /// The PostgreSQL server's CPU time, when it runs on this machine.
+    database_cpu: Option<Duration>,
     /// The servers' writers, added up.
     writer: Scrape,
     /// The servers' peak resident memory (added up, when there are several).
@@ -186,8 +188,9 @@ pub(crate) struct Usage {
 
 impl Usage {
     /// From the servers' scrapes; `external`: they run in processes of their own (else in this
-    /// one, whose CPU they already count).
-    pub(crate) fn new(scrapes: &[Scrape], external: bool) -> Usage {
+    /// one, whose CPU they already count). `postgres_here`: the database is a PostgreSQL server
+    /// on this machine, whose processes' CPU time is read too.
+    pub(crate) fn new(scrapes: &[Scrape], external: bool, postgres_here: bool) -> Usage {
         let own = starbridge_server::process::read();
         let mut writer = Scrape::default();
         for scrape in scrapes {
@@ -213,6 +216,9 @@ impl Usage {
         Usage {
             at: Instant::now(),
             cpu,
+            database_cpu: postgres_here
+                .then(|| starbridge_server::process::cpu_of_processes_named("postgres"))
+                .flatten(),
             writer,
             server_peak_rss,
         }
@@ -228,17 +234,20 @@ impl Usage {
                 0.0
             }
         };
-        let cpu = match (self.cpu, end.cpu) {
+        let spent = |start: Option<Duration>, end: Option<Duration>| match (start, end) {
             (Some(start), Some(end)) => Some(end.saturating_sub(start)),
             _ => None,
         };
+        let per_item = |cpu: Duration| round3(cpu.as_secs_f64() * 1000.0 / items as f64);
+        let cpu = spent(self.cpu, end.cpu);
+        let database_cpu = spent(self.database_cpu, end.database_cpu);
         let commits = (end.writer.commits - self.writer.commits).max(0.0) as u64;
         let requests = (end.writer.requests - self.writer.requests).max(0.0) as u64;
         Work {
-            cpu_ms_per_item: cpu
-                .filter(|_| items > 0)
-                .map(|cpu| round3(cpu.as_secs_f64() * 1000.0 / items as f64)),
+            cpu_ms_per_item: cpu.filter(|_| items > 0).map(per_item),
             cpus_busy: cpu.map(|cpu| share(cpu.as_secs_f64())),
+            database_cpu_ms_per_item: database_cpu.filter(|_| items > 0).map(per_item),
+            database_cpus_busy: database_cpu.map(|cpu| share(cpu.as_secs_f64())),
             commits,
             write_requests: requests,
             requests_per_commit: if commits > 0 {
@@ -260,6 +269,12 @@ pub(crate) struct Work {
     pub(crate) cpu_ms_per_item: Option<f64>,
     /// Process CPU time over wall time: 2.0 is two CPUs busy throughout.
     pub(crate) cpus_busy: Option<f64>,
+    /// The PostgreSQL server's CPU time per item (every `postgres` process of this machine: its
+    /// backends, the benchmark's and any other client's, and its background processes), when
+    /// it runs here; the process CPU above does not include it.
+    pub(crate) database_cpu_ms_per_item: Option<f64>,
+    /// The same over wall time.
+    pub(crate) database_cpus_busy: Option<f64>,
     /// Group transactions committed.
     pub(crate) commits: u64,
     /// Write requests run (one per submitted job, claim, report…).
@@ -366,7 +381,7 @@ mod tests {
                 peak_rss_bytes: Some(1_048_576.0),
             }
         );
-        let external = Usage::new(&[scrape, scrape], true);
+        let external = Usage::new(&[scrape, scrape], true, false);
         assert_eq!(external.server_peak_rss, Some(2 * 1_048_576));
         assert!(external.cpu.unwrap() >= Duration::from_millis(4500));
     }
@@ -392,5 +407,25 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(value["rates"]["zeta"]["per_second"], 5.0);
         assert_eq!(value["rates"]["alpha"]["per_second"], 0.0);
+    }
+
+    #[test]
+    fn a_phase_counts_the_database_servers_cpu_apart_from_the_process() {
+        let start = Instant::now();
+        let usage = |seconds: u64, cpu_ms: u64, database_ms: Option<u64>| Usage {
+            at: start + Duration::from_secs(seconds),
+            cpu: Some(Duration::from_millis(cpu_ms)),
+            database_cpu: database_ms.map(Duration::from_millis),
+            writer: Scrape::default(),
+            server_peak_rss: None,
+        };
+        let work = usage(0, 1_000, Some(5_000)).until(&usage(2, 2_000, Some(6_500)), 1_000);
+        assert_eq!(work.cpu_ms_per_item, Some(1.0));
+        assert_eq!(work.cpus_busy, Some(0.5));
+        assert_eq!(work.database_cpu_ms_per_item, Some(1.5));
+        assert_eq!(work.database_cpus_busy, Some(0.75));
+        let without = usage(0, 1_000, None).until(&usage(2, 2_000, None), 1_000);
+        assert_eq!(without.database_cpu_ms_per_item, None);
+        assert_eq!(without.database_cpus_busy, None);
     }
 }

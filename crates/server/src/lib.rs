@@ -50,8 +50,13 @@ pub use state::AppState;
 pub use state::Auth;
 
 // What opening the engine a `Server` serves takes, for a program that embeds one without
-// depending on the engine (`starbridge bench`); with `scratch`, a PostgreSQL schema of its own.
+// depending on the engine (`starbridge bench`); with `scratch`, a PostgreSQL schema of its own,
+// and whether a PostgreSQL URL names a server on this machine (whose CPU the benchmark reads).
 pub use starbridge_engine::{Durability, Engine, StoreOptions, SystemClock, sqlite_path};
+#[cfg(feature = "scratch")]
+pub use starbridge_store::postgres::{
+    is_on_this_machine as postgres_is_on_this_machine, is_postgres_url,
+};
 #[cfg(feature = "scratch")]
 pub use starbridge_store::scratch;
 

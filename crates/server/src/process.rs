@@ -1,5 +1,6 @@
 //! This process's CPU time and memory, read from Linux's `/proc` (`None` elsewhere): the
-//! `process_*` series of `/metrics`, and what `starbridge bench` reports of itself.
+//! `process_*` series of `/metrics`, and what `starbridge bench` reports of itself and of a
+//! database server running on the same machine (`cpu_of_processes_named`).
 
 use std::time::Duration;
 
@@ -23,6 +24,36 @@ pub fn read() -> Option<ProcessStats> {
         resident_bytes: parse_kib(&status, "VmRSS:")?,
         peak_resident_bytes: parse_kib(&status, "VmHWM:")?,
     })
+}
+
+/// CPU time, user and system, of every process on this machine whose command name is `name`
+/// (`postgres`: a PostgreSQL server's backends and background processes), as far as this
+/// user may read them. Processes that ended are not counted.
+pub fn cpu_of_processes_named(name: &str) -> Option<Duration> {
+    let mut total = Duration::ZERO;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        // A process may end between the listing and the read.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        if command_name(&stat) == Some(name) {
+            total += parse_cpu(&stat).unwrap_or_default();
+        }
+    }
+    Some(total)
+}
+
+/// The command name (field 2, in parentheses) of `/proc/<pid>/stat`.
+fn command_name(stat: &str) -> Option<&str> {
+    Some(&stat[stat.find('(')? + 1..stat.rfind(')')?])
 }
 
 /// Clock ticks per second of `/proc` times (`USER_HZ`, fixed at 100 in Linux's ABI).
@@ -61,6 +92,26 @@ mod tests {
         let stat = "42 (tokio (rt) w) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9";
         assert_eq!(parse_cpu(stat), Some(Duration::from_millis(3250)));
         assert_eq!(parse_cpu("42 (x) S 1"), None);
+    }
+
+    #[test]
+    fn the_command_name_may_hold_spaces_and_parentheses() {
+        let stat = "42 (tokio (rt) w) S 1 42 42 0 -1 4194560 100 0 0 0 250 75 0 0 20 0 9";
+        assert_eq!(command_name(stat), Some("tokio (rt) w"));
+        assert_eq!(command_name("42 x S 1"), None);
+    }
+
+    #[test]
+    fn processes_named_as_this_one_count_at_least_its_own_cpu() {
+        let own = read().expect("/proc/self reads on Linux").cpu;
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("own stat");
+        let name = command_name(&stat).expect("own command name");
+        let named = cpu_of_processes_named(name).expect("/proc lists on Linux");
+        assert!(named >= own, "{named:?} < {own:?}");
+        assert_eq!(
+            cpu_of_processes_named("no process has this name"),
+            Some(Duration::ZERO)
+        );
     }
 
     #[test]

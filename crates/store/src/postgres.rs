@@ -91,6 +91,28 @@ pub fn is_postgres_url(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 
+/// Whether every host the connection URL names is on this machine (a loopback address,
+/// `localhost` or a Unix socket folder), so that the server's processes are this machine's.
+/// False for a URL that does not parse or names no host.
+pub fn is_on_this_machine(url: &str) -> bool {
+    let Ok(config) = postgres::Config::from_str(url) else {
+        return false;
+    };
+    let hosts = config.get_hosts();
+    !hosts.is_empty()
+        && hosts.iter().all(|host| match host {
+            postgres::config::Host::Tcp(name) => {
+                name == "localhost"
+                    || name
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|address| address.is_loopback())
+            }
+            postgres::config::Host::Unix(_) => true,
+        })
+}
+
 fn sqlstate_error(error: &postgres::Error) -> Error {
     let message = error.to_string();
     let detail = error.as_db_error().map_or_else(
@@ -482,6 +504,28 @@ mod tests {
             None,
             "a commit with nothing to announce tells nothing"
         );
+    }
+
+    #[test]
+    fn a_server_is_on_this_machine_only_at_loopback_addresses_or_sockets() {
+        for url in [
+            "postgres://root@127.0.0.1:5432/test",
+            "postgresql://localhost/db",
+            "postgres://u@[::1]:5432/db",
+            "postgres://u@%2Fvar%2Frun%2Fpostgresql/db",
+            "postgres://u@127.0.0.1,localhost/db",
+        ] {
+            assert!(is_on_this_machine(url), "{url}");
+        }
+        for url in [
+            "postgres://u@10.0.0.5/db",
+            "postgres://u@db.example.com/db",
+            "postgres://u@127.0.0.1,10.0.0.5/db",
+            "postgres:///db",
+            "not a url",
+        ] {
+            assert!(!is_on_this_machine(url), "{url}");
+        }
     }
 
     #[test]
