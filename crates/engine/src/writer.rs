@@ -882,11 +882,7 @@ fn run_transaction(
         deliveries: false,
         committed: Ok(()),
     };
-    let begin = match conn.backend() {
-        Backend::Sqlite => "BEGIN IMMEDIATE",
-        Backend::Postgres => "BEGIN",
-    };
-    if let Err(error) = conn.raw().batch(begin) {
+    if let Err(error) = conn.begin_write() {
         tracing::error!(%error, "cannot begin a write transaction");
         transaction.ran = vec![Ran::Refused; batch.len()];
         transaction.committed = Err(error);

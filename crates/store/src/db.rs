@@ -324,6 +324,11 @@ pub trait Conn: Send {
     /// one after the other. A no-op where one writer serializes every transaction anyway.
     fn lock_key(&mut self, key: &str) -> Result<()>;
 
+    /// Begins a write transaction. SQLite's takes the write lock at once (`BEGIN IMMEDIATE`);
+    /// on PostgreSQL the last `commit` began the next transaction in its own round trip, and
+    /// this costs none then.
+    fn begin_write(&mut self) -> Result<()>;
+
     /// Commits the open transaction, telling the other server nodes as it commits which queues
     /// got work and what else changed (each of `announcements` is one notification's lines;
     /// none are sent where there is only one node).

@@ -295,6 +295,11 @@ impl Conn for WriteConn {
         self.conn.lock_key(key)
     }
 
+    fn begin_write(&mut self) -> Result<()> {
+        self.write(Needs::Everything)?;
+        self.conn.begin_write()
+    }
+
     fn commit(&mut self, announcements: &[String]) -> Result<()> {
         self.write(Needs::Everything)?;
         self.conn.commit(announcements)

@@ -228,7 +228,8 @@ impl Connector {
             Error::Unavailable(format!("cannot connect to PostgreSQL: {error}"))
         })?;
         client.batch_execute(&format!(
-            "SET statement_timeout = {}; SET lock_timeout = {}",
+            "SET statement_timeout = {}; SET lock_timeout = {}; \
+             SET idle_in_transaction_session_timeout = 0",
             self.options.statement_timeout.as_millis(),
             self.options.lock_timeout.as_millis()
         ))?;
@@ -249,6 +250,7 @@ impl Connector {
             statements: HashMap::new(),
             channel: channel_name(&schema),
             schema,
+            begun_ahead: false,
         })
     }
 
@@ -284,6 +286,8 @@ pub struct PgConn {
     statements: HashMap<String, Statement>,
     schema: String,
     channel: String,
+    /// The last `commit` began the next transaction (see `commit`), which no statement used yet.
+    begun_ahead: bool,
 }
 
 impl PgConn {
@@ -334,7 +338,18 @@ impl Conn for PgConn {
     }
 
     fn batch(&mut self, sql: &str) -> Result<()> {
+        if sql.starts_with("ROLLBACK") && !sql.starts_with("ROLLBACK TO") {
+            // Ends the transaction begun ahead too, if nothing began another since.
+            self.begun_ahead = false;
+        }
         Ok(self.client.batch_execute(sql)?)
+    }
+
+    fn begin_write(&mut self) -> Result<()> {
+        if std::mem::take(&mut self.begun_ahead) {
+            return Ok(());
+        }
+        self.batch("BEGIN")
     }
 
     fn lock_key(&mut self, key: &str) -> Result<()> {
@@ -346,27 +361,33 @@ impl Conn for PgConn {
         Ok(())
     }
 
+    /// Commits, and begins the writer's next transaction in the same round trip (a `BEGIN`
+    /// after the `COMMIT`), so that `begin_write` costs none: the connection waits for the next
+    /// group in a transaction that has neither a snapshot nor a transaction id until its first
+    /// statement, so it holds back nothing (no vacuum horizon, no lock). A failed commit begins
+    /// nothing (an error skips the rest of the query).
     fn commit(&mut self, announcements: &[String]) -> Result<()> {
-        if announcements.is_empty() {
-            return self.batch("COMMIT");
-        }
-        // One round trip: the notifications go with the `COMMIT` as literals of one simple
-        // query (an error in one of its statements skips the rest, the `COMMIT` too). Committing
-        // a transaction that notifies takes a database-wide lock for the length of the commit;
-        // waiting for other nodes' commits there is expected, not a conflict.
-        let mut sql = format!(
-            "SET LOCAL lock_timeout = {}; ",
-            self.statement_timeout.as_millis()
-        );
-        let channel = text_literal(&self.channel);
-        for payload in announcements {
+        let mut sql = String::new();
+        if !announcements.is_empty() {
+            // The notifications go with the `COMMIT` as literals of the same simple query.
+            // Committing a transaction that notifies takes a database-wide lock for the length
+            // of the commit; waiting for other nodes' commits there is expected, not a conflict.
             sql.push_str(&format!(
-                "SELECT pg_notify({channel}, {}); ",
-                text_literal(payload)
+                "SET LOCAL lock_timeout = {}; ",
+                self.statement_timeout.as_millis()
             ));
+            let channel = text_literal(&self.channel);
+            for payload in announcements {
+                sql.push_str(&format!(
+                    "SELECT pg_notify({channel}, {}); ",
+                    text_literal(payload)
+                ));
+            }
         }
-        sql.push_str("COMMIT");
-        self.batch(&sql)
+        sql.push_str("COMMIT; BEGIN");
+        self.batch(&sql)?;
+        self.begun_ahead = true;
+        Ok(())
     }
 
     fn is_usable(&self) -> bool {
@@ -489,13 +510,13 @@ mod tests {
             "n\tnode-1\nq\tdefault\tit's".to_owned(),
             "n\tnode-1\nq\tdefault\tback\\slash \\' E'".to_owned(),
         ];
-        writer.batch("BEGIN").unwrap();
+        writer.begin_write().unwrap();
         writer.commit(&announcements).unwrap();
         let heard: Vec<Option<String>> = (0..2)
             .map(|_| listener.next_notification(Duration::from_secs(5)).unwrap())
             .collect();
         assert_eq!(heard, announcements.map(Some));
-        writer.batch("BEGIN").unwrap();
+        writer.begin_write().unwrap();
         writer.commit(&[]).unwrap();
         assert_eq!(
             listener
@@ -504,6 +525,78 @@ mod tests {
             None,
             "a commit with nothing to announce tells nothing"
         );
+    }
+
+    fn count_rows(conn: &mut PgConn, table: &str) -> i64 {
+        conn.query_value(&format!("SELECT COUNT(*) FROM {table}"), &[])
+            .unwrap()
+    }
+
+    #[test]
+    fn a_commit_begins_the_next_write_transaction_which_still_commits_or_rolls_back_whole() {
+        let Some(schema) = ScratchSchema::create("begun_ahead") else {
+            return;
+        };
+        let connector = Connector::new(&schema.url, &StoreOptions::default()).unwrap();
+        let mut writer = connector.connect().unwrap();
+        let mut reader = connector.connect().unwrap();
+        writer
+            .batch("CREATE TABLE rows_written (n BIGINT)")
+            .unwrap();
+        let pid: i64 = writer.query_value("SELECT pg_backend_pid()", &[]).unwrap();
+        writer.begin_write().unwrap();
+        writer.commit(&[]).unwrap();
+        // The transaction the commit began waits without a snapshot or transaction id.
+        let waiting = reader
+            .query_opt(
+                "SELECT state, backend_xmin::text, backend_xid::text FROM pg_stat_activity \
+                 WHERE pid = ?1",
+                args![pid],
+                |row| {
+                    Ok((
+                        row.get::<String>(0)?,
+                        row.get::<Option<String>>(1)?,
+                        row.get::<Option<String>>(2)?,
+                    ))
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            waiting,
+            Some(("idle in transaction".to_owned(), None, None))
+        );
+
+        // Begun ahead: two statements, then a rollback, leave nothing.
+        writer.begin_write().unwrap();
+        writer
+            .execute("INSERT INTO rows_written VALUES (1)", &[])
+            .unwrap();
+        writer
+            .execute("INSERT INTO rows_written VALUES (2)", &[])
+            .unwrap();
+        assert_eq!(
+            count_rows(&mut reader, "rows_written"),
+            0,
+            "not yet committed"
+        );
+        writer.batch("ROLLBACK").unwrap();
+        assert_eq!(count_rows(&mut reader, "rows_written"), 0);
+
+        // A rollback ended the transaction: the next begin begins one, and a commit keeps both.
+        writer.begin_write().unwrap();
+        writer
+            .execute("INSERT INTO rows_written VALUES (1)", &[])
+            .unwrap();
+        writer
+            .execute("INSERT INTO rows_written VALUES (2)", &[])
+            .unwrap();
+        assert_eq!(
+            count_rows(&mut reader, "rows_written"),
+            0,
+            "not yet committed"
+        );
+        writer.commit(&[]).unwrap();
+        assert_eq!(count_rows(&mut reader, "rows_written"), 2);
     }
 
     #[test]

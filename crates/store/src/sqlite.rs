@@ -364,6 +364,10 @@ impl Conn for SqliteConn {
         Ok(())
     }
 
+    fn begin_write(&mut self) -> Result<()> {
+        self.batch("BEGIN IMMEDIATE")
+    }
+
     fn commit(&mut self, _announcements: &[String]) -> Result<()> {
         self.batch("COMMIT")
     }
