@@ -527,6 +527,18 @@ mod tests {
         );
     }
 
+    /// Begins a write transaction and inserts two rows into `rows_written`, which `reader`
+    /// does not see yet.
+    fn begin_and_write_two_rows(writer: &mut PgConn, reader: &mut PgConn) {
+        writer.begin_write().unwrap();
+        for n in [1, 2] {
+            writer
+                .execute("INSERT INTO rows_written VALUES (?1)", args![n])
+                .unwrap();
+        }
+        assert_eq!(count_rows(reader, "rows_written"), 0, "not yet committed");
+    }
+
     fn count_rows(conn: &mut PgConn, table: &str) -> i64 {
         conn.query_value(&format!("SELECT COUNT(*) FROM {table}"), &[])
             .unwrap()
@@ -567,34 +579,12 @@ mod tests {
         );
 
         // Begun ahead: two statements, then a rollback, leave nothing.
-        writer.begin_write().unwrap();
-        writer
-            .execute("INSERT INTO rows_written VALUES (1)", &[])
-            .unwrap();
-        writer
-            .execute("INSERT INTO rows_written VALUES (2)", &[])
-            .unwrap();
-        assert_eq!(
-            count_rows(&mut reader, "rows_written"),
-            0,
-            "not yet committed"
-        );
+        begin_and_write_two_rows(&mut writer, &mut reader);
         writer.batch("ROLLBACK").unwrap();
         assert_eq!(count_rows(&mut reader, "rows_written"), 0);
 
         // A rollback ended the transaction: the next begin begins one, and a commit keeps both.
-        writer.begin_write().unwrap();
-        writer
-            .execute("INSERT INTO rows_written VALUES (1)", &[])
-            .unwrap();
-        writer
-            .execute("INSERT INTO rows_written VALUES (2)", &[])
-            .unwrap();
-        assert_eq!(
-            count_rows(&mut reader, "rows_written"),
-            0,
-            "not yet committed"
-        );
+        begin_and_write_two_rows(&mut writer, &mut reader);
         writer.commit(&[]).unwrap();
         assert_eq!(count_rows(&mut reader, "rows_written"), 2);
     }
