@@ -338,10 +338,10 @@ impl Conn for PgConn {
     }
 
     fn batch(&mut self, sql: &str) -> Result<()> {
-        if sql.starts_with("ROLLBACK") && !sql.starts_with("ROLLBACK TO") {
-            // Ends the transaction begun ahead too, if nothing began another since.
-            self.begun_ahead = false;
-        }
+        // A transaction `commit` began is handed to `begin_write` only if nothing ran on the
+        // connection in between: a `ROLLBACK` would have ended it, and where nothing did, the
+        // `BEGIN` sent again only warns.
+        self.begun_ahead = false;
         Ok(self.client.batch_execute(sql)?)
     }
 
@@ -586,6 +586,16 @@ mod tests {
         // A rollback ended the transaction: the next begin begins one, and a commit keeps both.
         begin_and_write_two_rows(&mut writer, &mut reader);
         writer.commit(&[]).unwrap();
+        assert_eq!(count_rows(&mut reader, "rows_written"), 2);
+
+        // A rollback of the transaction the commit began ahead: the next begin begins anew, so
+        // its statements do not commit one by one.
+        writer.batch("ROLLBACK").unwrap();
+        writer.begin_write().unwrap();
+        writer
+            .execute("INSERT INTO rows_written VALUES (3)", &[])
+            .unwrap();
+        writer.batch("ROLLBACK").unwrap();
         assert_eq!(count_rows(&mut reader, "rows_written"), 2);
     }
 
