@@ -695,14 +695,9 @@ fn commit_batch(
         transaction.wakes.clear();
         transaction.wakes_later.clear();
     }
-    // A queue whose ready tasks the group's claims all took has nothing for a poll woken now
-    // (only claims ran after the requests that made work ready, and claims make none), if
-    // every request stayed (a claim rolled back took nothing). Polls woken for work made ready
-    // for later wait for its time. The polls are woken before the answers go out, so a request
-    // answered has woken whom it woke.
-    let all_kept = transaction.ran.iter().all(|ran| *ran == Ran::Kept);
+    // Polls woken for work made ready for later wait for its time. The polls are woken before
+    // the answers go out, so a request answered has woken whom it woke.
     let mut wakes = std::mem::take(&mut transaction.wakes);
-    wakes.retain(|(namespace, queue)| !(all_kept && state.claims.took_all(namespace, queue)));
     wakes.append(&mut transaction.wakes_later);
     // Many requests of a batch wake the same queue: wake each once.
     wakes.sort_unstable();
@@ -996,6 +991,13 @@ fn run_transaction(
     {
         broken = Some(error);
     }
+    // A queue whose ready tasks the group's claims all took has nothing for a poll woken now,
+    // here or on another node (only claims ran after the requests that made work ready, and
+    // claims make none), if every request stayed (a claim rolled back took nothing).
+    let all_kept = transaction.ran.iter().all(|ran| *ran == Ran::Kept);
+    transaction
+        .wakes
+        .retain(|(namespace, queue)| !(all_kept && state.claims.took_all(namespace, queue)));
     let announcements = match (&broken, conn.backend()) {
         (None, Backend::Postgres) => crate::loops::listener::announcements(
             &shared.node,

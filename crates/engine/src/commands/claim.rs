@@ -323,7 +323,7 @@ fn read_candidates(
         } else {
             Pass::Ready
         };
-        let found = rows::claim_candidates(
+        let (found, more) = rows::claim_candidates(
             ctx.conn,
             namespace,
             &queue.name,
@@ -332,8 +332,7 @@ fn read_candidates(
             limit,
             pass,
         )?;
-        // Fewer than asked: the queue has no more (starving tasks are added only to a full read).
-        complete &= found.len() < limit as usize;
+        complete &= !more;
         candidates.extend(found);
     }
     Ok((

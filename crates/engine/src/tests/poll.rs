@@ -162,14 +162,6 @@ async fn a_success_sent_again_under_its_lease_is_answered_as_before_and_changes_
     );
 }
 
-/// A poll for two tasks that carries the success of `claimed`: a claim for two that finds one
-/// has read every ready task.
-async fn poll_completing_for_two(store: &Store, claimed: &Claimed) -> Polled {
-    let reports = vec![completion(claimed, &token(claimed), json!({}))];
-    let scope = TaskScope::default();
-    store.poll(&poll_of(2), reports, &scope).await.unwrap()
-}
-
 /// Starts a poll of worker `worker` for one task of `q` that waits up to a minute, once its
 /// claim found nothing and is parked.
 async fn waiting_poll(store: &Store, worker: &str) -> tokio::task::JoinHandle<Result<Polled>> {
@@ -220,7 +212,8 @@ async fn a_waiting_poll_is_handed_work_by_the_group_transaction_that_made_it_rea
 
 /// A group transaction hands parked claims only the work its own claims may not take: a poll
 /// carrying a success takes the next step it made ready, and the waiting poll stays parked
-/// (not even woken: the group's claims took every ready task).
+/// (not even woken: the group's claim took every ready task, though it asked for no more than
+/// it found).
 async fn a_group_whose_own_claims_take_the_work_it_made_ready_leaves_waiting_polls_parked(
     f: Fixture,
 ) {
@@ -229,7 +222,7 @@ async fn a_group_whose_own_claims_take_the_work_it_made_ready_leaves_waiting_pol
     let a = claim_one(&f.store).await;
     let poll = waiting_poll(&f.store, "w2").await;
     let before = f.store.writer_stats();
-    let polled = poll_completing_for_two(&f.store, &a).await;
+    let polled = poll_completing(&f.store, &a, json!({})).await;
     let after = f.store.writer_stats();
     assert_eq!(polled.claimed[0].task.step, "b");
     assert_eq!(
@@ -256,13 +249,27 @@ async fn polls_are_woken_only_for_work_the_group_left_behind_or_made_ready_for_l
     let a = claim_one(&f.store).await;
     let queues = ["q".to_owned()];
     let registered = f.store.notifier().register("default", &queues);
-    let polled = poll_completing_for_two(&f.store, &a).await;
+    let polled = poll_completing(&f.store, &a, json!({})).await;
     assert_eq!(polled.claimed.len(), 1);
     assert_eq!(polled.claimed[0].task.step, "b");
-    assert!(!woken(&registered).await, "the poll's own claim took b");
+    assert!(
+        !woken(&registered).await,
+        "the poll's own claim for one took b, the only ready task"
+    );
 
     submit(&f.store, "wf", json!({})).await;
     assert!(woken(&registered).await, "nobody claimed the new job's a");
+
+    // Two ready tasks, a claim for one: the other is left behind.
+    let second_a = claim_one(&f.store).await;
+    submit(&f.store, "wf", json!({})).await;
+    let registered = f.store.notifier().register("default", &queues);
+    let polled = poll_completing(&f.store, &second_a, json!({})).await;
+    assert_eq!(polled.claimed.len(), 1);
+    assert!(
+        woken(&registered).await,
+        "the claim for one left the third job's a or the second job's b behind"
+    );
 
     // Work ready only later: a retry due in 30 s.
     claim_one(&f.store).await;

@@ -404,8 +404,10 @@ pub enum Pass {
 }
 
 /// Ready tasks of one queue that a claim may take, as `pass` selects and orders them, at most
-/// `limit` of each order. On PostgreSQL the rows are locked, skipping those another node's claim
-/// holds.
+/// `limit` of each order, and whether the queue holds claimable tasks past the first `limit` of
+/// its `pass` order (read as one row more than `limit`, so that a claim that took every task
+/// found knows it left none behind). On PostgreSQL the rows are locked, skipping those another
+/// node's claim holds.
 ///
 /// `Pass::Ready` reads the queue in priority order first, and every task it finds that waited
 /// past `max_wait` is starving. The oldest starving tasks of the queue are among those, unless
@@ -425,7 +427,7 @@ pub fn claim_candidates(
     now: Timestamp,
     limit: u32,
     pass: Pass,
-) -> Result<Vec<Candidate>> {
+) -> Result<(Vec<Candidate>, bool)> {
     let waited = i64::try_from(config.max_wait.as_millis()).unwrap_or(i64::MAX);
     let bound = now.0.saturating_sub(waited);
     let candidate = |(job, task, priority, available_at): (String, String, i32, i64)| {
@@ -453,12 +455,15 @@ pub fn claim_candidates(
              FOR UPDATE SKIP LOCKED"
         }
     };
-    let mut rows = conn.query_map(sql, args![namespace, queue, now.0, limit], candidate_row)?;
+    let read = limit.saturating_add(1);
+    let mut rows = conn.query_map(sql, args![namespace, queue, now.0, read], candidate_row)?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
     if pass == Pass::Ready {
         let starving = starving_below(conn, namespace, queue, &rows, bound, limit)?;
         rows.extend(starving);
     }
-    Ok(rows.into_iter().filter_map(candidate).collect())
+    Ok((rows.into_iter().filter_map(candidate).collect(), more))
 }
 
 /// The oldest starving tasks (claimable since `bound` or before) of the levels that `first`,

@@ -840,7 +840,11 @@ fn claim_candidates_come_in_dispatch_order(db: &mut Db) {
         ..QueueConfig::default()
     };
     let ready = |conn: &mut dyn Conn, limit: u32| {
-        described(claim_candidates(conn, "default", "q", &config, NOW, limit, Pass::Ready).unwrap())
+        described(
+            claim_candidates(conn, "default", "q", &config, NOW, limit, Pass::Ready)
+                .unwrap()
+                .0,
+        )
     };
     assert_eq!(
         ready(conn, 10),
@@ -853,6 +857,16 @@ fn claim_candidates_come_in_dispatch_order(db: &mut Db) {
         ["claims-4", "claims-5 (starving)"],
         "the oldest starving task of a priority the first tasks did not reach comes too"
     );
+    let more = |conn: &mut dyn Conn, limit: u32| {
+        claim_candidates(conn, "default", "q", &config, NOW, limit, Pass::Ready)
+            .unwrap()
+            .1
+    };
+    assert!(
+        !more(conn, 3),
+        "a read of as many as the queue holds leaves none behind"
+    );
+    assert!(more(conn, 2), "a read of fewer leaves some behind");
     assert_eq!(running_count(conn, "default", "q").unwrap(), 1);
     assert_eq!(running_count(conn, "default", "other").unwrap(), 0);
     assert_eq!(
@@ -1125,7 +1139,8 @@ fn parked_tasks_leave_the_claim_order_and_wait_in_line(db: &mut Db) {
         10,
         Pass::Ready,
     )
-    .unwrap();
+    .unwrap()
+    .0;
     assert_eq!(
         described(candidates),
         ["parks-4"],
@@ -1743,7 +1758,7 @@ fn the_oldest_starving_tasks_come_even_past_the_priorities_the_first_tasks_reach
         max_wait: Duration::from_secs(60),
         ..QueueConfig::default()
     };
-    let candidates =
+    let (candidates, _) =
         claim_candidates(&mut db.conn, "default", "q", &config, NOW, 2, Pass::Ready).unwrap();
     assert_eq!(
         described(starbridge_core::dispatch::order(candidates, 2)),
