@@ -459,7 +459,7 @@ pub fn claim_candidates(
     let mut rows = conn.query_map(sql, args![namespace, queue, now.0, read], candidate_row)?;
     let more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
-    if pass == Pass::Ready {
+    if pass == Pass::Ready && more {
         let starving = starving_below(conn, namespace, queue, &rows, bound, limit)?;
         rows.extend(starving);
     }
@@ -468,7 +468,8 @@ pub fn claim_candidates(
 
 /// The oldest starving tasks (claimable since `bound` or before) of the levels that `first`,
 /// the first `limit` tasks of the queue in priority order, do not cover, at most `limit`,
-/// oldest first. When `first` holds fewer than `limit` it holds every claimable task.
+/// oldest first. Read only when the queue holds claimable tasks past `first` (otherwise `first`
+/// holds every one).
 fn starving_below(
     conn: &mut dyn Conn,
     namespace: &str,
@@ -480,9 +481,6 @@ fn starving_below(
     let (Some(top), Some(last)) = (first.first(), first.last()) else {
         return Ok(Vec::new());
     };
-    if first.len() < limit as usize {
-        return Ok(Vec::new());
-    }
     let mut levels = priority_levels(conn, namespace, queue, i64::from(last.2))?;
     if top.2 != last.2 {
         // The last level's oldest tasks in `first` follow higher levels' tasks: more of its
