@@ -133,9 +133,18 @@ fn every_workload_runs_each_job_exactly_once() {
     let chain = bench(&["--workload", "chain", "--jobs", "5"]);
     assert_common(&chain, "chain");
     assert_correct(&chain, 5, 10);
-    for key in ["submit", "steps", "jobs"] {
+    for key in ["submit", "steps", "steps_one_at_a_time", "jobs"] {
         assert_throughput(&chain, key);
     }
+    // A step run alone costs about one group commit: its report and the claim of the next step
+    // go together, and the waiting polls are not woken for the step that claim took.
+    let alone = &chain["throughput"]["steps_one_at_a_time"];
+    let (steps, commits) = (alone["count"].as_u64(), alone["work"]["commits"].as_u64());
+    assert_eq!(steps, Some(50), "{chain:#}");
+    assert!(
+        commits.is_some_and(|commits| commits <= 2 * 50),
+        "{chain:#}"
+    );
     assert_latency(&chain, "submit_request");
     for how in ["all_at_once", "one_at_a_time"] {
         for key in ["step_overhead", "step_handoff", "step_gap", "job"] {
@@ -146,7 +155,7 @@ fn every_workload_runs_each_job_exactly_once() {
     let fanout = bench(&["--workload", "fanout", "--jobs", "2"]);
     assert_common(&fanout, "fanout");
     assert_correct(&fanout, 2, 102);
-    for key in ["submit", "tasks", "jobs"] {
+    for key in ["submit", "tasks", "tasks_one_at_a_time", "jobs"] {
         assert_throughput(&fanout, key);
     }
     assert_latency(&fanout, "submit_request");
