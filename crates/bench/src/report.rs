@@ -9,11 +9,11 @@ use super::stats::{LatencySummary, Throughput, as_map};
 use super::verify::Correctness;
 
 /// What the output says about durability on SQLite: the store's settings, as in production.
-pub(crate) const SQLITE_DURABILITY: &str = "sqlite synchronous=FULL (WAL)";
+pub(crate) const SQLITE_DURABILITY: &str = "sqlite WAL, synced before each answer";
 
 /// The same with `--durability relaxed`.
-pub(crate) const SQLITE_RELAXED: &str = "sqlite synchronous=NORMAL (WAL), relaxed: the last \
-                                          changes acknowledged may be lost on power loss";
+pub(crate) const SQLITE_RELAXED: &str = "sqlite WAL, not synced before answers (relaxed): the \
+                                          last changes acknowledged may be lost on power loss";
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Report {

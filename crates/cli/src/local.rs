@@ -150,7 +150,7 @@ pub(crate) struct DatabaseArgs {
     #[arg(long, env = "STARBRIDGE_RETAIN_FINISHED", default_value = "30d", value_parser = parse_retention)]
     retain_finished: Retention,
     /// `full`: every change is on disk before it is answered. `relaxed`: answered once the
-    /// database has it (SQLite synchronous=NORMAL, PostgreSQL synchronous_commit=off): a crash
+    /// database has it (SQLite's log not synced first, PostgreSQL synchronous_commit=off): a crash
     /// of this process loses nothing, but a power loss or an operating system crash may lose the
     /// last moments' changes, though acknowledged.
     #[arg(

@@ -89,7 +89,10 @@ fn assert_common(report: &Value, workload: &str) {
         .unwrap()
         .starts_with("postgres")
     {
-        assert_eq!(report["durability"], "sqlite synchronous=FULL (WAL)");
+        assert_eq!(
+            report["durability"],
+            "sqlite WAL, synced before each answer"
+        );
     }
     for field in [
         "database_bytes_before",

@@ -3,8 +3,11 @@
 //! commit is in flight; the next transaction takes all of them (up to `MAX_BATCH`), runs each,
 //! commits once, and only then answers every request and wakes the pollers of queues that got
 //! work. One fsync serves many requests, and no request is answered before its change is
-//! durable. The connection holds row writes back and writes them in sets (see `deferred`), and
-//! keeps the settings its commands read often (`CachedReads`).
+//! durable. On SQLite the commit returns before its log is synced (`Conn::log_sync`): a sync
+//! thread syncs it and answers the group's requests, while the writer runs the next group (one
+//! sync then covers every group committed while the last one ran). The connection holds row
+//! writes back and writes them in sets (see `deferred`), and keeps the settings its commands
+//! read often (`CachedReads`).
 //!
 //! A refused request must leave nothing behind while the others of its transaction commit.
 //! Requests run bare: a savepoint per request costs a round trip on PostgreSQL and a copy of
@@ -33,6 +36,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread;
 use std::time::Instant;
@@ -51,7 +55,7 @@ use crate::notify::Notifier;
 use crate::parking::{Parked, ParkingLot};
 use crate::{Error, Result};
 use starbridge_store::Connect;
-use starbridge_store::db::{Backend, Conn};
+use starbridge_store::db::{Backend, Conn, LogSync};
 use starbridge_store::deferred::WriteConn;
 use starbridge_store::fault::WriteFault;
 
@@ -362,9 +366,19 @@ impl Writer {
             committed: Condvar::new(),
         });
         let shared = Arc::new(shared);
+        let syncs = conn.log_sync().map(|_| {
+            let (sender, receiver) = std_mpsc::channel();
+            let shared = shared.clone();
+            thread::Builder::new()
+                .name("starbridge-sync".to_owned())
+                .spawn(move || sync_and_answer(&receiver, &shared))
+                .expect("spawning the log sync thread");
+            sender
+        });
         let mut conn = Some(conn);
         for _ in 0..writers {
             let (first, turns, shared) = (conn.take(), turns.clone(), shared.clone());
+            let syncs = syncs.clone();
             thread::Builder::new()
                 .name("starbridge-writer".to_owned())
                 .spawn(move || {
@@ -377,7 +391,7 @@ impl Writer {
                             return;
                         }
                     };
-                    run(conn, &turns, &shared);
+                    run(conn, &turns, &shared, syncs.as_ref());
                 })
                 .expect("spawning a writer thread");
         }
@@ -568,7 +582,7 @@ impl Drop for Committing<'_> {
 /// meanwhile first waits for that commit, and takes the requests that came in the meantime, as
 /// one writer would: groups too small to be worth their fixed statements would cost more than
 /// the overlap gains when requests come one by one.
-fn run(conn: Box<dyn Conn>, turns: &Turns, shared: &Shared) {
+fn run(conn: Box<dyn Conn>, turns: &Turns, shared: &Shared, syncs: Option<&Syncs>) {
     // On SQLite this thread makes every change, so what it cached is what is stored; on
     // PostgreSQL a job or a setting stays cached only while the transaction that read it runs.
     let lifetime = match conn.backend() {
@@ -621,7 +635,8 @@ fn run(conn: Box<dyn Conn>, turns: &Turns, shared: &Shared) {
             continue;
         };
         let turn = Turn { queue, turns };
-        commit_batch(conn, &mut batch, &mut again, &mut state, shared, turn);
+        let commit = Commit { turn, syncs };
+        commit_batch(conn, &mut batch, &mut again, &mut state, shared, commit);
         state.jobs.transaction_ended();
         state.reads.transaction_ended();
     }
@@ -638,16 +653,71 @@ fn gather(queue: &mut Queue, batch: &mut Vec<Work>) {
     }
 }
 
+/// Where a group's commit goes besides the database: the writer's turn on the queue, which
+/// goes to the next writer once the group's requests ran, and the sync thread, which answers
+/// the requests of a commit whose log is synced afterwards.
+struct Commit<'a> {
+    turn: Turn<'a>,
+    syncs: Option<&'a Syncs>,
+}
+
+/// The requests of commits whose log is not synced yet, on their way to the sync thread.
+type Syncs = std_mpsc::Sender<Unsynced>;
+
+/// A commit's requests to answer once its log is synced.
+struct Unsynced {
+    log: Arc<dyn LogSync>,
+    requests: Vec<Work>,
+    /// It wrote webhook deliveries: the deliverer is woken once they are durable.
+    deliveries: bool,
+}
+
+/// The sync thread: takes every commit waiting, syncs the log once for all of them, and
+/// answers their requests.
+fn sync_and_answer(commits: &std_mpsc::Receiver<Unsynced>, shared: &Shared) {
+    while let Ok(first) = commits.recv() {
+        let mut waiting = vec![first];
+        waiting.extend(commits.try_iter());
+        answer_synced(shared, waiting);
+    }
+}
+
+/// Syncs the log of `commits` (the last one's sync covers the others) and answers their
+/// requests: each with its commit, once durable, or with the sync's failure. A failed sync
+/// leaves their changes in the log unsynced: they are answered as failed (the caller may send
+/// them again) and health reports the fault.
+fn answer_synced(shared: &Shared, commits: Vec<Unsynced>) {
+    let Some(last) = commits.last() else {
+        return;
+    };
+    let synced = last.log.sync();
+    if let Err(error) = &synced {
+        tracing::error!(%error, "the write-ahead log could not be synced; its commits are refused");
+        let fault = error.write_fault().unwrap_or(WriteFault::Unavailable);
+        shared.last_write.record(shared.clock.now(), Some(fault));
+    }
+    let deliveries = commits.iter().any(|commit| commit.deliveries);
+    for commit in commits {
+        for request in commit.requests {
+            request.answer(&synced);
+        }
+    }
+    if synced.is_ok() && deliveries {
+        shared.notifier.deliveries_changed();
+    }
+}
+
 /// Runs one group transaction over `batch` and answers its requests; those to run again go to
-/// `again`. The queue (`turn`) goes to the next writer once the requests ran.
+/// `again`. The queue goes to the next writer once the requests ran.
 fn commit_batch(
     conn: &mut WriteConn,
     batch: &mut Vec<Work>,
     again: &mut Vec<Work>,
     state: &mut State,
     shared: &Shared,
-    mut turn: Turn<'_>,
+    commit: Commit<'_>,
 ) {
+    let Commit { mut turn, syncs } = commit;
     let started = Instant::now();
     let counters = &shared.counters;
     // Claims run last, those of the same queues one after another, sharing their read of the
@@ -705,6 +775,12 @@ fn commit_batch(
     for (namespace, queue) in wakes {
         shared.notifier.wake(&namespace, &queue);
     }
+    // A commit whose log is synced afterwards is answered once it is (see `answer_synced`).
+    let log = match committed {
+        Ok(()) => conn.raw().log_sync(),
+        Err(_) => None,
+    };
+    let mut unsynced = Vec::new();
     for (mut request, ran) in batch.drain(..).zip(transaction.ran) {
         let run_again = match committed {
             Ok(()) => ran == Ran::Again,
@@ -718,15 +794,34 @@ fn commit_batch(
         if run_again {
             counters.again.fetch_add(1, Ordering::Relaxed);
             again.push(request);
+        } else if log.is_some() {
+            unsynced.push(request);
         } else {
             request.answer(committed);
         }
     }
     if committed.is_ok() {
         shared.notifier.timers_changed();
-        if transaction.deliveries {
-            shared.notifier.deliveries_changed();
+    }
+    let deliveries = committed.is_ok() && transaction.deliveries;
+    match log {
+        Some(log) => {
+            let commit = Unsynced {
+                log,
+                requests: unsynced,
+                deliveries,
+            };
+            // Without the sync thread (it ended: the process is going down) the writer syncs.
+            let unsent = match syncs {
+                Some(syncs) => syncs.send(commit).err().map(|unsent| unsent.0),
+                None => Some(commit),
+            };
+            if let Some(commit) = unsent {
+                answer_synced(shared, vec![commit]);
+            }
         }
+        None if deliveries => shared.notifier.deliveries_changed(),
+        None => {}
     }
     if committed.is_ok()
         && let Some(sink) = shared.spans.get()
@@ -1018,7 +1113,6 @@ fn run_transaction(
 #[cfg(test)]
 mod tests {
     use std::path::{Path, PathBuf};
-    use std::sync::mpsc as std_mpsc;
 
     use super::*;
     use crate::clock::SystemClock;
@@ -1026,15 +1120,27 @@ mod tests {
 
     /// A writer on a fresh SQLite file, with its counters and the file's path.
     fn sqlite_writer(dir: &tempfile::TempDir) -> (Writer, Arc<Counters>, PathBuf) {
+        let path = migrated(dir);
+        let conn = SqliteConn::open(&path).unwrap();
+        let (writer, counters) = start_writer(Box::new(conn), &path);
+        (writer, counters, path)
+    }
+
+    /// A fresh SQLite file with the store's schema.
+    fn migrated(dir: &tempfile::TempDir) -> PathBuf {
         let path = dir.path().join("writer.db");
-        let mut conn = SqliteConn::open(&path).unwrap();
-        conn.migrate(0).unwrap();
-        let file = path.clone();
+        SqliteConn::open(&path).unwrap().migrate(0).unwrap();
+        path
+    }
+
+    /// A writer on `conn`, a connection to the SQLite file at `path`, with its counters.
+    fn start_writer(conn: Box<dyn Conn>, path: &Path) -> (Writer, Arc<Counters>) {
+        let file = path.to_owned();
         let connect: Connect =
             Arc::new(move || SqliteConn::open(&file).map(|conn| Box::new(conn) as Box<dyn Conn>));
         let counters = Arc::new(Counters::default());
         let writer = Writer::start(
-            Box::new(conn),
+            conn,
             Shared {
                 connect,
                 clock: Arc::new(SystemClock),
@@ -1048,7 +1154,7 @@ mod tests {
                 parked: Arc::default(),
             },
         );
-        (writer, counters, path)
+        (writer, counters)
     }
 
     /// Holds the writer inside a transaction until the returned sender is dropped, so that
@@ -1064,6 +1170,102 @@ mod tests {
         });
         inside.recv().unwrap();
         (release, pending)
+    }
+
+    /// A log sync that waits, the first time, until the test lets it go.
+    struct HeldSync {
+        entered: Mutex<Option<std_mpsc::Sender<()>>>,
+        release: Mutex<std_mpsc::Receiver<()>>,
+    }
+
+    impl LogSync for HeldSync {
+        fn sync(&self) -> starbridge_store::Result<()> {
+            if let Some(entered) = self.entered.lock().unwrap().take() {
+                entered.send(()).unwrap();
+                let _ = self.release.lock().unwrap().recv();
+            }
+            Ok(())
+        }
+    }
+
+    /// A SQLite connection whose commits are made durable by `HeldSync`.
+    struct HeldSyncConn {
+        conn: SqliteConn,
+        log: Arc<HeldSync>,
+    }
+
+    impl Conn for HeldSyncConn {
+        fn backend(&self) -> Backend {
+            Backend::Sqlite
+        }
+        fn execute(
+            &mut self,
+            sql: &str,
+            args: &[starbridge_store::db::Arg<'_>],
+        ) -> starbridge_store::Result<u64> {
+            self.conn.execute(sql, args)
+        }
+        fn query(
+            &mut self,
+            sql: &str,
+            args: &[starbridge_store::db::Arg<'_>],
+        ) -> starbridge_store::Result<Vec<starbridge_store::db::Row>> {
+            self.conn.query(sql, args)
+        }
+        fn batch(&mut self, sql: &str) -> starbridge_store::Result<()> {
+            self.conn.batch(sql)
+        }
+        fn lock_key(&mut self, key: &str) -> starbridge_store::Result<()> {
+            self.conn.lock_key(key)
+        }
+        fn begin_write(&mut self) -> starbridge_store::Result<()> {
+            self.conn.begin_write()
+        }
+        fn commit(&mut self, announcements: &[String]) -> starbridge_store::Result<()> {
+            self.conn.commit(announcements)
+        }
+        fn is_usable(&self) -> bool {
+            self.conn.is_usable()
+        }
+        fn log_sync(&self) -> Option<Arc<dyn LogSync>> {
+            Some(self.log.clone())
+        }
+    }
+
+    /// A commit whose log is synced afterwards is answered only once the sync ended, and the
+    /// writer commits the next group while that sync runs.
+    #[tokio::test]
+    async fn a_commit_is_answered_once_its_log_is_synced_and_the_next_group_commits_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = migrated(&dir);
+        let (entered, sync_entered) = std_mpsc::channel();
+        let (release, released) = std_mpsc::channel();
+        let log = Arc::new(HeldSync {
+            entered: Mutex::new(Some(entered)),
+            release: Mutex::new(released),
+        });
+        let conn = HeldSyncConn {
+            conn: SqliteConn::open(&path).unwrap(),
+            log,
+        };
+        let (writer, _) = start_writer(Box::new(conn), &path);
+        let mut first = writer.enqueue(|ctx| insert_namespace(ctx, "first"));
+        sync_entered
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the commit's log is synced");
+        assert!(namespaces(&path).contains(&"first".to_owned()), "committed");
+        let second = writer.enqueue(|ctx| insert_namespace(ctx, "second"));
+        while !namespaces(&path).contains(&"second".to_owned()) {
+            tokio::task::yield_now().await;
+        }
+        let reply = first.reply.as_mut().unwrap();
+        assert!(
+            matches!(reply.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+            "not answered while its log's sync runs"
+        );
+        release.send(()).unwrap();
+        first.answer().await.unwrap();
+        second.answer().await.unwrap();
     }
 
     fn insert_namespace(ctx: &mut WriteCtx<'_>, name: &str) -> Result<()> {

@@ -8,6 +8,7 @@
 //! ([`Arg`] in, [`Cell`] out), so schemas use only integers, reals and text on both sides.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::{Error, Result};
 
@@ -306,6 +307,13 @@ impl<T: FromCell> FromCell for Option<T> {
     }
 }
 
+/// Makes the commits a connection returned from durable (see `Conn::log_sync`). Each call covers
+/// every commit that returned before it began; calls may run on any thread, while the
+/// connection goes on.
+pub trait LogSync: Send + Sync {
+    fn sync(&self) -> Result<()>;
+}
+
 /// A database connection as the store uses it.
 pub trait Conn: Send {
     fn backend(&self) -> Backend;
@@ -336,6 +344,14 @@ pub trait Conn: Send {
 
     /// False once the connection is known to be broken; it is then replaced, not reused.
     fn is_usable(&self) -> bool;
+
+    /// Where this connection's commits return before they are durable: what makes them so
+    /// afterwards, which a caller must run before it acknowledges a commit. `None` (the
+    /// default): a commit that returned is durable, or is not meant to be
+    /// (`Durability::Relaxed`).
+    fn log_sync(&self) -> Option<Arc<dyn LogSync>> {
+        None
+    }
 
     /// Runs one statement whose parameters are whole columns, each bound as one array of its
     /// values (`?1::bigint[]`): many rows in one statement whatever their number. PostgreSQL's

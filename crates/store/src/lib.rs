@@ -194,11 +194,11 @@ pub struct StoreOptions {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Durability {
     /// Every change is on disk (fsynced) before it is answered: nothing acknowledged is lost,
-    /// whatever fails.
+    /// whatever fails. (SQLite's writer syncs its log after the commit, see `Conn::log_sync`.)
     #[default]
     Full,
-    /// A change is answered once the database has it, before it reaches the disk (SQLite
-    /// `synchronous=NORMAL` on the writer, PostgreSQL `synchronous_commit=off`): a crash of the
+    /// A change is answered once the database has it, before it reaches the disk (SQLite's
+    /// writer does not sync its log first, PostgreSQL `synchronous_commit=off`): a crash of the
     /// server process loses nothing, but a power loss or a crash of the operating system (or of
     /// PostgreSQL) may lose the changes of the last moments, though acknowledged. The database
     /// stays consistent either way.

@@ -1,7 +1,14 @@
-//! The embedded SQLite backend: a file in WAL mode with `synchronous=FULL`, so every commit the
-//! store acknowledges is on disk (`Durability::Relaxed` turns the writer's to `NORMAL`: commits
-//! are answered before the log is synced, which a power loss may undo). One writer thread owns the only write connection (see
-//! `writer`), which is what makes SQLite's lack of row locks harmless.
+//! The embedded SQLite backend: a file in WAL mode. One writer thread owns the only write
+//! connection (see `writer`), which is what makes SQLite's lack of row locks harmless.
+//!
+//! The writer's commits write the log without syncing it (`synchronous=NORMAL`), and return;
+//! the log is synced afterwards (`Conn::log_sync`: an `fdatasync` of the `-wal` file), and a
+//! commit is acknowledged only once a sync that began after it ended. The engine runs the sync
+//! on a thread of its own while the writer goes on with the next group, so a group's
+//! statements no longer wait for the previous group's sync. A sync covers every frame written
+//! before it, and the log's frames are checksummed in a chain, so what a power loss undoes is
+//! always a tail of unacknowledged commits. (`Durability::Relaxed` acknowledges commits before
+//! the log is synced, which a power loss may undo.) Other connections are `synchronous=FULL`.
 //!
 //! The writer's commits do not checkpoint the write-ahead log themselves (copying its pages into
 //! the database file and syncing that file), as SQLite's commits do by default: a checkpointer
@@ -11,7 +18,7 @@
 //! again; so once the log has grown to a few times the usual size, the writer waits after its
 //! commit for a restarting checkpoint, which also waits a moment for readers to leave the log.
 //! A reader that stays longer (a long export) makes it give up, and the writer then lets the log
-//! grow by as much again before it waits next. The wait comes after the commit is durable and
+//! grow by as much again before it waits next. The wait comes after the commit and
 //! never fails it: the write-ahead log hook only ever reports success.
 
 use std::os::raw::c_int;
@@ -150,6 +157,64 @@ pub struct SqliteConn {
     /// The database file, whose filesystem is asked whether it is read-only when a call fails
     /// with an I/O error.
     path: PathBuf,
+    /// The writer's (with `Durability::Full`): what makes its commits durable.
+    log_sync: Option<Arc<WalSync>>,
+}
+
+/// Syncs the write-ahead log of a writer whose commits do not (see the module's documentation).
+/// The file is opened at the first sync (the log exists once something was written); the
+/// folder holding it is synced then too, so that the log's own entry is durable.
+struct WalSync {
+    wal: PathBuf,
+    file: Mutex<Option<std::fs::File>>,
+}
+
+impl WalSync {
+    fn new(database: &Path) -> WalSync {
+        let mut wal = database.as_os_str().to_owned();
+        wal.push("-wal");
+        WalSync {
+            wal: PathBuf::from(wal),
+            file: Mutex::new(None),
+        }
+    }
+
+    fn opened(&self) -> std::io::Result<std::fs::File> {
+        let file = std::fs::File::open(&self.wal)?;
+        if let Some(folder) = self
+            .wal
+            .parent()
+            .filter(|folder| !folder.as_os_str().is_empty())
+        {
+            std::fs::File::open(folder)?.sync_all()?;
+        }
+        Ok(file)
+    }
+}
+
+impl crate::db::LogSync for WalSync {
+    fn sync(&self) -> Result<()> {
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        let synced = match file.as_ref() {
+            Some(open) => open.sync_data(),
+            None => self.opened().and_then(|opened| {
+                let synced = opened.sync_data();
+                *file = Some(opened);
+                synced
+            }),
+        };
+        synced.map_err(|error| {
+            let message = format!(
+                "syncing the write-ahead log {}: {error}",
+                self.wal.display()
+            );
+            match error.kind() {
+                std::io::ErrorKind::StorageFull => Error::Full(message),
+                std::io::ErrorKind::ReadOnlyFilesystem => Error::ReadOnly(message),
+                _ => Error::Unavailable(message),
+            }
+        })
+    }
 }
 
 impl SqliteConn {
@@ -176,6 +241,7 @@ impl SqliteConn {
         Ok(SqliteConn {
             conn,
             path: path.to_owned(),
+            log_sync: None,
         })
     }
 
@@ -188,9 +254,11 @@ impl SqliteConn {
     /// the module's documentation), which ends when the connection is dropped.
     pub fn open_writer(path: &Path, durability: Durability) -> Result<SqliteConn> {
         let mut writer = SqliteConn::open(path)?;
-        if durability == Durability::Relaxed {
-            // Commits write the log without syncing it; checkpoints still sync it first.
-            writer.conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+        // Commits write the log without syncing it; checkpoints still sync it first. With
+        // `Durability::Full`, `log_sync` syncs it before a commit is acknowledged.
+        writer.conn.execute_batch("PRAGMA synchronous = NORMAL")?;
+        if durability == Durability::Full {
+            writer.log_sync = Some(Arc::new(WalSync::new(path)));
         }
         let checkpointing = SqliteConn::open(path)?;
         checkpointing.conn.busy_timeout(RESTART_WAIT)?;
@@ -201,7 +269,7 @@ impl SqliteConn {
             .conn
             .execute_batch(&format!("PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}"))?;
         // Replacing the write-ahead log hook also turns SQLite's own auto-checkpoint off. The
-        // hook runs once the commit is durable, and must not fail it.
+        // hook runs once the commit is written, and must not fail it.
         writer
             .conn
             .wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: c_int| {
@@ -325,6 +393,12 @@ impl Conn for SqliteConn {
         Backend::Sqlite
     }
 
+    fn log_sync(&self) -> Option<Arc<dyn crate::db::LogSync>> {
+        self.log_sync
+            .clone()
+            .map(|sync| sync as Arc<dyn crate::db::LogSync>)
+    }
+
     fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         let sql = sqlite_sql(sql);
         let changed = self
@@ -440,18 +514,33 @@ mod tests {
     }
 
     #[test]
-    fn the_writer_syncs_every_commit_unless_durability_is_relaxed() {
+    fn the_writers_commits_leave_the_log_sync_to_their_caller_unless_durability_is_relaxed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("durability.db");
-        let synchronous = |durability| -> i64 {
-            let mut writer = SqliteConn::open_writer(&path, durability).unwrap();
-            (&mut writer as &mut dyn Conn)
+        let synchronous = |conn: &mut SqliteConn| -> i64 {
+            (conn as &mut dyn Conn)
                 .query_value("PRAGMA synchronous", args![])
                 .unwrap()
         };
+        let mut full = SqliteConn::open_writer(&path, Durability::Full).unwrap();
         // SQLite's numbers: 1 is NORMAL, 2 is FULL.
-        assert_eq!(synchronous(Durability::Full), 2);
-        assert_eq!(synchronous(Durability::Relaxed), 1);
+        assert_eq!(synchronous(&mut full), 1, "commits do not sync the log");
+        full.batch("CREATE TABLE t (x); INSERT INTO t VALUES (1)")
+            .unwrap();
+        let log_sync = full
+            .log_sync()
+            .expect("a full-durability writer's log is synced after");
+        log_sync.sync().unwrap();
+        log_sync.sync().unwrap();
+        drop(full);
+        let mut relaxed = SqliteConn::open_writer(&path, Durability::Relaxed).unwrap();
+        assert_eq!(synchronous(&mut relaxed), 1);
+        assert!(
+            relaxed.log_sync().is_none(),
+            "relaxed commits are not synced"
+        );
+        let mut reader = SqliteConn::open(&path).unwrap();
+        assert_eq!(synchronous(&mut reader), 2);
     }
 
     #[test]
