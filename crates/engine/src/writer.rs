@@ -670,6 +670,8 @@ struct Unsynced {
     requests: Vec<Work>,
     /// It wrote webhook deliveries: the deliverer is woken once they are durable.
     deliveries: bool,
+    /// What it tells health once synced (see `outcome`).
+    outcome: Option<Option<WriteFault>>,
 }
 
 /// The sync thread: takes every commit waiting, syncs the log once for all of them, and
@@ -683,18 +685,23 @@ fn sync_and_answer(commits: &std_mpsc::Receiver<Unsynced>, shared: &Shared) {
 }
 
 /// Syncs the log of `commits` (the last one's sync covers the others) and answers their
-/// requests: each with its commit, once durable, or with the sync's failure. A failed sync
-/// leaves their changes in the log unsynced: they are answered as failed (the caller may send
-/// them again) and health reports the fault.
+/// requests: each with its commit, once durable, or with the sync's failure. Health hears of
+/// the last commit's outcome, or of the sync's fault. A failed sync leaves their changes in the
+/// log unsynced: they are answered as failed (the caller may send them again).
 fn answer_synced(shared: &Shared, commits: Vec<Unsynced>) {
     let Some(last) = commits.last() else {
         return;
     };
     let synced = last.log.sync();
-    if let Err(error) = &synced {
-        tracing::error!(%error, "the write-ahead log could not be synced; its commits are refused");
-        let fault = error.write_fault().unwrap_or(WriteFault::Unavailable);
-        shared.last_write.record(shared.clock.now(), Some(fault));
+    let health = match &synced {
+        Ok(()) => commits.iter().rev().find_map(|commit| commit.outcome),
+        Err(error) => {
+            tracing::error!(%error, "the write-ahead log could not be synced; its commits are refused");
+            Some(Some(error.write_fault().unwrap_or(WriteFault::Unavailable)))
+        }
+    };
+    if let Some(fault) = health {
+        shared.last_write.record(shared.clock.now(), fault);
     }
     let deliveries = commits.iter().any(|commit| commit.deliveries);
     for commit in commits {
@@ -743,7 +750,16 @@ fn commit_batch(
         .requests
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
     let committed = &transaction.committed;
-    if let Some(fault) = outcome(committed, &transaction.ran, batch) {
+    // A commit whose log is synced afterwards is answered once it is (see `answer_synced`),
+    // and tells health how it went once the sync did.
+    let log = match committed {
+        Ok(()) => conn.raw().log_sync(),
+        Err(_) => None,
+    };
+    let outcome = outcome(committed, &transaction.ran, batch);
+    if log.is_none()
+        && let Some(fault) = outcome
+    {
         shared.last_write.record(shared.clock.now(), fault);
     }
     match committed {
@@ -775,11 +791,6 @@ fn commit_batch(
     for (namespace, queue) in wakes {
         shared.notifier.wake(&namespace, &queue);
     }
-    // A commit whose log is synced afterwards is answered once it is (see `answer_synced`).
-    let log = match committed {
-        Ok(()) => conn.raw().log_sync(),
-        Err(_) => None,
-    };
     let mut unsynced = Vec::new();
     for (mut request, ran) in batch.drain(..).zip(transaction.ran) {
         let run_again = match committed {
@@ -810,6 +821,7 @@ fn commit_batch(
                 log,
                 requests: unsynced,
                 deliveries,
+                outcome,
             };
             // Without the sync thread (it ended: the process is going down) the writer syncs.
             let unsent = match syncs {
