@@ -1,8 +1,8 @@
 //! The benchmark behind `starbridge bench` (the CLI parses `BenchArgs` and calls `run`).
 //!
 //! It starts an embedded server in this process on a fresh SQLite database (durable as in
-//! production: WAL, every change synced before it is answered) or a fresh schema of a PostgreSQL database, bound to
-//! `127.0.0.1:0`, and runs worker-SDK workers with no-op handlers in the same process, talking real HTTP over loopback. Then it runs one workload,
+//! production: WAL, every change synced before it is answered) or a fresh schema of a
+//! PostgreSQL database, bound to `127.0.0.1:0`, and runs worker-SDK workers with no-op handlers in the same process, talking real HTTP over loopback. Then it runs one workload,
 //! measures it, and checks through the HTTP API that every job submitted ended `succeeded` with
 //! every task run exactly once; anomalies are printed and make the command exit non-zero.
 //!

@@ -635,8 +635,9 @@ fn run(conn: Box<dyn Conn>, turns: &Turns, shared: &Shared, syncs: Option<&Syncs
             continue;
         };
         let turn = Turn { queue, turns };
-        let commit = Commit { turn, syncs };
-        commit_batch(conn, &mut batch, &mut again, &mut state, shared, commit);
+        commit_batch(
+            conn, &mut batch, &mut again, &mut state, shared, turn, syncs,
+        );
         state.jobs.transaction_ended();
         state.reads.transaction_ended();
     }
@@ -651,14 +652,6 @@ fn gather(queue: &mut Queue, batch: &mut Vec<Work>) {
             Err(_) => break,
         }
     }
-}
-
-/// Where a group's commit goes besides the database: the writer's turn on the queue, which
-/// goes to the next writer once the group's requests ran, and the sync thread, which answers
-/// the requests of a commit whose log is synced afterwards.
-struct Commit<'a> {
-    turn: Turn<'a>,
-    syncs: Option<&'a Syncs>,
 }
 
 /// The requests of commits whose log is not synced yet, on their way to the sync thread.
@@ -714,17 +707,18 @@ fn answer_synced(shared: &Shared, commits: Vec<Unsynced>) {
     }
 }
 
-/// Runs one group transaction over `batch` and answers its requests; those to run again go to
-/// `again`. The queue goes to the next writer once the requests ran.
+/// Runs one group transaction over `batch` and answers its requests (through `syncs`, the
+/// sync thread, when its log is synced afterwards); those to run again go to `again`. The
+/// queue (`turn`) goes to the next writer once the requests ran.
 fn commit_batch(
     conn: &mut WriteConn,
     batch: &mut Vec<Work>,
     again: &mut Vec<Work>,
     state: &mut State,
     shared: &Shared,
-    commit: Commit<'_>,
+    mut turn: Turn<'_>,
+    syncs: Option<&Syncs>,
 ) {
-    let Commit { mut turn, syncs } = commit;
     let started = Instant::now();
     let counters = &shared.counters;
     // Claims run last, those of the same queues one after another, sharing their read of the

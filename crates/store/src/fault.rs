@@ -61,6 +61,17 @@ pub fn sqlite_fault(
     }
 }
 
+/// A failed file operation of our own (syncing SQLite's write-ahead log): the fault its error
+/// reports; one the filesystem neither ran out of space for nor refused as read-only leaves the
+/// database out of reach.
+pub fn io_fault(error: &std::io::Error) -> WriteFault {
+    match error.kind() {
+        std::io::ErrorKind::StorageFull => WriteFault::Full,
+        std::io::ErrorKind::ReadOnlyFilesystem => WriteFault::ReadOnly,
+        _ => WriteFault::Unavailable,
+    }
+}
+
 /// PostgreSQL: the fault an error's SQLSTATE reports. `None` (no SQLSTATE) is the client's own
 /// failure: a lost or refused connection.
 pub fn postgres_fault(sqlstate: Option<&str>) -> Option<WriteFault> {
@@ -153,6 +164,23 @@ mod tests {
             });
             assert_eq!(fault, None, "extended code {extended}");
         }
+    }
+
+    #[test]
+    fn a_failed_sync_of_our_own_is_full_read_only_or_out_of_reach_by_its_error() {
+        use std::io::{Error, ErrorKind};
+        assert_eq!(
+            io_fault(&Error::from(ErrorKind::StorageFull)),
+            WriteFault::Full
+        );
+        assert_eq!(
+            io_fault(&Error::from(ErrorKind::ReadOnlyFilesystem)),
+            WriteFault::ReadOnly
+        );
+        assert_eq!(
+            io_fault(&Error::other("input/output error")),
+            WriteFault::Unavailable
+        );
     }
 
     #[test]

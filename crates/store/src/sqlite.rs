@@ -98,13 +98,20 @@ fn sqlite_error(error: rusqlite::Error, read_only_filesystem: impl FnOnce() -> b
         _ => None,
     };
     match fault {
-        Some(WriteFault::Full) => Error::Full(error.to_string()),
-        Some(WriteFault::ReadOnly) => Error::ReadOnly(error.to_string()),
-        Some(WriteFault::Unavailable) => Error::Unavailable(error.to_string()),
+        Some(fault) => faulted(fault, error.to_string()),
         None => Error::Database(DatabaseError {
             message: error.to_string(),
             code: None,
         }),
+    }
+}
+
+/// The store's error for a write that failed with `fault`.
+fn faulted(fault: WriteFault, message: String) -> Error {
+    match fault {
+        WriteFault::Full => Error::Full(message),
+        WriteFault::ReadOnly => Error::ReadOnly(message),
+        WriteFault::Unavailable => Error::Unavailable(message),
     }
 }
 
@@ -208,11 +215,7 @@ impl crate::db::LogSync for WalSync {
                 "syncing the write-ahead log {}: {error}",
                 self.wal.display()
             );
-            match error.kind() {
-                std::io::ErrorKind::StorageFull => Error::Full(message),
-                std::io::ErrorKind::ReadOnlyFilesystem => Error::ReadOnly(message),
-                _ => Error::Unavailable(message),
-            }
+            faulted(fault::io_fault(&error), message)
         })
     }
 }
