@@ -20,6 +20,13 @@
 //! reference them). A row rewritten several times before it is written goes out once, as last
 //! written; label rows are written once, when their job is created.
 //!
+//! On SQLite, a job row rewritten with the same status and deadline as this connection last
+//! wrote it (a job in the middle of its steps) does not set those columns: setting a column
+//! that an index uses rewrites the row's entry in that index even when the value stays, which
+//! is two index pages more in the log at every commit. The connection remembers what it wrote
+//! until anything is rolled back (then it forgets everything); on SQLite it is the only one
+//! that writes jobs. PostgreSQL compares the values itself.
+//!
 //! A request that is refused before anything of it was written leaves nothing behind: the
 //! writer drops what it held back since the request began (`discard_since`). `writes` counts
 //! rows that reached the database, which is how the writer knows when a refused request wrote
@@ -31,7 +38,9 @@ use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Event, Job, Task};
 
 use crate::db::{Arg, Backend, Conn, Queries, Row, ToArg, Value, chunks};
-use crate::rows::{self, EVENT_WRITE, JOB_LABEL_WRITE, JOB_WRITE, RowWrite, TASK_WRITE};
+use crate::rows::{
+    self, EVENT_WRITE, JOB_INDEXED_UPDATES, JOB_LABEL_WRITE, JOB_WRITE, RowWrite, TASK_WRITE,
+};
 use crate::{Error, Result};
 
 /// Where the rows held back stood when a request began.
@@ -100,10 +109,18 @@ pub struct WriteConn {
     tasks: Vec<(TaskId, Vec<Value>)>,
     labels: Vec<Vec<Value>>,
     events: Vec<Vec<Value>>,
-    /// Statement texts by table and rows per statement (0: PostgreSQL's, for any number).
-    texts: HashMap<(&'static str, usize), String>,
+    /// Statement texts by table, rows per statement (0: PostgreSQL's, for any number) and
+    /// whether they leave the indexed columns alone.
+    texts: HashMap<(&'static str, usize, bool), String>,
     writes: u64,
+    /// SQLite: the values of `JOB_INDEXED_UPDATES` of the job rows this connection wrote, as
+    /// the database holds them now.
+    jobs_indexed: HashMap<JobId, Vec<Value>>,
 }
+
+/// Most job rows whose indexed values the connection remembers; past it, it forgets them all
+/// (their next writes set every column).
+const REMEMBERED_JOBS: usize = 65_536;
 
 impl WriteConn {
     pub fn new(conn: Box<dyn Conn>) -> WriteConn {
@@ -115,6 +132,7 @@ impl WriteConn {
             events: Vec::new(),
             texts: HashMap::new(),
             writes: 0,
+            jobs_indexed: HashMap::new(),
         }
     }
 
@@ -151,6 +169,8 @@ impl WriteConn {
     /// Drops the rows held back since `mark` (none of them was written: nothing was written
     /// since, or `writes` would have moved).
     pub fn discard_since(&mut self, mark: Mark) {
+        // Whatever it wrote is rolled back too.
+        self.jobs_indexed.clear();
         self.jobs.truncate(mark.jobs);
         self.tasks.truncate(mark.tasks);
         self.labels.truncate(mark.labels);
@@ -188,30 +208,70 @@ impl WriteConn {
         }
         let jobs = latest(std::mem::take(&mut self.jobs));
         let tasks = latest(std::mem::take(&mut self.tasks));
-        self.insert(&JOB_WRITE, &jobs)?;
-        self.insert(&TASK_WRITE, &tasks)?;
+        self.write_jobs(jobs)?;
+        let tasks: Vec<Vec<Value>> = tasks.into_iter().map(|(_, row)| row).collect();
+        self.insert(&TASK_WRITE, &tasks, &[])?;
         let labels = std::mem::take(&mut self.labels);
-        self.insert(&JOB_LABEL_WRITE, &labels)?;
+        self.insert(&JOB_LABEL_WRITE, &labels, &[])?;
         if needs == Needs::Everything {
             let events = std::mem::take(&mut self.events);
-            self.insert(&EVENT_WRITE, &events)?;
+            self.insert(&EVENT_WRITE, &events, &[])?;
+        }
+        Ok(())
+    }
+
+    /// Writes job rows; on SQLite, those whose indexed values stay as written last without
+    /// setting them.
+    fn write_jobs(&mut self, jobs: Vec<(JobId, Vec<Value>)>) -> Result<()> {
+        if self.conn.backend() == Backend::Postgres {
+            let rows: Vec<Vec<Value>> = jobs.into_iter().map(|(_, row)| row).collect();
+            return self.insert(&JOB_WRITE, &rows, &[]);
+        }
+        let indexed = indexed_columns();
+        let indexed_values =
+            |row: &[Value]| -> Vec<Value> { indexed.iter().map(|&at| row[at].clone()).collect() };
+        let (steady, changed): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|(id, row)| {
+            self.jobs_indexed
+                .get(id)
+                .is_some_and(|written| *written == indexed_values(row))
+        });
+        if self.jobs_indexed.len() + changed.len() > REMEMBERED_JOBS {
+            self.jobs_indexed.clear();
+        }
+        let (ids, changed): (Vec<JobId>, Vec<Vec<Value>>) = changed.into_iter().unzip();
+        let steady: Vec<Vec<Value>> = steady.into_iter().map(|(_, row)| row).collect();
+        let written = self
+            .insert(&JOB_WRITE, &changed, &[])
+            .and_then(|()| self.insert(&JOB_WRITE, &steady, JOB_INDEXED_UPDATES));
+        if written.is_err() {
+            // Some rows may have been written: what the database holds is not known.
+            self.jobs_indexed.clear();
+            return written;
+        }
+        for (id, row) in ids.into_iter().zip(&changed) {
+            self.jobs_indexed.insert(id, indexed_values(row));
         }
         Ok(())
     }
 
     /// Inserts (or upserts) `rows`: on PostgreSQL in one statement, on SQLite in as few as the
     /// chunk sizes allow.
-    fn insert(&mut self, table: &'static RowWrite, rows: &[Vec<Value>]) -> Result<()> {
+    fn insert(
+        &mut self,
+        table: &'static RowWrite,
+        rows: &[Vec<Value>],
+        unchanged: &[&str],
+    ) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
         if self.conn.backend() == Backend::Postgres {
-            if !self.texts.contains_key(&(table.table, 0)) {
+            let key = (table.table, 0, false);
+            if !self.texts.contains_key(&key) {
                 let types = column_types(&mut *self.conn, table)?;
-                self.texts
-                    .insert((table.table, 0), table.postgres_set_sql(&types));
+                self.texts.insert(key, table.postgres_set_sql(&types));
             }
-            let sql = &self.texts[&(table.table, 0)];
+            let sql = &self.texts[&key];
             let columns: Vec<Vec<Arg<'_>>> = (0..table.columns.len())
                 .map(|column| rows.iter().map(|row| row[column].to_arg()).collect())
                 .collect();
@@ -222,8 +282,8 @@ impl WriteConn {
         for chunk in chunks(rows) {
             let sql = self
                 .texts
-                .entry((table.table, chunk.len()))
-                .or_insert_with(|| table.sql(chunk.len()));
+                .entry((table.table, chunk.len(), !unchanged.is_empty()))
+                .or_insert_with(|| table.sql(chunk.len(), unchanged));
             let args: Vec<Arg<'_>> = chunk.iter().flatten().map(ToArg::to_arg).collect();
             self.conn.execute(sql, &args)?;
             self.writes += chunk.len() as u64;
@@ -254,13 +314,21 @@ fn column_types(conn: &mut dyn Conn, table: &RowWrite) -> Result<Vec<String>> {
         .collect()
 }
 
+/// Where the columns of `JOB_INDEXED_UPDATES` are in a row of `JOB_WRITE`.
+fn indexed_columns() -> Vec<usize> {
+    JOB_INDEXED_UPDATES
+        .iter()
+        .filter_map(|name| JOB_WRITE.columns.iter().position(|column| column == name))
+        .collect()
+}
+
 /// The last version of each row, in the order of their last versions.
-fn latest<K: std::hash::Hash + Eq>(rows: Vec<(K, Vec<Value>)>) -> Vec<Vec<Value>> {
+fn latest<K: std::hash::Hash + Eq + Clone>(rows: Vec<(K, Vec<Value>)>) -> Vec<(K, Vec<Value>)> {
     let mut seen = HashSet::with_capacity(rows.len());
-    let mut kept: Vec<Vec<Value>> = rows
+    let mut kept: Vec<(K, Vec<Value>)> = rows
         .into_iter()
         .rev()
-        .filter_map(|(key, values)| seen.insert(key).then_some(values))
+        .filter(|(key, _)| seen.insert(key.clone()))
         .collect();
     kept.reverse();
     kept
@@ -287,6 +355,9 @@ impl Conn for WriteConn {
         // Transaction control inside a command: a savepoint must cover exactly what it would
         // without deferral, so everything held back goes out first.
         self.write(Needs::Everything)?;
+        if sql.to_ascii_uppercase().contains("ROLLBACK") {
+            self.jobs_indexed.clear();
+        }
         self.writes += 1;
         self.conn.batch(sql)
     }
@@ -366,12 +437,12 @@ mod tests {
             ("a", row("a2")),
             ("c", row("c1")),
         ]);
-        assert_eq!(kept, [row("b1"), row("a2"), row("c1")]);
+        assert_eq!(kept, [("b", row("b1")), ("a", row("a2")), ("c", row("c1"))]);
     }
 
     #[test]
     fn set_statements_number_their_placeholders_row_after_row_or_take_each_column_as_an_array() {
-        let sql = EVENT_WRITE.sql(2);
+        let sql = EVENT_WRITE.sql(2, &[]);
         assert!(
             sql.starts_with("INSERT INTO events (job_id, task_id"),
             "{sql}"
@@ -392,10 +463,16 @@ mod tests {
              WITH ORDINALITY AS r (name, n, ordinality) ORDER BY r.ordinality \
              ON CONFLICT (name) DO UPDATE SET n = excluded.n"
         );
-        let upsert = JOB_WRITE.sql(1);
+        let upsert = JOB_WRITE.sql(1, &[]);
         assert!(
             upsert.contains("ON CONFLICT (id) DO UPDATE SET status = excluded.status"),
             "{upsert}"
+        );
+        let steady = JOB_WRITE.sql(1, JOB_INDEXED_UPDATES);
+        assert!(
+            steady.contains("ON CONFLICT (id) DO UPDATE SET started_at = excluded.started_at")
+                && !steady.contains("deadline_at = "),
+            "{steady}"
         );
     }
 }

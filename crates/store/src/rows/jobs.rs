@@ -270,6 +270,11 @@ pub const JOB_WRITE: RowWrite = RowWrite {
     )),
 };
 
+/// The columns `JOB_WRITE` updates that SQLite's indexes on `jobs` use, in their key or their
+/// condition: an update that leaves them as they are need not set them, and SQLite then leaves
+/// those indexes alone (see `deferred`).
+pub const JOB_INDEXED_UPDATES: &[&str] = &["status", "deadline_at"];
+
 /// A job's row, in the columns of `JOB_WRITE`.
 pub fn job_values(job: &Job) -> Vec<SqlValue> {
     let wind_down = opt_json_text(job.wind_down.as_ref());

@@ -49,8 +49,8 @@ pub use events::{
 pub(crate) use events::{kind_from_column, kinds_in};
 pub use health::{ping, write_health_probe};
 pub use jobs::{
-    JOB_WRITE, delete_job, job_by_key, job_values, list_jobs, load_job, load_job_state,
-    lock_job_state, lock_job_states, prune_finished, set_trace, trace_of,
+    JOB_INDEXED_UPDATES, JOB_WRITE, delete_job, job_by_key, job_values, list_jobs, load_job,
+    load_job_state, lock_job_state, lock_job_states, prune_finished, set_trace, trace_of,
 };
 pub(crate) use jobs::{
     JOBS_BY_ID, NAMESPACES_WITH_JOBS, any_status_newest_first, before_cursor, status_list,
@@ -154,14 +154,16 @@ impl RowWrite {
             table = self.table,
             arrays = arrays.join(", "),
         );
-        self.push_upsert(&mut sql);
+        self.push_upsert(&mut sql, &[]);
         sql
     }
 
-    fn push_upsert(&self, sql: &mut String) {
+    /// The conflict clause: an existing row takes the upsert's columns but `unchanged`.
+    fn push_upsert(&self, sql: &mut String, unchanged: &[&str]) {
         if let Some((key, updated)) = self.upsert {
             let set: Vec<String> = updated
                 .iter()
+                .filter(|column| !unchanged.contains(column))
                 .map(|column| format!("{column} = excluded.{column}"))
                 .collect();
             sql.push_str(&format!(
@@ -171,8 +173,10 @@ impl RowWrite {
         }
     }
 
-    /// The `INSERT` of `rows` rows, their values bound as `?1, ?2, …` row after row.
-    pub fn sql(&self, rows: usize) -> String {
+    /// The `INSERT` of `rows` rows, their values bound as `?1, ?2, …` row after row; an existing
+    /// row takes the upsert's columns but `unchanged` (on SQLite, setting a column an index
+    /// uses rewrites the row's entry in that index even when the value stays).
+    pub fn sql(&self, rows: usize, unchanged: &[&str]) -> String {
         let width = self.columns.len();
         let mut sql = format!(
             "INSERT INTO {} ({}) VALUES ",
@@ -192,7 +196,7 @@ impl RowWrite {
             }
             sql.push(')');
         }
-        self.push_upsert(&mut sql);
+        self.push_upsert(&mut sql, unchanged);
         sql
     }
 }

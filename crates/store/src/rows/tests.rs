@@ -105,6 +105,7 @@ on_both_backends!(
     labels_read_back_filter_jobs_and_go_with_their_job,
     waits_and_signals_read_back_and_waits_fall_due,
     a_job_reads_back_with_its_tasks_and_events,
+    a_rewritten_job_row_is_found_by_its_status_also_after_a_rolled_back_rewrite,
     the_job_list_pages_newest_first_by_creation_time,
     claim_candidates_come_in_dispatch_order,
     the_oldest_starving_tasks_come_even_past_the_priorities_the_first_tasks_reached,
@@ -1741,6 +1742,83 @@ fn a_long_running_jobs_history_keeps_its_day_partition_past_retention(db: &mut D
         assert_eq!(stored_events(db, &done), 0);
     } else {
         assert!(dropped.is_empty());
+    }
+}
+
+/// The jobs of `default` in `status`, as the jobs list finds them (on SQLite through the index
+/// on status, which a rewrite that left the status alone did not touch).
+fn jobs_in_status(db: &mut Db, status: &str) -> Vec<String> {
+    let sql = match db.conn.backend() {
+        Backend::Sqlite => {
+            "SELECT id FROM jobs INDEXED BY jobs_status_created \
+             WHERE namespace = 'default' AND status = ?1 ORDER BY id"
+        }
+        Backend::Postgres => "SELECT id FROM jobs WHERE namespace = 'default' AND status = ?1",
+    };
+    db.conn
+        .query_map(sql, args![status], |row| row.get(0))
+        .unwrap()
+}
+
+fn a_rewritten_job_row_is_found_by_its_status_also_after_a_rolled_back_rewrite(db: &mut Db) {
+    let mut job = job("steps", NOW);
+    job.deadline_at = Some(later(60_000));
+    db.insert(&job, &[], &[]);
+    // A step done: the status and deadline stay, the row's other columns change.
+    job.completions = 1;
+    db.insert(&job, &[], &[]);
+    assert_eq!(
+        load_job(&mut db.conn, &job.id)
+            .unwrap()
+            .unwrap()
+            .completions,
+        1
+    );
+    assert_eq!(jobs_in_status(db, "running"), [job.id.to_string()]);
+    // A rewrite rolled back leaves the database with the earlier status: writing that rewrite
+    // again must set the status, though the connection wrote the same one last.
+    db.conn.batch("BEGIN; SAVEPOINT request").unwrap();
+    job.status = JobStatus::Succeeded;
+    db.insert(&job, &[], &[]);
+    db.conn
+        .batch("ROLLBACK TO request; RELEASE request; COMMIT")
+        .unwrap();
+    assert_eq!(jobs_in_status(db, "running"), [job.id.to_string()]);
+    db.insert(&job, &[], &[]);
+    assert_eq!(jobs_in_status(db, "succeeded"), [job.id.to_string()]);
+    assert!(jobs_in_status(db, "running").is_empty());
+    if db.conn.backend() == Backend::Sqlite {
+        let check: String = db
+            .conn
+            .query_value("PRAGMA integrity_check", args![])
+            .unwrap();
+        assert_eq!(check, "ok");
+    }
+}
+
+#[test]
+fn every_column_a_job_upsert_sets_that_an_sqlite_index_uses_is_left_alone_when_unchanged() {
+    let mut db = Db::sqlite();
+    let indexes: Vec<String> = db
+        .conn
+        .query_map(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'jobs' \
+             AND sql IS NOT NULL",
+            args![],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let (_, updated) = JOB_WRITE.upsert.unwrap();
+    for column in updated {
+        let indexed = indexes.iter().any(|sql| {
+            sql.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .any(|word| word == *column)
+        });
+        assert_eq!(
+            indexed,
+            JOB_INDEXED_UPDATES.contains(column),
+            "{column}: an index on jobs uses it: {indexed}"
+        );
     }
 }
 
