@@ -33,6 +33,7 @@
 //! something that only a rollback can undo.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{Event, Job, Task};
@@ -109,14 +110,17 @@ pub struct WriteConn {
     tasks: Vec<(TaskId, Vec<Value>)>,
     labels: Vec<Vec<Value>>,
     events: Vec<Vec<Value>>,
-    /// Statement texts by table, rows per statement (0: PostgreSQL's, for any number) and
-    /// whether they leave the indexed columns alone.
-    texts: HashMap<(&'static str, usize, bool), String>,
+    /// Statement texts by table, rows per statement (0: PostgreSQL's, for any number) and the
+    /// columns an existing row keeps.
+    texts: HashMap<StatementKey, String>,
     writes: u64,
     /// SQLite: the values of `JOB_INDEXED_UPDATES` of the job rows this connection wrote, as
     /// the database holds them now.
     jobs_indexed: HashMap<JobId, Vec<Value>>,
 }
+
+/// A set statement's table, rows and the upsert columns it leaves alone.
+type StatementKey = (&'static str, usize, &'static [&'static str]);
 
 /// Most job rows whose indexed values the connection remembers; past it, it forgets them all
 /// (their next writes set every column).
@@ -227,19 +231,19 @@ impl WriteConn {
             let rows: Vec<Vec<Value>> = jobs.into_iter().map(|(_, row)| row).collect();
             return self.insert(&JOB_WRITE, &rows, &[]);
         }
-        let indexed = indexed_columns();
-        let indexed_values =
-            |row: &[Value]| -> Vec<Value> { indexed.iter().map(|&at| row[at].clone()).collect() };
-        let (steady, changed): (Vec<_>, Vec<_>) = jobs.into_iter().partition(|(id, row)| {
-            self.jobs_indexed
-                .get(id)
-                .is_some_and(|written| *written == indexed_values(row))
-        });
-        if self.jobs_indexed.len() + changed.len() > REMEMBERED_JOBS {
+        let (mut steady, mut changed, mut remembered) = (Vec::new(), Vec::new(), Vec::new());
+        for (id, row) in jobs {
+            let indexed: Vec<Value> = INDEXED_COLUMNS.iter().map(|&at| row[at].clone()).collect();
+            if self.jobs_indexed.get(&id) == Some(&indexed) {
+                steady.push(row);
+            } else {
+                changed.push(row);
+                remembered.push((id, indexed));
+            }
+        }
+        if self.jobs_indexed.len() + remembered.len() > REMEMBERED_JOBS {
             self.jobs_indexed.clear();
         }
-        let (ids, changed): (Vec<JobId>, Vec<Vec<Value>>) = changed.into_iter().unzip();
-        let steady: Vec<Vec<Value>> = steady.into_iter().map(|(_, row)| row).collect();
         let written = self
             .insert(&JOB_WRITE, &changed, &[])
             .and_then(|()| self.insert(&JOB_WRITE, &steady, JOB_INDEXED_UPDATES));
@@ -248,9 +252,7 @@ impl WriteConn {
             self.jobs_indexed.clear();
             return written;
         }
-        for (id, row) in ids.into_iter().zip(&changed) {
-            self.jobs_indexed.insert(id, indexed_values(row));
-        }
+        self.jobs_indexed.extend(remembered);
         Ok(())
     }
 
@@ -260,13 +262,13 @@ impl WriteConn {
         &mut self,
         table: &'static RowWrite,
         rows: &[Vec<Value>],
-        unchanged: &[&str],
+        unchanged: &'static [&'static str],
     ) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
         if self.conn.backend() == Backend::Postgres {
-            let key = (table.table, 0, false);
+            let key = (table.table, 0, unchanged);
             if !self.texts.contains_key(&key) {
                 let types = column_types(&mut *self.conn, table)?;
                 self.texts.insert(key, table.postgres_set_sql(&types));
@@ -282,7 +284,7 @@ impl WriteConn {
         for chunk in chunks(rows) {
             let sql = self
                 .texts
-                .entry((table.table, chunk.len(), !unchanged.is_empty()))
+                .entry((table.table, chunk.len(), unchanged))
                 .or_insert_with(|| table.sql(chunk.len(), unchanged));
             let args: Vec<Arg<'_>> = chunk.iter().flatten().map(ToArg::to_arg).collect();
             self.conn.execute(sql, &args)?;
@@ -315,12 +317,12 @@ fn column_types(conn: &mut dyn Conn, table: &RowWrite) -> Result<Vec<String>> {
 }
 
 /// Where the columns of `JOB_INDEXED_UPDATES` are in a row of `JOB_WRITE`.
-fn indexed_columns() -> Vec<usize> {
+static INDEXED_COLUMNS: LazyLock<Vec<usize>> = LazyLock::new(|| {
     JOB_INDEXED_UPDATES
         .iter()
         .filter_map(|name| JOB_WRITE.columns.iter().position(|column| column == name))
         .collect()
-}
+});
 
 /// The last version of each row, in the order of their last versions.
 fn latest<K: std::hash::Hash + Eq + Clone>(rows: Vec<(K, Vec<Value>)>) -> Vec<(K, Vec<Value>)> {
