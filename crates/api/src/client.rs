@@ -154,8 +154,11 @@ fn describe_problem(problem: &Problem) -> String {
 /// (a worker's poll names its namespace in its body instead).
 #[derive(Clone)]
 pub struct Client {
-    /// The server's root URL, e.g. `http://127.0.0.1:7433` (without `/api/v1`).
-    pub base_url: String,
+    /// The server's root URL, parsed once: each request's URL is a copy with its path set,
+    /// without parsing the scheme and host again.
+    root: reqwest::Url,
+    /// The root's path prefix without a trailing `/` (empty for a server at the host's root).
+    prefix: String,
     /// Bearer token sent with every request, if any.
     pub token: Option<String>,
     /// Who is acting, sent as the `Starbridge-Actor` header and recorded with operator actions.
@@ -168,7 +171,7 @@ pub struct Client {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("base_url", &self.base_url)
+            .field("base_url", &self.base_url())
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("namespace", &self.namespace)
             .finish_non_exhaustive()
@@ -217,13 +220,20 @@ impl Client {
             .user_agent(USER_AGENT)
             .build()
             .map_err(Error::Transport)?;
+        let prefix = parsed.path().trim_end_matches('/').to_owned();
         Ok(Client {
-            base_url: base_url.trim_end_matches('/').to_owned(),
+            root: parsed,
+            prefix,
             token: None,
             actor: None,
             namespace: None,
             http,
         })
+    }
+
+    /// The server's root URL, e.g. `http://127.0.0.1:7433` (without `/api/v1`).
+    pub fn base_url(&self) -> &str {
+        self.root.as_str().trim_end_matches('/')
     }
 
     /// A client configured from the environment: `STARBRIDGE_SERVER` (default
@@ -759,12 +769,11 @@ impl Client {
 
     /// A request to `path` (from the server root) with the client's headers.
     fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        let mut url = self.root.clone();
+        url.set_path(&format!("{}{path}", self.prefix));
         let builder = self
             .http
-            .request(
-                method,
-                format!("{}{path}", self.base_url.trim_end_matches('/')),
-            )
+            .request(method, url)
             .header(ACCEPT, "application/json, application/problem+json");
         let builder = match &self.actor {
             Some(actor) => builder.header("starbridge-actor", actor),

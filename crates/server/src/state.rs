@@ -1,6 +1,7 @@
 //! What every handler shares: the engine, authentication, limits and the network policies.
 
 use std::collections::HashMap;
+use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,8 +10,16 @@ use starbridge_engine::Engine;
 
 use crate::limits::Limits;
 
+/// What every handler shares. Each request clones it (every extractor and middleware that
+/// takes `State` does), so it is one reference count however many parts it holds; a change
+/// through `DerefMut` (while a server is being set up) copies the parts first if they are
+/// shared.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppParts>);
+
+/// The parts of an [`AppState`].
+#[derive(Clone)]
+pub struct AppParts {
     pub engine: Engine,
     pub auth: Arc<Auth>,
     pub limits: Arc<Limits>,
@@ -18,6 +27,20 @@ pub struct AppState {
     pub webhook_policy: Arc<DestinationPolicy>,
     /// Host names requests may be addressed to without authentication (see `guard`).
     pub allowed_hosts: Arc<[String]>,
+}
+
+impl Deref for AppState {
+    type Target = AppParts;
+
+    fn deref(&self) -> &AppParts {
+        &self.0
+    }
+}
+
+impl DerefMut for AppState {
+    fn deref_mut(&mut self) -> &mut AppParts {
+        Arc::make_mut(&mut self.0)
+    }
 }
 
 impl AppState {
@@ -28,21 +51,20 @@ impl AppState {
 
     /// A server without authentication, with these limits.
     pub fn with_limits(engine: Engine, limits: Limits) -> AppState {
-        AppState {
+        AppState(Arc::new(AppParts {
             engine,
             auth: Arc::new(Auth::default()),
             limits: Arc::new(limits),
             webhook_policy: Arc::default(),
             allowed_hosts: Arc::new([]),
-        }
+        }))
     }
 
     /// A server that requires an API token on every request but health and the API document.
     pub fn with_auth(engine: Engine) -> AppState {
-        AppState {
-            auth: Arc::new(Auth::required()),
-            ..AppState::new(engine)
-        }
+        let mut state = AppState::new(engine);
+        state.auth = Arc::new(Auth::required());
+        state
     }
 }
 
