@@ -4,7 +4,7 @@
 use crate::cache::{Compiled, Key, WorkflowCache};
 use crate::commands::shared_claims::GroupClaims;
 use crate::jobs::{JobCache, Lifetime};
-use crate::{Result, StoredQueuePrefix, Webhook};
+use crate::{Result, StoredQueue, StoredQueuePrefix, Webhook};
 use starbridge_core::limits::Limits;
 use starbridge_core::time::Timestamp;
 use starbridge_store::deferred::WriteConn;
@@ -60,6 +60,9 @@ pub(crate) struct CachedReads {
     versions: HashMap<(String, String), Option<u32>>,
     /// Queue prefix settings by namespace (every claim needs its namespace's).
     queue_prefixes: HashMap<String, Arc<Vec<StoredQueuePrefix>>>,
+    /// Queue rows by namespace and name, `None` for a queue with no row (every claim reads its
+    /// queues', every submit those its ready tasks wait in).
+    queues: HashMap<String, HashMap<String, Option<StoredQueue>>>,
 }
 
 impl CachedReads {
@@ -69,6 +72,7 @@ impl CachedReads {
             webhooks: HashMap::new(),
             versions: HashMap::new(),
             queue_prefixes: HashMap::new(),
+            queues: HashMap::new(),
         }
     }
 
@@ -77,6 +81,7 @@ impl CachedReads {
         self.webhooks.clear();
         self.versions.clear();
         self.queue_prefixes.clear();
+        self.queues.clear();
     }
 
     /// The group transaction committed: on PostgreSQL, other nodes may change anything now.
@@ -92,6 +97,14 @@ impl CachedReads {
 
     pub(crate) fn forget_queue_prefixes(&mut self, namespace: &str) {
         self.queue_prefixes.remove(namespace);
+    }
+
+    /// A command wrote the row of queue `name` (its settings, pause, token bucket, or the row
+    /// itself).
+    pub(crate) fn forget_queue(&mut self, namespace: &str, name: &str) {
+        if let Some(queues) = self.queues.get_mut(namespace) {
+            queues.remove(name);
+        }
     }
 
     pub(crate) fn forget_version(&mut self, namespace: &str, name: &str) {
@@ -130,6 +143,36 @@ impl WriteCtx<'_> {
             .queue_prefixes
             .insert(namespace.to_owned(), found.clone());
         Ok(found)
+    }
+
+    /// The rows of `queues` of a namespace, in their order (`None`: a queue with no row yet).
+    pub(crate) fn stored_queues(
+        &mut self,
+        namespace: &str,
+        queues: &[String],
+    ) -> Result<Vec<Option<StoredQueue>>> {
+        let mut stored = Vec::with_capacity(queues.len());
+        for name in queues {
+            let cached = self
+                .reads
+                .queues
+                .get(namespace)
+                .and_then(|queues| queues.get(name));
+            let row = match cached {
+                Some(row) => row.clone(),
+                None => {
+                    let row = starbridge_store::rows::queue(self.conn, namespace, name)?;
+                    self.reads
+                        .queues
+                        .entry(namespace.to_owned())
+                        .or_default()
+                        .insert(name.clone(), row.clone());
+                    row
+                }
+            };
+            stored.push(row);
+        }
+        Ok(stored)
     }
 
     /// The latest version of a workflow, if it has one.

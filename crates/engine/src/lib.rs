@@ -459,13 +459,10 @@ impl Engine {
                     return Ok((submitted, QueueStates::new()));
                 }
                 let prefixes = ctx.queue_prefixes(&namespace)?;
+                let waiting = commands::ready_queues(&submitted.state);
+                let stored = ctx.stored_queues(&namespace, &waiting)?;
                 let queues = commands::read_queue_states(
-                    ctx.conn,
-                    &namespace,
-                    commands::ready_queues(&submitted.state),
-                    &prefixes,
-                    &notifier,
-                    ctx.now,
+                    ctx.conn, &namespace, waiting, stored, &prefixes, &notifier, ctx.now,
                 )?;
                 Ok((submitted, queues))
             })
@@ -904,10 +901,12 @@ impl Engine {
             .read(move |conn| {
                 let events = rows::events(conn, &row, 0, limit)?;
                 let prefixes = rows::queue_prefixes::list(conn, &row.namespace)?;
+                let stored = commands::stored_queues(conn, &row.namespace, &queues)?;
                 let states = commands::read_queue_states(
                     conn,
                     &row.namespace,
                     queues,
+                    stored,
                     &prefixes,
                     &notifier,
                     now,
@@ -1168,7 +1167,10 @@ impl Engine {
             .reader
             .read(move |conn| {
                 let prefixes = rows::queue_prefixes::list(conn, &namespace)?;
-                commands::read_queue_states(conn, &namespace, queues, &prefixes, &notifier, now)
+                let stored = commands::stored_queues(conn, &namespace, &queues)?;
+                commands::read_queue_states(
+                    conn, &namespace, queues, stored, &prefixes, &notifier, now,
+                )
             })
             .await
     }

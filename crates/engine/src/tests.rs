@@ -1061,6 +1061,37 @@ async fn a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed(f: Fixt
     assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 1);
 }
 
+/// The writer keeps the queue rows it read; every change of a row must reach the next claim.
+async fn a_queue_that_pauses_itself_on_a_failure_hands_out_nothing_more(f: Fixture) {
+    apply_one_step(&f.store).await;
+    configure(
+        &f.store,
+        "q",
+        QueueChange {
+            on_error: Some(starbridge_core::dispatch::OnError::Pause),
+            ..QueueChange::default()
+        },
+    )
+    .await;
+    for _ in 0..2 {
+        submit(&f.store, "wf", json!({})).await;
+    }
+    // This claim reads the queue's row (unpaused) before the failure pauses it.
+    let claimed = claim_n(&f.store, &["q"], 1).await;
+    assert_eq!(claimed.len(), 1);
+    report_failure(&f.store, &claimed[0], "broken", false).await;
+    assert!(
+        claim_n(&f.store, &["q"], 10).await.is_empty(),
+        "the queue paused itself: the other job's task waits"
+    );
+    let resume = QueueChange {
+        paused: Some(false),
+        ..QueueChange::default()
+    };
+    configure(&f.store, "q", resume).await;
+    assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 1);
+}
+
 async fn higher_priority_queues_are_served_first(f: Fixture) {
     f.store
         .apply_workflow(
@@ -1701,6 +1732,7 @@ on_both_backends!(
     a_serial_queue_runs_one_task_at_a_time_in_order,
     a_queue_concurrency_limit_bounds_running_tasks,
     a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed,
+    a_queue_that_pauses_itself_on_a_failure_hands_out_nothing_more,
     higher_priority_queues_are_served_first,
     a_task_waiting_longer_than_max_wait_goes_ahead_of_priority,
     queue_settings_are_validated,

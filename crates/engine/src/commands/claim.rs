@@ -113,7 +113,8 @@ fn unlimited(name: &str, stored: Option<&StoredQueue>, prefixes: &[StoredQueuePr
     !config.is_limited() && config.rate.is_none()
 }
 
-/// The stored rows of `queues`, in their order (`None`: a queue with no row yet).
+/// The stored rows of `queues`, in their order (`None`: a queue with no row yet), read through
+/// `conn` (the writer reads them through its cache, `WriteCtx::stored_queues`).
 pub(crate) fn stored_queues(
     conn: &mut dyn Conn,
     namespace: &str,
@@ -146,7 +147,7 @@ pub(crate) fn claim(
     let mut pooled = ctx.claims.take(key);
     let stored = match &mut pooled {
         Some(pooled) => std::mem::take(&mut pooled.queues),
-        None => stored_queues(ctx.conn, namespace, queues)?,
+        None => ctx.stored_queues(namespace, queues)?,
     };
     let mut free_slots: HashMap<String, u32> = HashMap::new();
     let prefixes = ctx.queue_prefixes(namespace)?;
@@ -295,6 +296,7 @@ pub(crate) fn claim(
                     at: ctx.now,
                 };
                 rows::save_bucket(ctx.conn, namespace, &queue.name, bucket)?;
+                ctx.reads.forget_queue(namespace, &queue.name);
             }
         }
     }

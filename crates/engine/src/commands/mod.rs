@@ -239,6 +239,7 @@ fn persist(ctx: &mut WriteCtx<'_>, state: &JobState, actions: Vec<Action>) -> Re
             Action::EnsureQueue { queue } => {
                 if !queues_made.contains(&queue) {
                     rows::ensure_queue(ctx.conn, namespace, &queue, ctx.now)?;
+                    ctx.reads.forget_queue(namespace, &queue);
                     queues_made.insert(queue);
                 }
             }

@@ -57,19 +57,20 @@ pub(crate) fn ready_queues(job: &JobState) -> Vec<String> {
     queues
 }
 
-/// What the dispatcher knows about `queues` of `namespace` (whose prefix settings are
-/// `prefixes`), read through `conn`: a reading connection, or the writer's transaction.
+/// What the dispatcher knows about `queues` of `namespace` (whose rows are `stored`, in the
+/// same order, and whose prefix settings are `prefixes`), read through `conn`: a reading
+/// connection, or the writer's transaction.
 pub(crate) fn read_queue_states(
     conn: &mut dyn Conn,
     namespace: &str,
     queues: Vec<String>,
+    stored: Vec<Option<StoredQueue>>,
     prefixes: &[StoredQueuePrefix],
     notifier: &Notifier,
     now: Timestamp,
 ) -> Result<QueueStates> {
     let mut states = QueueStates::with_capacity(queues.len());
-    for queue in queues {
-        let stored = rows::queue(conn, namespace, &queue)?;
+    for (queue, stored) in queues.into_iter().zip(stored) {
         let bucket = stored.as_ref().and_then(|q| q.bucket);
         let (config, _) = settings_of(&queue, stored.as_ref(), prefixes);
         let tokens = config.rate.map(|rate| rate.available(bucket, now));
@@ -193,6 +194,7 @@ pub(crate) fn configure_queue(
     }
     rows::ensure_namespace(ctx.conn, namespace, ctx.now)?;
     rows::save_queue(ctx.conn, &queue, ctx.now)?;
+    ctx.reads.forget_queue(namespace, name);
     queue.updated_at = Some(ctx.now);
     ctx.wakes.push((namespace.to_owned(), name.to_owned()));
     Ok(queue)
@@ -266,6 +268,7 @@ pub(crate) fn drop_settings(ctx: &mut WriteCtx<'_>, namespace: &str, name: &str)
             };
             queue.configured = false;
             rows::save_queue(ctx.conn, &queue, ctx.now)?;
+            ctx.reads.forget_queue(namespace, name);
             ctx.wakes.push((namespace.to_owned(), name.to_owned()));
             Ok(())
         }
@@ -301,6 +304,7 @@ pub(crate) fn stop_on_error(
     if config.on_error == OnError::Pause
         && rows::stop_on_error(ctx.conn, namespace, queue, reason, ctx.now)?
     {
+        ctx.reads.forget_queue(namespace, queue);
         tracing::warn!(
             namespace,
             queue,

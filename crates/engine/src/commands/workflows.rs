@@ -77,6 +77,7 @@ pub(super) fn store_workflow(
     ctx.reads.forget_version(namespace, &name);
     for queue in queues.into_iter().collect::<HashSet<_>>() {
         rows::ensure_queue(ctx.conn, namespace, &queue, ctx.now)?;
+        ctx.reads.forget_queue(namespace, &queue);
     }
     Ok(Applied {
         version,
