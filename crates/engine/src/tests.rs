@@ -982,6 +982,14 @@ async fn configure(store: &Store, queue: &str, change: QueueChange) {
         .unwrap();
 }
 
+async fn resume(store: &Store, queue: &str) {
+    let resume = QueueChange {
+        paused: Some(false),
+        ..QueueChange::default()
+    };
+    configure(store, queue, resume).await;
+}
+
 async fn claim_n(store: &Store, queues: &[&str], max: u32) -> Vec<Claimed> {
     store
         .claim(
@@ -1052,11 +1060,7 @@ async fn a_paused_queue_keeps_its_tasks_and_hands_none_out_until_resumed(f: Fixt
         "a poll does not spin on a paused queue"
     );
     let woken = f.store.notifier().register("default", &["q".to_owned()]);
-    let resume = QueueChange {
-        paused: Some(false),
-        ..QueueChange::default()
-    };
-    configure(&f.store, "q", resume).await;
+    resume(&f.store, "q").await;
     woken.notified().await;
     assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 1);
 }
@@ -1084,11 +1088,7 @@ async fn a_queue_that_pauses_itself_on_a_failure_hands_out_nothing_more(f: Fixtu
         claim_n(&f.store, &["q"], 10).await.is_empty(),
         "the queue paused itself: the other job's task waits"
     );
-    let resume = QueueChange {
-        paused: Some(false),
-        ..QueueChange::default()
-    };
-    configure(&f.store, "q", resume).await;
+    resume(&f.store, "q").await;
     assert_eq!(claim_n(&f.store, &["q"], 10).await.len(), 1);
 }
 
