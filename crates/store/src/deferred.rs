@@ -357,7 +357,11 @@ impl Conn for WriteConn {
         // Transaction control inside a command: a savepoint must cover exactly what it would
         // without deferral, so everything held back goes out first.
         self.write(Needs::Everything)?;
-        if sql.to_ascii_uppercase().contains("ROLLBACK") {
+        if sql
+            .as_bytes()
+            .windows(b"ROLLBACK".len())
+            .any(|word| word.eq_ignore_ascii_case(b"ROLLBACK"))
+        {
             self.jobs_indexed.clear();
         }
         self.writes += 1;
