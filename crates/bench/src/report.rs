@@ -181,6 +181,8 @@ pub(crate) fn print_table(report: &Report, table: Table) {
                 format!("{:.1}", work.requests_per_commit),
                 percent(work.writer_busy),
                 percent(work.writer_committing),
+                work.log_sync_ms_mean
+                    .map_or_else(|| "-".to_owned(), |mean| format!("{mean:.3}")),
             ]);
             Some(row)
         })
@@ -190,7 +192,13 @@ pub(crate) fn print_table(report: &Report, table: Table) {
         if database_cpu {
             headers.extend(["POSTGRESQL CPU MS", "ITS CPUS BUSY"]);
         }
-        headers.extend(["COMMITS", "REQUESTS/COMMIT", "WRITER BUSY", "IN COMMIT"]);
+        headers.extend([
+            "COMMITS",
+            "REQUESTS/COMMIT",
+            "WRITER BUSY",
+            "IN COMMIT",
+            "LOG SYNC MS",
+        ]);
         table(&headers, &rows);
         println!();
     }

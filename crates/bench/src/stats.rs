@@ -141,6 +141,8 @@ pub(crate) struct Scrape {
     requests: f64,
     busy_seconds: f64,
     commit_seconds: f64,
+    log_syncs: f64,
+    log_sync_seconds: f64,
     cpu_seconds: Option<f64>,
     peak_rss_bytes: Option<f64>,
 }
@@ -161,6 +163,8 @@ impl Scrape {
                 "starbridge_store_write_requests_total" => scrape.requests = value,
                 "starbridge_store_write_seconds_total" => scrape.busy_seconds = value,
                 "starbridge_store_commit_seconds_total" => scrape.commit_seconds = value,
+                "starbridge_store_log_syncs_total" => scrape.log_syncs = value,
+                "starbridge_store_log_sync_seconds_total" => scrape.log_sync_seconds = value,
                 "process_cpu_seconds_total" => scrape.cpu_seconds = Some(value),
                 "starbridge_process_peak_resident_memory_bytes" => {
                     scrape.peak_rss_bytes = Some(value);
@@ -198,6 +202,8 @@ impl Usage {
             writer.requests += scrape.requests;
             writer.busy_seconds += scrape.busy_seconds;
             writer.commit_seconds += scrape.commit_seconds;
+            writer.log_syncs += scrape.log_syncs;
+            writer.log_sync_seconds += scrape.log_sync_seconds;
         }
         let servers_cpu: Option<f64> = scrapes.iter().map(|scrape| scrape.cpu_seconds).sum();
         let cpu = match (own, external) {
@@ -243,6 +249,8 @@ impl Usage {
         let database_cpu = spent(self.database_cpu, end.database_cpu);
         let commits = (end.writer.commits - self.writer.commits).max(0.0) as u64;
         let requests = (end.writer.requests - self.writer.requests).max(0.0) as u64;
+        let log_syncs = (end.writer.log_syncs - self.writer.log_syncs).max(0.0) as u64;
+        let log_sync_seconds = end.writer.log_sync_seconds - self.writer.log_sync_seconds;
         Work {
             cpu_ms_per_item: cpu.filter(|_| items > 0).map(per_item),
             cpus_busy: cpu.map(|cpu| share(cpu.as_secs_f64())),
@@ -257,6 +265,9 @@ impl Usage {
             },
             writer_busy: share(end.writer.busy_seconds - self.writer.busy_seconds),
             writer_committing: share(end.writer.commit_seconds - self.writer.commit_seconds),
+            log_syncs,
+            log_sync_ms_mean: (log_syncs > 0)
+                .then(|| round3(log_sync_seconds.max(0.0) * 1000.0 / log_syncs as f64)),
         }
     }
 }
@@ -282,8 +293,15 @@ pub(crate) struct Work {
     pub(crate) requests_per_commit: f64,
     /// Share of the wall time the writer spent in transactions.
     pub(crate) writer_busy: f64,
-    /// Share of the wall time the writer spent in `COMMIT` (the durable write).
+    /// Share of the wall time the writer spent in `COMMIT` (writing the commit; on SQLite the
+    /// log's sync comes after it, on a thread of its own).
     pub(crate) writer_committing: f64,
+    /// SQLite, fully durable: syncs of the write-ahead log (one covers every commit written
+    /// before it began).
+    pub(crate) log_syncs: u64,
+    /// Their mean time in milliseconds (none without syncs): every answer waits for one, so it
+    /// is a floor under a lone request's latency.
+    pub(crate) log_sync_ms_mean: Option<f64>,
 }
 
 /// Something listed in the report under a key of its own.
@@ -366,6 +384,8 @@ mod tests {
                     starbridge_store_write_requests_total 300\n\
                     starbridge_store_write_seconds_total 1.5\n\
                     starbridge_store_commit_seconds_total 0.5\n\
+                    starbridge_store_log_syncs_total 10\n\
+                    starbridge_store_log_sync_seconds_total 0.004\n\
                     process_cpu_seconds_total 2.25\n\
                     starbridge_process_peak_resident_memory_bytes 1048576\n\
                     starbridge_http_requests_total{method=\"GET\",route=\"/x\",status=\"200\"} 3\n";
@@ -377,6 +397,8 @@ mod tests {
                 requests: 300.0,
                 busy_seconds: 1.5,
                 commit_seconds: 0.5,
+                log_syncs: 10.0,
+                log_sync_seconds: 0.004,
                 cpu_seconds: Some(2.25),
                 peak_rss_bytes: Some(1_048_576.0),
             }
@@ -384,6 +406,26 @@ mod tests {
         let external = Usage::new(&[scrape, scrape], true, false);
         assert_eq!(external.server_peak_rss, Some(2 * 1_048_576));
         assert!(external.cpu.unwrap() >= Duration::from_millis(4500));
+    }
+
+    #[test]
+    fn a_phase_gives_the_mean_time_of_its_log_syncs_when_it_had_any() {
+        let start = Instant::now();
+        let usage = |seconds: u64, log_syncs: f64, log_sync_seconds: f64| Usage {
+            at: start + Duration::from_secs(seconds),
+            cpu: None,
+            database_cpu: None,
+            writer: Scrape {
+                log_syncs,
+                log_sync_seconds,
+                ..Scrape::default()
+            },
+            server_peak_rss: None,
+        };
+        let work = usage(0, 100.0, 0.05).until(&usage(1, 300.0, 0.11), 1_000);
+        assert_eq!((work.log_syncs, work.log_sync_ms_mean), (200, Some(0.3)));
+        let unsynced = usage(0, 0.0, 0.0).until(&usage(1, 0.0, 0.0), 1_000);
+        assert_eq!((unsynced.log_syncs, unsynced.log_sync_ms_mean), (0, None));
     }
 
     #[test]

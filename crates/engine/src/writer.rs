@@ -291,6 +291,8 @@ pub(crate) struct Counters {
     restarts: AtomicU64,
     busy_nanos: AtomicU64,
     commit_nanos: AtomicU64,
+    log_syncs: AtomicU64,
+    log_sync_nanos: AtomicU64,
 }
 
 /// A reading of the writer's counters (see [`crate::Engine::writer_stats`]).
@@ -309,8 +311,15 @@ pub struct WriterStats {
     pub restarts: u64,
     /// Time the writer spent in transactions, from `BEGIN` to the end of `COMMIT`.
     pub busy: std::time::Duration,
-    /// Of that, time spent in `COMMIT`: on SQLite mostly the write-ahead log's fsync.
+    /// Of that, time spent in `COMMIT` (on SQLite writing the log's frames: the log's sync
+    /// comes after, see `log_syncing`).
     pub committing: std::time::Duration,
+    /// SQLite with full durability: syncs of the write-ahead log (each covers every commit
+    /// written before it began), on the sync thread, after the commits and beside the writer.
+    pub log_syncs: u64,
+    /// Time those syncs took: a commit's answer waits for one, so a sync's mean time is a
+    /// floor under a lone request's latency.
+    pub log_syncing: std::time::Duration,
 }
 
 impl Counters {
@@ -324,6 +333,8 @@ impl Counters {
             restarts: load(&self.restarts),
             busy: std::time::Duration::from_nanos(load(&self.busy_nanos)),
             committing: std::time::Duration::from_nanos(load(&self.commit_nanos)),
+            log_syncs: load(&self.log_syncs),
+            log_syncing: std::time::Duration::from_nanos(load(&self.log_sync_nanos)),
         }
     }
 }
@@ -685,7 +696,10 @@ fn answer_synced(shared: &Shared, commits: Vec<Unsynced>) {
     let Some(last) = commits.last() else {
         return;
     };
+    let syncing = Instant::now();
     let synced = last.log.sync();
+    add_elapsed(&shared.counters.log_sync_nanos, syncing);
+    shared.counters.log_syncs.fetch_add(1, Ordering::Relaxed);
     let health = match &synced {
         Ok(()) => commits.iter().rev().find_map(|commit| commit.outcome),
         Err(error) => {
@@ -1316,6 +1330,32 @@ mod tests {
             stats.commits, 2,
             "the held transaction, then the group: {stats:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_durable_commit_is_answered_after_a_log_sync_the_counters_time() {
+        for (durability, syncs) in [
+            (starbridge_store::Durability::Full, true),
+            (starbridge_store::Durability::Relaxed, false),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = migrated(&dir);
+            let conn = SqliteConn::open_writer(&path, durability).unwrap();
+            let (writer, counters) = start_writer(Box::new(conn), &path);
+            writer
+                .enqueue(|ctx| insert_namespace(ctx, "synced"))
+                .answer()
+                .await
+                .unwrap();
+            assert_eq!(namespaces(&path), ["synced"]);
+            let stats = counters.read();
+            assert_eq!(stats.log_syncs > 0, syncs, "{durability:?}: {stats:?}");
+            assert_eq!(
+                stats.log_syncing > std::time::Duration::ZERO,
+                syncs,
+                "{durability:?}: {stats:?}"
+            );
+        }
     }
 
     /// A job row as a command would hold it back.

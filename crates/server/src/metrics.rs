@@ -178,8 +178,9 @@ fn track(State(http): State<Arc<HttpMetrics>>, mut request: Request, next: Next)
 /// `starbridge_http_request_duration_seconds{method,route}`; the writer's
 /// `starbridge_store_commits_total`, `starbridge_store_failed_commits_total`,
 /// `starbridge_store_write_requests_total`, `starbridge_store_write_retries_total`,
-/// `starbridge_store_write_restarts_total`, `starbridge_store_write_seconds_total` and
-/// `starbridge_store_commit_seconds_total`; and, where `/proc` is readable, the process's
+/// `starbridge_store_write_restarts_total`, `starbridge_store_write_seconds_total`,
+/// `starbridge_store_commit_seconds_total`, `starbridge_store_log_syncs_total` and
+/// `starbridge_store_log_sync_seconds_total`; and, where `/proc` is readable, the process's
 /// `process_cpu_seconds_total`, `process_resident_memory_bytes` and
 /// `starbridge_process_peak_resident_memory_bytes`. Always 200: when the store cannot be read,
 /// `starbridge_store_up` is 0 and the job and task gauges are left out.
@@ -322,6 +323,11 @@ fn register_writer(registry: &mut Registry, writer: &WriterStats) {
             "Group transactions run again with a savepoint per request because a request was refused or failed after writing",
             writer.restarts,
         ),
+        (
+            "starbridge_store_log_syncs",
+            "Syncs of SQLite's write-ahead log (full durability), each covering every commit written before it",
+            writer.log_syncs,
+        ),
     ];
     for (name, help, value) in counts {
         registry.register(name, help, ConstCounter::new(value));
@@ -334,8 +340,13 @@ fn register_writer(registry: &mut Registry, writer: &WriterStats) {
         ),
         (
             "starbridge_store_commit_seconds",
-            "Time the writer spent in COMMIT (on SQLite mostly the fsync of the write-ahead log)",
+            "Time the writer spent in COMMIT (on SQLite writing the write-ahead log; its sync comes after, beside the writer)",
             writer.committing,
+        ),
+        (
+            "starbridge_store_log_sync_seconds",
+            "Time spent syncing SQLite's write-ahead log before answering the commits it covers (full durability)",
+            writer.log_syncing,
         ),
     ];
     for (name, help, value) in times {

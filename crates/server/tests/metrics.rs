@@ -226,6 +226,14 @@ async fn scrape_shows_store_gauges_and_request_counters() {
         busy > 0.0 && committing > 0.0 && committing <= busy,
         "{text}"
     );
+    // On SQLite, fully durable: each answer waited for a sync of the log after its commit (one
+    // sync may cover several commits).
+    let syncs = writer("starbridge_store_log_syncs_total");
+    assert!((1.0..=3.0).contains(&syncs), "{text}");
+    assert!(
+        writer("starbridge_store_log_sync_seconds_total") > 0.0,
+        "{text}"
+    );
 
     let submit = [
         ("method", "POST"),
