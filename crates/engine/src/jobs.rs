@@ -20,7 +20,7 @@
 //! evicting the jobs in work. A job that ended is not kept (it is rarely changed again,
 //! and the retention pruner deletes finished jobs' rows).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{JobState, TaskStatus};
@@ -39,7 +39,9 @@ pub(crate) enum Lifetime {
 
 pub(crate) struct JobCache {
     lifetime: Lifetime,
-    entries: HashMap<JobId, JobState>,
+    /// Boxed: a job's state is over 500 bytes, and an entry written inline into a table of
+    /// thousands lands on cache lines nothing else touches (each insert and take missed them).
+    entries: HashMap<JobId, Box<JobState>>,
     /// The job of every task of a cached job.
     tasks: HashMap<TaskId, JobId>,
     /// Jobs put back by the request running now: dropped if its changes are rolled back.
@@ -50,14 +52,14 @@ impl JobCache {
     pub(crate) fn new(lifetime: Lifetime) -> JobCache {
         JobCache {
             lifetime,
-            entries: HashMap::new(),
-            tasks: HashMap::new(),
+            entries: HashMap::default(),
+            tasks: HashMap::default(),
             kept_by_request: Vec::new(),
         }
     }
 
     /// Takes the job out of the cache; a command puts it back with `keep` once persisted.
-    pub(crate) fn take(&mut self, id: &JobId) -> Option<JobState> {
+    pub(crate) fn take(&mut self, id: &JobId) -> Option<Box<JobState>> {
         let state = self.entries.remove(id)?;
         self.forget_tasks(&state);
         Some(state)
@@ -70,7 +72,8 @@ impl JobCache {
 
     /// Keeps a job as it was just persisted (or inserted) in the open transaction, which on
     /// PostgreSQL must hold the job's row lock.
-    pub(crate) fn keep(&mut self, state: JobState) {
+    pub(crate) fn keep(&mut self, state: impl Into<Box<JobState>>) {
+        let state = state.into();
         let id = state.job.id.clone();
         if self.insert(state) {
             self.kept_by_request.push(id);
@@ -80,13 +83,13 @@ impl JobCache {
     /// Caches a job read (on PostgreSQL: and locked) by the open transaction before its
     /// requests run; a request that is rolled back does not take it along.
     pub(crate) fn load(&mut self, state: JobState) {
-        self.insert(state);
+        self.insert(Box::new(state));
     }
 
     /// Caches a job a worker is about to touch; true when it did. One that ended, or one that
     /// only waits (for its lock, a sleep, a signal, a person, a callback) is not kept: it may
     /// wait for days, and a store with many of them would keep evicting the jobs in work.
-    fn insert(&mut self, state: JobState) -> bool {
+    fn insert(&mut self, state: Box<JobState>) -> bool {
         let in_work = state.tasks.iter().any(|task| {
             task.status == TaskStatus::Ready
                 || (task.status == TaskStatus::Running && task.wait.is_none())

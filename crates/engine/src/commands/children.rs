@@ -113,7 +113,7 @@ pub(super) fn read_job(ctx: &mut WriteCtx<'_>, id: &JobId) -> Result<Option<JobS
     match ctx.jobs.take(id) {
         Some(state) => {
             ctx.jobs.keep(state.clone());
-            Ok(Some(state))
+            Ok(Some(*state))
         }
         None => rows::lock_job_state(ctx.conn, id, RowLock::None),
     }

@@ -170,7 +170,7 @@ pub(crate) fn claim(
     let mut claimed = Vec::new();
     // Each job is loaded once per claim, however many of its tasks are claimed, and those not
     // cached together (`None`: another node holds it).
-    let mut jobs: HashMap<JobId, Option<JobState>> = HashMap::new();
+    let mut jobs: foldhash::HashMap<JobId, Option<Box<JobState>>> = Default::default();
     let mut round_limit = max;
     // A ready task whose job another node is changing was left for a later claim.
     let mut left_for_later = false;
@@ -204,7 +204,7 @@ pub(crate) fn claim(
             }
         }
         for state in rows::lock_job_states(ctx.conn, &missing, RowLock::Skip)? {
-            jobs.insert(state.job.id.clone(), Some(state));
+            jobs.insert(state.job.id.clone(), Some(Box::new(state)));
         }
         let mut parked = 0;
         while claimed.len() < max as usize {

@@ -97,11 +97,11 @@ pub(crate) fn check_labels(limits: Limits, labels: &Labels) -> Result<()> {
 /// A job with its tasks for a command to change: from the writer's job cache when it holds the
 /// job, else from the database, its row locked as `lock` says. The command hands it back with
 /// `ctx.jobs.keep` once persisted.
-fn load_job(ctx: &mut WriteCtx<'_>, id: &JobId, lock: RowLock) -> Result<Option<JobState>> {
+fn load_job(ctx: &mut WriteCtx<'_>, id: &JobId, lock: RowLock) -> Result<Option<Box<JobState>>> {
     if let Some(state) = ctx.jobs.take(id) {
         return Ok(Some(state));
     }
-    rows::lock_job_state(ctx.conn, id, lock)
+    Ok(rows::lock_job_state(ctx.conn, id, lock)?.map(Box::new))
 }
 
 /// Applies `input` to a job of `namespace` (a job of another namespace is not found) and
@@ -118,7 +118,7 @@ fn apply_to_job(
     let compiled = workflow_of(ctx, &state)?;
     let applied = apply(ctx, &compiled.workflow, &mut state, input);
     ctx.jobs.keep(state.clone());
-    applied.map(|()| state)
+    applied.map(|()| *state)
 }
 
 /// The job of a task: from the job cache when it holds the job, else from the database.

@@ -89,7 +89,7 @@ pub(crate) fn submit(
                 match ctx.jobs.take(&existing) {
                     Some(cached) => {
                         ctx.jobs.keep(cached.clone());
-                        cached
+                        *cached
                     }
                     None => rows::lock_job_state(ctx.conn, &existing, RowLock::None)?.ok_or_else(
                         || Error::Corrupt(format!("job {existing} of key {key} vanished")),
@@ -279,7 +279,7 @@ fn persist_created(
         hand_out_slots(ctx, &namespace, &lock.key, false)?;
         if let Some(started) = load_job(ctx, &state.job.id, RowLock::None)? {
             ctx.jobs.keep(started.clone());
-            state = started;
+            state = *started;
         }
     }
     Ok(state)

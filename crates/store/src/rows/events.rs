@@ -30,16 +30,29 @@ pub const EVENT_WRITE: RowWrite = RowWrite {
 /// which the job's row keeps (and never changes). Reading the history puts them back (`events`).
 const KEPT_BY_THE_JOB: [&str; 2] = ["workflow", "version"];
 
+/// The fields of a `job_created` event's detail that its row stores: those but `KEPT_BY_THE_JOB`,
+/// serialized from the detail itself (no copy of it).
+struct LeftByTheJob<'a>(&'a serde_json::Map<String, Value>);
+
+impl serde::Serialize for LeftByTheJob<'_> {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_map(
+            self.0
+                .iter()
+                .filter(|(name, _)| !KEPT_BY_THE_JOB.contains(&name.as_str())),
+        )
+    }
+}
+
 /// An event's row, in the columns of `EVENT_WRITE`.
 pub fn event_values(job: &JobId, step: Option<&str>, event: &Event) -> Vec<SqlValue> {
     let detail = match &event.detail {
-        Value::Object(fields) if event.kind == EventKind::JobCreated => json_text(&Value::Object(
-            fields
-                .iter()
-                .filter(|(name, _)| !KEPT_BY_THE_JOB.contains(&name.as_str()))
-                .map(|(name, value)| (name.clone(), value.clone()))
-                .collect(),
-        )),
+        Value::Object(fields) if event.kind == EventKind::JobCreated => {
+            serde_json::to_string(&LeftByTheJob(fields)).unwrap_or_default()
+        }
         detail => json_text(detail),
     };
     args![
