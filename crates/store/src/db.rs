@@ -20,7 +20,7 @@ pub enum Backend {
 }
 
 /// A statement parameter.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Arg<'a> {
     Null,
     Int(i64),

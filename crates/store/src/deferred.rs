@@ -32,10 +32,10 @@
 //! rows that reached the database, which is how the writer knows when a refused request wrote
 //! something that only a rollback can undo.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::ids::JobId;
 use starbridge_core::model::{Event, Job, Task};
 
 use crate::db::{Arg, Backend, Conn, Queries, Row, ToArg, Value, chunks};
@@ -105,18 +105,23 @@ fn names_table(sql: &str, table: &str) -> bool {
 
 /// The writer's connection: the database connection and the rows its transaction holds back.
 pub struct WriteConn {
+    out: RowWriter,
+    jobs: HeldRows,
+    tasks: HeldRows,
+    labels: HeldRows,
+    events: HeldRows,
+    /// SQLite: the values of `JOB_INDEXED_UPDATES` of the job rows this connection wrote, as
+    /// the database holds them now, by job id.
+    jobs_indexed: HashMap<String, Vec<Value>>,
+}
+
+/// The database connection and what writing held rows to it needs.
+struct RowWriter {
     conn: Box<dyn Conn>,
-    jobs: Vec<(JobId, Vec<Value>)>,
-    tasks: Vec<(TaskId, Vec<Value>)>,
-    labels: Vec<Vec<Value>>,
-    events: Vec<Vec<Value>>,
     /// Statement texts by table, rows per statement (0: PostgreSQL's, for any number) and the
     /// columns an existing row keeps.
     texts: HashMap<StatementKey, String>,
     writes: u64,
-    /// SQLite: the values of `JOB_INDEXED_UPDATES` of the job rows this connection wrote, as
-    /// the database holds them now.
-    jobs_indexed: HashMap<JobId, Vec<Value>>,
 }
 
 /// A set statement's table, rows and the upsert columns it leaves alone.
@@ -129,36 +134,37 @@ const REMEMBERED_JOBS: usize = 65_536;
 impl WriteConn {
     pub fn new(conn: Box<dyn Conn>) -> WriteConn {
         WriteConn {
-            conn,
-            jobs: Vec::new(),
-            tasks: Vec::new(),
-            labels: Vec::new(),
-            events: Vec::new(),
-            texts: HashMap::new(),
-            writes: 0,
+            out: RowWriter {
+                conn,
+                texts: HashMap::new(),
+                writes: 0,
+            },
+            jobs: HeldRows::new(&JOB_WRITE),
+            tasks: HeldRows::new(&TASK_WRITE),
+            labels: HeldRows::new(&JOB_LABEL_WRITE),
+            events: HeldRows::new(&EVENT_WRITE),
             jobs_indexed: HashMap::new(),
         }
     }
 
     /// Holds back a job's row as it is now.
     pub fn defer_job(&mut self, job: &Job) {
-        self.jobs.push((job.id.clone(), rows::job_values(job)));
+        rows::job_values(job, |values| self.jobs.push(values));
     }
 
     /// Holds back a task's row as it is now.
     pub fn defer_task(&mut self, namespace: &str, task: &Task) {
-        self.tasks
-            .push((task.id.clone(), rows::task_values(namespace, task)));
+        rows::task_values(namespace, task, |values| self.tasks.push(values));
     }
 
     /// Holds back the label rows of a job just created (none when it has no labels).
     pub fn defer_labels(&mut self, job: &Job) {
-        self.labels.extend(rows::label_values(job));
+        rows::label_values(job, |values| self.labels.push(values));
     }
 
     /// Holds back a history event of a job (`step`: the step of its task, if any).
     pub fn defer_event(&mut self, job: &JobId, step: Option<&str>, event: &Event) {
-        self.events.push(rows::event_values(job, step, event));
+        rows::event_values(job, step, event, |values| self.events.push(values));
     }
 
     pub fn mark(&self) -> Mark {
@@ -193,7 +199,7 @@ impl WriteConn {
 
     /// Rows written to the database through this connection so far.
     pub fn writes(&self) -> u64 {
-        self.writes
+        self.out.writes
     }
 
     /// Writes every row held back.
@@ -203,50 +209,73 @@ impl WriteConn {
 
     /// The database connection itself, for the writer's own transaction control.
     pub fn raw(&mut self) -> &mut dyn Conn {
-        &mut *self.conn
+        &mut *self.out.conn
     }
 
+    /// Writes what `needs` asks for of the rows held back; those it tried to write are no
+    /// longer held back, written or not (a failed write fails the transaction).
     fn write(&mut self, needs: Needs) -> Result<()> {
         if needs == Needs::Nothing {
             return Ok(());
         }
-        let jobs = latest(std::mem::take(&mut self.jobs));
-        let tasks = latest(std::mem::take(&mut self.tasks));
-        self.write_jobs(jobs)?;
-        let tasks: Vec<Vec<Value>> = tasks.into_iter().map(|(_, row)| row).collect();
-        self.insert(&TASK_WRITE, &tasks, &[])?;
-        let labels = std::mem::take(&mut self.labels);
-        self.insert(&JOB_LABEL_WRITE, &labels, &[])?;
+        let written = self.write_jobs_and_tasks();
+        self.jobs.clear();
+        self.tasks.clear();
+        self.labels.clear();
+        written?;
         if needs == Needs::Everything {
-            let events = std::mem::take(&mut self.events);
-            self.insert(&EVENT_WRITE, &events, &[])?;
+            let all: Vec<usize> = (0..self.events.len()).collect();
+            let written = self.out.insert(&EVENT_WRITE, &self.events, &all, &[]);
+            self.events.clear();
+            written?;
         }
         Ok(())
     }
 
-    /// Writes job rows; on SQLite, those whose indexed values stay as written last without
-    /// setting them.
-    fn write_jobs(&mut self, jobs: Vec<(JobId, Vec<Value>)>) -> Result<()> {
-        if self.conn.backend() == Backend::Postgres {
-            let rows: Vec<Vec<Value>> = jobs.into_iter().map(|(_, row)| row).collect();
-            return self.insert(&JOB_WRITE, &rows, &[]);
+    fn write_jobs_and_tasks(&mut self) -> Result<()> {
+        self.write_jobs()?;
+        let tasks = self.tasks.latest();
+        self.out.insert(&TASK_WRITE, &self.tasks, &tasks, &[])?;
+        let labels: Vec<usize> = (0..self.labels.len()).collect();
+        self.out
+            .insert(&JOB_LABEL_WRITE, &self.labels, &labels, &[])
+    }
+
+    /// Writes the job rows held back; on SQLite, those whose indexed values stay as written
+    /// last without setting them.
+    fn write_jobs(&mut self) -> Result<()> {
+        let jobs = self.jobs.latest();
+        if self.out.conn.backend() == Backend::Postgres {
+            return self.out.insert(&JOB_WRITE, &self.jobs, &jobs, &[]);
         }
         let (mut steady, mut changed, mut remembered) = (Vec::new(), Vec::new(), Vec::new());
-        for (id, row) in jobs {
-            let indexed: Vec<Value> = INDEXED_COLUMNS.iter().map(|&at| row[at].clone()).collect();
-            if self.jobs_indexed.get(&id) == Some(&indexed) {
+        for row in jobs {
+            let id = self.jobs.key(row);
+            let indexed = INDEXED_COLUMNS.iter().map(|&at| self.jobs.arg(row, at));
+            let same = self.jobs_indexed.get(id).is_some_and(|values| {
+                values.len() == INDEXED_COLUMNS.len()
+                    && values
+                        .iter()
+                        .zip(indexed.clone())
+                        .all(|(v, a)| v.to_arg() == a)
+            });
+            if same {
                 steady.push(row);
             } else {
                 changed.push(row);
-                remembered.push((id, indexed));
+                remembered.push((id.to_owned(), indexed.map(|a| Value::of(&a)).collect()));
             }
         }
         if self.jobs_indexed.len() + remembered.len() > REMEMBERED_JOBS {
             self.jobs_indexed.clear();
         }
         let written = self
-            .insert(&JOB_WRITE, &changed, &[])
-            .and_then(|()| self.insert(&JOB_WRITE, &steady, JOB_INDEXED_UPDATES));
+            .out
+            .insert(&JOB_WRITE, &self.jobs, &changed, &[])
+            .and_then(|()| {
+                self.out
+                    .insert(&JOB_WRITE, &self.jobs, &steady, JOB_INDEXED_UPDATES)
+            });
         if written.is_err() {
             // Some rows may have been written: what the database holds is not known.
             self.jobs_indexed.clear();
@@ -255,16 +284,19 @@ impl WriteConn {
         self.jobs_indexed.extend(remembered);
         Ok(())
     }
+}
 
-    /// Inserts (or upserts) `rows`: on PostgreSQL in one statement, on SQLite in as few as the
-    /// chunk sizes allow.
+impl RowWriter {
+    /// Inserts (or upserts) the rows `picked` of `held`, in that order: on PostgreSQL in one
+    /// statement, on SQLite in as few as the chunk sizes allow.
     fn insert(
         &mut self,
         table: &'static RowWrite,
-        rows: &[Vec<Value>],
+        held: &HeldRows,
+        picked: &[usize],
         unchanged: &'static [&'static str],
     ) -> Result<()> {
-        if rows.is_empty() {
+        if picked.is_empty() {
             return Ok(());
         }
         if self.conn.backend() == Backend::Postgres {
@@ -275,22 +307,128 @@ impl WriteConn {
             }
             let sql = &self.texts[&key];
             let columns: Vec<Vec<Arg<'_>>> = (0..table.columns.len())
-                .map(|column| rows.iter().map(|row| row[column].to_arg()).collect())
+                .map(|column| picked.iter().map(|&row| held.arg(row, column)).collect())
                 .collect();
             self.conn.execute_columns(sql, &columns)?;
-            self.writes += rows.len() as u64;
+            self.writes += picked.len() as u64;
             return Ok(());
         }
-        for chunk in chunks(rows) {
+        let mut args: Vec<Arg<'_>> = Vec::new();
+        for chunk in chunks(picked) {
             let sql = self
                 .texts
                 .entry((table.table, chunk.len(), unchanged))
                 .or_insert_with(|| table.sql(chunk.len(), unchanged));
-            let args: Vec<Arg<'_>> = chunk.iter().flatten().map(ToArg::to_arg).collect();
+            args.clear();
+            args.extend(chunk.iter().flat_map(|&row| held.row(row)));
             self.conn.execute(sql, &args)?;
             self.writes += chunk.len() as u64;
         }
         Ok(())
+    }
+}
+
+/// The rows of one table held back: their values in one list and their text in one buffer,
+/// both kept with their capacity from one transaction to the next, so that holding a row back
+/// copies its text once and allocates nothing once the buffers have grown. A row's key (which
+/// rows are versions of one row) is its first column.
+struct HeldRows {
+    width: usize,
+    cells: Vec<HeldCell>,
+    text: String,
+    /// Where each row's text starts in `text`.
+    text_starts: Vec<usize>,
+}
+
+/// A value held back; text as its range in the rows' text.
+#[derive(Debug, Clone, Copy)]
+enum HeldCell {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(usize, usize),
+}
+
+impl HeldRows {
+    fn new(table: &RowWrite) -> HeldRows {
+        HeldRows {
+            width: table.columns.len(),
+            cells: Vec::new(),
+            text: String::new(),
+            text_starts: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.text_starts.len()
+    }
+
+    /// Holds back a row of values, one per column.
+    fn push(&mut self, values: &[Arg<'_>]) {
+        assert_eq!(
+            values.len(),
+            self.width,
+            "a held row has a value per column"
+        );
+        self.text_starts.push(self.text.len());
+        for value in values {
+            let cell = match *value {
+                Arg::Null => HeldCell::Null,
+                Arg::Int(value) => HeldCell::Int(value),
+                Arg::Real(value) => HeldCell::Real(value),
+                Arg::Text(value) => {
+                    let start = self.text.len();
+                    self.text.push_str(value);
+                    HeldCell::Text(start, self.text.len())
+                }
+            };
+            self.cells.push(cell);
+        }
+    }
+
+    fn arg(&self, row: usize, column: usize) -> Arg<'_> {
+        match self.cells[row * self.width + column] {
+            HeldCell::Null => Arg::Null,
+            HeldCell::Int(value) => Arg::Int(value),
+            HeldCell::Real(value) => Arg::Real(value),
+            HeldCell::Text(start, end) => Arg::Text(&self.text[start..end]),
+        }
+    }
+
+    fn row(&self, row: usize) -> impl Iterator<Item = Arg<'_>> {
+        (0..self.width).map(move |column| self.arg(row, column))
+    }
+
+    /// The row's key: its first column's text.
+    fn key(&self, row: usize) -> &str {
+        match self.arg(row, 0) {
+            Arg::Text(key) => key,
+            _ => "",
+        }
+    }
+
+    /// Keeps the first `rows` rows.
+    fn truncate(&mut self, rows: usize) {
+        if let Some(&end) = self.text_starts.get(rows) {
+            self.text.truncate(end);
+            self.text_starts.truncate(rows);
+            self.cells.truncate(rows * self.width);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.truncate(0);
+    }
+
+    /// The last version of each row, in the order of their last versions.
+    fn latest(&self) -> Vec<usize> {
+        let mut seen = foldhash::HashSet::with_capacity_and_hasher(self.len(), Default::default());
+        let mut kept: Vec<usize> = (0..self.len())
+            .rev()
+            .filter(|&row| seen.insert(self.key(row)))
+            .collect();
+        kept.reverse();
+        kept
     }
 }
 
@@ -324,33 +462,21 @@ static INDEXED_COLUMNS: LazyLock<Vec<usize>> = LazyLock::new(|| {
         .collect()
 });
 
-/// The last version of each row, in the order of their last versions.
-fn latest<K: std::hash::Hash + Eq + Clone>(rows: Vec<(K, Vec<Value>)>) -> Vec<(K, Vec<Value>)> {
-    let mut seen = HashSet::with_capacity(rows.len());
-    let mut kept: Vec<(K, Vec<Value>)> = rows
-        .into_iter()
-        .rev()
-        .filter(|(key, _)| seen.insert(key.clone()))
-        .collect();
-    kept.reverse();
-    kept
-}
-
 impl Conn for WriteConn {
     fn backend(&self) -> Backend {
-        self.conn.backend()
+        self.out.conn.backend()
     }
 
     fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64> {
         self.write(Needs::of(sql))?;
-        let changed = self.conn.execute(sql, args)?;
-        self.writes += changed;
+        let changed = self.out.conn.execute(sql, args)?;
+        self.out.writes += changed;
         Ok(changed)
     }
 
     fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
         self.write(Needs::of(sql))?;
-        self.conn.query(sql, args)
+        self.out.conn.query(sql, args)
     }
 
     fn batch(&mut self, sql: &str) -> Result<()> {
@@ -364,26 +490,26 @@ impl Conn for WriteConn {
         {
             self.jobs_indexed.clear();
         }
-        self.writes += 1;
-        self.conn.batch(sql)
+        self.out.writes += 1;
+        self.out.conn.batch(sql)
     }
 
     fn lock_key(&mut self, key: &str) -> Result<()> {
-        self.conn.lock_key(key)
+        self.out.conn.lock_key(key)
     }
 
     fn begin_write(&mut self) -> Result<()> {
         self.write(Needs::Everything)?;
-        self.conn.begin_write()
+        self.out.conn.begin_write()
     }
 
     fn commit(&mut self, announcements: &[String]) -> Result<()> {
         self.write(Needs::Everything)?;
-        self.conn.commit(announcements)
+        self.out.conn.commit(announcements)
     }
 
     fn is_usable(&self) -> bool {
-        self.conn.is_usable()
+        self.out.conn.is_usable()
     }
 }
 
@@ -436,14 +562,57 @@ mod tests {
 
     #[test]
     fn only_the_last_version_of_a_row_is_written_in_the_order_of_last_versions() {
-        let row = |text: &str| vec![Value::Text(text.to_owned())];
-        let kept = latest(vec![
-            ("a", row("a1")),
-            ("b", row("b1")),
-            ("a", row("a2")),
-            ("c", row("c1")),
+        let mut held = HeldRows::new(&JOB_LABEL_WRITE);
+        for (key, value) in [("a", "1"), ("b", "1"), ("a", "2"), ("c", "1")] {
+            held.push(&[Arg::Text(key), Arg::Null, Arg::Int(7), Arg::Text(value)]);
+        }
+        let kept: Vec<(&str, Arg<'_>)> = held
+            .latest()
+            .into_iter()
+            .map(|row| (held.key(row), held.arg(row, 3)))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("b", Arg::Text("1")),
+                ("a", Arg::Text("2")),
+                ("c", Arg::Text("1"))
+            ]
+        );
+    }
+
+    #[test]
+    fn rows_dropped_since_a_mark_leave_the_rows_before_it_as_they_were() {
+        let mut held = HeldRows::new(&JOB_LABEL_WRITE);
+        held.push(&[
+            Arg::Text("job"),
+            Arg::Text("ns"),
+            Arg::Int(1),
+            Arg::Real(0.5),
         ]);
-        assert_eq!(kept, [("b", row("b1")), ("a", row("a2")), ("c", row("c1"))]);
+        held.push(&[
+            Arg::Text("later"),
+            Arg::Text("ns2"),
+            Arg::Null,
+            Arg::Text("x"),
+        ]);
+        held.truncate(1);
+        assert_eq!(held.len(), 1);
+        let row: Vec<Arg<'_>> = held.row(0).collect();
+        assert_eq!(
+            row,
+            [
+                Arg::Text("job"),
+                Arg::Text("ns"),
+                Arg::Int(1),
+                Arg::Real(0.5)
+            ]
+        );
+        held.push(&[Arg::Text("next"), Arg::Text("n"), Arg::Null, Arg::Null]);
+        assert_eq!(held.key(1), "next");
+        assert_eq!(held.text, "jobnsnextn");
+        held.clear();
+        assert_eq!((held.len(), held.text.as_str()), (0, ""));
     }
 
     #[test]

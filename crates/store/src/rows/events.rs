@@ -7,7 +7,7 @@ use starbridge_core::model::{Event, EventKind, Job};
 use starbridge_core::time::Timestamp;
 
 use super::{RowWrite, json_text, parse_json};
-use crate::db::{Conn, Queries, Value as SqlValue, args};
+use crate::db::{Arg, Conn, Queries, args};
 use crate::{Error, Result, StoredEvent};
 
 /// History events: appended, never changed.
@@ -48,14 +48,19 @@ impl serde::Serialize for LeftByTheJob<'_> {
 }
 
 /// An event's row, in the columns of `EVENT_WRITE`.
-pub fn event_values(job: &JobId, step: Option<&str>, event: &Event) -> Vec<SqlValue> {
+pub fn event_values<R>(
+    job: &JobId,
+    step: Option<&str>,
+    event: &Event,
+    take: impl FnOnce(&[Arg<'_>]) -> R,
+) -> R {
     let detail = match &event.detail {
         Value::Object(fields) if event.kind == EventKind::JobCreated => {
             serde_json::to_string(&LeftByTheJob(fields)).unwrap_or_default()
         }
         detail => json_text(detail),
     };
-    args![
+    take(args![
         job.as_str(),
         event.task.as_ref().map(TaskId::as_str),
         step,
@@ -64,10 +69,7 @@ pub fn event_values(job: &JobId, step: Option<&str>, event: &Event) -> Vec<SqlVa
         event.attempt,
         event.worker,
         detail,
-    ]
-    .iter()
-    .map(SqlValue::of)
-    .collect()
+    ])
 }
 
 /// How an event's kind is stored: a number of one or two digits, not its name (a one-step job's

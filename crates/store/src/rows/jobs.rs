@@ -17,7 +17,7 @@ use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
 use super::{
     RowLock, RowWrite, enum_column, json_text, labels_text, opt_json_text, parse_json, ts,
 };
-use crate::db::{Arg, Backend, Conn, Queries, Row, Value as SqlValue, args, bind, key_sets};
+use crate::db::{Arg, Backend, Conn, Queries, Row, args, bind, key_sets};
 use crate::{Error, JobFilter, Result};
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
@@ -276,9 +276,9 @@ pub const JOB_WRITE: RowWrite = RowWrite {
 pub const JOB_INDEXED_UPDATES: &[&str] = &["status", "deadline_at"];
 
 /// A job's row, in the columns of `JOB_WRITE`.
-pub fn job_values(job: &Job) -> Vec<SqlValue> {
+pub fn job_values<R>(job: &Job, take: impl FnOnce(&[Arg<'_>]) -> R) -> R {
     let wind_down = opt_json_text(job.wind_down.as_ref());
-    args![
+    take(args![
         job.id.as_str(),
         job.namespace,
         job.workflow,
@@ -306,10 +306,7 @@ pub fn job_values(job: &Job) -> Vec<SqlValue> {
         job.depth,
         opt_json_text((!job.child_versions.is_empty()).then_some(&job.child_versions)),
         labels_text(&job.labels),
-    ]
-    .iter()
-    .map(SqlValue::of)
-    .collect()
+    ])
 }
 
 /// Reads jobs named by id through the primary key (SQLite's name for its index). SQLite has no

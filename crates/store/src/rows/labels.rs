@@ -6,7 +6,7 @@ use starbridge_core::model::Job;
 
 use super::RowWrite;
 use crate::Result;
-use crate::db::{Conn, Queries, Value as SqlValue, args};
+use crate::db::{Arg, Conn, Queries, args};
 
 /// A label counts as rare below this many jobs: a filter reads its jobs from the label index;
 /// a more common one is checked job by job instead.
@@ -34,14 +34,8 @@ pub const JOB_LABEL_WRITE: RowWrite = RowWrite {
 };
 
 /// The rows of a job's labels, in the columns of `JOB_LABEL_WRITE` (none for a job without).
-pub fn label_values(job: &Job) -> Vec<Vec<SqlValue>> {
-    job.labels
-        .iter()
-        .map(|(key, value)| {
-            args![job.id.as_str(), job.namespace, key, value]
-                .iter()
-                .map(SqlValue::of)
-                .collect()
-        })
-        .collect()
+pub fn label_values(job: &Job, mut take: impl FnMut(&[Arg<'_>])) {
+    for (key, value) in &job.labels {
+        take(args![job.id.as_str(), job.namespace, key, value]);
+    }
 }

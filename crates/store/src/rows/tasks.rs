@@ -8,7 +8,7 @@ use starbridge_core::model::{CallbackGrant, Task, TaskKind, TaskStatus, Wait, Wa
 use starbridge_core::time::Timestamp;
 
 use super::{RowWrite, enum_column, opt_json_text, parse_json, ts};
-use crate::db::{Conn, Queries, Row, Value as SqlValue, args, bind, key_sets};
+use crate::db::{Arg, Conn, Queries, Row, args, bind, key_sets};
 use crate::{Error, Result};
 
 pub(super) const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compensates, queue, command, status, \
@@ -318,7 +318,7 @@ pub const TASK_WRITE: RowWrite = RowWrite {
 };
 
 /// A task's row, in the columns of `TASK_WRITE`.
-pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
+pub fn task_values<R>(namespace: &str, task: &Task, take: impl FnOnce(&[Arg<'_>]) -> R) -> R {
     let error = opt_json_text(task.error.as_ref());
     let wait_kind = task.wait.as_ref().map(|wait| match wait.on {
         WaitFor::Sleep { .. } => "sleep",
@@ -341,7 +341,7 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
     } else {
         0
     };
-    args![
+    take(args![
         task.id.as_str(),
         task.job_id.as_str(),
         namespace,
@@ -386,10 +386,7 @@ pub fn task_values(namespace: &str, task: &Task) -> Vec<SqlValue> {
         parked.map(|parked| parked.line.as_str()),
         parked.map(|parked| parked.since.0),
         task.claimed_at.map(|t| t.0),
-    ]
-    .iter()
-    .map(SqlValue::of)
-    .collect()
+    ])
 }
 
 /// Which ready tasks of a queue a claim reads, and in which order.
