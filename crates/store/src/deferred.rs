@@ -340,6 +340,11 @@ struct HeldRows {
     text_starts: Vec<usize>,
 }
 
+/// Most text and values a table's held rows keep room for between transactions (a group of
+/// one-step jobs holds a few hundred bytes a row; a group of batch submits can hold megabytes).
+const RETAINED_TEXT: usize = 1 << 20;
+const RETAINED_CELLS: usize = 1 << 16;
+
 /// A value held back; text as its range in the rows' text.
 #[derive(Debug, Clone, Copy)]
 enum HeldCell {
@@ -416,8 +421,14 @@ impl HeldRows {
         }
     }
 
+    /// Drops every row; buffers a large group made grow past what groups usually need are
+    /// given back.
     fn clear(&mut self) {
         self.truncate(0);
+        self.text.shrink_to(RETAINED_TEXT);
+        self.cells.shrink_to(RETAINED_CELLS);
+        self.text_starts
+            .shrink_to(RETAINED_CELLS / self.width.max(1));
     }
 
     /// The last version of each row, in the order of their last versions.

@@ -326,13 +326,15 @@ impl Conn for PgConn {
         let rows = self.client.query(&statement, &PgConn::params(args))?;
         rows.iter()
             .map(|row| {
-                (0..row.len())
-                    .map(|index| {
-                        row.try_get::<_, Cell>(index)
-                            .map_err(|error| Error::Corrupt(error.to_string()))
-                    })
-                    .collect::<Result<Vec<_>>>()
-                    .map(Row::new)
+                // Sized up front: a fallible collect cannot know the length, and grew each row.
+                let mut cells = Vec::with_capacity(row.len());
+                for index in 0..row.len() {
+                    let cell = row
+                        .try_get::<_, Cell>(index)
+                        .map_err(|error| Error::Corrupt(error.to_string()))?;
+                    cells.push(cell);
+                }
+                Ok(Row::new(cells))
             })
             .collect()
     }
