@@ -224,8 +224,9 @@ impl WriteConn {
         self.labels.clear();
         written?;
         if needs == Needs::Everything {
-            let all: Vec<usize> = (0..self.events.len()).collect();
-            let written = self.out.insert(&EVENT_WRITE, &self.events, &all, &[]);
+            let written = self
+                .out
+                .insert(&EVENT_WRITE, &self.events, &self.events.all(), &[]);
             self.events.clear();
             written?;
         }
@@ -236,9 +237,8 @@ impl WriteConn {
         self.write_jobs()?;
         let tasks = self.tasks.latest();
         self.out.insert(&TASK_WRITE, &self.tasks, &tasks, &[])?;
-        let labels: Vec<usize> = (0..self.labels.len()).collect();
         self.out
-            .insert(&JOB_LABEL_WRITE, &self.labels, &labels, &[])
+            .insert(&JOB_LABEL_WRITE, &self.labels, &self.labels.all(), &[])
     }
 
     /// Writes the job rows held back; on SQLite, those whose indexed values stay as written
@@ -429,6 +429,11 @@ impl HeldRows {
         self.cells.shrink_to(RETAINED_CELLS);
         self.text_starts
             .shrink_to(RETAINED_CELLS / self.width.max(1));
+    }
+
+    /// Every row, in the order held back.
+    fn all(&self) -> Vec<usize> {
+        (0..self.len()).collect()
     }
 
     /// The last version of each row, in the order of their last versions.

@@ -48,12 +48,7 @@ impl serde::Serialize for LeftByTheJob<'_> {
 }
 
 /// An event's row, in the columns of `EVENT_WRITE`.
-pub fn event_values<R>(
-    job: &JobId,
-    step: Option<&str>,
-    event: &Event,
-    take: impl FnOnce(&[Arg<'_>]) -> R,
-) -> R {
+pub fn event_values(job: &JobId, step: Option<&str>, event: &Event, take: impl FnOnce(&[Arg<'_>])) {
     let detail = match &event.detail {
         Value::Object(fields) if event.kind == EventKind::JobCreated => {
             serde_json::to_string(&LeftByTheJob(fields)).unwrap_or_default()

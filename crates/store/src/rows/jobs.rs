@@ -276,7 +276,7 @@ pub const JOB_WRITE: RowWrite = RowWrite {
 pub const JOB_INDEXED_UPDATES: &[&str] = &["status", "deadline_at"];
 
 /// A job's row, in the columns of `JOB_WRITE`.
-pub fn job_values<R>(job: &Job, take: impl FnOnce(&[Arg<'_>]) -> R) -> R {
+pub fn job_values(job: &Job, take: impl FnOnce(&[Arg<'_>])) {
     let wind_down = opt_json_text(job.wind_down.as_ref());
     take(args![
         job.id.as_str(),

@@ -318,7 +318,7 @@ pub const TASK_WRITE: RowWrite = RowWrite {
 };
 
 /// A task's row, in the columns of `TASK_WRITE`.
-pub fn task_values<R>(namespace: &str, task: &Task, take: impl FnOnce(&[Arg<'_>]) -> R) -> R {
+pub fn task_values(namespace: &str, task: &Task, take: impl FnOnce(&[Arg<'_>])) {
     let error = opt_json_text(task.error.as_ref());
     let wait_kind = task.wait.as_ref().map(|wait| match wait.on {
         WaitFor::Sleep { .. } => "sleep",
