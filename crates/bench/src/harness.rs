@@ -482,6 +482,53 @@ impl Drop for Ticker {
     }
 }
 
+/// A submit request and its answer.
+struct Answer {
+    /// The index of its first job in the round.
+    first: usize,
+    planned: Instant,
+    sent: Instant,
+    answered: Instant,
+    submitted: Result<Vec<Result<String, String>>, client::Error>,
+}
+
+impl Answer {
+    fn add_to(self, out: &mut SubmitterResult) {
+        out.latency.record(self.answered - self.sent);
+        out.first_send = Some(
+            out.first_send
+                .map_or(self.sent, |first| first.min(self.sent)),
+        );
+        out.last_answer = Some(
+            out.last_answer
+                .map_or(self.answered, |last| last.max(self.answered)),
+        );
+        out.max_lag = out
+            .max_lag
+            .max(self.sent.saturating_duration_since(self.planned));
+        match self.submitted {
+            Ok(items) => {
+                for (offset, item) in items.into_iter().enumerate() {
+                    match item {
+                        Ok(id) => out.jobs.push(SubmittedJob {
+                            id,
+                            planned: self.planned,
+                        }),
+                        Err(error) => out
+                            .errors
+                            .push(format!("submit {} refused: {error}", self.first + offset)),
+                    }
+                }
+            }
+            Err(error) => out.errors.push(format!(
+                "the submit request from job {} failed: {error}",
+                self.first
+            )),
+        }
+    }
+}
+
+/// What one submitting task's requests did.
 struct SubmitterResult {
     jobs: Vec<SubmittedJob>,
     errors: Vec<String>,
@@ -491,6 +538,39 @@ struct SubmitterResult {
     max_lag: Duration,
 }
 
+impl SubmitterResult {
+    fn new() -> SubmitterResult {
+        SubmitterResult {
+            jobs: Vec::new(),
+            errors: Vec::new(),
+            latency: Latencies::new(),
+            first_send: None,
+            last_answer: None,
+            max_lag: Duration::ZERO,
+        }
+    }
+
+    /// The round the submitting tasks' results make together.
+    fn round(count: usize, results: Vec<SubmitterResult>) -> Submission {
+        let mut submission = Submission::starting(count);
+        let (mut first, mut last): (Option<Instant>, Option<Instant>) = (None, None);
+        for result in results {
+            submission.jobs.extend(result.jobs);
+            submission.errors.extend(result.errors);
+            submission.request_latency.add(&result.latency);
+            submission.max_lag = submission.max_lag.max(result.max_lag);
+            first = match (first, result.first_send) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            last = last.max(result.last_answer);
+        }
+        submission.first_send = first.unwrap_or(submission.first_send);
+        submission.last_answer = last.unwrap_or(submission.last_answer);
+        submission
+    }
+}
+
 /// How jobs are sent.
 #[derive(Clone, Copy)]
 pub(crate) enum Sending {
@@ -498,11 +578,24 @@ pub(crate) enum Sending {
     Single,
     /// `n` jobs per request (`POST /jobs/batch`), as fast as the submitters go.
     Batch(usize),
-    /// One job per request, each at its planned time.
-    Paced(Pace),
 }
 
-/// Submits `count` jobs of `workflow` from `submitters` concurrent clients as `sending` says.
+/// Sends one submit request for jobs `first..end` (one job: `POST /jobs`).
+async fn send_submit(
+    api: &Api,
+    workflow: &str,
+    first: usize,
+    end: usize,
+) -> Result<Vec<Result<String, String>>, client::Error> {
+    if end - first == 1 {
+        api.submit(workflow).await.map(|id| vec![Ok(id)])
+    } else {
+        api.submit_batch(workflow, end - first).await
+    }
+}
+
+/// Submits `count` jobs of `workflow` from `submitters` concurrent clients as `sending` says,
+/// each client sending its next request once the last one was answered (a closed loop).
 pub(crate) async fn submit_jobs(
     api: &Api,
     workflow: &str,
@@ -511,10 +604,9 @@ pub(crate) async fn submit_jobs(
     sending: Sending,
     label: &str,
 ) -> Result<Submission> {
-    let (pace, per_request) = match sending {
-        Sending::Single => (None, 1),
-        Sending::Batch(size) => (None, size.max(1)),
-        Sending::Paced(pace) => (Some(pace), 1),
+    let per_request = match sending {
+        Sending::Single => 1,
+        Sending::Batch(size) => size.max(1),
     };
     let next = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
@@ -524,76 +616,82 @@ pub(crate) async fn submit_jobs(
         let (api, workflow) = (api.clone(), workflow.to_owned());
         let (next, done) = (next.clone(), done.clone());
         set.spawn(async move {
-            let mut out = SubmitterResult {
-                jobs: Vec::new(),
-                errors: Vec::new(),
-                latency: Latencies::new(),
-                first_send: None,
-                last_answer: None,
-                max_lag: Duration::ZERO,
-            };
+            let mut out = SubmitterResult::new();
             loop {
-                let index = next.fetch_add(per_request, Ordering::Relaxed);
-                if index >= count {
+                let first = next.fetch_add(per_request, Ordering::Relaxed);
+                if first >= count {
                     return out;
                 }
-                let end = (index + per_request).min(count);
-                let planned = pace.map(|pace| pace.planned(index));
-                if let Some(planned) = planned {
-                    tokio::time::sleep_until(planned.into()).await;
-                }
+                let end = (first + per_request).min(count);
                 let sent = Instant::now();
-                if let Some(planned) = planned {
-                    out.max_lag = out.max_lag.max(sent.saturating_duration_since(planned));
+                let submitted = send_submit(&api, &workflow, first, end).await;
+                Answer {
+                    first,
+                    planned: sent,
+                    sent,
+                    answered: Instant::now(),
+                    submitted,
                 }
-                let submitted = if per_request == 1 {
-                    api.submit(&workflow).await.map(|id| vec![Ok(id)])
-                } else {
-                    api.submit_batch(&workflow, end - index).await
-                };
-                let answered = Instant::now();
-                out.latency.record(answered - sent);
-                out.first_send = Some(out.first_send.map_or(sent, |first| first.min(sent)));
-                out.last_answer = Some(answered);
-                match submitted {
-                    Ok(items) => {
-                        for (offset, item) in items.into_iter().enumerate() {
-                            match item {
-                                Ok(id) => out.jobs.push(SubmittedJob {
-                                    id,
-                                    planned: planned.unwrap_or(sent),
-                                }),
-                                Err(error) => out
-                                    .errors
-                                    .push(format!("submit {} refused: {error}", index + offset)),
-                            }
-                        }
-                    }
-                    Err(error) => out
-                        .errors
-                        .push(format!("submit {index}..{end} failed: {error}")),
-                }
-                done.fetch_add(end - index, Ordering::Relaxed);
+                .add_to(&mut out);
+                done.fetch_add(end - first, Ordering::Relaxed);
             }
         });
     }
-    let mut submission = Submission::starting(count);
-    let (mut first, mut last): (Option<Instant>, Option<Instant>) = (None, None);
+    let mut results = Vec::new();
     while let Some(joined) = set.join_next().await {
-        let result = joined.context("a submitter failed")?;
-        submission.jobs.extend(result.jobs);
-        submission.errors.extend(result.errors);
-        submission.request_latency.add(&result.latency);
-        submission.max_lag = submission.max_lag.max(result.max_lag);
-        first = match (first, result.first_send) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        last = last.max(result.last_answer);
+        results.push(joined.context("a submitter failed")?);
     }
-    submission.first_send = first.unwrap_or(submission.first_send);
-    submission.last_answer = last.unwrap_or(submission.last_answer);
-    Ok(submission)
+    Ok(SubmitterResult::round(count, results))
+}
+
+/// Most paced submits waiting for their answers at once, so that a server that falls far
+/// behind does not make the benchmark open connections without end.
+pub(crate) const PACED_IN_FLIGHT: usize = 512;
+
+/// Submits `count` jobs of `workflow`, one per request, each at its planned time whether or not
+/// earlier ones were answered (an open loop, as independent callers arrive): a slow answer
+/// delays no later submit. Past `PACED_IN_FLIGHT` unanswered submits, the next waits for one,
+/// and its lag from the planned time counts in every latency measured from it.
+pub(crate) async fn submit_paced(
+    api: &Api,
+    workflow: &str,
+    count: usize,
+    pace: Pace,
+    label: &str,
+) -> Result<Submission> {
+    let done = Arc::new(AtomicUsize::new(0));
+    let _ticker = Ticker::start(label.to_owned(), done.clone(), count);
+    let mut out = SubmitterResult::new();
+    let mut set: JoinSet<Answer> = JoinSet::new();
+    for index in 0..count {
+        while let Some(answered) = set.try_join_next() {
+            answered.context("a submit failed")?.add_to(&mut out);
+        }
+        if set.len() >= PACED_IN_FLIGHT
+            && let Some(answered) = set.join_next().await
+        {
+            answered.context("a submit failed")?.add_to(&mut out);
+        }
+        let planned = pace.planned(index);
+        tokio::time::sleep_until(planned.into()).await;
+        let (api, workflow, done) = (api.clone(), workflow.to_owned(), done.clone());
+        set.spawn(async move {
+            let sent = Instant::now();
+            let submitted = send_submit(&api, &workflow, index, index + 1).await;
+            done.fetch_add(1, Ordering::Relaxed);
+            Answer {
+                first: index,
+                planned,
+                sent,
+                answered: Instant::now(),
+                submitted,
+            }
+        });
+    }
+    while let Some(answered) = set.join_next().await {
+        answered.context("a submit failed")?.add_to(&mut out);
+    }
+    Ok(SubmitterResult::round(count, vec![out]))
 }
 
 /// Workers running in this process and how to stop them.

@@ -47,7 +47,9 @@ pub struct BenchArgs {
     /// and as many ready; sleepers: 1000000 sleeping).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Concurrent HTTP clients submitting jobs.
+    /// Concurrent HTTP clients submitting jobs, each sending its next request once the last was
+    /// answered. The paced end-to-end phase of `single` is an open loop instead: each submit
+    /// goes at its planned time whether or not earlier ones were answered.
     #[arg(long, default_value_t = 32)]
     submitters: usize,
     /// Worker instances (each with its own HTTP client) in this process.
