@@ -11,7 +11,13 @@
 //!   cache first;
 //! - on PostgreSQL (`Lifetime::Transaction`), other nodes change jobs too, but never a job whose
 //!   row this transaction locked (every change locks its job first) or inserted: the cache keeps
-//!   such jobs until the transaction ends, and then forgets everything.
+//!   such jobs until the transaction ends. A committed transaction then hands them to the
+//!   node's writers' `CarriedJobs`, each with the versions of its rows (PostgreSQL's `xmin`,
+//!   the id of the transaction that wrote a row's version): a later transaction locks such a
+//!   job and reads only its rows' versions, and takes the job from memory when every row is
+//!   still the version the state was read from or the one the carrying transaction wrote (and
+//!   the job has the same tasks). Any other write, by this node or another, gives a row a
+//!   version of its own, and the job is read again.
 //!
 //! A command takes the job out (`take`), changes it, persists it and puts it back (`keep`).
 //! A request whose changes are rolled back drops what it put back (`request_rolled_back`); a
@@ -20,13 +26,23 @@
 //! evicting the jobs in work. A job that ended is not kept (it is rarely changed again,
 //! and the retention pruner deletes finished jobs' rows).
 
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
 use foldhash::HashMap;
 
 use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{JobState, TaskStatus};
+use starbridge_store::db::TransactionId;
+use starbridge_store::rows::JobRowVersions;
 
 /// Most jobs kept; past it, an arbitrary entry goes (the database has every job anyway).
 const CAPACITY: usize = 8192;
+
+/// How long a carried job may wait for its next use. Row versions are 32-bit transaction ids,
+/// which PostgreSQL reuses after about four billion transactions: far more than any database
+/// runs in this time, so an equal version never means a newer write.
+const CARRIED_FOR: Duration = Duration::from_secs(600);
 
 /// How long a cached job stays right.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,16 +62,172 @@ pub(crate) struct JobCache {
     tasks: HashMap<TaskId, JobId>,
     /// Jobs put back by the request running now: dropped if its changes are rolled back.
     kept_by_request: Vec<JobId>,
+    /// On PostgreSQL: the versions of the rows of the jobs this transaction read, as read.
+    read_versions: HashMap<JobId, Seen>,
+    /// On PostgreSQL: the jobs the node's writers' committed transactions carried over.
+    carried: Option<Arc<Mutex<CarriedJobs>>>,
+}
+
+/// Row versions a job's state is known to match: its job row's and its tasks' (none of a job
+/// the transaction inserted: all its rows are the transaction's own).
+#[derive(Debug, Default)]
+struct Seen {
+    row: Option<TransactionId>,
+    tasks: HashMap<TaskId, TransactionId>,
+}
+
+impl Seen {
+    fn read(versions: JobRowVersions) -> Seen {
+        Seen {
+            row: Some(versions.row),
+            tasks: versions.tasks.into_iter().collect(),
+        }
+    }
+}
+
+/// A job a committed transaction carried over (see the module's documentation).
+struct CarriedJob {
+    state: Box<JobState>,
+    seen: Seen,
+    /// The transaction that carried it: the version of the rows it wrote.
+    by: TransactionId,
+    at: Instant,
+}
+
+impl CarriedJob {
+    /// True when the rows are still as this state has them: each row the version the state
+    /// was read from or the one the carrying transaction wrote, and the same tasks.
+    fn matches(&self, now: &JobRowVersions) -> bool {
+        let current = |version: TransactionId, seen: Option<&TransactionId>| {
+            version == self.by || seen == Some(&version)
+        };
+        current(now.row, self.seen.row.as_ref())
+            && now.tasks.len() == self.state.tasks.len()
+            && now.tasks.iter().all(|(task, version)| {
+                self.state.task(task).is_some() && current(*version, self.seen.tasks.get(task))
+            })
+    }
+}
+
+/// The jobs the committed transactions of a node's PostgreSQL writers carried over, shared by
+/// those writers, with the job of each of their tasks.
+#[derive(Default)]
+pub(crate) struct CarriedJobs {
+    jobs: HashMap<JobId, CarriedJob>,
+    tasks: HashMap<TaskId, JobId>,
+}
+
+impl CarriedJobs {
+    fn take(&mut self, id: &JobId) -> Option<CarriedJob> {
+        let carried = self.jobs.remove(id)?;
+        for task in &carried.state.tasks {
+            self.tasks.remove(&task.id);
+        }
+        Some(carried)
+    }
+
+    fn insert(&mut self, carried: CarriedJob) {
+        self.take(&carried.state.job.id);
+        if self.jobs.len() >= CAPACITY
+            && let Some(evicted) = self.jobs.keys().next().cloned()
+        {
+            self.take(&evicted);
+        }
+        for task in &carried.state.tasks {
+            self.tasks
+                .insert(task.id.clone(), carried.state.job.id.clone());
+        }
+        self.jobs.insert(carried.state.job.id.clone(), carried);
+    }
+}
+
+/// What `JobCache::carried_matching` found of the jobs asked for.
+pub(crate) struct Revived {
+    /// Jobs carried over whose rows matched: from memory, boxed as the cache holds them.
+    #[allow(clippy::vec_box)]
+    pub(crate) states: Vec<Box<JobState>>,
+    /// The rest of the jobs found, to read.
+    pub(crate) to_read: Vec<JobId>,
 }
 
 impl JobCache {
-    pub(crate) fn new(lifetime: Lifetime) -> JobCache {
+    /// A cache of `lifetime`; on PostgreSQL, carrying jobs over to the next transactions of
+    /// the node's writers through `carried`.
+    pub(crate) fn new(lifetime: Lifetime, carried: Option<Arc<Mutex<CarriedJobs>>>) -> JobCache {
         JobCache {
             lifetime,
             entries: HashMap::default(),
             tasks: HashMap::default(),
             kept_by_request: Vec::new(),
+            read_versions: HashMap::default(),
+            carried,
         }
+    }
+
+    /// Whether committed transactions carry jobs over (they do on PostgreSQL).
+    pub(crate) fn carries(&self) -> bool {
+        self.carried.is_some()
+    }
+
+    /// Notes the versions of the rows of a job the transaction read with them, so that it can
+    /// carry the job over once committed.
+    pub(crate) fn read_with(&mut self, versions: JobRowVersions) {
+        if self.carried.is_some() {
+            self.read_versions
+                .insert(versions.job.clone(), Seen::read(versions));
+        }
+    }
+
+    /// The job of a task of a job carried over, if there is one.
+    pub(crate) fn carried_job_of(&self, task: &TaskId) -> Option<JobId> {
+        let carried = self.carried.as_ref()?;
+        let carried = carried.lock().unwrap_or_else(PoisonError::into_inner);
+        carried.tasks.get(task).cloned()
+    }
+
+    /// True when any of `jobs` was carried over.
+    pub(crate) fn any_carried(&self, jobs: &[JobId]) -> bool {
+        self.carried.as_ref().is_some_and(|carried| {
+            let carried = carried.lock().unwrap_or_else(PoisonError::into_inner);
+            jobs.iter().any(|job| carried.jobs.contains_key(job))
+        })
+    }
+
+    /// Of the jobs whose rows are now as `now` says (read and locked by this transaction), those
+    /// carried over that still match them, taken out of the carried jobs; the others (and every
+    /// job `now` does not hold: gone, or held by another node) are dropped from them.
+    pub(crate) fn carried_matching(
+        &mut self,
+        asked: &[JobId],
+        now: Vec<JobRowVersions>,
+    ) -> Revived {
+        let mut revived = Revived {
+            states: Vec::new(),
+            to_read: Vec::new(),
+        };
+        let Some(carried) = self.carried.clone() else {
+            revived.to_read = now.into_iter().map(|versions| versions.job).collect();
+            return revived;
+        };
+        let mut carried = carried.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut found: HashMap<JobId, JobRowVersions> = now
+            .into_iter()
+            .map(|versions| (versions.job.clone(), versions))
+            .collect();
+        for id in asked {
+            let job = carried.take(id);
+            let Some(versions) = found.remove(id) else {
+                continue;
+            };
+            match job {
+                Some(job) if job.at.elapsed() < CARRIED_FOR && job.matches(&versions) => {
+                    self.read_versions.insert(id.clone(), Seen::read(versions));
+                    revived.states.push(job.state);
+                }
+                _ => revived.to_read.push(id.clone()),
+            }
+        }
+        revived
     }
 
     /// Takes the job out of the cache; a command puts it back with `keep` once persisted.
@@ -82,8 +254,8 @@ impl JobCache {
 
     /// Caches a job read (on PostgreSQL: and locked) by the open transaction before its
     /// requests run; a request that is rolled back does not take it along.
-    pub(crate) fn load(&mut self, state: JobState) {
-        self.insert(Box::new(state));
+    pub(crate) fn load(&mut self, state: Box<JobState>) {
+        self.insert(state);
     }
 
     /// Caches a job a worker is about to touch; true when it did. One that ended, or one that
@@ -130,6 +302,31 @@ impl JobCache {
         }
     }
 
+    /// The transaction committed as `id` (its rows' version): on PostgreSQL the jobs it kept
+    /// go to the carried jobs, each with the versions of its rows it read; the writers' next
+    /// transactions check those before they use a job (see the module's documentation). Jobs
+    /// with signals waiting are not carried (their signals' rows carry versions of their own).
+    pub(crate) fn carry_over(&mut self, id: TransactionId) {
+        let Some(carried) = self.carried.clone() else {
+            return;
+        };
+        let mut carried = carried.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = Instant::now();
+        self.tasks.clear();
+        for (job, state) in self.entries.drain() {
+            if !state.signals.is_empty() {
+                continue;
+            }
+            let seen = self.read_versions.remove(&job).unwrap_or_default();
+            carried.insert(CarriedJob {
+                state,
+                seen,
+                by: id,
+                at,
+            });
+        }
+    }
+
     /// The transaction ended (committed or not): on PostgreSQL its row locks are gone.
     pub(crate) fn transaction_ended(&mut self) {
         if self.lifetime == Lifetime::Transaction {
@@ -137,11 +334,13 @@ impl JobCache {
         }
     }
 
-    /// The transaction did not commit (or rows changed outside the commands): forget everything.
+    /// The transaction did not commit (or rows changed outside the commands): forget everything
+    /// it cached (jobs carried over from earlier transactions are checked before use anyway).
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
         self.tasks.clear();
         self.kept_by_request.clear();
+        self.read_versions.clear();
     }
 }
 
@@ -212,7 +411,7 @@ mod tests {
 
     #[test]
     fn a_rolled_back_request_leaves_nothing_it_kept() {
-        let mut cache = JobCache::new(Lifetime::Store);
+        let mut cache = JobCache::new(Lifetime::Store, None);
         cache.keep(job("a", JobStatus::Running));
         cache.request_kept();
         let a = cache.take(&JobId::from_unique("a")).unwrap();
@@ -225,13 +424,13 @@ mod tests {
 
     #[test]
     fn ended_jobs_are_not_kept_and_a_transaction_cache_forgets_at_its_end() {
-        let mut cache = JobCache::new(Lifetime::Store);
+        let mut cache = JobCache::new(Lifetime::Store, None);
         cache.keep(job("done", JobStatus::Succeeded));
         assert!(cache.take(&JobId::from_unique("done")).is_none());
         cache.keep(job("a", JobStatus::Running));
         cache.transaction_ended();
         assert!(cache.take(&JobId::from_unique("a")).is_some());
-        let mut locked = JobCache::new(Lifetime::Transaction);
+        let mut locked = JobCache::new(Lifetime::Transaction, None);
         locked.keep(job("a", JobStatus::Running));
         locked.transaction_ended();
         assert!(locked.take(&JobId::from_unique("a")).is_none());
@@ -239,7 +438,7 @@ mod tests {
 
     #[test]
     fn a_task_leads_to_its_cached_job_until_the_job_is_taken() {
-        let mut cache = JobCache::new(Lifetime::Store);
+        let mut cache = JobCache::new(Lifetime::Store, None);
         let state = job("a", JobStatus::Running);
         let task_id = state.tasks[0].id.clone();
         cache.keep(state);
@@ -250,7 +449,7 @@ mod tests {
 
     #[test]
     fn a_job_that_only_waits_is_not_kept() {
-        let mut cache = JobCache::new(Lifetime::Store);
+        let mut cache = JobCache::new(Lifetime::Store, None);
         let mut waiting = job("w", JobStatus::Running);
         waiting.tasks[0] = task("w", "waiting");
         cache.keep(waiting);
@@ -269,9 +468,111 @@ mod tests {
         assert!(cache.take(&JobId::from_unique("l")).is_some());
     }
 
+    /// The versions of job `id`'s rows: its row's, and each task's as listed.
+    fn versions(id: &str, row: TransactionId, tasks: &[(&str, TransactionId)]) -> JobRowVersions {
+        JobRowVersions {
+            job: JobId::from_unique(id),
+            row,
+            tasks: tasks
+                .iter()
+                .map(|(task, version)| (TaskId::from_unique(task), *version))
+                .collect(),
+        }
+    }
+
+    /// A cache of a PostgreSQL writer, carrying over through `carried`.
+    fn carrying(carried: &Arc<Mutex<CarriedJobs>>) -> JobCache {
+        JobCache::new(Lifetime::Transaction, Some(carried.clone()))
+    }
+
+    /// Job `id` (task `id`) read with versions 7 by one transaction, which commits as 9.
+    fn carried_over(carried: &Arc<Mutex<CarriedJobs>>, id: &str) {
+        let mut cache = carrying(carried);
+        cache.read_with(versions(id, 7, &[(id, 7)]));
+        cache.load(Box::new(job(id, JobStatus::Running)));
+        cache.carry_over(9);
+        cache.transaction_ended();
+    }
+
+    #[test]
+    fn a_carried_job_whose_rows_are_as_read_or_as_its_transaction_wrote_them_is_revived() {
+        let carried = Arc::default();
+        carried_over(&carried, "a");
+        carried_over(&carried, "b");
+        let mut next = carrying(&carried);
+        assert!(
+            next.take(&JobId::from_unique("a")).is_none(),
+            "not before a check"
+        );
+        assert_eq!(
+            next.carried_job_of(&TaskId::from_unique("b")),
+            Some(JobId::from_unique("b"))
+        );
+        let asked = [JobId::from_unique("a"), JobId::from_unique("b")];
+        assert!(next.any_carried(&asked));
+        let now = vec![versions("a", 7, &[("a", 7)]), versions("b", 9, &[("b", 7)])];
+        let revived = next.carried_matching(&asked, now);
+        let ids: Vec<&str> = revived
+            .states
+            .iter()
+            .map(|state| state.job.id.as_str())
+            .collect();
+        assert_eq!(ids, ["job_a", "job_b"]);
+        assert!(revived.to_read.is_empty());
+        assert!(!next.any_carried(&asked), "taken out of the carried jobs");
+    }
+
+    #[test]
+    fn a_carried_job_another_transaction_wrote_or_that_is_gone_is_read_again_or_dropped() {
+        let carried = Arc::default();
+        for id in ["row", "task", "added", "gone", "held"] {
+            carried_over(&carried, id);
+        }
+        let mut next = carrying(&carried);
+        let asked: Vec<JobId> = ["row", "task", "added", "gone", "held"]
+            .iter()
+            .map(|id| JobId::from_unique(id))
+            .collect();
+        let now = vec![
+            versions("row", 11, &[("row", 7)]),
+            versions("task", 7, &[("task", 11)]),
+            versions("added", 9, &[("added", 9), ("added2", 9)]),
+        ];
+        let revived = next.carried_matching(&asked, now);
+        assert!(revived.states.is_empty());
+        let to_read: Vec<&str> = revived.to_read.iter().map(JobId::as_str).collect();
+        assert_eq!(to_read, ["job_row", "job_task", "job_added"]);
+        assert!(
+            !next.any_carried(&asked),
+            "every one asked leaves the carried jobs"
+        );
+    }
+
+    #[test]
+    fn a_job_with_signals_waiting_or_a_rolled_back_one_is_not_carried() {
+        let carried = Arc::default();
+        let mut cache = carrying(&carried);
+        let mut signalled = job("s", JobStatus::Running);
+        signalled.signals.push(starbridge_core::model::Signal {
+            seq: 0,
+            name: "go".into(),
+            payload: json!({}),
+            id: None,
+            sender: "ana".into(),
+            received_at: starbridge_core::time::Timestamp(0),
+        });
+        cache.keep(signalled);
+        cache.request_kept();
+        cache.keep(job("r", JobStatus::Running));
+        cache.request_rolled_back();
+        cache.carry_over(9);
+        let asked = [JobId::from_unique("s"), JobId::from_unique("r")];
+        assert!(!cache.any_carried(&asked));
+    }
+
     #[test]
     fn a_taken_job_is_gone_until_kept_again() {
-        let mut cache = JobCache::new(Lifetime::Store);
+        let mut cache = JobCache::new(Lifetime::Store, None);
         cache.keep(job("a", JobStatus::Running));
         cache.request_kept();
         assert!(cache.take(&JobId::from_unique("a")).is_some());

@@ -770,6 +770,45 @@ async fn lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change(
     complete(&f.store, &second, json!({})).await.unwrap();
 }
 
+/// On PostgreSQL a node's committed transactions carry the jobs they kept over to its next
+/// ones; a job another node changed in between is read again, not taken from memory as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_carried_job_another_node_changed_is_read_again() {
+    let Some(f) = Fixture::postgres("carried_job_changed_elsewhere") else {
+        return;
+    };
+    let other = Store::open_with_clock(&f.url, f.clock.clone()).unwrap();
+    f.store
+        .apply_workflow("default", "wf", definition(TWO_STEPS))
+        .await
+        .unwrap();
+    let job = submit(&f.store, "wf", json!({})).await.state.job.id;
+    // This node claims the first step and carries the job over.
+    let first = claim_one(&f.store).await;
+    // The worker's completion reaches the other node, which makes the second step ready.
+    let done = complete(&other, &first, json!({"n": 1})).await.unwrap();
+    assert_eq!(done.task.status, TaskStatus::Succeeded);
+    // Sent again to this node, it is a repeat of that success, not a first one.
+    let again = complete(&f.store, &first, json!({"n": 1})).await.unwrap();
+    assert_eq!(again.task.status, TaskStatus::Succeeded);
+    let second = claim_one(&f.store).await;
+    assert_eq!(second.task.step, "b", "the step the other node made ready");
+    complete(&f.store, &second, json!({})).await.unwrap();
+    let state = f.store.job("default", &job).await.unwrap().unwrap();
+    assert_eq!(state.job.status, JobStatus::Succeeded);
+    assert_eq!(state.tasks.len(), 2, "{:?}", state.tasks);
+    let succeeded = f
+        .store
+        .events("default", &job, 0, 1000)
+        .await
+        .unwrap()
+        .unwrap()
+        .into_iter()
+        .filter(|stored| stored.event.kind == EventKind::TaskSucceeded)
+        .count();
+    assert_eq!(succeeded, 2, "each step succeeded once");
+}
+
 /// When the next ready task of queue `q` becomes claimable.
 async fn next_available_on_q(store: &Store) -> Option<Timestamp> {
     store

@@ -50,7 +50,7 @@ use crate::clock::Clock;
 use crate::commands::shared_claims::{ClaimDemand, ClaimKey, GroupClaims};
 use crate::ctx::{CachedReads, WriteCtx};
 use crate::health::LastWrite;
-use crate::jobs::{JobCache, Lifetime};
+use crate::jobs::{CarriedJobs, JobCache, Lifetime};
 use crate::notify::Notifier;
 use crate::parking::{Parked, ParkingLot};
 use crate::{Error, Result};
@@ -375,6 +375,7 @@ impl Writer {
             queue: Mutex::new(receiver),
             committing: Mutex::new(0),
             committed: Condvar::new(),
+            carried: Arc::default(),
         });
         let shared = Arc::new(shared);
         let syncs = conn.log_sync().map(|_| {
@@ -535,6 +536,8 @@ struct Turns {
     committing: Mutex<usize>,
     /// Signalled as each of those ends.
     committed: Condvar,
+    /// The jobs the writers' committed transactions carried over (PostgreSQL; see `jobs`).
+    carried: Arc<Mutex<CarriedJobs>>,
 }
 
 impl Turns {
@@ -596,12 +599,12 @@ impl Drop for Committing<'_> {
 fn run(conn: Box<dyn Conn>, turns: &Turns, shared: &Shared, syncs: Option<&Syncs>) {
     // On SQLite this thread makes every change, so what it cached is what is stored; on
     // PostgreSQL a job or a setting stays cached only while the transaction that read it runs.
-    let lifetime = match conn.backend() {
-        Backend::Sqlite => Lifetime::Store,
-        Backend::Postgres => Lifetime::Transaction,
+    let (lifetime, carried) = match conn.backend() {
+        Backend::Sqlite => (Lifetime::Store, None),
+        Backend::Postgres => (Lifetime::Transaction, Some(turns.carried.clone())),
     };
     let mut state = State {
-        jobs: JobCache::new(lifetime),
+        jobs: JobCache::new(lifetime, carried),
         reads: CachedReads::new(lifetime),
         claims: GroupClaims::default(),
     };
@@ -1124,6 +1127,14 @@ fn run_transaction(
     let committing = Instant::now();
     transaction.committed = match broken {
         Some(error) => Err(error),
+        // Only a transaction without savepoints: rows a savepoint wrote carry its own id.
+        None if guard == Guard::None && state.jobs.carries() => {
+            conn.commit_identified(&announcements).map(|id| {
+                if let Some(id) = id {
+                    state.jobs.carry_over(id);
+                }
+            })
+        }
         None => conn.commit(&announcements),
     };
     add_elapsed(&shared.counters.commit_nanos, committing);

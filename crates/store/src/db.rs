@@ -183,6 +183,10 @@ pub fn key_sets(backend: Backend, keys: &[&str]) -> Vec<(String, Vec<Value>)> {
     }
 }
 
+/// A PostgreSQL transaction id as rows carry it (`xmin`: the low 32 bits of
+/// `pg_current_xact_id()`).
+pub type TransactionId = u32;
+
 /// Binds owned parameters.
 pub fn bind(values: &[Value]) -> Vec<Arg<'_>> {
     values.iter().map(ToArg::to_arg).collect()
@@ -341,6 +345,14 @@ pub trait Conn: Send {
     /// got work and what else changed (each of `announcements` is one notification's lines;
     /// none are sent where there is only one node).
     fn commit(&mut self, announcements: &[String]) -> Result<()>;
+
+    /// Commits as `commit` does, and tells the id of the transaction that committed as its
+    /// rows carry it, where the backend stamps rows with one (PostgreSQL's `xmin`, read in the
+    /// `COMMIT`'s round trip; see `rows::JobRowVersions`). `None` (the default): the backend's
+    /// rows carry none.
+    fn commit_identified(&mut self, announcements: &[String]) -> Result<Option<TransactionId>> {
+        self.commit(announcements).map(|()| None)
+    }
 
     /// False once the connection is known to be broken; it is then replaced, not reused.
     fn is_usable(&self) -> bool;

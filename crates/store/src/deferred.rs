@@ -38,7 +38,7 @@ use std::sync::LazyLock;
 use starbridge_core::ids::JobId;
 use starbridge_core::model::{Event, Job, Task};
 
-use crate::db::{Arg, Backend, Conn, Queries, Row, ToArg, Value, chunks};
+use crate::db::{Arg, Backend, Conn, Queries, Row, ToArg, TransactionId, Value, chunks};
 use crate::rows::{
     self, EVENT_WRITE, JOB_INDEXED_UPDATES, JOB_LABEL_WRITE, JOB_WRITE, RowWrite, TASK_WRITE,
 };
@@ -522,6 +522,11 @@ impl Conn for WriteConn {
     fn commit(&mut self, announcements: &[String]) -> Result<()> {
         self.write(Needs::Everything)?;
         self.out.conn.commit(announcements)
+    }
+
+    fn commit_identified(&mut self, announcements: &[String]) -> Result<Option<TransactionId>> {
+        self.write(Needs::Everything)?;
+        self.out.conn.commit_identified(announcements)
     }
 
     fn is_usable(&self) -> bool {

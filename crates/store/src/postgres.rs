@@ -22,7 +22,7 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use postgres::{Client, NoTls, Statement};
 
-use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, args, postgres_sql};
+use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, TransactionId, args, postgres_sql};
 use crate::fault::{self, WriteFault};
 use crate::{Error, Result, StoreOptions};
 
@@ -369,7 +369,39 @@ impl Conn for PgConn {
     /// statement, so it holds back nothing (no vacuum horizon, no lock). A failed commit begins
     /// nothing (an error skips the rest of the query).
     fn commit(&mut self, announcements: &[String]) -> Result<()> {
-        let mut sql = String::new();
+        let sql = self.commit_sql(announcements, "");
+        self.batch(&sql)?;
+        self.begun_ahead = true;
+        Ok(())
+    }
+
+    /// The transaction's id is read by a statement just before the `COMMIT`, in its round trip.
+    fn commit_identified(&mut self, announcements: &[String]) -> Result<Option<TransactionId>> {
+        let sql = self.commit_sql(announcements, "SELECT pg_current_xact_id()::text; ");
+        self.begun_ahead = false;
+        let messages = self.client.simple_query(&sql)?;
+        self.begun_ahead = true;
+        let id = messages.iter().find_map(|message| match message {
+            postgres::SimpleQueryMessage::Row(row) => row.get(0),
+            _ => None,
+        });
+        let id = id
+            .and_then(|id| id.parse::<u64>().ok())
+            .ok_or_else(|| Error::Corrupt(format!("the transaction's id reads {id:?}")))?;
+        // The epoch goes: rows carry the low 32 bits.
+        Ok(Some(id as TransactionId))
+    }
+
+    fn is_usable(&self) -> bool {
+        !self.client.is_closed()
+    }
+}
+
+impl PgConn {
+    /// The simple query that runs `before` (statements, each ending with `; `), notifies the
+    /// other nodes of `announcements`, commits, and begins the writer's next transaction.
+    fn commit_sql(&self, announcements: &[String], before: &str) -> String {
+        let mut sql = before.to_owned();
         if !announcements.is_empty() {
             // The notifications go with the `COMMIT` as literals of the same simple query.
             // Committing a transaction that notifies takes a database-wide lock for the length
@@ -387,13 +419,7 @@ impl Conn for PgConn {
             }
         }
         sql.push_str("COMMIT; BEGIN");
-        self.batch(&sql)?;
-        self.begun_ahead = true;
-        Ok(())
-    }
-
-    fn is_usable(&self) -> bool {
-        !self.client.is_closed()
+        sql
     }
 }
 

@@ -203,8 +203,8 @@ pub(crate) fn claim(
                 }
             }
         }
-        for state in rows::lock_job_states(ctx.conn, &missing, RowLock::Skip)? {
-            jobs.insert(state.job.id.clone(), Some(Box::new(state)));
+        for state in super::lock_jobs(ctx, &missing, RowLock::Skip)? {
+            jobs.insert(state.job.id.clone(), Some(state));
         }
         let mut parked = 0;
         while claimed.len() < max as usize {

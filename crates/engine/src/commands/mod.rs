@@ -104,6 +104,32 @@ fn load_job(ctx: &mut WriteCtx<'_>, id: &JobId, lock: RowLock) -> Result<Option<
     Ok(rows::lock_job_state(ctx.conn, id, lock)?.map(Box::new))
 }
 
+/// Jobs `ids` (none of them in the job cache) with their tasks, locked as `lock` says (those
+/// that exist, and with `RowLock::Skip` that no other node holds; in id order), in a few
+/// set-based statements. On PostgreSQL a job a committed transaction of this node carried over
+/// comes from memory when its rows' versions show no one changed it since (see `jobs`): then
+/// every job's row is locked and its rows' versions read first, and only the others are read
+/// whole (the lock taken already). The versions of the rows read go to the job cache, so that
+/// the transaction can carry the jobs over once committed.
+// Boxed as the job cache and the claims hold them: unboxing would copy each state twice.
+#[allow(clippy::vec_box)]
+fn lock_jobs(ctx: &mut WriteCtx<'_>, ids: &[JobId], lock: RowLock) -> Result<Vec<Box<JobState>>> {
+    let (mut states, to_read, lock) = if ctx.jobs.any_carried(ids) {
+        let now = rows::job_row_versions(ctx.conn, ids, lock)?;
+        let revived = ctx.jobs.carried_matching(ids, now);
+        (revived.states, revived.to_read, RowLock::None)
+    } else {
+        (Vec::new(), ids.to_vec(), lock)
+    };
+    for loaded in rows::lock_job_states(ctx.conn, &to_read, lock)? {
+        if let Some(versions) = loaded.versions {
+            ctx.jobs.read_with(versions);
+        }
+        states.push(Box::new(loaded.state));
+    }
+    Ok(states)
+}
+
 /// Applies `input` to a job of `namespace` (a job of another namespace is not found) and
 /// returns the job as it is afterwards.
 fn apply_to_job(

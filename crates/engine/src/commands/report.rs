@@ -3,13 +3,13 @@
 
 use crate::ctx::WriteCtx;
 use crate::{Error, Reported, Result, TaskScope};
-use starbridge_core::ids::{JobId, TaskId};
+use starbridge_core::ids::TaskId;
 use starbridge_core::machine;
 use starbridge_core::model::Input;
 use starbridge_store::rows;
 use starbridge_store::rows::RowLock;
 
-use super::{apply, job_of_task, lease_of, load_job, workflow_of};
+use super::{apply, job_of_task, lease_of, load_job, lock_jobs, workflow_of};
 
 /// What a report is answered: the task as it is now, or why the report was refused. A refusal
 /// may still have changed something, which the write commits: a worker whose lease an operator
@@ -73,21 +73,30 @@ pub(crate) fn report(
 /// statements, their rows locked (on PostgreSQL) until the transaction ends: each report then
 /// finds its job in the cache. Jobs that ended are not cached; their reports read them alone.
 pub(crate) fn prefetch(ctx: &mut WriteCtx<'_>, tasks: &[TaskId]) -> Result<()> {
-    let unknown: Vec<TaskId> = tasks
-        .iter()
-        .filter(|task| ctx.jobs.job_of(task).is_none())
-        .cloned()
-        .collect();
-    if unknown.is_empty() {
+    let mut jobs = Vec::new();
+    let mut unknown = Vec::new();
+    for task in tasks {
+        if ctx.jobs.job_of(task).is_some() {
+            continue;
+        }
+        match ctx.jobs.carried_job_of(task) {
+            Some(job) => jobs.push(job),
+            None => unknown.push(task.clone()),
+        }
+    }
+    if jobs.is_empty() && unknown.is_empty() {
         return Ok(());
     }
-    let mut jobs: Vec<JobId> = rows::jobs_of_tasks(ctx.conn, &unknown)?
-        .into_iter()
-        .map(|(_, job)| job)
-        .collect();
+    if !unknown.is_empty() {
+        jobs.extend(
+            rows::jobs_of_tasks(ctx.conn, &unknown)?
+                .into_iter()
+                .map(|(_, job)| job),
+        );
+    }
     jobs.sort_unstable();
     jobs.dedup();
-    for state in rows::lock_job_states(ctx.conn, &jobs, RowLock::Wait)? {
+    for state in lock_jobs(ctx, &jobs, RowLock::Wait)? {
         ctx.jobs.load(state);
     }
     Ok(())

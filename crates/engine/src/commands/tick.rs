@@ -27,11 +27,7 @@ pub(crate) fn tick(ctx: &mut WriteCtx<'_>, limit: usize) -> Result<usize> {
         }
     }
     missing.sort_unstable();
-    states.extend(
-        rows::lock_job_states(ctx.conn, &missing, RowLock::Skip)?
-            .into_iter()
-            .map(Box::new),
-    );
+    states.extend(super::lock_jobs(ctx, &missing, RowLock::Skip)?);
     for mut state in states {
         let compiled = workflow_of(ctx, &state)?;
         let applied = apply(ctx, &compiled.workflow, &mut state, Input::Tick);

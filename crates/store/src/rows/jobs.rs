@@ -13,17 +13,19 @@ use starbridge_core::trace::JobTrace;
 
 use super::labels::capped_count;
 use super::signals::pending_signals;
-use super::tasks::{RawTask, TASK_COLUMNS, task_from_row};
+use super::tasks::{RawTask, TASK_COLUMN_COUNT, TASK_COLUMNS, task_from_row};
 use super::{
     RowLock, RowWrite, enum_column, json_text, labels_text, opt_json_text, parse_json, ts,
 };
-use crate::db::{Arg, Backend, Conn, Queries, Row, args, bind, key_sets};
+use crate::db::{Arg, Backend, Conn, Queries, Row, TransactionId, args, bind, key_sets};
 use crate::{Error, JobFilter, Result};
 
 const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key, priority, created_at, \
      started_at, ended_at, deadline_at, wind_down, compensation_planned, completions, round, lock_key, \
      lock_slots, signals_received, output, failed_steps, parent_job_id, parent_task_id, parent_attempt, \
      depth, child_versions, labels";
+/// How many columns `JOB_COLUMNS` names.
+const JOB_COLUMN_COUNT: usize = 27;
 
 fn job_from_row(row: &mut Row) -> Result<RawJob> {
     Ok(RawJob {
@@ -167,48 +169,186 @@ pub fn lock_job_state(conn: &mut dyn Conn, id: &JobId, lock: RowLock) -> Result<
     }))
 }
 
+/// A job with its tasks as a set-based load read them, and on PostgreSQL the version of each
+/// row read.
+pub struct LoadedJob {
+    pub state: JobState,
+    /// `None` on SQLite, whose rows carry no version.
+    pub versions: Option<JobRowVersions>,
+}
+
+/// The version of a job's row and of its task rows on PostgreSQL: each row's `xmin`, the id of
+/// the transaction that wrote the version read. A row no transaction changed since keeps it;
+/// any change (of this node or another) gives the row another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRowVersions {
+    pub job: JobId,
+    pub row: TransactionId,
+    /// Every task of the job, in `seq` order.
+    pub tasks: Vec<(TaskId, TransactionId)>,
+}
+
+/// A row's `xmin` as text (PostgreSQL has no cast of `xid` to a number type).
+fn transaction_id(text: &str) -> Result<TransactionId> {
+    text.parse()
+        .map_err(|_| Error::Corrupt(format!("a row's transaction id {text:?} is not a number")))
+}
+
 /// Jobs with their tasks (those that exist, and with `RowLock::Skip` that no other node holds),
-/// their rows locked as `lock` says, in a few set-based statements. Rows are locked in id
-/// order, so that two transactions locking overlapping sets cannot wait on each other.
-pub fn lock_job_states(conn: &mut dyn Conn, ids: &[JobId], lock: RowLock) -> Result<Vec<JobState>> {
+/// their rows locked as `lock` says, in a few set-based statements; on PostgreSQL with the
+/// version of each row. Rows are locked in id order, so that two transactions locking
+/// overlapping sets cannot wait on each other.
+pub fn lock_job_states(
+    conn: &mut dyn Conn,
+    ids: &[JobId],
+    lock: RowLock,
+) -> Result<Vec<LoadedJob>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let mut states = Vec::with_capacity(ids.len());
+    // A row's version is read with the row, by the same statement.
+    let versioned = conn.backend() == Backend::Postgres;
+    let version = if versioned { ", xmin::text" } else { "" };
+    let mut loaded = Vec::with_capacity(ids.len());
     let keys: Vec<&str> = ids.iter().map(JobId::as_str).collect();
     for (condition, values) in key_sets(conn.backend(), &keys) {
         let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE id {condition} ORDER BY id{}",
+            "SELECT {JOB_COLUMNS}{version} FROM jobs WHERE id {condition} ORDER BY id{}",
             lock.clause()
         );
-        let jobs = conn
-            .query_map(&sql, &bind(&values), job_from_row)?
-            .into_iter()
-            .map(RawJob::into_job)
-            .collect::<Result<Vec<_>>>()?;
+        let jobs = conn.query_map(&sql, &bind(&values), |row| {
+            let raw = job_from_row(row)?;
+            let row_version = if versioned {
+                Some(row.get::<String>(JOB_COLUMN_COUNT)?)
+            } else {
+                None
+            };
+            Ok((raw, row_version))
+        })?;
         if jobs.is_empty() {
             continue;
         }
-        let found: Vec<&str> = jobs.iter().map(|job| job.id.as_str()).collect();
-        let mut tasks: HashMap<JobId, Vec<Task>> = HashMap::with_capacity(jobs.len());
+        let found: Vec<&str> = jobs.iter().map(|(job, _)| job.id.as_str()).collect();
+        let mut tasks: HashMap<String, Vec<(Task, Option<String>)>> =
+            HashMap::with_capacity(jobs.len());
         for (condition, values) in key_sets(conn.backend(), &found) {
             let sql = format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE job_id {condition} ORDER BY job_id, seq"
+                "SELECT {TASK_COLUMNS}{version} FROM tasks WHERE job_id {condition} \
+                 ORDER BY job_id, seq"
             );
-            for raw in conn.query_map(&sql, &bind(&values), task_from_row)? {
+            let rows = conn.query_map(&sql, &bind(&values), |row| {
+                let raw = task_from_row(row)?;
+                let row_version = if versioned {
+                    Some(row.get::<String>(TASK_COLUMN_COUNT)?)
+                } else {
+                    None
+                };
+                Ok((raw, row_version))
+            })?;
+            for (raw, row_version) in rows {
                 let task = raw.into_task()?;
-                tasks.entry(task.job_id.clone()).or_default().push(task);
+                tasks
+                    .entry(task.job_id.as_str().to_owned())
+                    .or_default()
+                    .push((task, row_version));
             }
         }
-        for job in jobs {
-            states.push(JobState {
-                tasks: tasks.remove(&job.id).unwrap_or_default(),
-                signals: pending_signals(conn, &job)?,
-                job,
+        for (raw, row_version) in jobs {
+            let job = raw.into_job()?;
+            let (tasks, task_versions): (Vec<Task>, Vec<Option<String>>) = tasks
+                .remove(job.id.as_str())
+                .unwrap_or_default()
+                .into_iter()
+                .unzip();
+            let versions = match row_version {
+                Some(row) => Some(JobRowVersions {
+                    job: job.id.clone(),
+                    row: transaction_id(&row)?,
+                    tasks: tasks
+                        .iter()
+                        .zip(task_versions)
+                        .map(|(task, version)| {
+                            let version = version.unwrap_or_default();
+                            Ok((task.id.clone(), transaction_id(&version)?))
+                        })
+                        .collect::<Result<_>>()?,
+                }),
+                None => None,
+            };
+            loaded.push(LoadedJob {
+                state: JobState {
+                    tasks,
+                    signals: pending_signals(conn, &job)?,
+                    job,
+                },
+                versions,
             });
         }
     }
-    Ok(states)
+    Ok(loaded)
+}
+
+/// The versions of the rows of jobs `ids` and of their tasks, as they are now (on SQLite,
+/// whose rows carry none, no job's): the job rows locked as `lock` says, in id order, and their tasks read by a statement
+/// of their own after the locks were taken, so that a job a transaction of another node held
+/// is read as that transaction left it. Jobs that do not exist (or that another node holds,
+/// with `RowLock::Skip`) are left out.
+pub fn job_row_versions(
+    conn: &mut dyn Conn,
+    ids: &[JobId],
+    lock: RowLock,
+) -> Result<Vec<JobRowVersions>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    if conn.backend() != Backend::Postgres {
+        // SQLite's rows carry no version: none is known.
+        return Ok(Vec::new());
+    }
+    let keys: Vec<&str> = ids.iter().map(JobId::as_str).collect();
+    let mut versions = Vec::with_capacity(ids.len());
+    for (condition, values) in key_sets(conn.backend(), &keys) {
+        let sql = format!(
+            "SELECT id, xmin::text FROM jobs WHERE id {condition} ORDER BY id{}",
+            lock.clause()
+        );
+        let jobs: Vec<(String, String)> =
+            conn.query_map(&sql, &bind(&values), |row| Ok((row.get(0)?, row.get(1)?)))?;
+        if jobs.is_empty() {
+            continue;
+        }
+        let found: Vec<&str> = jobs.iter().map(|(id, _)| id.as_str()).collect();
+        let mut tasks: HashMap<String, Vec<(TaskId, TransactionId)>> =
+            HashMap::with_capacity(jobs.len());
+        for (condition, values) in key_sets(conn.backend(), &found) {
+            let sql = format!(
+                "SELECT job_id, id, xmin::text FROM tasks WHERE job_id {condition} \
+                 ORDER BY job_id, seq"
+            );
+            let rows: Vec<(String, String, String)> =
+                conn.query_map(&sql, &bind(&values), |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+                })?;
+            for (job, task, version) in rows {
+                let task = TaskId::parse(&task)
+                    .ok_or_else(|| Error::Corrupt(format!("task id {task:?} is malformed")))?;
+                tasks
+                    .entry(job)
+                    .or_default()
+                    .push((task, transaction_id(&version)?));
+            }
+        }
+        for (id, row) in jobs {
+            let job = JobId::parse(&id)
+                .ok_or_else(|| Error::Corrupt(format!("job id {id:?} is malformed")))?;
+            versions.push(JobRowVersions {
+                tasks: tasks.remove(&id).unwrap_or_default(),
+                job,
+                row: transaction_id(&row)?,
+            });
+        }
+    }
+    Ok(versions)
 }
 
 pub fn job_by_key(conn: &mut dyn Conn, namespace: &str, key: &str) -> Result<Option<JobId>> {

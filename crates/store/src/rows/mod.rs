@@ -49,8 +49,9 @@ pub use events::{
 pub(crate) use events::{kind_from_column, kinds_in};
 pub use health::{ping, write_health_probe};
 pub use jobs::{
-    JOB_INDEXED_UPDATES, JOB_WRITE, delete_job, job_by_key, job_values, list_jobs, load_job,
-    load_job_state, lock_job_state, lock_job_states, prune_finished, set_trace, trace_of,
+    JOB_INDEXED_UPDATES, JOB_WRITE, JobRowVersions, LoadedJob, delete_job, job_by_key,
+    job_row_versions, job_values, list_jobs, load_job, load_job_state, lock_job_state,
+    lock_job_states, prune_finished, set_trace, trace_of,
 };
 pub(crate) use jobs::{
     JOBS_BY_ID, NAMESPACES_WITH_JOBS, any_status_newest_first, before_cursor, status_list,

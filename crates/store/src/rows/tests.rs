@@ -105,6 +105,7 @@ on_both_backends!(
     labels_read_back_filter_jobs_and_go_with_their_job,
     waits_and_signals_read_back_and_waits_fall_due,
     a_job_reads_back_with_its_tasks_and_events,
+    row_versions_read_back_with_their_rows_and_change_with_each_write,
     a_rewritten_job_row_is_found_by_its_status_also_after_a_rolled_back_rewrite,
     the_job_list_pages_newest_first_by_creation_time,
     claim_candidates_come_in_dispatch_order,
@@ -358,7 +359,7 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
     assert_eq!(load_job(conn, &missing).unwrap(), None);
     let states = lock_job_states(conn, &[missing.clone(), job.id.clone()], RowLock::Wait).unwrap();
     assert_eq!(states.len(), 1);
-    assert_eq!(states[0].tasks, tasks);
+    assert_eq!(states[0].state.tasks, tasks);
     assert_eq!(
         job_by_key(conn, "default", "order-7").unwrap(),
         Some(job.id.clone())
@@ -455,6 +456,49 @@ fn a_job_reads_back_with_its_tasks_and_events(db: &mut Db) {
     again.round = 2;
     db.insert(&again, &[], &[]);
     assert_eq!(load_job(&mut db.conn, &job.id).unwrap(), Some(again));
+}
+
+fn row_versions_read_back_with_their_rows_and_change_with_each_write(db: &mut Db) {
+    let job = job("versioned", NOW);
+    let mut first = task(&job, 1, "q", 0, NOW);
+    let second = task(&job, 2, "q", 0, NOW);
+    db.insert(&job, &[first.clone(), second.clone()], &[]);
+    let conn = &mut db.conn;
+    let missing = JobId::from_unique("missing");
+    let ids = [job.id.clone(), missing];
+    let loaded = lock_job_states(conn, &ids, RowLock::None).unwrap();
+    let now = job_row_versions(conn, &ids, RowLock::Wait).unwrap();
+    if conn.backend() == Backend::Sqlite {
+        assert_eq!(loaded[0].versions, None, "SQLite's rows carry no version");
+        assert!(now.is_empty());
+        return;
+    }
+    let versions = loaded[0]
+        .versions
+        .clone()
+        .expect("PostgreSQL's rows carry one");
+    assert_eq!(
+        now,
+        std::slice::from_ref(&versions),
+        "read alone as with the rows"
+    );
+    let task_ids: Vec<&TaskId> = versions.tasks.iter().map(|(id, _)| id).collect();
+    assert_eq!(
+        task_ids,
+        [&first.id, &second.id],
+        "every task, in seq order"
+    );
+
+    first.status = TaskStatus::Running;
+    conn.defer_task(&job.namespace, &first);
+    conn.flush().unwrap();
+    let after = job_row_versions(conn, std::slice::from_ref(&job.id), RowLock::None).unwrap();
+    assert_eq!(after[0].row, versions.row, "the job row was not written");
+    assert_eq!(after[0].tasks[1], versions.tasks[1], "nor the second task");
+    assert_ne!(
+        after[0].tasks[0].1, versions.tasks[0].1,
+        "the first task's row is a new version"
+    );
 }
 
 fn the_job_list_pages_newest_first_by_creation_time(db: &mut Db) {
