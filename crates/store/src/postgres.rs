@@ -432,6 +432,20 @@ fn text_literal(text: &str) -> String {
 /// Any fixed number: with the schema's hash, the advisory lock one node vacuums under.
 const VACUUM_LOCK: i32 = 0x5342_5643;
 
+/// What the vacuumer's `ANALYZE` refreshes: the columns the server's statements filter, join
+/// and sort by, not the JSON and text they carry (inputs, outputs, logs, params). `tasks` is
+/// sampled with a statistics target of 10 (3,000 rows, not 30,000): its statements need the
+/// tasks per job and the share of each status, which a small sample gives as well, and a full
+/// sample cost about 0.3 s of the database's CPU for each 50,000 claims, a tenth of a busy
+/// node's. `jobs` keeps the default target: the job list's plans read its histograms.
+const ANALYZE_STATEMENT: &str = "SET default_statistics_target = 10; \
+     ANALYZE tasks (id, job_id, namespace, seq, kind, step, queue, status, priority, \
+     available_at, deadline_at, lease_expires_at, worker_id, created_at, ended_at, held, \
+     wait_kind, wake_at, child_job_id, parked, parked_at); \
+     RESET default_statistics_target; \
+     ANALYZE jobs (id, namespace, workflow, version, status, key, priority, created_at, \
+     ended_at, deadline_at, lock_key, parent_job_id)";
+
 impl PgConn {
     /// Starts listening to the announcements of the other nodes on this schema.
     pub fn listen(&mut self) -> Result<()> {
@@ -477,7 +491,7 @@ impl PgConn {
             .and_then(|()| conn.client.batch_execute("VACUUM (INDEX_CLEANUP ON) tasks"))
             .and_then(|()| {
                 if analyze {
-                    conn.client.batch_execute("ANALYZE tasks, jobs")
+                    conn.client.batch_execute(ANALYZE_STATEMENT)
                 } else {
                     Ok(())
                 }
