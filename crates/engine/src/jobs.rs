@@ -164,9 +164,10 @@ impl JobCache {
         }
     }
 
-    /// Whether committed transactions carry jobs over (they do on PostgreSQL).
-    pub(crate) fn carries(&self) -> bool {
-        self.carried.is_some()
+    /// Whether the transaction would carry jobs over once committed: on PostgreSQL, when it
+    /// kept any. (Asking a transaction that wrote nothing for its id would make it take one.)
+    pub(crate) fn would_carry(&self) -> bool {
+        self.carried.is_some() && !self.entries.is_empty()
     }
 
     /// Notes the versions of the rows of a job the transaction read with them, so that it can
@@ -488,8 +489,10 @@ mod tests {
     /// Job `id` (task `id`) read with versions 7 by one transaction, which commits as 9.
     fn carried_over(carried: &Arc<Mutex<CarriedJobs>>, id: &str) {
         let mut cache = carrying(carried);
+        assert!(!cache.would_carry(), "nothing kept: no id to ask for");
         cache.read_with(versions(id, 7, &[(id, 7)]));
         cache.load(Box::new(job(id, JobStatus::Running)));
+        assert!(cache.would_carry());
         cache.carry_over(9);
         cache.transaction_ended();
     }

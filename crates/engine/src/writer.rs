@@ -1128,7 +1128,7 @@ fn run_transaction(
     transaction.committed = match broken {
         Some(error) => Err(error),
         // Only a transaction without savepoints: rows a savepoint wrote carry its own id.
-        None if guard == Guard::None && state.jobs.carries() => {
+        None if guard == Guard::None && state.jobs.would_carry() => {
             conn.commit_identified(&announcements).map(|id| {
                 if let Some(id) = id {
                     state.jobs.carry_over(id);
