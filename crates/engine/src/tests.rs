@@ -733,13 +733,18 @@ async fn concurrent_claims_never_hand_out_the_same_task(f: Fixture) {
     assert_eq!(total, 30);
 }
 
-async fn lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change(f: Fixture) {
-    f.store
+/// A job of `TWO_STEPS` (a 10 s lease on its first step), and the claim of its first step.
+async fn first_of_two_steps_claimed(store: &Store) -> (JobId, Claimed) {
+    store
         .apply_workflow("default", "wf", definition(TWO_STEPS))
         .await
         .unwrap();
-    let job = submit(&f.store, "wf", json!({})).await.state.job.id;
-    let first = claim_one(&f.store).await;
+    let job = submit(store, "wf", json!({})).await.state.job.id;
+    (job, claim_one(store).await)
+}
+
+async fn lapsed_lease_is_retried_and_the_stale_report_is_refused_without_change(f: Fixture) {
+    let (job, first) = first_of_two_steps_claimed(&f.store).await;
     f.clock.advance(Duration::from_secs(11));
     assert_eq!(f.store.tick().await.unwrap(), 1);
     let state = f.store.job("default", &job).await.unwrap().unwrap();
@@ -778,13 +783,8 @@ async fn postgres_a_carried_job_another_node_changed_is_read_again() {
         return;
     };
     let other = Store::open_with_clock(&f.url, f.clock.clone()).unwrap();
-    f.store
-        .apply_workflow("default", "wf", definition(TWO_STEPS))
-        .await
-        .unwrap();
-    let job = submit(&f.store, "wf", json!({})).await.state.job.id;
     // This node claims the first step and carries the job over.
-    let first = claim_one(&f.store).await;
+    let (job, first) = first_of_two_steps_claimed(&f.store).await;
     // The worker's completion reaches the other node, which makes the second step ready.
     let done = complete(&other, &first, json!({"n": 1})).await.unwrap();
     assert_eq!(done.task.status, TaskStatus::Succeeded);

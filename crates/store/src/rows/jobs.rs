@@ -194,6 +194,19 @@ fn transaction_id(text: &str) -> Result<TransactionId> {
         .map_err(|_| Error::Corrupt(format!("a row's transaction id {text:?} is not a number")))
 }
 
+/// A row as `read` reads it, with its version (`xmin` as text) from column `version_at`, if any.
+fn with_version<T>(
+    row: &mut Row,
+    read: impl FnOnce(&mut Row) -> Result<T>,
+    version_at: Option<usize>,
+) -> Result<(T, Option<String>)> {
+    let value = read(row)?;
+    let version = version_at
+        .map(|index| row.get::<String>(index))
+        .transpose()?;
+    Ok((value, version))
+}
+
 /// Jobs with their tasks (those that exist, and with `RowLock::Skip` that no other node holds),
 /// their rows locked as `lock` says, in a few set-based statements; on PostgreSQL with the
 /// version of each row. Rows are locked in id order, so that two transactions locking
@@ -217,13 +230,7 @@ pub fn lock_job_states(
             lock.clause()
         );
         let jobs = conn.query_map(&sql, &bind(&values), |row| {
-            let raw = job_from_row(row)?;
-            let row_version = if versioned {
-                Some(row.get::<String>(JOB_COLUMN_COUNT)?)
-            } else {
-                None
-            };
-            Ok((raw, row_version))
+            with_version(row, job_from_row, versioned.then_some(JOB_COLUMN_COUNT))
         })?;
         if jobs.is_empty() {
             continue;
@@ -237,13 +244,7 @@ pub fn lock_job_states(
                  ORDER BY job_id, seq"
             );
             let rows = conn.query_map(&sql, &bind(&values), |row| {
-                let raw = task_from_row(row)?;
-                let row_version = if versioned {
-                    Some(row.get::<String>(TASK_COLUMN_COUNT)?)
-                } else {
-                    None
-                };
-                Ok((raw, row_version))
+                with_version(row, task_from_row, versioned.then_some(TASK_COLUMN_COUNT))
             })?;
             for (raw, row_version) in rows {
                 let task = raw.into_task()?;
