@@ -57,9 +57,7 @@ pub(crate) struct JobCache {
     lifetime: Lifetime,
     /// Boxed: a job's state is over 500 bytes, and an entry written inline into a table of
     /// thousands lands on cache lines nothing else touches (each insert and take missed them).
-    entries: HashMap<JobId, Box<JobState>>,
-    /// The job of every task of a cached job.
-    tasks: HashMap<TaskId, JobId>,
+    entries: IndexedJobs<Box<JobState>>,
     /// Jobs put back by the request running now: dropped if its changes are rolled back.
     kept_by_request: Vec<JobId>,
     /// On PostgreSQL: the versions of the rows of the jobs this transaction read, as read.
@@ -85,8 +83,83 @@ impl Seen {
     }
 }
 
+/// Jobs by id, each as `T` (which holds the job's state), with the job of each of their tasks.
+/// Past `CAPACITY` jobs an arbitrary one goes (the database has every job anyway).
+pub(crate) struct IndexedJobs<T> {
+    jobs: HashMap<JobId, T>,
+    tasks: HashMap<TaskId, JobId>,
+}
+
+/// What an entry of `IndexedJobs` holds of its job.
+pub(crate) trait HoldsState {
+    fn state(&self) -> &JobState;
+}
+
+impl HoldsState for Box<JobState> {
+    fn state(&self) -> &JobState {
+        self
+    }
+}
+
+impl<T> Default for IndexedJobs<T> {
+    fn default() -> IndexedJobs<T> {
+        IndexedJobs {
+            jobs: HashMap::default(),
+            tasks: HashMap::default(),
+        }
+    }
+}
+
+impl<T: HoldsState> IndexedJobs<T> {
+    fn take(&mut self, id: &JobId) -> Option<T> {
+        let entry = self.jobs.remove(id)?;
+        for task in &entry.state().tasks {
+            self.tasks.remove(&task.id);
+        }
+        Some(entry)
+    }
+
+    /// Holds `entry` in place of what it held of the same job.
+    fn insert(&mut self, entry: T) {
+        let id = entry.state().job.id.clone();
+        self.take(&id);
+        if self.jobs.len() >= CAPACITY
+            && let Some(evicted) = self.jobs.keys().next().cloned()
+        {
+            self.take(&evicted);
+        }
+        for task in &entry.state().tasks {
+            self.tasks.insert(task.id.clone(), id.clone());
+        }
+        self.jobs.insert(id, entry);
+    }
+
+    fn job_of(&self, task: &TaskId) -> Option<&JobId> {
+        self.tasks.get(task)
+    }
+
+    fn contains(&self, id: &JobId) -> bool {
+        self.jobs.contains_key(id)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Every entry, taken out.
+    fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.tasks.clear();
+        self.jobs.drain().map(|(_, entry)| entry)
+    }
+
+    fn clear(&mut self) {
+        self.jobs.clear();
+        self.tasks.clear();
+    }
+}
+
 /// A job a committed transaction carried over (see the module's documentation).
-struct CarriedJob {
+pub(crate) struct CarriedJob {
     state: Box<JobState>,
     seen: Seen,
     /// The transaction that carried it: the version of the rows it wrote.
@@ -109,37 +182,15 @@ impl CarriedJob {
     }
 }
 
+impl HoldsState for CarriedJob {
+    fn state(&self) -> &JobState {
+        &self.state
+    }
+}
+
 /// The jobs the committed transactions of a node's PostgreSQL writers carried over, shared by
 /// those writers, with the job of each of their tasks.
-#[derive(Default)]
-pub(crate) struct CarriedJobs {
-    jobs: HashMap<JobId, CarriedJob>,
-    tasks: HashMap<TaskId, JobId>,
-}
-
-impl CarriedJobs {
-    fn take(&mut self, id: &JobId) -> Option<CarriedJob> {
-        let carried = self.jobs.remove(id)?;
-        for task in &carried.state.tasks {
-            self.tasks.remove(&task.id);
-        }
-        Some(carried)
-    }
-
-    fn insert(&mut self, carried: CarriedJob) {
-        self.take(&carried.state.job.id);
-        if self.jobs.len() >= CAPACITY
-            && let Some(evicted) = self.jobs.keys().next().cloned()
-        {
-            self.take(&evicted);
-        }
-        for task in &carried.state.tasks {
-            self.tasks
-                .insert(task.id.clone(), carried.state.job.id.clone());
-        }
-        self.jobs.insert(carried.state.job.id.clone(), carried);
-    }
-}
+pub(crate) type CarriedJobs = IndexedJobs<CarriedJob>;
 
 /// What `JobCache::carried_matching` found of the jobs asked for.
 pub(crate) struct Revived {
@@ -156,8 +207,7 @@ impl JobCache {
     pub(crate) fn new(lifetime: Lifetime, carried: Option<Arc<Mutex<CarriedJobs>>>) -> JobCache {
         JobCache {
             lifetime,
-            entries: HashMap::default(),
-            tasks: HashMap::default(),
+            entries: IndexedJobs::default(),
             kept_by_request: Vec::new(),
             read_versions: HashMap::default(),
             carried,
@@ -183,14 +233,14 @@ impl JobCache {
     pub(crate) fn carried_job_of(&self, task: &TaskId) -> Option<JobId> {
         let carried = self.carried.as_ref()?;
         let carried = carried.lock().unwrap_or_else(PoisonError::into_inner);
-        carried.tasks.get(task).cloned()
+        carried.job_of(task).cloned()
     }
 
     /// True when any of `jobs` was carried over.
     pub(crate) fn any_carried(&self, jobs: &[JobId]) -> bool {
         self.carried.as_ref().is_some_and(|carried| {
             let carried = carried.lock().unwrap_or_else(PoisonError::into_inner);
-            jobs.iter().any(|job| carried.jobs.contains_key(job))
+            jobs.iter().any(|job| carried.contains(job))
         })
     }
 
@@ -233,14 +283,12 @@ impl JobCache {
 
     /// Takes the job out of the cache; a command puts it back with `keep` once persisted.
     pub(crate) fn take(&mut self, id: &JobId) -> Option<Box<JobState>> {
-        let state = self.entries.remove(id)?;
-        self.forget_tasks(&state);
-        Some(state)
+        self.entries.take(id)
     }
 
     /// The job of a task, if the task's job is cached.
     pub(crate) fn job_of(&self, task: &TaskId) -> Option<&JobId> {
-        self.tasks.get(task)
+        self.entries.job_of(task)
     }
 
     /// Keeps a job as it was just persisted (or inserted) in the open transaction, which on
@@ -270,23 +318,8 @@ impl JobCache {
         if state.job.status.is_terminal() || !in_work {
             return false;
         }
-        if self.entries.len() >= CAPACITY
-            && let Some(evicted) = self.entries.keys().next().cloned()
-            && let Some(evicted) = self.entries.remove(&evicted)
-        {
-            self.forget_tasks(&evicted);
-        }
-        for task in &state.tasks {
-            self.tasks.insert(task.id.clone(), state.job.id.clone());
-        }
-        self.entries.insert(state.job.id.clone(), state);
+        self.entries.insert(state);
         true
-    }
-
-    fn forget_tasks(&mut self, state: &JobState) {
-        for task in &state.tasks {
-            self.tasks.remove(&task.id);
-        }
     }
 
     /// The request's changes stay.
@@ -297,9 +330,7 @@ impl JobCache {
     /// The request's changes were rolled back: forget what it kept.
     pub(crate) fn request_rolled_back(&mut self) {
         for id in std::mem::take(&mut self.kept_by_request) {
-            if let Some(state) = self.entries.remove(&id) {
-                self.forget_tasks(&state);
-            }
+            self.entries.take(&id);
         }
     }
 
@@ -313,12 +344,11 @@ impl JobCache {
         };
         let mut carried = carried.lock().unwrap_or_else(PoisonError::into_inner);
         let at = Instant::now();
-        self.tasks.clear();
-        for (job, state) in self.entries.drain() {
+        for state in self.entries.drain() {
             if !state.signals.is_empty() {
                 continue;
             }
-            let seen = self.read_versions.remove(&job).unwrap_or_default();
+            let seen = self.read_versions.remove(&state.job.id).unwrap_or_default();
             carried.insert(CarriedJob {
                 state,
                 seen,
@@ -339,7 +369,6 @@ impl JobCache {
     /// it cached (jobs carried over from earlier transactions are checked before use anyway).
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
-        self.tasks.clear();
         self.kept_by_request.clear();
         self.read_versions.clear();
     }

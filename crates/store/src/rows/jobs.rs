@@ -15,7 +15,8 @@ use super::labels::capped_count;
 use super::signals::pending_signals;
 use super::tasks::{RawTask, TASK_COLUMN_COUNT, TASK_COLUMNS, task_from_row};
 use super::{
-    RowLock, RowWrite, enum_column, json_text, labels_text, opt_json_text, parse_json, ts,
+    RowLock, RowWrite, column_count, enum_column, json_text, labels_text, opt_json_text,
+    parse_json, ts,
 };
 use crate::db::{Arg, Backend, Conn, Queries, Row, TransactionId, args, bind, key_sets};
 use crate::{Error, JobFilter, Result};
@@ -25,7 +26,7 @@ const JOB_COLUMNS: &str = "id, namespace, workflow, version, status, params, key
      lock_slots, signals_received, output, failed_steps, parent_job_id, parent_task_id, parent_attempt, \
      depth, child_versions, labels";
 /// How many columns `JOB_COLUMNS` names.
-const JOB_COLUMN_COUNT: usize = 27;
+const JOB_COLUMN_COUNT: usize = column_count(JOB_COLUMNS);
 
 fn job_from_row(row: &mut Row) -> Result<RawJob> {
     Ok(RawJob {

@@ -16,7 +16,7 @@ pub(super) const TASK_COLUMNS: &str = "id, job_id, seq, kind, step, item, compen
      input, output, error, progress, logs, created_at, ready_at, started_at, ended_at, completed_seq, \
      held, round, attempt_base, wait, pending_outcome, callback, child_job_id, limits, claimed_at";
 /// How many columns `TASK_COLUMNS` names.
-pub(super) const TASK_COLUMN_COUNT: usize = 37;
+pub(super) const TASK_COLUMN_COUNT: usize = super::column_count(TASK_COLUMNS);
 
 pub(super) fn task_from_row(row: &mut Row) -> Result<RawTask> {
     Ok(RawTask {
