@@ -12,7 +12,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use serde_json::{Map, Value, json};
 
-use crate::definition::{DEFAULT_ATTEMPT_TIMEOUT, Handler, RetryPolicy, StepKind, Workflow};
+use crate::definition::{DEFAULT_ATTEMPT_TIMEOUT, Handler, RetryPolicy, Step, StepKind, Workflow};
 use crate::expr::{self, EvalError};
 use crate::ids::{IdSource, JobId};
 use crate::labels::Labels;
@@ -88,12 +88,28 @@ pub enum CreateError {
     LockKey(String),
 }
 
-/// Renders the workflow's lock key for these params.
-fn lock_of(workflow: &Workflow, context: &Value) -> Result<Option<JobLock>, CreateError> {
+/// What every expression of a job reads: its `params` and its `job` (id, namespace, workflow,
+/// version, key, priority). The steps' expressions read `steps` too (`Machine::context`).
+fn job_context(job: &Job) -> Value {
+    json!({
+        "params": job.params,
+        "job": {
+            "id": job.id,
+            "namespace": job.namespace,
+            "workflow": job.workflow,
+            "version": job.version,
+            "key": job.key,
+            "priority": job.priority,
+        },
+    })
+}
+
+/// Renders the workflow's lock key for the job.
+fn lock_of(workflow: &Workflow, job: &Job) -> Result<Option<JobLock>, CreateError> {
     let Some(lock) = &workflow.lock else {
         return Ok(None);
     };
-    let key = render_key(&lock.key, context).map_err(CreateError::LockKey)?;
+    let key = render_key(&lock.key, &job_context(job)).map_err(CreateError::LockKey)?;
     Ok(Some(JobLock {
         key,
         slots: lock.slots,
@@ -160,8 +176,7 @@ pub fn create_job(
         child_versions: new.child_versions,
         labels: new.labels,
     };
-    let context = json!({"params": job.params, "job": {"id": job.id, "namespace": job.namespace, "workflow": job.workflow, "version": job.version, "key": job.key, "priority": job.priority}});
-    job.lock = match (lock_of(workflow, &context)?, new.step_lock) {
+    job.lock = match (lock_of(workflow, &job)?, new.step_lock) {
         (Some(own), Some(step)) if own.key != step.key => {
             return Err(CreateError::LockKey(format!(
                 "the step's lock {} and the workflow's lock {} cannot both be held: a job holds one lock, drop one of them",
@@ -1034,18 +1049,37 @@ impl Machine<'_> {
                 );
             }
         }
-        json!({
-            "params": job.params,
-            "job": {
-                "id": job.id,
-                "namespace": job.namespace,
-                "workflow": job.workflow,
-                "version": job.version,
-                "key": job.key,
-                "priority": job.priority,
-            },
-            "steps": steps,
-        })
+        let mut context = job_context(job);
+        context["steps"] = Value::Object(steps);
+        context
+    }
+
+    /// The job's context (see `context`), built into `built` the first time it is asked for.
+    fn context_of<'c>(&self, built: &'c mut Option<Value>) -> &'c Value {
+        built.get_or_insert_with(|| self.context())
+    }
+
+    /// Renders the queue template and the `lock` and `rate` keys of the step at `step_index`
+    /// for the task at `index` (see `render_queue`, `render_limits`), reading the job's context
+    /// (built into `context` if it was not yet) only when the step has one of them; `Err` names
+    /// the field that does not render.
+    fn render_keys(
+        &mut self,
+        index: usize,
+        step_index: usize,
+        context: &mut Option<Value>,
+    ) -> Result<(), (&'static str, String)> {
+        let step = &self.workflow.steps[step_index];
+        let route = templated_route(step);
+        if route.is_none() && !has_limits(step) {
+            return Ok(());
+        }
+        let context = self.context_of(context);
+        if let Some(route) = route {
+            self.render_queue(index, route, context)
+                .map_err(|error| ("queue", error))?;
+        }
+        self.render_limits(index, step_index, context)
     }
 
     fn expression_failure(&mut self, index: usize, field: &str, error: impl std::fmt::Display) {
@@ -1100,7 +1134,7 @@ impl Machine<'_> {
         context: &Value,
     ) -> Result<(), (&'static str, String)> {
         let step = &self.workflow.steps[step_index];
-        if step.lock.is_none() && step.rate.is_none() {
+        if !has_limits(step) {
             return Ok(());
         }
         let lock = step
@@ -1205,9 +1239,11 @@ impl Machine<'_> {
                 continue;
             }
             let step = &self.workflow.steps[step_index];
-            let context = self.context();
+            // Built the first time one of the step's expressions reads it: most steps have none,
+            // and it copies every finished step's output.
+            let mut context = None;
             if let Some(when) = &step.when {
-                match when.eval(&context) {
+                match when.eval(self.context_of(&mut context)) {
                     Ok(value) if !expr::truthy(&value) => {
                         self.skip(task_index, "condition `when` is false");
                         continue;
@@ -1224,7 +1260,7 @@ impl Machine<'_> {
                 .map(|timeout| self.now.saturating_add(timeout));
             self.state.tasks[task_index].deadline_at = deadline;
             if let Some(for_each) = &step.for_each {
-                let items = match for_each.eval(&context) {
+                let items = match for_each.eval(self.context_of(&mut context)) {
                     Ok(Value::Array(items)) if items.len() <= self.limits.fan_out => items,
                     Ok(Value::Array(items)) => {
                         self.expression_failure(
@@ -1251,18 +1287,22 @@ impl Machine<'_> {
                         continue;
                     }
                 };
+                let context = context.unwrap_or_else(|| self.context());
                 self.expand(step_index, task_index, items, context);
             } else {
                 match &step.kind {
                     StepKind::Task(_) | StepKind::Workflow(_) => {
                         let input = match step.input() {
-                            Some(template) => template.render(&context).map_err(|e| e.to_string()),
+                            Some(template) => template
+                                .render(self.context_of(&mut context))
+                                .map_err(|e| e.to_string()),
                             None => Ok(self.state.job.params.clone()),
                         };
-                        match input.and_then(|input| self.within_task_limit(input, "input")) {
+                        let input = input.and_then(|input| self.within_task_limit(input, "input"));
+                        match input {
                             Ok(input) if step.child().is_some() => {
                                 self.state.tasks[task_index].input = Some(input);
-                                match self.render_limits(task_index, step_index, &context) {
+                                match self.render_keys(task_index, step_index, &mut context) {
                                     Ok(()) => self.start_child_attempt(task_index),
                                     Err((field, error)) => {
                                         self.expression_failure(task_index, field, error);
@@ -1270,15 +1310,7 @@ impl Machine<'_> {
                                 }
                             }
                             Ok(input) => {
-                                let route = step.handler().map(|handler| &handler.queue);
-                                match route
-                                    .map_or(Ok(()), |route| {
-                                        self.render_queue(task_index, route, &context)
-                                    })
-                                    .map_err(|error| ("queue", error))
-                                    .and_then(|()| {
-                                        self.render_limits(task_index, step_index, &context)
-                                    }) {
+                                match self.render_keys(task_index, step_index, &mut context) {
                                     Ok(()) => self.make_ready(task_index, input),
                                     Err((field, error)) => {
                                         self.expression_failure(task_index, field, error);
@@ -1288,7 +1320,10 @@ impl Machine<'_> {
                             Err(error) => self.expression_failure(task_index, "input", error),
                         }
                     }
-                    other => self.start_by_kind(task_index, other, &context),
+                    other => {
+                        let context = context.unwrap_or_else(|| self.context());
+                        self.start_by_kind(task_index, other, &context);
+                    }
                 }
             }
         }
@@ -1330,11 +1365,8 @@ impl Machine<'_> {
         let deadline = self.state.tasks[parent].deadline_at;
         // An item's queue template, lock and rate keys are rendered with its input: all may
         // read `item` and `index`.
-        let route = step
-            .handler()
-            .map(|handler| &handler.queue)
-            .filter(|route| route.is_template());
-        let renders_with_item = route.is_some() || step.lock.is_some() || step.rate.is_some();
+        let route = templated_route(step);
+        let renders_with_item = route.is_some() || has_limits(step);
         for (position, item) in items.into_iter().enumerate() {
             let position_u32 = u32::try_from(position).unwrap_or(u32::MAX);
             let input = match step.input() {
@@ -1699,6 +1731,18 @@ impl Machine<'_> {
         let context = self.compensation_context(index);
         self.render_queue(index, route, &context)
     }
+}
+
+/// The step's queue, when it is a template rendered per task.
+fn templated_route(step: &Step) -> Option<&QueueRoute> {
+    step.handler()
+        .map(|handler| &handler.queue)
+        .filter(|route| route.is_template())
+}
+
+/// The step takes a `lock` or `rate` slot, whose keys are rendered per task.
+fn has_limits(step: &Step) -> bool {
+    step.lock.is_some() || step.rate.is_some()
 }
 
 pub(crate) fn type_name(value: &Value) -> &'static str {
