@@ -5,7 +5,8 @@
 //! work. One fsync serves many requests, and no request is answered before its change is
 //! durable. On SQLite the commit returns before its log is synced (`Conn::log_sync`): a sync
 //! thread syncs it and answers the group's requests, while the writer runs the next group (one
-//! sync then covers every group committed while the last one ran). The connection holds row
+//! sync then covers every group committed while the last one ran); when nothing waits for the
+//! writer and the sync thread is idle, the writer syncs and answers the commit itself. The connection holds row
 //! writes back and writes them in sets (see `deferred`), and keeps the settings its commands
 //! read often (`CachedReads`).
 //!
@@ -35,7 +36,7 @@
 //! reach) is stored in one atomic word for `/healthz` (see `health`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::thread;
@@ -380,12 +381,13 @@ impl Writer {
         let shared = Arc::new(shared);
         let syncs = conn.log_sync().map(|_| {
             let (sender, receiver) = std_mpsc::channel();
-            let shared = shared.clone();
+            let unanswered = Arc::new(AtomicUsize::new(0));
+            let (shared, answered) = (shared.clone(), unanswered.clone());
             thread::Builder::new()
                 .name("starbridge-sync".to_owned())
-                .spawn(move || sync_and_answer(&receiver, &shared))
+                .spawn(move || sync_and_answer(&receiver, &answered, &shared))
                 .expect("spawning the log sync thread");
-            sender
+            Syncs { sender, unanswered }
         });
         let mut conn = Some(conn);
         for _ in 0..writers {
@@ -541,6 +543,11 @@ struct Turns {
 }
 
 impl Turns {
+    /// No request waits in the queue (false while another writer holds it).
+    fn nothing_queued(&self) -> bool {
+        self.queue.try_lock().is_ok_and(|queue| queue.is_empty())
+    }
+
     /// Waits until no other writer's group is writing its rows or committing.
     fn wait_for_commits(&self) {
         let committing = self
@@ -668,8 +675,30 @@ fn gather(queue: &mut Queue, batch: &mut Vec<Work>) {
     }
 }
 
-/// The requests of commits whose log is not synced yet, on their way to the sync thread.
-type Syncs = std_mpsc::Sender<Unsynced>;
+/// The way to the sync thread: the commits whose log is not synced yet, and how many of them
+/// it has not answered.
+#[derive(Clone)]
+struct Syncs {
+    sender: std_mpsc::Sender<Unsynced>,
+    unanswered: Arc<AtomicUsize>,
+}
+
+impl Syncs {
+    /// Hands `commit` to the sync thread; gives it back when the thread has ended.
+    fn send(&self, commit: Unsynced) -> Option<Unsynced> {
+        self.unanswered.fetch_add(1, Ordering::SeqCst);
+        let unsent = self.sender.send(commit).err().map(|unsent| unsent.0);
+        if unsent.is_some() {
+            self.unanswered.fetch_sub(1, Ordering::SeqCst);
+        }
+        unsent
+    }
+
+    /// Every commit handed over was answered: the thread waits for the next.
+    fn idle(&self) -> bool {
+        self.unanswered.load(Ordering::SeqCst) == 0
+    }
+}
 
 /// A commit's requests to answer once its log is synced.
 struct Unsynced {
@@ -682,12 +711,18 @@ struct Unsynced {
 }
 
 /// The sync thread: takes every commit waiting, syncs the log once for all of them, and
-/// answers their requests.
-fn sync_and_answer(commits: &std_mpsc::Receiver<Unsynced>, shared: &Shared) {
+/// answers their requests (counting them off `unanswered`).
+fn sync_and_answer(
+    commits: &std_mpsc::Receiver<Unsynced>,
+    unanswered: &AtomicUsize,
+    shared: &Shared,
+) {
     while let Ok(first) = commits.recv() {
         let mut waiting = vec![first];
         waiting.extend(commits.try_iter());
+        let count = waiting.len();
         answer_synced(shared, waiting);
+        unanswered.fetch_sub(count, Ordering::SeqCst);
     }
 }
 
@@ -834,10 +869,17 @@ fn commit_batch(
                 deliveries,
                 outcome,
             };
-            // Without the sync thread (it ended: the process is going down) the writer syncs.
+            // The writer syncs itself when nothing waits for it (no request queued or to run
+            // again) and the sync thread has nothing to answer: handing the commit over would
+            // only add the thread's wake-up to the requests' wait. Without the sync thread (it
+            // ended: the process is going down) the writer syncs too.
             let unsent = match syncs {
-                Some(syncs) => syncs.send(commit).err().map(|unsent| unsent.0),
-                None => Some(commit),
+                Some(syncs)
+                    if !(syncs.idle() && again.is_empty() && turn.turns.nothing_queued()) =>
+                {
+                    syncs.send(commit)
+                }
+                _ => Some(commit),
             };
             if let Some(commit) = unsent {
                 answer_synced(shared, vec![commit]);
@@ -1203,14 +1245,32 @@ mod tests {
         (release, pending)
     }
 
-    /// A log sync that waits, the first time, until the test lets it go.
+    /// A log sync that waits, the first time, until the test lets it go, and notes the thread
+    /// each sync ran on.
     struct HeldSync {
         entered: Mutex<Option<std_mpsc::Sender<()>>>,
         release: Mutex<std_mpsc::Receiver<()>>,
+        threads: Mutex<Vec<String>>,
+    }
+
+    impl HeldSync {
+        /// A sync held until `release` sends or drops; `entered` hears when it began.
+        fn new() -> (Arc<HeldSync>, std_mpsc::Receiver<()>, std_mpsc::Sender<()>) {
+            let (entered, sync_entered) = std_mpsc::channel();
+            let (release, released) = std_mpsc::channel();
+            let log = Arc::new(HeldSync {
+                entered: Mutex::new(Some(entered)),
+                release: Mutex::new(released),
+                threads: Mutex::default(),
+            });
+            (log, sync_entered, release)
+        }
     }
 
     impl LogSync for HeldSync {
         fn sync(&self) -> starbridge_store::Result<()> {
+            let thread = std::thread::current().name().unwrap_or_default().to_owned();
+            self.threads.lock().unwrap().push(thread);
             if let Some(entered) = self.entered.lock().unwrap().take() {
                 entered.send(()).unwrap();
                 let _ = self.release.lock().unwrap().recv();
@@ -1263,40 +1323,71 @@ mod tests {
         }
     }
 
-    /// A commit whose log is synced afterwards is answered only once the sync ended, and the
-    /// writer commits the next group while that sync runs.
+    /// A commit whose log is synced afterwards is answered only once the sync ended; when
+    /// requests wait, the sync thread syncs it and the writer commits the next group meanwhile.
     #[tokio::test]
     async fn a_commit_is_answered_once_its_log_is_synced_and_the_next_group_commits_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
         let path = migrated(&dir);
-        let (entered, sync_entered) = std_mpsc::channel();
-        let (release, released) = std_mpsc::channel();
-        let log = Arc::new(HeldSync {
-            entered: Mutex::new(Some(entered)),
-            release: Mutex::new(released),
-        });
+        let (log, sync_entered, release) = HeldSync::new();
         let conn = HeldSyncConn {
             conn: SqliteConn::open(&path).unwrap(),
-            log,
+            log: log.clone(),
         };
         let (writer, _) = start_writer(Box::new(conn), &path);
-        let mut first = writer.enqueue(|ctx| insert_namespace(ctx, "first"));
+        let (release_writer, mut held) = hold_writer(&writer);
+        let next = writer.enqueue(|ctx| insert_namespace(ctx, "next"));
+        drop(release_writer);
         sync_entered
             .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the commit's log is synced");
-        assert!(namespaces(&path).contains(&"first".to_owned()), "committed");
-        let second = writer.enqueue(|ctx| insert_namespace(ctx, "second"));
-        while !namespaces(&path).contains(&"second".to_owned()) {
+            .expect("the held group's log is synced");
+        while !namespaces(&path).contains(&"next".to_owned()) {
             tokio::task::yield_now().await;
         }
-        let reply = first.reply.as_mut().unwrap();
+        let reply = held.reply.as_mut().unwrap();
         assert!(
             matches!(reply.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
             "not answered while its log's sync runs"
         );
         release.send(()).unwrap();
-        first.answer().await.unwrap();
-        second.answer().await.unwrap();
+        held.answer().await.unwrap();
+        next.answer().await.unwrap();
+        assert_eq!(
+            log.threads.lock().unwrap().first().map(String::as_str),
+            Some("starbridge-sync"),
+            "a request waited: the sync thread synced"
+        );
+    }
+
+    /// A commit that nothing waits behind is synced by the writer itself, and answered once the
+    /// sync ended.
+    #[tokio::test]
+    async fn the_writer_syncs_a_commit_itself_when_no_request_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = migrated(&dir);
+        let (log, sync_entered, release) = HeldSync::new();
+        let conn = HeldSyncConn {
+            conn: SqliteConn::open(&path).unwrap(),
+            log: log.clone(),
+        };
+        let (writer, _) = start_writer(Box::new(conn), &path);
+        let mut alone = writer.enqueue(|ctx| insert_namespace(ctx, "alone"));
+        sync_entered
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the commit's log is synced");
+        assert!(namespaces(&path).contains(&"alone".to_owned()), "committed");
+        let reply = alone.reply.as_mut().unwrap();
+        assert!(
+            matches!(reply.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+            "not answered while its log's sync runs"
+        );
+        release.send(()).unwrap();
+        alone.answer().await.unwrap();
+        assert_eq!(
+            *log.threads.lock().unwrap(),
+            ["starbridge-writer"],
+            "nothing waited: the writer synced"
+        );
     }
 
     fn insert_namespace(ctx: &mut WriteCtx<'_>, name: &str) -> Result<()> {
