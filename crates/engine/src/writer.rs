@@ -1323,37 +1323,75 @@ mod tests {
         }
     }
 
-    /// A commit whose log is synced afterwards is answered only once the sync ended; when
-    /// requests wait, the sync thread syncs it and the writer commits the next group meanwhile.
-    #[tokio::test]
-    async fn a_commit_is_answered_once_its_log_is_synced_and_the_next_group_commits_meanwhile() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = migrated(&dir);
+    /// A writer on a fresh SQLite file whose log syncs are `HeldSync`'s.
+    struct HeldSyncWriter {
+        writer: Writer,
+        path: PathBuf,
+        log: Arc<HeldSync>,
+        /// Hears when the first sync began.
+        sync_entered: std_mpsc::Receiver<()>,
+        /// Lets the first sync end.
+        release: std_mpsc::Sender<()>,
+    }
+
+    fn held_sync_writer(dir: &tempfile::TempDir) -> HeldSyncWriter {
+        let path = migrated(dir);
         let (log, sync_entered, release) = HeldSync::new();
         let conn = HeldSyncConn {
             conn: SqliteConn::open(&path).unwrap(),
             log: log.clone(),
         };
         let (writer, _) = start_writer(Box::new(conn), &path);
-        let (release_writer, mut held) = hold_writer(&writer);
-        let next = writer.enqueue(|ctx| insert_namespace(ctx, "next"));
-        drop(release_writer);
-        sync_entered
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the held group's log is synced");
-        while !namespaces(&path).contains(&"next".to_owned()) {
-            tokio::task::yield_now().await;
+        HeldSyncWriter {
+            writer,
+            path,
+            log,
+            sync_entered,
+            release,
         }
-        let reply = held.reply.as_mut().unwrap();
+    }
+
+    impl HeldSyncWriter {
+        /// Waits until the first sync began.
+        fn wait_for_sync(&self) {
+            self.sync_entered
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("a commit's log is synced");
+        }
+
+        /// The threads the syncs ran on, in order.
+        fn sync_threads(&self) -> Vec<String> {
+            self.log.threads.lock().unwrap().clone()
+        }
+    }
+
+    fn assert_unanswered<T>(pending: &mut Pending<T>) {
+        let reply = pending.reply.as_mut().unwrap();
         assert!(
             matches!(reply.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
             "not answered while its log's sync runs"
         );
-        release.send(()).unwrap();
-        held.answer().await.unwrap();
+    }
+
+    /// A commit whose log is synced afterwards is answered only once the sync ended; when
+    /// requests wait, the sync thread syncs it and the writer commits the next group meanwhile.
+    #[tokio::test]
+    async fn a_commit_is_answered_once_its_log_is_synced_and_the_next_group_commits_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = held_sync_writer(&dir);
+        let (release_writer, mut first) = hold_writer(&held.writer);
+        let next = held.writer.enqueue(|ctx| insert_namespace(ctx, "next"));
+        drop(release_writer);
+        held.wait_for_sync();
+        while !namespaces(&held.path).contains(&"next".to_owned()) {
+            tokio::task::yield_now().await;
+        }
+        assert_unanswered(&mut first);
+        held.release.send(()).unwrap();
+        first.answer().await.unwrap();
         next.answer().await.unwrap();
         assert_eq!(
-            log.threads.lock().unwrap().first().map(String::as_str),
+            held.sync_threads().first().map(String::as_str),
             Some("starbridge-sync"),
             "a request waited: the sync thread synced"
         );
@@ -1364,27 +1402,18 @@ mod tests {
     #[tokio::test]
     async fn the_writer_syncs_a_commit_itself_when_no_request_waits() {
         let dir = tempfile::tempdir().unwrap();
-        let path = migrated(&dir);
-        let (log, sync_entered, release) = HeldSync::new();
-        let conn = HeldSyncConn {
-            conn: SqliteConn::open(&path).unwrap(),
-            log: log.clone(),
-        };
-        let (writer, _) = start_writer(Box::new(conn), &path);
-        let mut alone = writer.enqueue(|ctx| insert_namespace(ctx, "alone"));
-        sync_entered
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the commit's log is synced");
-        assert!(namespaces(&path).contains(&"alone".to_owned()), "committed");
-        let reply = alone.reply.as_mut().unwrap();
+        let held = held_sync_writer(&dir);
+        let mut alone = held.writer.enqueue(|ctx| insert_namespace(ctx, "alone"));
+        held.wait_for_sync();
         assert!(
-            matches!(reply.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
-            "not answered while its log's sync runs"
+            namespaces(&held.path).contains(&"alone".to_owned()),
+            "committed"
         );
-        release.send(()).unwrap();
+        assert_unanswered(&mut alone);
+        held.release.send(()).unwrap();
         alone.answer().await.unwrap();
         assert_eq!(
-            *log.threads.lock().unwrap(),
+            held.sync_threads(),
             ["starbridge-writer"],
             "nothing waited: the writer synced"
         );
