@@ -1298,8 +1298,7 @@ impl Machine<'_> {
                                 .map_err(|e| e.to_string()),
                             None => Ok(self.state.job.params.clone()),
                         };
-                        let input = input.and_then(|input| self.within_task_limit(input, "input"));
-                        match input {
+                        match input.and_then(|input| self.within_task_limit(input, "input")) {
                             Ok(input) if step.child().is_some() => {
                                 self.state.tasks[task_index].input = Some(input);
                                 match self.render_keys(task_index, step_index, &mut context) {

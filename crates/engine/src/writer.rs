@@ -6,9 +6,9 @@
 //! durable. On SQLite the commit returns before its log is synced (`Conn::log_sync`): a sync
 //! thread syncs it and answers the group's requests, while the writer runs the next group (one
 //! sync then covers every group committed while the last one ran); when nothing waits for the
-//! writer and the sync thread is idle, the writer syncs and answers the commit itself. The connection holds row
-//! writes back and writes them in sets (see `deferred`), and keeps the settings its commands
-//! read often (`CachedReads`).
+//! writer and the sync thread is idle, the writer syncs and answers the commit itself. The
+//! connection holds row writes back and writes them in sets (see `deferred`), and keeps the
+//! settings its commands read often (`CachedReads`).
 //!
 //! A refused request must leave nothing behind while the others of its transaction commit.
 //! Requests run bare: a savepoint per request costs a round trip on PostgreSQL and a copy of
