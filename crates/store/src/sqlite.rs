@@ -80,6 +80,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         19,
         include_str!("../migrations/sqlite/0019_lists_end_with_creation.sql"),
     ),
+    (
+        20,
+        include_str!("../migrations/sqlite/0020_history_ids_reused.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {
@@ -516,6 +520,59 @@ mod tests {
             )
             .unwrap();
         assert_eq!(tables, 3);
+    }
+
+    #[test]
+    fn the_history_rebuilt_without_autoincrement_keeps_its_events_and_the_rollup_reads_new_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer =
+            SqliteConn::open_writer(&dir.path().join("ids.db"), Durability::Full).unwrap();
+        let before_rebuild = MIGRATIONS.iter().position(|(v, _)| *v == 20).unwrap();
+        crate::db::migrate(&mut writer, "BEGIN", &MIGRATIONS[..before_rebuild], 0).unwrap();
+        // Events of a job whose row this test leaves out; the newest is deleted after the
+        // rollup read it, so AUTOINCREMENT's counter (3) is above the largest id left (2).
+        writer.batch("PRAGMA foreign_keys = OFF").unwrap();
+        writer
+            .batch(
+                "INSERT INTO events (job_id, at, kind, detail) VALUES \
+                     ('job_1', 1, 'job_created', '{}'), ('job_1', 2, 'job_started', '{}'), \
+                     ('job_1', 3, 'job_succeeded', '{}'); \
+                 UPDATE stats_rollup SET seq = 3; \
+                 DELETE FROM events WHERE seq = 3",
+            )
+            .unwrap();
+        crate::db::migrate(&mut writer, "BEGIN", MIGRATIONS, 0).unwrap();
+        let conn = &mut writer as &mut dyn Conn;
+        let kept: Vec<(i64, String)> = conn
+            .query_map(
+                "SELECT seq, kind FROM events ORDER BY seq",
+                args![],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            kept,
+            [(1, "job_created".to_owned()), (2, "job_started".to_owned())]
+        );
+        let rollup: i64 = conn
+            .query_value("SELECT seq FROM stats_rollup", args![])
+            .unwrap();
+        assert_eq!(rollup, 2, "lowered to the largest id left");
+        conn.batch(
+            "INSERT INTO events (job_id, at, kind, detail) VALUES ('job_1', 4, 'job_failed', '{}')",
+        )
+        .unwrap();
+        let (newest, counters): (i64, i64) = conn
+            .query_opt(
+                "SELECT (SELECT MAX(seq) FROM events), \
+                     (SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'events')",
+                args![],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(newest, 3, "past the rollup's watermark");
+        assert_eq!(counters, 0, "no counter row written");
     }
 
     #[test]

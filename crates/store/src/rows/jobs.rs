@@ -659,6 +659,9 @@ pub fn prune_finished(conn: &mut dyn Conn, ended_before: Timestamp, limit: u32) 
     for id in &ids {
         delete_job_rows(conn, id, history)?;
     }
+    if !ids.is_empty() {
+        keep_rollup_within_history(conn)?;
+    }
     Ok(ids.len())
 }
 
@@ -695,7 +698,25 @@ const ALL_HISTORY: &str = "DELETE FROM events WHERE job_id = ?1";
 /// up) webhook deliveries; its key is free again. The caller checks that the job is finished
 /// and that no kept parent needs it (as `prune_finished` does).
 pub fn delete_job(conn: &mut dyn Conn, id: &str) -> Result<()> {
-    delete_job_rows(conn, id, ALL_HISTORY)
+    delete_job_rows(conn, id, ALL_HISTORY)?;
+    keep_rollup_within_history(conn)
+}
+
+/// After history was deleted on SQLite, lowers the dashboard rollup's watermark to the largest
+/// event id left if it was above it: SQLite gives a new event the largest id plus one
+/// (`0020_history_ids_reused.sql`), which after the largest were deleted can be an id the
+/// watermark has passed, and the rollup would skip it. Every event left at or below the
+/// lowered watermark was below the old one, so none is counted twice. PostgreSQL's ids come
+/// from a sequence that never goes back.
+fn keep_rollup_within_history(conn: &mut dyn Conn) -> Result<()> {
+    if conn.backend() == Backend::Sqlite {
+        conn.execute(
+            "UPDATE stats_rollup SET seq = (SELECT COALESCE(MAX(seq), 0) FROM events) \
+             WHERE seq > (SELECT COALESCE(MAX(seq), 0) FROM events)",
+            &[],
+        )?;
+    }
+    Ok(())
 }
 
 /// `delete_job`, with `history` the statement deleting the job's history.
