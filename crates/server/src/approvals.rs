@@ -3,7 +3,7 @@
 //! The decider is the token's name (or the `Starbridge-Actor` header without `--auth`); the
 //! decision is in the job's history, and approval's output is `{approved, by, comment, at}`.
 
-use axum::Json;
+use crate::answer::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};

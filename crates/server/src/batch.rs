@@ -4,11 +4,12 @@
 //! the answer lists each item's result or problem in the order of the request. All items are
 //! queued to the writer together, so they share fsyncs, and the HTTP cost is paid once.
 
+use crate::answer::Json;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::routing::post;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Router};
 use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::ids::TaskId;

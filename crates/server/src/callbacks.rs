@@ -8,7 +8,7 @@
 //! external system may retry), anything else after that, or once the task has moved on, 410; a
 //! token never issued 404.
 
-use axum::Json;
+use crate::answer::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};

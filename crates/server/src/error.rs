@@ -18,6 +18,19 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// A fault of the server's own: `error` is logged, not sent.
+    pub(crate) fn internal(error: impl std::fmt::Display) -> ApiError {
+        tracing::error!(%error, "internal error");
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            slug: "internal",
+            title: "Internal server error",
+            detail: "an internal error occurred; it has been logged".to_owned(),
+            errors: Vec::new(),
+            limit: None,
+        }
+    }
+
     /// A request field is wrong: names the field and says how to fix it.
     pub(crate) fn invalid(field: &str, message: impl Into<String>) -> ApiError {
         let message = message.into();
@@ -266,17 +279,7 @@ impl From<StoreError> for ApiError {
                     limit: None,
                 }
             }
-            other => {
-                tracing::error!(error = %other, "internal error");
-                ApiError {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    slug: "internal",
-                    title: "Internal server error",
-                    detail: "an internal error occurred; it has been logged".to_owned(),
-                    errors: Vec::new(),
-                    limit: None,
-                }
-            }
+            other => ApiError::internal(other),
         }
     }
 }

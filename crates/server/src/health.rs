@@ -1,6 +1,6 @@
 //! `GET /healthz`: whether the database is read and written.
 
-use axum::Json;
+use crate::answer::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

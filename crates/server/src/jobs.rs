@@ -1,12 +1,13 @@
 //! Jobs: submit one, list them, read one with its tasks and runs, read its history, delete a
 //! finished one.
 
+use crate::answer::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Router};
 use serde::Deserialize;
 use starbridge_api as api;
 use starbridge_api::paths;

@@ -2,6 +2,7 @@
 //! every rule, the long poll and the background loops (`Server::run` starts them). Serves plain
 //! HTTP, or HTTPS when given a certificate.
 
+mod answer;
 mod approvals;
 mod auth;
 mod batch;

@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::answer::Json;
+use axum::Router;
 use axum::extract::{Query, State};
 use axum::routing::get;
-use axum::{Json, Router};
 use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::histogram::Histogram;

@@ -4,7 +4,7 @@
 //! with `--auth`; without it, the `Starbridge-Actor` header, else `anonymous`) and why
 //! (`reason`); one that does not apply to the job's current state answers 409 with the reason.
 
-use axum::Json;
+use crate::answer::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};

@@ -3,12 +3,13 @@
 //! priority, concurrency limit, rate and starvation bound, or those of a name prefix
 //! (`agent-*`) that its queues follow; drop settings; pause and resume a queue.
 
+use crate::answer::Json;
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
 use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::definition::check_queue_name;

@@ -1,10 +1,11 @@
 //! Cron schedules: create or replace, list with their next fire times, pause, resume, delete.
 
+use crate::answer::Json;
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use axum::{Json, Router};
 use starbridge_api as api;
 use starbridge_api::paths;
 use starbridge_core::schedule::{CatchUp, CatchUpKind, CronSpec, Overlap};

@@ -2,7 +2,7 @@
 //! waiting for that name, or kept with the job until one does. The sender (the token's name, or
 //! the `Starbridge-Actor` header) is recorded in the job's history.
 
-use axum::Json;
+use crate::answer::Json;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};

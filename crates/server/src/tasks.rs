@@ -5,10 +5,11 @@
 use starbridge_api::paths;
 use std::time::Duration as StdDuration;
 
+use crate::answer::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::routing::post;
-use axum::{Extension, Json, Router};
+use axum::{Extension, Router};
 use starbridge_api as api;
 use starbridge_core::limits::MAX_CALLBACK_TIMEOUT;
 use starbridge_core::model::{Input, ReportedError};

@@ -1,10 +1,11 @@
 //! API tokens (`/api/v1/tokens`, admin scope) and the audit log (`/api/v1/audit`).
 
+use crate::answer::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{delete, get};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Router};
 use serde::Deserialize;
 use starbridge_api as api;
 use starbridge_api::paths;

@@ -10,11 +10,12 @@
 use starbridge_api::paths;
 use std::time::Duration as StdDuration;
 
+use crate::answer::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get};
-use axum::{Extension, Json, Router};
+use axum::{Extension, Router};
 use serde::Deserialize;
 use starbridge_api as api;
 use starbridge_core::definition::Problem;

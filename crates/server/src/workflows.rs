@@ -1,11 +1,12 @@
 //! Workflows: apply a definition (`PUT`), read a version, list them, delete (hide) one.
 
+use crate::answer::Json;
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
-use axum::{Json, Router};
 use serde::Deserialize;
 use starbridge_api as api;
 use starbridge_api::paths;
