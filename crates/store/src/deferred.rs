@@ -83,6 +83,11 @@ impl Needs {
 /// (webhook subscriptions have `events`).
 fn names_table(sql: &str, table: &str) -> bool {
     const BEFORE_TABLE: [&str; 5] = ["FROM", "JOIN", "INTO", "UPDATE", "TABLE"];
+    // Most statements never spell the name: a substring search settles them before the
+    // word-by-word walk (which every statement through the writer took).
+    if !sql.contains(table) {
+        return false;
+    }
     let mut previous = "";
     for word in sql
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
