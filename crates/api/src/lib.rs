@@ -472,7 +472,9 @@ pub struct JobList {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventView {
-    /// Increasing across all jobs; pass the last one as `after` to read on.
+    /// Increasing across all jobs: above the `seq` of every event stored before it (on SQLite
+    /// the `seq` of deleted history may be given again). Pass the last one as `after` to read
+    /// on.
     pub seq: i64,
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = DateTime))]
     pub at: Timestamp,
