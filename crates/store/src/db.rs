@@ -365,6 +365,19 @@ pub trait Conn: Send {
         None
     }
 
+    /// Runs one statement as `execute` does, its parameters `args` in order (`?1`, `?2`, …):
+    /// the writer's sets of held rows (see `deferred`), thousands of values a statement. SQLite
+    /// binds them where they are, without a copy each; elsewhere they are collected for
+    /// `execute`.
+    fn execute_set<'a>(
+        &mut self,
+        sql: &str,
+        args: &mut dyn Iterator<Item = Arg<'a>>,
+    ) -> Result<u64> {
+        let args: Vec<Arg<'a>> = args.collect();
+        self.execute(sql, &args)
+    }
+
     /// Runs one statement whose parameters are whole columns, each bound as one array of its
     /// values (`?1::bigint[]`): many rows in one statement whatever their number. PostgreSQL's
     /// only; SQLite has no arrays, and its set writes bind rows (see `deferred`).

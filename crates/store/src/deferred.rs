@@ -318,15 +318,13 @@ impl RowWriter {
             self.writes += picked.len() as u64;
             return Ok(());
         }
-        let mut args: Vec<Arg<'_>> = Vec::new();
         for chunk in chunks(picked) {
             let sql = self
                 .texts
                 .entry((table.table, chunk.len(), unchanged))
                 .or_insert_with(|| table.sql(chunk.len(), unchanged));
-            args.clear();
-            args.extend(chunk.iter().flat_map(|&row| held.row(row)));
-            self.conn.execute(sql, &args)?;
+            self.conn
+                .execute_set(sql, &mut chunk.iter().flat_map(|&row| held.row(row)))?;
             self.writes += chunk.len() as u64;
         }
         Ok(())
@@ -397,7 +395,11 @@ impl HeldRows {
     }
 
     fn arg(&self, row: usize, column: usize) -> Arg<'_> {
-        match self.cells[row * self.width + column] {
+        self.value(self.cells[row * self.width + column])
+    }
+
+    fn value(&self, cell: HeldCell) -> Arg<'_> {
+        match cell {
             HeldCell::Null => Arg::Null,
             HeldCell::Int(value) => Arg::Int(value),
             HeldCell::Real(value) => Arg::Real(value),
@@ -405,8 +407,12 @@ impl HeldRows {
         }
     }
 
+    /// A row's values, from its cells side by side.
     fn row(&self, row: usize) -> impl Iterator<Item = Arg<'_>> {
-        (0..self.width).map(move |column| self.arg(row, column))
+        let start = row * self.width;
+        self.cells[start..start + self.width]
+            .iter()
+            .map(|&cell| self.value(cell))
     }
 
     /// The row's key: its first column's text.

@@ -30,6 +30,9 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
 use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, sqlite_sql};
+use sets::SetStatements;
+
+mod sets;
 use crate::fault::{self, WriteFault};
 use crate::{Durability, Error, Result};
 
@@ -165,11 +168,20 @@ const WAL_SIZE_LIMIT: u64 = 32 << 20;
 /// A connection to the store's SQLite file.
 pub struct SqliteConn {
     conn: Connection,
+    /// The writer's set statements (`Conn::execute_set`), finalized before `conn` closes.
+    sets: SetStatements,
     /// The database file, whose filesystem is asked whether it is read-only when a call fails
     /// with an I/O error.
     path: PathBuf,
     /// The writer's (with `Durability::Full`): what makes its commits durable.
     log_sync: Option<Arc<WalSync>>,
+}
+
+impl Drop for SqliteConn {
+    fn drop(&mut self) {
+        // A connection with statements not finalized does not close.
+        self.sets = SetStatements::default();
+    }
 }
 
 /// Syncs the write-ahead log of a writer whose commits do not (see the module's documentation).
@@ -247,6 +259,7 @@ impl SqliteConn {
         )?;
         Ok(SqliteConn {
             conn,
+            sets: SetStatements::default(),
             path: path.to_owned(),
             log_sync: None,
         })
@@ -414,6 +427,16 @@ impl Conn for SqliteConn {
             .and_then(|mut statement| statement.execute(params_from_iter(args)))
             .map_err(|error| self.error(error))?;
         Ok(u64::try_from(changed).unwrap_or(u64::MAX))
+    }
+
+    fn execute_set<'a>(
+        &mut self,
+        sql: &str,
+        args: &mut dyn Iterator<Item = Arg<'a>>,
+    ) -> Result<u64> {
+        self.sets
+            .execute(&self.conn, sqlite_sql(sql), args)
+            .map_err(|error| self.error(error))
     }
 
     fn query(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<Row>> {
