@@ -30,11 +30,11 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, params_from_iter};
 
 use crate::db::{Arg, Backend, Cell, Conn, DatabaseError, Row, sqlite_sql};
+use crate::fault::{self, WriteFault};
+use crate::{Durability, Error, Result};
 use sets::SetStatements;
 
 mod sets;
-use crate::fault::{self, WriteFault};
-use crate::{Durability, Error, Result};
 
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../migrations/sqlite/0001_init.sql")),

@@ -275,7 +275,7 @@ mod tests {
         assert_eq!(sql.as_ptr(), address);
         conn.execute_set(&sql, &mut [Arg::Text("second"), Arg::Text("b")].into_iter())
             .unwrap();
-        let notes: Vec<(String, Option<i64>, Option<f64>, String)> = rows(&mut conn);
+        let notes = rows(&mut conn);
         assert_eq!(notes[1].0, "b");
         assert_eq!(notes[1].3, "second");
     }
