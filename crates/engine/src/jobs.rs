@@ -25,6 +25,11 @@
 //! person or a callback) is not kept: it may wait for days, and a store full of them would keep
 //! evicting the jobs in work. A job that ended is not kept (it is rarely changed again,
 //! and the retention pruner deletes finished jobs' rows).
+//!
+//! On SQLite a job the cache does not hold may have been read ahead (see `read_ahead`): `take`
+//! takes it from there. Every command that changes a job takes it first, through `take` (or,
+//! for jobs read from the database together, `changing`): that is what keeps the jobs read
+//! ahead as the store has them.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -35,6 +40,8 @@ use starbridge_core::ids::{JobId, TaskId};
 use starbridge_core::model::{JobState, TaskStatus};
 use starbridge_store::db::TransactionId;
 use starbridge_store::rows::JobRowVersions;
+
+use crate::read_ahead::{Ask, ReadAhead};
 
 /// Most jobs kept; past it, an arbitrary entry goes (the database has every job anyway).
 const CAPACITY: usize = 8192;
@@ -64,6 +71,15 @@ pub(crate) struct JobCache {
     read_versions: HashMap<JobId, Seen>,
     /// On PostgreSQL: the jobs the node's writers' committed transactions carried over.
     carried: Option<Arc<Mutex<CarriedJobs>>>,
+    /// On SQLite: the jobs read ahead for the claims (see `read_ahead`).
+    read_ahead: Option<Arc<ReadAhead>>,
+    /// Whether this transaction's takes go through the read-ahead: it held jobs, or a read was
+    /// asked for or in flight, when the last transaction committed.
+    read_ahead_active: bool,
+    /// What this transaction's claims asked to read ahead.
+    read_ahead_ask: Option<Ask>,
+    /// Jobs taken from the read-ahead, since the cache was made.
+    taken_ahead: u64,
 }
 
 /// Row versions a job's state is known to match: its job row's and its tasks' (none of a job
@@ -203,14 +219,23 @@ pub(crate) struct Revived {
 
 impl JobCache {
     /// A cache of `lifetime`; on PostgreSQL, carrying jobs over to the next transactions of
-    /// the node's writers through `carried`.
-    pub(crate) fn new(lifetime: Lifetime, carried: Option<Arc<Mutex<CarriedJobs>>>) -> JobCache {
+    /// the node's writers through `carried`; on SQLite, taking the jobs it does not hold from
+    /// `read_ahead`, whose reading thread ends with the cache.
+    pub(crate) fn new(
+        lifetime: Lifetime,
+        carried: Option<Arc<Mutex<CarriedJobs>>>,
+        read_ahead: Option<Arc<ReadAhead>>,
+    ) -> JobCache {
         JobCache {
             lifetime,
             entries: IndexedJobs::default(),
             kept_by_request: Vec::new(),
             read_versions: HashMap::default(),
             carried,
+            read_ahead,
+            read_ahead_active: false,
+            read_ahead_ask: None,
+            taken_ahead: 0,
         }
     }
 
@@ -281,9 +306,52 @@ impl JobCache {
         revived
     }
 
-    /// Takes the job out of the cache; a command puts it back with `keep` once persisted.
+    /// Takes the job out of the cache (or, when the cache does not hold it, out of the jobs
+    /// read ahead) to change it; a command puts it back with `keep` once persisted.
     pub(crate) fn take(&mut self, id: &JobId) -> Option<Box<JobState>> {
-        self.entries.take(id)
+        let cached = self.entries.take(id);
+        let Some(read_ahead) = self.read_ahead.as_ref().filter(|_| self.read_ahead_active) else {
+            return cached;
+        };
+        // Taken from the read-ahead even when cached: the job is about to change.
+        let ahead = read_ahead.take(id);
+        if cached.is_some() {
+            return cached;
+        }
+        if ahead.is_some() {
+            self.taken_ahead += 1;
+        }
+        ahead
+    }
+
+    /// Jobs the open transaction read from the database to change (none of them in the
+    /// cache): the read-ahead drops them.
+    pub(crate) fn changing(&mut self, ids: &[JobId]) {
+        if let Some(read_ahead) = self.read_ahead.as_ref().filter(|_| self.read_ahead_active) {
+            for id in ids {
+                read_ahead.take(id);
+            }
+        }
+    }
+
+    /// How many jobs `take` found read ahead since the cache was made.
+    pub(crate) fn taken_ahead(&self) -> u64 {
+        self.taken_ahead
+    }
+
+    /// Asks for `ask` to be read ahead once the transaction commits (the first ask of a
+    /// transaction counts; `ask` is called only when there is a read-ahead to ask).
+    pub(crate) fn ask_read_ahead(&mut self, ask: impl FnOnce() -> Ask) {
+        if self.read_ahead.is_some() && self.read_ahead_ask.is_none() {
+            self.read_ahead_ask = Some(ask());
+        }
+    }
+
+    /// The transaction committed: its ask goes to the read-ahead.
+    pub(crate) fn committed(&mut self) {
+        if let Some(read_ahead) = &self.read_ahead {
+            self.read_ahead_active = read_ahead.committed(self.read_ahead_ask.take());
+        }
     }
 
     /// The job of a task, if the task's job is cached.
@@ -371,6 +439,19 @@ impl JobCache {
         self.entries.clear();
         self.kept_by_request.clear();
         self.read_versions.clear();
+        self.read_ahead_ask = None;
+        if let Some(read_ahead) = &self.read_ahead {
+            read_ahead.forget_all();
+        }
+    }
+}
+
+impl Drop for JobCache {
+    /// The writer is gone: so is the read-ahead's reading thread.
+    fn drop(&mut self) {
+        if let Some(read_ahead) = &self.read_ahead {
+            read_ahead.close();
+        }
     }
 }
 
@@ -441,7 +522,7 @@ mod tests {
 
     #[test]
     fn a_rolled_back_request_leaves_nothing_it_kept() {
-        let mut cache = JobCache::new(Lifetime::Store, None);
+        let mut cache = JobCache::new(Lifetime::Store, None, None);
         cache.keep(job("a", JobStatus::Running));
         cache.request_kept();
         let a = cache.take(&JobId::from_unique("a")).unwrap();
@@ -454,13 +535,13 @@ mod tests {
 
     #[test]
     fn ended_jobs_are_not_kept_and_a_transaction_cache_forgets_at_its_end() {
-        let mut cache = JobCache::new(Lifetime::Store, None);
+        let mut cache = JobCache::new(Lifetime::Store, None, None);
         cache.keep(job("done", JobStatus::Succeeded));
         assert!(cache.take(&JobId::from_unique("done")).is_none());
         cache.keep(job("a", JobStatus::Running));
         cache.transaction_ended();
         assert!(cache.take(&JobId::from_unique("a")).is_some());
-        let mut locked = JobCache::new(Lifetime::Transaction, None);
+        let mut locked = JobCache::new(Lifetime::Transaction, None, None);
         locked.keep(job("a", JobStatus::Running));
         locked.transaction_ended();
         assert!(locked.take(&JobId::from_unique("a")).is_none());
@@ -468,7 +549,7 @@ mod tests {
 
     #[test]
     fn a_task_leads_to_its_cached_job_until_the_job_is_taken() {
-        let mut cache = JobCache::new(Lifetime::Store, None);
+        let mut cache = JobCache::new(Lifetime::Store, None, None);
         let state = job("a", JobStatus::Running);
         let task_id = state.tasks[0].id.clone();
         cache.keep(state);
@@ -479,7 +560,7 @@ mod tests {
 
     #[test]
     fn a_job_that_only_waits_is_not_kept() {
-        let mut cache = JobCache::new(Lifetime::Store, None);
+        let mut cache = JobCache::new(Lifetime::Store, None, None);
         let mut waiting = job("w", JobStatus::Running);
         waiting.tasks[0] = task("w", "waiting");
         cache.keep(waiting);
@@ -512,7 +593,7 @@ mod tests {
 
     /// A cache of a PostgreSQL writer, carrying over through `carried`.
     fn carrying(carried: &Arc<Mutex<CarriedJobs>>) -> JobCache {
-        JobCache::new(Lifetime::Transaction, Some(carried.clone()))
+        JobCache::new(Lifetime::Transaction, Some(carried.clone()), None)
     }
 
     /// Job `id` (task `id`) read with versions 7 by one transaction, which commits as 9.
@@ -604,7 +685,7 @@ mod tests {
 
     #[test]
     fn a_taken_job_is_gone_until_kept_again() {
-        let mut cache = JobCache::new(Lifetime::Store, None);
+        let mut cache = JobCache::new(Lifetime::Store, None, None);
         cache.keep(job("a", JobStatus::Running));
         cache.request_kept();
         assert!(cache.take(&JobId::from_unique("a")).is_some());

@@ -24,6 +24,7 @@ pub mod loops;
 mod notify;
 mod parking;
 mod poll;
+mod read_ahead;
 mod secrets;
 pub mod traces;
 mod writer;
@@ -264,6 +265,8 @@ struct Parts {
     upkeep: Arc<loops::vacuum::Upkeep>,
     /// Where finished spans go, once `Engine::export_traces` turned tracing on.
     spans: Arc<OnceLock<Arc<traces::SpanSink>>>,
+    /// On SQLite: the jobs read ahead for the writer's claims.
+    read_ahead: Option<Arc<read_ahead::ReadAhead>>,
 }
 
 impl Engine {
@@ -303,6 +306,12 @@ impl Engine {
         let counters = Arc::new(writer::Counters::default());
         let last_write = Arc::new(health::LastWrite::default());
         let spans: Arc<OnceLock<Arc<traces::SpanSink>>> = Arc::default();
+        // On SQLite this node's writer makes every change, so the jobs its claims will take
+        // can be read beside it (see `read_ahead`).
+        let read_ahead = opened
+            .sqlite_file
+            .is_some()
+            .then(|| read_ahead::ReadAhead::start(opened.connect.clone()));
         let writer = Writer::start(
             opened.writer,
             Shared {
@@ -316,6 +325,7 @@ impl Engine {
                 last_write: last_write.clone(),
                 spans: spans.clone(),
                 parked: Arc::default(),
+                read_ahead: read_ahead.clone(),
             },
         );
         let parts = Parts {
@@ -331,6 +341,7 @@ impl Engine {
             probing: Arc::default(),
             upkeep,
             spans,
+            read_ahead,
         };
         Ok(Engine {
             inner: Arc::new(parts),
@@ -370,7 +381,11 @@ impl Engine {
 
     /// What the group-commit writer has done since the store opened.
     pub fn writer_stats(&self) -> WriterStats {
-        self.inner.counters.read()
+        let mut stats = self.inner.counters.read();
+        if let Some(read_ahead) = &self.inner.read_ahead {
+            stats.jobs_read_ahead = read_ahead.used();
+        }
+        stats
     }
 
     pub fn notifier(&self) -> &Arc<Notifier> {

@@ -892,6 +892,45 @@ async fn jobs_survive_reopening_the_database(f: Fixture) {
     assert_eq!(state.tasks[0].status, TaskStatus::Ready);
 }
 
+/// On SQLite, claims of jobs the writer's cache does not hold (a store just opened) ask for the
+/// next ready tasks' jobs to be read ahead; the next claims take them from there, except a job
+/// an operator changed since it was read, which is read again as it is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_claims_take_jobs_read_ahead_but_not_one_changed_since() {
+    let f = Fixture::sqlite();
+    apply_one_step(&f.store).await;
+    let mut jobs = Vec::new();
+    for n in 0..50 {
+        jobs.push(submit(&f.store, "wf", json!({ "n": n })).await.state.job.id);
+    }
+    let store = Store::open_with_clock(&f.url, f.clock.clone()).unwrap();
+    drop(f.store);
+    let read_ahead = store.inner.read_ahead.clone().expect("SQLite reads ahead");
+    let first = claim_n(&store, &["q"], 1).await;
+    assert_eq!(first[0].task.job_id, jobs[0]);
+    read_ahead.settle();
+    let cancel = OperatorCommand {
+        actor: "ops".into(),
+        reason: None,
+        action: OperatorAction::Cancel { compensate: false },
+    };
+    let cancelled = store.operate("default", &jobs[10], cancel).await.unwrap();
+    assert_eq!(cancelled.job.status, JobStatus::Cancelled);
+    let rest = claim_n(&store, &["q"], 100).await;
+    let claimed: Vec<&JobId> = rest.iter().map(|claimed| &claimed.task.job_id).collect();
+    let expected: Vec<&JobId> = jobs[1..].iter().filter(|job| **job != jobs[10]).collect();
+    assert_eq!(
+        claimed, expected,
+        "every ready job once, the cancelled one not"
+    );
+    // The 48 claimed, and the cancelled job: the operator's command took it out to change it
+    // (reading it from the store), so the claim after found it neither held nor ready.
+    assert_eq!(store.writer_stats().jobs_read_ahead, 49);
+    complete(&store, &rest[0], json!({})).await.unwrap();
+    let done = store.job("default", &jobs[1]).await.unwrap().unwrap();
+    assert_eq!(done.job.status, JobStatus::Succeeded);
+}
+
 async fn fresh_ids_are_compact_and_sort_by_creation(f: Fixture) {
     apply_one_step(&f.store).await;
     let mut jobs = Vec::new();

@@ -54,6 +54,7 @@ use crate::health::LastWrite;
 use crate::jobs::{CarriedJobs, JobCache, Lifetime};
 use crate::notify::Notifier;
 use crate::parking::{Parked, ParkingLot};
+use crate::read_ahead::ReadAhead;
 use crate::{Error, Result};
 use starbridge_store::Connect;
 use starbridge_store::db::{Backend, Conn, LogSync};
@@ -321,6 +322,9 @@ pub struct WriterStats {
     /// Time those syncs took: a commit's answer waits for one, so a sync's mean time is a
     /// floor under a lone request's latency.
     pub log_syncing: std::time::Duration,
+    /// SQLite: jobs the writer's commands found read ahead, beside the writer, instead of
+    /// reading them (claims of a queue deeper than the writer's job cache).
+    pub jobs_read_ahead: u64,
 }
 
 impl Counters {
@@ -336,6 +340,7 @@ impl Counters {
             committing: std::time::Duration::from_nanos(load(&self.commit_nanos)),
             log_syncs: load(&self.log_syncs),
             log_syncing: std::time::Duration::from_nanos(load(&self.log_sync_nanos)),
+            jobs_read_ahead: 0,
         }
     }
 }
@@ -362,6 +367,8 @@ pub(crate) struct Shared {
     pub(crate) spans: Arc<std::sync::OnceLock<Arc<crate::traces::SpanSink>>>,
     /// The claims of polls waiting for work (see `parking`).
     pub(crate) parked: Arc<ParkingLot<Together>>,
+    /// On SQLite: the jobs read ahead for the writer's claims (see `read_ahead`).
+    pub(crate) read_ahead: Option<Arc<ReadAhead>>,
 }
 
 impl Writer {
@@ -606,12 +613,12 @@ impl Drop for Committing<'_> {
 fn run(conn: Box<dyn Conn>, turns: &Turns, shared: &Shared, syncs: Option<&Syncs>) {
     // On SQLite this thread makes every change, so what it cached is what is stored; on
     // PostgreSQL a job or a setting stays cached only while the transaction that read it runs.
-    let (lifetime, carried) = match conn.backend() {
-        Backend::Sqlite => (Lifetime::Store, None),
-        Backend::Postgres => (Lifetime::Transaction, Some(turns.carried.clone())),
+    let (lifetime, carried, read_ahead) = match conn.backend() {
+        Backend::Sqlite => (Lifetime::Store, None, shared.read_ahead.clone()),
+        Backend::Postgres => (Lifetime::Transaction, Some(turns.carried.clone()), None),
     };
     let mut state = State {
-        jobs: JobCache::new(lifetime, carried),
+        jobs: JobCache::new(lifetime, carried, read_ahead),
         reads: CachedReads::new(lifetime),
         claims: GroupClaims::default(),
     };
@@ -791,6 +798,9 @@ fn commit_batch(
         }
     };
     add_elapsed(&counters.busy_nanos, started);
+    if transaction.committed.is_ok() {
+        state.jobs.committed();
+    }
     // With the parked claims the group took on (see `hand_over_parked`).
     counters
         .requests
@@ -1225,6 +1235,7 @@ mod tests {
                 last_write: Arc::default(),
                 spans: Arc::default(),
                 parked: Arc::default(),
+                read_ahead: None,
             },
         );
         (writer, counters)

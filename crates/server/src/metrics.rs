@@ -179,8 +179,8 @@ fn track(State(http): State<Arc<HttpMetrics>>, mut request: Request, next: Next)
 /// `starbridge_store_commits_total`, `starbridge_store_failed_commits_total`,
 /// `starbridge_store_write_requests_total`, `starbridge_store_write_retries_total`,
 /// `starbridge_store_write_restarts_total`, `starbridge_store_write_seconds_total`,
-/// `starbridge_store_commit_seconds_total`, `starbridge_store_log_syncs_total` and
-/// `starbridge_store_log_sync_seconds_total`; and, where `/proc` is readable, the process's
+/// `starbridge_store_commit_seconds_total`, `starbridge_store_log_syncs_total`,
+/// `starbridge_store_log_sync_seconds_total` and `starbridge_store_jobs_read_ahead_total`; and, where `/proc` is readable, the process's
 /// `process_cpu_seconds_total`, `process_resident_memory_bytes` and
 /// `starbridge_process_peak_resident_memory_bytes`. Always 200: when the store cannot be read,
 /// `starbridge_store_up` is 0 and the job and task gauges are left out.
@@ -327,6 +327,11 @@ fn register_writer(registry: &mut Registry, writer: &WriterStats) {
             "starbridge_store_log_syncs",
             "Syncs of SQLite's write-ahead log (full durability), each covering every commit written before it",
             writer.log_syncs,
+        ),
+        (
+            "starbridge_store_jobs_read_ahead",
+            "SQLite: jobs the writer found read ahead beside it instead of reading them (claims of a queue deeper than the writer's job cache)",
+            writer.jobs_read_ahead,
         ),
     ];
     for (name, help, value) in counts {

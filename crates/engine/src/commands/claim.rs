@@ -2,6 +2,7 @@
 //! task gets.
 
 use crate::ctx::WriteCtx;
+use crate::read_ahead;
 use crate::secrets::{AttemptSecret, AttemptSecrets};
 use crate::{Claimed, Error, Result, StoredQueue, StoredQueuePrefix};
 use starbridge_core::Workflow;
@@ -172,6 +173,9 @@ pub(crate) fn claim(
     // cached together (`None`: another node holds it).
     let mut jobs: foldhash::HashMap<JobId, Option<Box<JobState>>> = Default::default();
     let mut round_limit = max;
+    // Whether the claim took jobs the job cache did not hold (read ahead, or from the store).
+    let taken_ahead = ctx.jobs.taken_ahead();
+    let mut read_from_store = false;
     // A ready task whose job another node is changing was left for a later claim.
     let mut left_for_later = false;
     let (leftover, complete) = loop {
@@ -203,6 +207,7 @@ pub(crate) fn claim(
                 }
             }
         }
+        read_from_store |= !missing.is_empty();
         for state in super::lock_jobs(ctx, &missing, RowLock::Skip)? {
             jobs.insert(state.job.id.clone(), Some(state));
         }
@@ -275,6 +280,17 @@ pub(crate) fn claim(
     };
     // What this claim did not come to is left for the group's next claim of its queues.
     if shares {
+        // The next claims of a queue deeper than the job cache find their jobs read ahead.
+        if read_from_store || ctx.jobs.taken_ahead() != taken_ahead {
+            ctx.jobs.ask_read_ahead(|| read_ahead::Ask {
+                namespace: namespace.to_owned(),
+                queues: open
+                    .iter()
+                    .map(|queue| (queue.name.clone(), queue.config.clone(), pass_of(queue)))
+                    .collect(),
+                now: ctx.now,
+            });
+        }
         if complete && leftover.is_empty() && !left_for_later {
             ctx.claims.took_all_of(key);
         }
@@ -320,11 +336,6 @@ fn read_candidates(
         if limit == 0 {
             continue;
         }
-        let pass = if queue.rollback_only {
-            Pass::Compensations
-        } else {
-            Pass::Ready
-        };
         let (found, more) = rows::claim_candidates(
             ctx.conn,
             namespace,
@@ -332,7 +343,7 @@ fn read_candidates(
             &queue.config,
             ctx.now,
             limit,
-            pass,
+            pass_of(queue),
         )?;
         complete &= !more;
         candidates.extend(found);
@@ -341,6 +352,15 @@ fn read_candidates(
         VecDeque::from(dispatch::order(candidates, usize::MAX)),
         complete,
     ))
+}
+
+/// Which ready tasks of an open queue a claim reads.
+fn pass_of(queue: &OpenQueue) -> Pass {
+    if queue.rollback_only {
+        Pass::Compensations
+    } else {
+        Pass::Ready
+    }
 }
 
 pub(super) fn lease_of(workflow: &Workflow, task: &Task) -> Duration {

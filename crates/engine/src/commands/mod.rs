@@ -114,6 +114,7 @@ fn load_job(ctx: &mut WriteCtx<'_>, id: &JobId, lock: RowLock) -> Result<Option<
 // Boxed as the job cache and the claims hold them: unboxing would copy each state twice.
 #[allow(clippy::vec_box)]
 fn lock_jobs(ctx: &mut WriteCtx<'_>, ids: &[JobId], lock: RowLock) -> Result<Vec<Box<JobState>>> {
+    ctx.jobs.changing(ids);
     let (mut states, to_read, lock) = if ctx.jobs.any_carried(ids) {
         let now = rows::job_row_versions(ctx.conn, ids, lock)?;
         let revived = ctx.jobs.carried_matching(ids, now);
