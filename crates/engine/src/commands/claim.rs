@@ -192,27 +192,21 @@ pub(crate) fn claim(
             }
         };
         let fetched = candidates.len();
-        let mut missing = Vec::new();
-        for candidate in &candidates {
-            if jobs.contains_key(&candidate.job) {
-                continue;
-            }
-            match ctx.jobs.take(&candidate.job) {
-                Some(state) => {
-                    jobs.insert(candidate.job.clone(), Some(state));
-                }
-                None => {
-                    jobs.insert(candidate.job.clone(), None);
-                    missing.push(candidate.job.clone());
-                }
-            }
-        }
-        read_from_store |= !missing.is_empty();
-        for state in super::lock_jobs(ctx, &missing, RowLock::Skip)? {
-            jobs.insert(state.job.id.clone(), Some(state));
-        }
         let mut parked = 0;
         while claimed.len() < max as usize {
+            // When the next candidate's job is not taken yet, the jobs of as many candidates as
+            // tasks are still wanted are taken together: a shared read's pool holds the group's
+            // later claims' candidates too, whose jobs this claim leaves in the cache. On
+            // PostgreSQL, where each read is a round trip, those of the whole pool at once.
+            if let Some(next) = candidates.front()
+                && !jobs.contains_key(&next.job)
+            {
+                let wanted = match ctx.conn.backend() {
+                    Backend::Postgres => candidates.len(),
+                    Backend::Sqlite => max as usize - claimed.len(),
+                };
+                read_from_store |= take_jobs(ctx, candidates.iter().take(wanted), &mut jobs)?;
+            }
             let Some(candidate) = candidates.pop_front() else {
                 break;
             };
@@ -317,6 +311,30 @@ pub(crate) fn claim(
         }
     }
     Ok(claimed)
+}
+
+/// The jobs of `candidates` not in `jobs` yet, put there: from the job cache, or read from the
+/// store together (`None`: another node holds the job). True when some were read.
+fn take_jobs<'c>(
+    ctx: &mut WriteCtx<'_>,
+    candidates: impl Iterator<Item = &'c Candidate>,
+    jobs: &mut foldhash::HashMap<JobId, Option<Box<JobState>>>,
+) -> Result<bool> {
+    let mut missing = Vec::new();
+    for candidate in candidates {
+        if jobs.contains_key(&candidate.job) {
+            continue;
+        }
+        let state = ctx.jobs.take(&candidate.job);
+        if state.is_none() {
+            missing.push(candidate.job.clone());
+        }
+        jobs.insert(candidate.job.clone(), state);
+    }
+    for state in super::lock_jobs(ctx, &missing, RowLock::Skip)? {
+        jobs.insert(state.job.id.clone(), Some(state));
+    }
+    Ok(!missing.is_empty())
 }
 
 /// The ready tasks of the open queues in dispatch order, up to `limit` per queue (fewer where
