@@ -24,6 +24,7 @@
 //! nothing for it).
 
 use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -137,12 +138,21 @@ impl ReadAhead {
                         .unwrap_or_else(PoisonError::into_inner);
                 }
             };
-            let states = match self.read(connect, &mut conn, &ask, floor) {
-                Ok(states) => states,
-                Err(error) => {
+            // A read that panicked must still hand in (nothing): until a read does, every
+            // take notes its job.
+            let read = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                self.read(connect, &mut conn, &ask, floor)
+            }));
+            let states = match read {
+                Ok(Ok(states)) => states,
+                failed => {
                     // Reading ahead only saves the writer work: a failed read costs nothing
                     // but the jobs it would have brought.
-                    tracing::debug!(%error, "reading jobs ahead failed");
+                    if let Ok(Err(error)) = failed {
+                        tracing::debug!(%error, "reading jobs ahead failed");
+                    } else {
+                        tracing::warn!("reading jobs ahead panicked");
+                    }
                     conn = None;
                     Vec::new()
                 }
