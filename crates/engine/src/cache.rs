@@ -4,7 +4,7 @@
 //! a submit make its job ready before it reaches the writer, which checks the hint still holds
 //! (see `commands::submit::prepare`).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
 
 use starbridge_core::Workflow;

@@ -5,10 +5,10 @@ use crate::cache::{Compiled, Key, WorkflowCache};
 use crate::commands::shared_claims::GroupClaims;
 use crate::jobs::{JobCache, Lifetime};
 use crate::{Result, StoredQueue, StoredQueuePrefix, Webhook};
+use foldhash::HashMap;
 use starbridge_core::limits::Limits;
 use starbridge_core::time::Timestamp;
 use starbridge_store::deferred::WriteConn;
-use std::collections::HashMap;
 use std::sync::Arc;
 /// What a write request sees: the open transaction, the time, and where to note wake-ups.
 pub(crate) struct WriteCtx<'a> {
@@ -69,10 +69,10 @@ impl CachedReads {
     pub(crate) fn new(lifetime: Lifetime) -> CachedReads {
         CachedReads {
             lifetime,
-            webhooks: HashMap::new(),
-            versions: HashMap::new(),
-            queue_prefixes: HashMap::new(),
-            queues: HashMap::new(),
+            webhooks: HashMap::default(),
+            versions: HashMap::default(),
+            queue_prefixes: HashMap::default(),
+            queues: HashMap::default(),
         }
     }
 

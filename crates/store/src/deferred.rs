@@ -32,7 +32,7 @@
 //! rows that reached the database, which is how the writer knows when a refused request wrote
 //! something that only a rollback can undo.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::LazyLock;
 
 use starbridge_core::ids::JobId;
@@ -141,14 +141,14 @@ impl WriteConn {
         WriteConn {
             out: RowWriter {
                 conn,
-                texts: HashMap::new(),
+                texts: HashMap::default(),
                 writes: 0,
             },
             jobs: HeldRows::new(&JOB_WRITE),
             tasks: HeldRows::new(&TASK_WRITE),
             labels: HeldRows::new(&JOB_LABEL_WRITE),
             events: HeldRows::new(&EVENT_WRITE),
-            jobs_indexed: HashMap::new(),
+            jobs_indexed: HashMap::default(),
         }
     }
 
