@@ -651,7 +651,7 @@ mod tests {
     fn set_statements_number_their_placeholders_row_after_row_or_take_each_column_as_an_array() {
         let sql = EVENT_WRITE.sql(2, &[]);
         assert!(
-            sql.starts_with("INSERT INTO events (job_id, task_id"),
+            sql.starts_with("INSERT OR FAIL INTO events (job_id, task_id"),
             "{sql}"
         );
         assert!(

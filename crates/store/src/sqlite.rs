@@ -87,6 +87,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         20,
         include_str!("../migrations/sqlite/0020_history_ids_reused.sql"),
     ),
+    (
+        21,
+        include_str!("../migrations/sqlite/0021_history_without_job_reference.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {
@@ -545,16 +549,73 @@ mod tests {
         assert_eq!(tables, 3);
     }
 
+    /// A new database migrated up to (not including) `version`, its foreign keys off so that a
+    /// test can write rows whose parents it leaves out.
+    fn migrated_before(path: &Path, version: i64) -> SqliteConn {
+        let mut writer = SqliteConn::open_writer(path, Durability::Full).unwrap();
+        let before = MIGRATIONS.iter().position(|(v, _)| *v == version).unwrap();
+        crate::db::migrate(&mut writer, "BEGIN", &MIGRATIONS[..before], 0).unwrap();
+        writer.batch("PRAGMA foreign_keys = OFF").unwrap();
+        writer
+    }
+
+    /// The remaining migrations; then foreign keys on again, as a server has them.
+    fn migrate_the_rest(writer: &mut SqliteConn) {
+        crate::db::migrate(writer, "BEGIN", MIGRATIONS, 0).unwrap();
+        writer.batch("PRAGMA foreign_keys = ON").unwrap();
+    }
+
+    /// The history's ids, each with the value of `column`, oldest first.
+    fn events_by_seq(conn: &mut dyn Conn, column: &str) -> Vec<(i64, String)> {
+        conn.query_map(
+            &format!("SELECT seq, {column} FROM events ORDER BY seq"),
+            args![],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap()
+    }
+
+    /// The two numbers of a query's one row.
+    fn two_numbers(conn: &mut dyn Conn, sql: &str) -> (i64, i64) {
+        conn.query_opt(sql, args![], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_history_rebuilt_without_a_job_reference_keeps_its_events_and_its_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = migrated_before(&dir.path().join("refs.db"), 21);
+        writer
+            .batch(
+                "INSERT INTO events (job_id, at, kind, detail) VALUES \
+                     ('job_1', 1, 'job_created', '{}'), ('job_2', 2, 'job_created', '{}')",
+            )
+            .unwrap();
+        // The rebuild runs with foreign keys on, as a server opens its database.
+        writer.batch("PRAGMA foreign_keys = ON").unwrap();
+        migrate_the_rest(&mut writer);
+        let conn = &mut writer as &mut dyn Conn;
+        let kept = events_by_seq(conn, "job_id");
+        assert_eq!(kept, [(1, "job_1".to_owned()), (2, "job_2".to_owned())]);
+        let (references, indexes) = two_numbers(
+            conn,
+            "SELECT (SELECT COUNT(*) FROM pragma_foreign_key_list('events')), \
+                 (SELECT COUNT(*) FROM sqlite_master WHERE name = 'events_job')",
+        );
+        assert_eq!((references, indexes), (0, 1));
+        conn.batch(
+            "INSERT INTO events (job_id, at, kind, detail) VALUES ('job_3', 3, 'job_created', '{}')",
+        )
+        .expect("an event is written without looking its job up");
+    }
+
     #[test]
     fn the_history_rebuilt_without_autoincrement_keeps_its_events_and_the_rollup_reads_new_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let mut writer =
-            SqliteConn::open_writer(&dir.path().join("ids.db"), Durability::Full).unwrap();
-        let before_rebuild = MIGRATIONS.iter().position(|(v, _)| *v == 20).unwrap();
-        crate::db::migrate(&mut writer, "BEGIN", &MIGRATIONS[..before_rebuild], 0).unwrap();
+        let mut writer = migrated_before(&dir.path().join("ids.db"), 20);
         // Events of a job whose row this test leaves out; the newest is deleted after the
         // rollup read it, so AUTOINCREMENT's counter (3) is above the largest id left (2).
-        writer.batch("PRAGMA foreign_keys = OFF").unwrap();
         writer
             .batch(
                 "INSERT INTO events (job_id, at, kind, detail) VALUES \
@@ -564,15 +625,9 @@ mod tests {
                  DELETE FROM events WHERE seq = 3",
             )
             .unwrap();
-        crate::db::migrate(&mut writer, "BEGIN", MIGRATIONS, 0).unwrap();
+        migrate_the_rest(&mut writer);
         let conn = &mut writer as &mut dyn Conn;
-        let kept: Vec<(i64, String)> = conn
-            .query_map(
-                "SELECT seq, kind FROM events ORDER BY seq",
-                args![],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .unwrap();
+        let kept = events_by_seq(conn, "kind");
         assert_eq!(
             kept,
             [(1, "job_created".to_owned()), (2, "job_started".to_owned())]
@@ -585,15 +640,11 @@ mod tests {
             "INSERT INTO events (job_id, at, kind, detail) VALUES ('job_1', 4, 'job_failed', '{}')",
         )
         .unwrap();
-        let (newest, counters): (i64, i64) = conn
-            .query_opt(
-                "SELECT (SELECT MAX(seq) FROM events), \
-                     (SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'events')",
-                args![],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .unwrap()
-            .unwrap();
+        let (newest, counters) = two_numbers(
+            conn,
+            "SELECT (SELECT MAX(seq) FROM events), \
+                 (SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'events')",
+        );
         assert_eq!(newest, 3, "past the rollup's watermark");
         assert_eq!(counters, 0, "no counter row written");
     }

@@ -190,10 +190,22 @@ impl RowWrite {
     /// The `INSERT` of `rows` rows, their values bound as `?1, ?2, …` row after row; an existing
     /// row takes the upsert's columns but `unchanged` (on SQLite, setting a column an index
     /// uses rewrites the row's entry in that index even when the value stays).
+    ///
+    /// A plain insert is `INSERT OR FAIL`: a statement of several rows that may stop with an
+    /// error part of the way makes SQLite copy every page it changes first into a statement
+    /// journal, to undo its own rows; with `FAIL` it keeps them, and a failed set write fails
+    /// its request or the whole transaction anyway, which a rollback undoes (see
+    /// `deferred`). An upsert's update stops with `ABORT` whatever the statement says, so it
+    /// keeps its journal, and so does a row with a foreign key.
     pub fn sql(&self, rows: usize, unchanged: &[&str]) -> String {
         let width = self.columns.len();
         let mut sql = format!(
-            "INSERT INTO {} ({}) VALUES ",
+            "INSERT {}INTO {} ({}) VALUES ",
+            if self.upsert.is_none() {
+                "OR FAIL "
+            } else {
+                ""
+            },
             self.table,
             self.columns.join(", ")
         );
