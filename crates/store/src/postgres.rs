@@ -82,6 +82,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         19,
         include_str!("../migrations/postgres/0019_lists_end_with_creation.sql"),
     ),
+    (
+        20,
+        include_str!("../migrations/postgres/0020_tasks_without_job_reference.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.
@@ -537,6 +541,28 @@ mod tests {
         crate::db::migrate(&mut conn, "BEGIN", &earlier, DAY_START).unwrap();
         conn.batch("SET statement_timeout = 0").unwrap();
         Some((schema, connector, conn))
+    }
+
+    #[test]
+    fn the_tasks_keep_no_foreign_key_to_their_jobs_after_migration() {
+        let Some((_schema, _connector, mut conn)) = before_partitioning("tasks_refs") else {
+            return;
+        };
+        let foreign_keys = |conn: &mut PgConn| -> i64 {
+            conn.query_value(
+                "SELECT COUNT(*) FROM pg_constraint \
+                 WHERE conrelid = 'tasks'::regclass AND contype = 'f'",
+                &[],
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            foreign_keys(&mut conn),
+            1,
+            "the key the first migration made"
+        );
+        crate::db::migrate(&mut conn, "BEGIN", MIGRATIONS, DAY_START).unwrap();
+        assert_eq!(foreign_keys(&mut conn), 0);
     }
 
     #[test]

@@ -91,6 +91,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         21,
         include_str!("../migrations/sqlite/0021_history_without_job_reference.sql"),
     ),
+    (
+        22,
+        include_str!("../migrations/sqlite/0022_tasks_without_job_reference.sql"),
+    ),
 ];
 
 impl From<rusqlite::Error> for Error {
@@ -608,6 +612,65 @@ mod tests {
             "INSERT INTO events (job_id, at, kind, detail) VALUES ('job_3', 3, 'job_created', '{}')",
         )
         .expect("an event is written without looking its job up");
+    }
+
+    #[test]
+    fn the_tasks_rebuilt_without_a_job_reference_keep_their_rows_columns_and_indexes() {
+        // Each column as `pragma_table_xinfo` describes it, and each index by name with its
+        // text (white space aside) and whether it is unique.
+        fn shape(conn: &mut dyn Conn) -> (Vec<String>, Vec<String>) {
+            let columns = conn
+                .query_map(
+                    "SELECT cid || ' ' || name || ' ' || type || ' ' || \"notnull\" || ' ' || \
+                         COALESCE(dflt_value, '-') || ' ' || pk || ' ' || hidden \
+                     FROM pragma_table_xinfo('tasks') ORDER BY cid",
+                    args![],
+                    |row| row.get(0),
+                )
+                .unwrap();
+            let indexes = conn
+                .query_map(
+                    "SELECT l.name || ' ' || l.\"unique\" || ' ' || COALESCE(m.sql, '-') \
+                     FROM pragma_index_list('tasks') AS l \
+                     LEFT JOIN sqlite_master AS m ON m.name = l.name ORDER BY l.name",
+                    args![],
+                    |row| row.get::<String>(0),
+                )
+                .unwrap()
+                .into_iter()
+                .map(|index| index.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect();
+            (columns, indexes)
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = migrated_before(&dir.path().join("tasks.db"), 22);
+        writer
+            .batch(
+                "INSERT INTO tasks (id, job_id, namespace, seq, kind, step, queue, command, \
+                     status, priority, attempt, checking, created_at, held, round, attempt_base, \
+                     wait_kind, claimed_at) \
+                 VALUES ('task_1', 'job_1', 'default', 0, 'step', 'build', 'ci', 'make', \
+                     'running', 0, 1, 0, 1, 0, 0, 0, 'approval', 7)",
+            )
+            .unwrap();
+        let before = shape(&mut writer);
+        assert_eq!(
+            before.1.len(),
+            10,
+            "nine indexes and the primary key's: {:?}",
+            before.1
+        );
+        writer.batch("PRAGMA foreign_keys = ON").unwrap();
+        migrate_the_rest(&mut writer);
+        let conn = &mut writer as &mut dyn Conn;
+        assert_eq!(shape(conn), before);
+        let (references, kept) = two_numbers(
+            conn,
+            "SELECT (SELECT COUNT(*) FROM pragma_foreign_key_list('tasks')), \
+                 (SELECT COUNT(*) FROM tasks WHERE id = 'task_1' AND job_id = 'job_1' \
+                     AND wait_kind = 'approval' AND claimed_at = 7)",
+        );
+        assert_eq!((references, kept), (0, 1));
     }
 
     #[test]
