@@ -323,8 +323,7 @@ impl RowWriter {
                 .texts
                 .entry((table.table, chunk.len(), unchanged))
                 .or_insert_with(|| table.sql(chunk.len(), unchanged));
-            self.conn
-                .execute_set(sql, &mut chunk.iter().flat_map(|&row| held.row(row)))?;
+            self.conn.execute_set(sql, &mut held.rows(chunk))?;
             self.writes += chunk.len() as u64;
         }
         Ok(())
@@ -341,6 +340,29 @@ struct HeldRows {
     text: String,
     /// Where each row's text starts in `text`.
     text_starts: Vec<usize>,
+}
+
+/// The values of some held rows, row after row: a set of 64 task rows binds 2,688, and a
+/// `flat_map` over each row's cells took a third more instructions per value.
+struct HeldValues<'a> {
+    held: &'a HeldRows,
+    rows: std::slice::Iter<'a, usize>,
+    /// What is left of the current row.
+    cells: std::slice::Iter<'a, HeldCell>,
+}
+
+impl<'a> Iterator for HeldValues<'a> {
+    type Item = Arg<'a>;
+
+    fn next(&mut self) -> Option<Arg<'a>> {
+        loop {
+            if let Some(&cell) = self.cells.next() {
+                return Some(self.held.value(cell));
+            }
+            let start = self.rows.next()? * self.held.width;
+            self.cells = self.held.cells[start..start + self.held.width].iter();
+        }
+    }
 }
 
 /// Most text and values a table's held rows keep room for between transactions (a group of
@@ -407,12 +429,13 @@ impl HeldRows {
         }
     }
 
-    /// A row's values, from its cells side by side.
-    fn row(&self, row: usize) -> impl Iterator<Item = Arg<'_>> {
-        let start = row * self.width;
-        self.cells[start..start + self.width]
-            .iter()
-            .map(|&cell| self.value(cell))
+    /// The values of `rows`, row after row.
+    fn rows<'a>(&'a self, rows: &'a [usize]) -> HeldValues<'a> {
+        HeldValues {
+            held: self,
+            rows: rows.iter(),
+            cells: [].iter(),
+        }
     }
 
     /// The row's key: its first column's text.
@@ -614,6 +637,29 @@ mod tests {
     }
 
     #[test]
+    fn the_values_of_picked_rows_come_row_after_row_in_the_order_picked() {
+        let mut held = HeldRows::new(&JOB_LABEL_WRITE);
+        held.push(&[Arg::Text("a"), Arg::Null, Arg::Int(1), Arg::Text("x")]);
+        held.push(&[Arg::Text("b"), Arg::Text("ns"), Arg::Real(0.5), Arg::Null]);
+        held.push(&[Arg::Text("c"), Arg::Null, Arg::Null, Arg::Text("z")]);
+        let values: Vec<Arg<'_>> = held.rows(&[2, 0]).collect();
+        assert_eq!(
+            values,
+            [
+                Arg::Text("c"),
+                Arg::Null,
+                Arg::Null,
+                Arg::Text("z"),
+                Arg::Text("a"),
+                Arg::Null,
+                Arg::Int(1),
+                Arg::Text("x"),
+            ]
+        );
+        assert_eq!(held.rows(&[]).count(), 0);
+    }
+
+    #[test]
     fn rows_dropped_since_a_mark_leave_the_rows_before_it_as_they_were() {
         let mut held = HeldRows::new(&JOB_LABEL_WRITE);
         held.push(&[
@@ -630,7 +676,7 @@ mod tests {
         ]);
         held.truncate(1);
         assert_eq!(held.len(), 1);
-        let row: Vec<Arg<'_>> = held.row(0).collect();
+        let row: Vec<Arg<'_>> = held.rows(&[0]).collect();
         assert_eq!(
             row,
             [
