@@ -6,7 +6,8 @@
 //! with building the list of values first, a tenth of a drain's writer (`perf`). Here the
 //! statements are prepared once, their values bound with `SQLITE_STATIC` (SQLite reads the
 //! caller's text while the statement runs) and unbound again before `execute` returns, so no
-//! statement holds a pointer past the values' life.
+//! statement holds a pointer past the values' life. That clearing leaves every parameter NULL,
+//! as a newly prepared statement's are, so a NULL value is not bound at all.
 //!
 //! This is the store's only unsafe code: the few calls of SQLite's C interface that rusqlite
 //! does not offer in this form, each with the reason it is sound.
