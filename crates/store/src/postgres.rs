@@ -86,6 +86,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         20,
         include_str!("../migrations/postgres/0020_tasks_without_job_reference.sql"),
     ),
+    (
+        21,
+        include_str!("../migrations/postgres/0021_text_in_byte_order.sql"),
+    ),
 ];
 
 /// Any fixed number: the advisory lock that serializes migrations across nodes.
@@ -563,6 +567,68 @@ mod tests {
         );
         crate::db::migrate(&mut conn, "BEGIN", MIGRATIONS, DAY_START).unwrap();
         assert_eq!(foreign_keys(&mut conn), 0);
+    }
+
+    #[test]
+    fn every_text_column_compares_in_byte_order_after_migration_rows_and_joins_intact() {
+        let Some((_schema, _connector, mut conn)) = before_partitioning("text_order") else {
+            return;
+        };
+        conn.batch(
+            "INSERT INTO jobs (id, namespace, workflow, version, status, params, priority, \
+             created_at, compensation_planned, completions, round) \
+             VALUES ('job_b', 'ns', 'w', 1, 'running', '{}', 0, 1, 0, 0, 0), \
+                    ('job_A', 'ns', 'w', 1, 'running', '{}', 0, 2, 0, 0, 0)",
+        )
+        .unwrap();
+        crate::db::migrate(&mut conn, "BEGIN", MIGRATIONS, DAY_START).unwrap();
+        // Every table's text, its partitions' included: a column a later migration adds must
+        // say `COLLATE "C"` too, or comparing it with the others would be refused.
+        let other_collation: Vec<String> = conn
+            .query_map(
+                "SELECT c.relname || '.' || a.attname FROM pg_attribute a \
+                 JOIN pg_class c ON c.oid = a.attrelid \
+                 WHERE c.relnamespace = current_schema()::regnamespace \
+                 AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped \
+                 AND a.atttypid = 'text'::regtype \
+                 AND a.attcollation <> 'pg_catalog.\"C\"'::regcollation \
+                 ORDER BY 1",
+                &[],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(other_collation, Vec::<String>::new());
+        let text_columns: i64 = conn
+            .query_value(
+                "SELECT COUNT(*) FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+                 WHERE c.relnamespace = current_schema()::regnamespace \
+                 AND c.relname IN ('jobs', 'tasks', 'events') AND a.attnum > 0 \
+                 AND a.atttypid = 'text'::regtype",
+                &[],
+            )
+            .unwrap();
+        assert!(text_columns > 20, "{text_columns}");
+        // Byte order, as SQLite's: upper case before lower case.
+        let ids: Vec<String> = conn
+            .query_map("SELECT id FROM jobs ORDER BY id", &[], |row| row.get(0))
+            .unwrap();
+        assert_eq!(ids, ["job_A", "job_b"]);
+        conn.batch(
+            "INSERT INTO tasks (id, job_id, namespace, seq, kind, step, queue, command, status, \
+             priority, attempt, checking, input, created_at, held, round, attempt_base) \
+             VALUES ('tsk_1', 'job_b', 'ns', 0, 'step', 's', 'q', 'c', 'ready', 0, 0, 0, '{}', \
+             3, 0, 0, 0)",
+        )
+        .unwrap();
+        let joined: Vec<String> = conn
+            .query_map(
+                "SELECT j.id FROM tasks t JOIN jobs j ON j.id = t.job_id \
+                 WHERE t.job_id = ANY(string_to_array(?1, ','))",
+                args!["job_b,job_x"],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(joined, ["job_b"]);
     }
 
     #[test]
