@@ -2,7 +2,9 @@
 //! /api/v1/tasks/poll`), so that a busy worker makes one request per cycle, or on their own.
 //!
 //! A success frees its task's slot, and the poll loop, which waits for a free slot, polls at
-//! once and carries every success waiting. A success that finishes while a poll is in flight
+//! once and carries every success waiting; while the queue has a backlog it first lets the
+//! other tasks that are ending end (it yields to the runtime while that frees more slots), so
+//! that their successes ride on that poll and it asks for their slots' tasks too. A success that finishes while a poll is in flight
 //! rides on the next poll only when the poll in flight is expected to answer soon: the answer
 //! before it came quickly with every task it asked for (the queue had a backlog),
 //! and it is young ([`CARRY_WAIT`] since it was sent). Otherwise the poll in flight is most
@@ -226,6 +228,12 @@ impl Completions {
     /// resolve for one a poll has taken since: see [`Completions::waiting_for_poll`]).
     pub(crate) async fn poll_wanted(&self) {
         self.poll_wanted.notified().await;
+    }
+
+    /// Whether the last poll answered quickly with every task it asked for: the queue has a
+    /// backlog, and the next poll is expected to find work at once.
+    pub(crate) fn backlog_found(&self) -> bool {
+        self.lock().polling.found_enough
     }
 
     /// Whether a success waits for a poll to carry it.

@@ -276,7 +276,9 @@ impl Shared {
 ///   cancelled and whatever its handler returns is **not** reported.
 /// - A success rides on the next poll (`complete` of the poll request), which the slot it frees
 ///   starts, so a busy worker makes one request per task: the poll commits it before claiming
-///   more work and answers it. A success that finishes while a poll is out (after the first
+///   more work and answers it. While the queue has a backlog, the loop lets the other handlers
+///   that are ending end before it polls (it yields to the runtime while that frees slots), so
+///   one poll carries a whole answer's quick successes. A success that finishes while a poll is out (after the first
 ///   20 ms of it: the poll is then likely waiting for work), or that a failed poll carried, is
 ///   sent on its own (see [`WorkerBuilder::batch_completions`]); a server that refuses
 ///   `complete` in polls (it predates it) gets every success on its own.
@@ -407,10 +409,8 @@ impl Worker {
                     }
                 }
             };
-            let mut permits = vec![first];
-            while let Ok(permit) = Arc::clone(&slots).try_acquire_owned() {
-                permits.push(permit);
-            }
+            let settle = shared.completions.backlog_found();
+            let permits = take_free_slots(&slots, first, self.concurrency, settle).await;
             let carrying = shared.completions.poll_sent(!polling);
             let request = PollRequest {
                 worker_id: shared.worker_id.clone(),
@@ -466,6 +466,50 @@ impl Worker {
             }
         }
         info!(worker_id = %shared.worker_id, "worker stopped");
+    }
+}
+
+/// How many times in a row the poll loop yields to the runtime without a slot coming free
+/// before it polls with the slots it holds (see [`take_free_slots`]).
+const QUIET_YIELDS: usize = 3;
+
+/// The slots a poll asks tasks for: `first` and every other free one; with `settle`, taken
+/// once the tasks that are ending have ended.
+///
+/// While the queue has a backlog (`settle`), the handlers of one poll's answer often end
+/// together (quick ones within microseconds of each other), and a poll sent at the first free
+/// slot would carry the first few successes and ask for that many tasks while the rest wait a
+/// whole poll for the next. So while yielding to the runtime (which runs every task ready to
+/// run) frees more slots, the loop yields again; it stops when every slot (`all`) is free or
+/// after [`QUIET_YIELDS`] yields that freed none. Costs no timer and no wait for a handler
+/// still at work. Without a backlog the poll goes at once: it is likely to wait for work, and
+/// the successes that end meanwhile go on a poll of their own that does not (see
+/// `completions`).
+async fn take_free_slots(
+    slots: &Arc<Semaphore>,
+    first: OwnedSemaphorePermit,
+    all: usize,
+    settle: bool,
+) -> Vec<OwnedSemaphorePermit> {
+    let mut permits = vec![first];
+    let mut quiet = 0;
+    loop {
+        let before = permits.len();
+        while let Ok(permit) = Arc::clone(slots).try_acquire_owned() {
+            permits.push(permit);
+        }
+        if !settle || permits.len() >= all {
+            return permits;
+        }
+        quiet = if permits.len() == before {
+            quiet + 1
+        } else {
+            0
+        };
+        if quiet > QUIET_YIELDS {
+            return permits;
+        }
+        tokio::task::yield_now().await;
     }
 }
 
@@ -894,6 +938,56 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // One thread: the tasks run only when the poll loop yields.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_poll_takes_the_slots_of_tasks_ending_after_the_first() {
+        let slots = Arc::new(Semaphore::new(8));
+        let first = Arc::clone(&slots).acquire_owned().await.unwrap();
+        let mut ending = Vec::new();
+        for task in 0..7 {
+            let permit = Arc::clone(&slots).acquire_owned().await.unwrap();
+            ending.push(tokio::spawn(async move {
+                // Each ends a little after the one before it.
+                for _ in 0..task {
+                    tokio::task::yield_now().await;
+                }
+                drop(permit);
+            }));
+        }
+        let permits = take_free_slots(&slots, first, 8, true).await;
+        assert_eq!(permits.len(), 8);
+        for task in ending {
+            task.await.unwrap();
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn without_a_backlog_a_poll_goes_with_the_slots_free_now() {
+        let slots = Arc::new(Semaphore::new(3));
+        let first = Arc::clone(&slots).acquire_owned().await.unwrap();
+        let permit = Arc::clone(&slots).acquire_owned().await.unwrap();
+        let ending = tokio::spawn(async move { drop(permit) });
+        let permits = take_free_slots(&slots, first, 3, false).await;
+        assert_eq!(permits.len(), 2);
+        ending.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_poll_does_not_wait_for_a_slot_whose_task_is_still_at_work() {
+        let slots = Arc::new(Semaphore::new(4));
+        let first = Arc::clone(&slots).acquire_owned().await.unwrap();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let held = Arc::clone(&slots).acquire_owned().await.unwrap();
+        let at_work = tokio::spawn(async move {
+            let _ = released.await;
+            drop(held);
+        });
+        let permits = take_free_slots(&slots, first, 4, true).await;
+        assert_eq!(permits.len(), 3);
+        release.send(()).unwrap();
+        at_work.await.unwrap();
+    }
 
     #[test]
     fn heartbeats_come_every_third_of_the_lease_and_at_least_every_10_s() {

@@ -1,9 +1,11 @@
 """The SDK's pure parts, without a server: reading a definition's name, views, problem documents
 made from answers that are not one, and how a handler's result becomes a report (including
-the `max_output_bytes` refusal, which needs a server that sends the limit)."""
+the `max_output_bytes` refusal, which needs a server that sends the limit), and how the poll
+loop takes its free slots."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +15,7 @@ from starbridge import AwaitCallback, CheckLater, NonRetryable, ProblemError, Vi
 from starbridge._definitions import name_in_text
 from starbridge._http import milliseconds, problem_from_answer
 from starbridge._task import MAX_LOG_BYTES, Flag, Task
-from starbridge._worker import heartbeat_interval, is_coroutine_function, output_refusal, refuses_complete, report_for
+from starbridge._worker import _Slots, heartbeat_interval, is_coroutine_function, output_refusal, refuses_complete, report_for
 
 
 @pytest.mark.parametrize(
@@ -160,3 +162,44 @@ def test_a_poll_refused_for_its_complete_field_says_the_server_predates_it_and_o
     assert not refuses_complete(refusal("complete[1].lease_token", "a NUL", 422))
     assert not refuses_complete(refusal("wait_ms", "at most 60000"))
     assert not refuses_complete(refusal("complete", "unavailable", 503))
+
+
+async def _free_later(slots: _Slots, count: int, yields: int) -> None:
+    for _ in range(yields):
+        await asyncio.sleep(0)
+    slots.give(count)
+
+
+def test_after_a_backlog_a_poll_takes_the_slots_of_tasks_ending_after_the_first() -> None:
+    async def run() -> int:
+        slots = _Slots(8)
+        slots.take_free()
+        ending = [asyncio.ensure_future(_free_later(slots, 1, task)) for task in range(8)]
+        taken = await slots.take_all(settle=True)
+        await asyncio.gather(*ending)
+        return taken
+
+    assert asyncio.run(run()) == 8
+
+
+def test_without_a_backlog_a_poll_goes_with_the_slots_free_now() -> None:
+    async def run() -> int:
+        slots = _Slots(8)
+        slots.take_free()
+        slots.give(1)
+        ending = asyncio.ensure_future(_free_later(slots, 7, 1))
+        taken = await slots.take_all()
+        await ending
+        return taken
+
+    assert asyncio.run(run()) == 1
+
+
+def test_a_poll_does_not_wait_for_a_slot_whose_task_is_still_at_work() -> None:
+    async def run() -> int:
+        slots = _Slots(4)
+        slots.take_free()
+        slots.give(3)
+        return await slots.take_all(settle=True)
+
+    assert asyncio.run(run()) == 3

@@ -222,7 +222,8 @@ class _Completions:
     so that a busy worker makes one request per cycle, or on their own.
 
     A success frees its task's slot. With no poll out, the poll loop, which waits for a free
-    slot, polls at once and carries every success waiting. While a poll is out that is expected
+    slot, polls at once (after a backlog, once the other tasks that are ending have ended: see
+    `_Slots.take_all`) and carries every success waiting. While a poll is out that is expected
     to answer soon (the answer before it came quickly with every task it asked for, the queue
     had a backlog, and it is younger than `CARRY_WAIT`), the success waits for the next poll.
     Otherwise the poll out is most likely waiting for work, and the success asks for a poll of
@@ -309,6 +310,11 @@ class _Completions:
         self._in_flight -= 1
         if carrying.promising:
             self._promising = None
+
+    def backlog_found(self) -> bool:
+        """Whether the last poll answered quickly with every task it asked for: the queue has a
+        backlog, and the next poll is expected to find work at once."""
+        return self._found_enough
 
     def poll_answered(self, carrying: _Carrying, answer: Any, *, backlog: bool) -> None:
         """A poll was answered (`backlog`: with every task it asked for): answers the successes
@@ -421,19 +427,39 @@ class _Slot:
             self._slots.give()
 
 
+# How many times in a row the poll loop yields to the event loop without a slot coming free
+# before it polls with the slots it has (see `_Slots.take_all`).
+_QUIET_YIELDS = 3
+
+
 class _Slots:
     """The worker's free concurrency slots."""
 
     def __init__(self, total: int) -> None:
+        self._total = total
         self._free = total
         self._freed = asyncio.Event()
 
-    async def take_all(self) -> int:
-        """Waits for a free slot, then takes every free one."""
-        while self._free == 0:
-            self._freed.clear()
-            await self._freed.wait()
-        return self.take_free()
+    async def take_all(self, *, settle: bool = False) -> int:
+        """Waits for a free slot, then takes every free one.
+
+        With `settle` (the queue has a backlog), first lets the other tasks that are ending end:
+        the handlers of one answer often end together, and a poll sent at the first free slot
+        would carry the first few successes and ask for that many tasks. So while yielding to
+        the event loop frees more slots it yields again, until every slot is free or after
+        `_QUIET_YIELDS` yields that freed none (no timer, no wait for a handler at work)."""
+        while True:
+            while self._free == 0:
+                self._freed.clear()
+                await self._freed.wait()
+            quiet = 0
+            while settle and self._free < self._total and quiet <= _QUIET_YIELDS:
+                before = self._free
+                await asyncio.sleep(0)
+                quiet = quiet + 1 if self._free == before else 0
+            taken = self.take_free()
+            if taken:
+                return taken
 
     def take_free(self) -> int:
         """Takes every free slot (perhaps none)."""
@@ -682,7 +708,7 @@ class _Run:
         worker = self.worker
         backoff = self.backoff()
         while not self.stopping.is_set():
-            taking = await self.unless_stopped(self.slots.take_all())
+            taking = await self.unless_stopped(self.slots.take_all(settle=self.completions.backlog_found()))
             if taking is None:
                 return
             alone = self.polls_for_successes is None
