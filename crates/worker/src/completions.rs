@@ -4,10 +4,10 @@
 //! A success frees its task's slot, and the poll loop, which waits for a free slot, polls at
 //! once and carries every success waiting; while the queue has a backlog it first lets the
 //! other tasks that are ending end (it yields to the runtime while that frees more slots), so
-//! that their successes ride on that poll and it asks for their slots' tasks too. A success that finishes while a poll is in flight
-//! rides on the next poll only when the poll in flight is expected to answer soon: the answer
-//! before it came quickly with every task it asked for (the queue had a backlog),
-//! and it is young ([`CARRY_WAIT`] since it was sent). Otherwise the poll in flight is most
+//! that their successes ride on that poll and it asks for their slots' tasks too. A success
+//! that finishes while a poll is in flight rides on the next poll only when the poll in flight
+//! is expected to answer soon: the answer before it came quickly with every task it asked for
+//! (the queue had a backlog), and it is young ([`CARRY_WAIT`] since it was sent). Otherwise the poll in flight is most
 //! likely waiting for work, and the success's slot starts another poll at once, one that does
 //! not wait: it carries the success, so that its report and the claim of the work it makes ready
 //! (the next step of its job) commit together, while the poll waiting for work keeps waiting

@@ -278,9 +278,9 @@ impl Shared {
 ///   starts, so a busy worker makes one request per task: the poll commits it before claiming
 ///   more work and answers it. While the queue has a backlog, the loop lets the other handlers
 ///   that are ending end before it polls (it yields to the runtime while that frees slots), so
-///   one poll carries a whole answer's quick successes. A success that finishes while a poll is out (after the first
-///   20 ms of it: the poll is then likely waiting for work), or that a failed poll carried, is
-///   sent on its own (see [`WorkerBuilder::batch_completions`]); a server that refuses
+///   one poll carries a whole answer's quick successes. A success that finishes while a poll
+///   is out (after the first 20 ms of it: the poll is then likely waiting for work), or that a
+///   failed poll carried, is sent on its own (see [`WorkerBuilder::batch_completions`]); a server that refuses
 ///   `complete` in polls (it predates it) gets every success on its own.
 /// - A report that fails with a transport error or a 5xx is retried with capped exponential
 ///   backoff until it is accepted, a 4xx comes back, or the lease has surely expired (then the

@@ -164,42 +164,34 @@ def test_a_poll_refused_for_its_complete_field_says_the_server_predates_it_and_o
     assert not refuses_complete(refusal("complete", "unavailable", 503))
 
 
-async def _free_later(slots: _Slots, count: int, yields: int) -> None:
-    for _ in range(yields):
-        await asyncio.sleep(0)
-    slots.give(count)
+def _slots_taken(total: int, free: int, ending: list[tuple[int, int]], *, settle: bool) -> int:
+    """How many of `total` slots the poll loop takes with `free` free now while tasks end: each
+    `(count, yields)` of `ending` frees `count` slots after the event loop ran it `yields` times."""
+
+    async def free_later(slots: _Slots, count: int, yields: int) -> None:
+        for _ in range(yields):
+            await asyncio.sleep(0)
+        slots.give(count)
+
+    async def run() -> int:
+        slots = _Slots(total)
+        slots.take_free()
+        slots.give(free)
+        later = [asyncio.ensure_future(free_later(slots, count, yields)) for count, yields in ending]
+        taken = await slots.take_all(settle=settle)
+        await asyncio.gather(*later)
+        return taken
+
+    return asyncio.run(run())
 
 
 def test_after_a_backlog_a_poll_takes_the_slots_of_tasks_ending_after_the_first() -> None:
-    async def run() -> int:
-        slots = _Slots(8)
-        slots.take_free()
-        ending = [asyncio.ensure_future(_free_later(slots, 1, task)) for task in range(8)]
-        taken = await slots.take_all(settle=True)
-        await asyncio.gather(*ending)
-        return taken
-
-    assert asyncio.run(run()) == 8
+    assert _slots_taken(8, 0, [(1, task) for task in range(8)], settle=True) == 8
 
 
 def test_without_a_backlog_a_poll_goes_with_the_slots_free_now() -> None:
-    async def run() -> int:
-        slots = _Slots(8)
-        slots.take_free()
-        slots.give(1)
-        ending = asyncio.ensure_future(_free_later(slots, 7, 1))
-        taken = await slots.take_all()
-        await ending
-        return taken
-
-    assert asyncio.run(run()) == 1
+    assert _slots_taken(8, 1, [(7, 1)], settle=False) == 1
 
 
 def test_a_poll_does_not_wait_for_a_slot_whose_task_is_still_at_work() -> None:
-    async def run() -> int:
-        slots = _Slots(4)
-        slots.take_free()
-        slots.give(3)
-        return await slots.take_all(settle=True)
-
-    assert asyncio.run(run()) == 3
+    assert _slots_taken(4, 3, [], settle=True) == 3
