@@ -410,8 +410,12 @@ fn cell(value: ValueRef<'_>) -> Cell {
         ValueRef::Null => Cell::Null,
         ValueRef::Integer(value) => Cell::Int(value),
         ValueRef::Real(value) => Cell::Real(value),
+        // Text is UTF-8 (checked word by word); anything else reads with replacement characters.
         ValueRef::Text(text) | ValueRef::Blob(text) => {
-            Cell::Text(String::from_utf8_lossy(text).into_owned())
+            Cell::Text(match std::str::from_utf8(text) {
+                Ok(text) => text.to_owned(),
+                Err(_) => String::from_utf8_lossy(text).into_owned(),
+            })
         }
     }
 }
@@ -519,6 +523,18 @@ mod tests {
             }
             writer.batch("COMMIT").unwrap();
         }
+    }
+
+    #[test]
+    fn text_reads_as_stored_and_bytes_that_are_not_utf8_with_replacement_characters() {
+        assert_eq!(
+            cell(ValueRef::Text("tsk_é1".as_bytes())),
+            Cell::Text("tsk_é1".into())
+        );
+        assert_eq!(
+            cell(ValueRef::Blob(b"a\xffb")),
+            Cell::Text("a\u{fffd}b".into())
+        );
     }
 
     #[test]
