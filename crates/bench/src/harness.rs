@@ -240,32 +240,38 @@ pub(crate) struct TaskRun {
     pub(crate) attempts: Vec<(u32, u32)>,
 }
 
-/// Every handler invocation, per task id: a concurrent map shared by all workers' handlers.
+/// One handler invocation, as the handler recorded it.
+struct Invocation {
+    task_id: String,
+    job_id: String,
+    attempt: u32,
+    start: Instant,
+    end: Instant,
+}
+
+/// Every handler invocation, per task id. A handler only appends its invocation to a log (no
+/// hashing, no map growing on the runtime threads the server shares while a phase runs); the
+/// log is folded into the per-task map when it is read, after a phase.
 #[derive(Default)]
 pub(crate) struct Recorder {
+    log: Mutex<Vec<Invocation>>,
     tasks: Mutex<HashMap<String, TaskRun>>,
     invocations: AtomicU64,
 }
 
 impl Recorder {
     pub(crate) fn record(&self, task: &TaskContext, start: Instant, end: Instant) {
-        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
-        let run = tasks
-            .entry(task.id().to_owned())
-            .or_insert_with(|| TaskRun {
-                job_id: task.job_id().to_owned(),
-                first_start: start,
-                last_end: end,
-                handler_time: Duration::ZERO,
-                attempts: Vec::new(),
-            });
-        run.handler_time += end - start;
-        run.last_end = run.last_end.max(end);
-        match run.attempts.iter_mut().find(|(a, _)| *a == task.attempt()) {
-            Some((_, count)) => *count += 1,
-            None => run.attempts.push((task.attempt(), 1)),
-        }
-        drop(tasks);
+        let invocation = Invocation {
+            task_id: task.id().to_owned(),
+            job_id: task.job_id().to_owned(),
+            attempt: task.attempt(),
+            start,
+            end,
+        };
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(invocation);
         self.invocations.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -276,7 +282,37 @@ impl Recorder {
 
     /// Runs `read` on the record of every task.
     pub(crate) fn read<R>(&self, read: impl FnOnce(&HashMap<String, TaskRun>) -> R) -> R {
-        read(&self.tasks.lock().unwrap_or_else(PoisonError::into_inner))
+        let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
+        let logged = std::mem::take(&mut *self.log.lock().unwrap_or_else(PoisonError::into_inner));
+        for invocation in logged {
+            fold(&mut tasks, invocation);
+        }
+        read(&tasks)
+    }
+}
+
+/// Adds one invocation to its task's record.
+fn fold(tasks: &mut HashMap<String, TaskRun>, invocation: Invocation) {
+    let Invocation {
+        task_id,
+        job_id,
+        attempt,
+        start,
+        end,
+    } = invocation;
+    let run = tasks.entry(task_id).or_insert_with(|| TaskRun {
+        job_id,
+        first_start: start,
+        last_end: end,
+        handler_time: Duration::ZERO,
+        attempts: Vec::new(),
+    });
+    run.first_start = run.first_start.min(start);
+    run.handler_time += end - start;
+    run.last_end = run.last_end.max(end);
+    match run.attempts.iter_mut().find(|(a, _)| *a == attempt) {
+        Some((_, count)) => *count += 1,
+        None => run.attempts.push((attempt, 1)),
     }
 }
 
@@ -919,5 +955,46 @@ impl Bench {
             }
         }
         self.database.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context(task_id: &str, job_id: &str, attempt: u32) -> TaskContext {
+        let task = serde_json::from_value(json!({
+            "id": task_id, "lease_token": "lease", "job_id": job_id, "step": "noop",
+            "kind": "step", "queue": QUEUE, "command": COMMAND, "input": {},
+            "attempt": attempt, "idempotency_key": format!("{job_id}/noop"),
+            "lease_expires_at": "2026-12-06T00:00:00Z", "lease_ms": 30_000,
+            "callback_token": "sbc_1",
+        }))
+        .unwrap();
+        TaskContext::new(task)
+    }
+
+    #[test]
+    fn invocations_recorded_before_and_after_a_read_count_per_task_and_attempt() {
+        let recorder = Recorder::default();
+        let at = Instant::now();
+        let ms = Duration::from_millis;
+        recorder.record(&context("tsk_a", "job_a", 1), at + ms(5), at + ms(7));
+        recorder.record(&context("tsk_b", "job_b", 1), at, at + ms(1));
+        let first = recorder.read(|runs| runs.len());
+        recorder.record(&context("tsk_a", "job_a", 2), at + ms(1), at + ms(2));
+        recorder.record(&context("tsk_a", "job_a", 2), at + ms(8), at + ms(9));
+
+        assert_eq!(first, 2);
+        assert_eq!(recorder.invocations(), 4);
+        recorder.read(|runs| {
+            let a = &runs["tsk_a"];
+            assert_eq!(a.job_id, "job_a");
+            assert_eq!(a.attempts, vec![(1, 1), (2, 2)]);
+            assert_eq!(a.first_start, at + ms(1));
+            assert_eq!(a.last_end, at + ms(9));
+            assert_eq!(a.handler_time, ms(4));
+            assert_eq!(runs["tsk_b"].attempts, vec![(1, 1)]);
+        });
     }
 }
